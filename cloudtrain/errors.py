@@ -1,0 +1,96 @@
+"""The one error hierarchy. Anything a user can cause or fix is a CloudtrainError.
+
+The CLI prints `str(error)` (plus `hint` when set) on one line and exits non-zero, without a traceback.
+Adapters translate SDK exceptions into these types; nothing above `providers/` catches SDK exceptions.
+"""
+
+from __future__ import annotations
+
+
+class CloudtrainError(Exception):
+    """Base of every error the user should see as one clear line.
+
+    `hint` says what to do next; `exit_code` is what the CLI exits with.
+    """
+
+    exit_code: int = 1
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return self.message if not self.hint else f"{self.message} ({self.hint})"
+
+
+class SpecError(CloudtrainError):
+    """The job spec is invalid. The message names file:line and the field path."""
+
+    exit_code = 2
+
+
+class PlanError(CloudtrainError):
+    """No feasible or affordable plan for the spec (nothing was created)."""
+
+    exit_code = 2
+
+
+class UsageError(CloudtrainError):
+    """A bad invocation: an unknown run id, a missing provider extra, a bad option."""
+
+    exit_code = 2
+
+
+class LedgerError(CloudtrainError):
+    """The local ledger cannot be read or written."""
+
+
+class ProviderError(CloudtrainError):
+    """A cloud call failed. The message names the resource and what to do next."""
+
+    retryable: bool = False
+
+
+class CredentialsError(ProviderError):
+    """The SDK's credential chain found nothing usable."""
+
+
+class NoCapacityError(ProviderError):
+    """The zone has no capacity for the instance type; another zone may."""
+
+    def __init__(self, message: str, *, zone: str | None = None, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.zone = zone
+
+
+class QuotaError(ProviderError):
+    """An account quota blocks the create; the message names the quota to raise."""
+
+
+class NotFound(ProviderError):
+    """The resource does not exist (deletes treat this as success)."""
+
+
+class TransientError(ProviderError):
+    """Throttling or a 5xx; safe to retry with backoff."""
+
+    retryable = True
+
+
+class JobFailed(CloudtrainError):
+    """The training job ended unsuccessfully (resources were torn down)."""
+
+    exit_code = 3
+
+
+class BudgetExceeded(CloudtrainError):
+    """The run was stopped because it reached max_cost_usd or max_hours."""
+
+    exit_code = 4
+
+
+class Interrupted(CloudtrainError):
+    """The user pressed Ctrl-C; the run was stopped and torn down."""
+
+    exit_code = 130

@@ -1,0 +1,256 @@
+"""The provider interface: a Compute and an ObjectStore behind one Provider, plus their dataclasses.
+
+Every adapter (local, aws, gcp, azure, and the faults wrapper) implements exactly this. Adapters turn SDK
+exceptions into `cloudtrain.errors` types; nothing above this layer sees an SDK exception.
+Each method's docstring states whether it is idempotent and whether it blocks.
+"""
+
+from __future__ import annotations
+
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+NodeState = Literal["pending", "running", "stopped", "terminated", "preempted"]
+ALIVE_STATES: frozenset[str] = frozenset({"pending", "running"})
+ROLES: tuple[str, ...] = ("chief", "worker", "ps", "evaluator")
+
+_NAME_RE = re.compile(r"^ct-(?P<run>[a-z0-9-]+)-(?P<role>chief|worker|ps|evaluator)-(?P<index>\d+)$")
+
+
+def node_name(run_id: str, role: str, index: int) -> str:
+    """The deterministic cloud name of a node: the idempotency key of its create."""
+    return f"ct-{run_id}-{role}-{index}"
+
+
+def parse_node_name(name: str) -> tuple[str, str, int] | None:
+    """Inverse of `node_name`: (run_id, role, index), or None for a name cloudtrain did not make."""
+    m = _NAME_RE.match(name)
+    return (m["run"], m["role"], int(m["index"])) if m else None
+
+
+def run_labels(run_id: str, role: str | None = None, index: int | None = None) -> dict[str, str]:
+    """The tags/labels every resource of a run carries (keys valid on AWS, GCP and Azure)."""
+    labels = {"cloudtrain-run": run_id}
+    if role is not None:
+        labels["cloudtrain-role"] = role
+    if index is not None:
+        labels["cloudtrain-index"] = str(index)
+    return labels
+
+
+@dataclass(frozen=True)
+class ProviderConfig:
+    """What an adapter is built from. Credentials never appear here: SDKs use their own chains."""
+
+    name: str
+    region: str | None = None
+    zone: str | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Resource:
+    """One cloud resource of a run. The ledger records it before its create call."""
+
+    provider: str
+    kind: str  # bucket | node | network | firewall | security-group | role | resource-group ...
+    id: str  # deterministic name where the cloud allows one
+    region: str | None
+    run_id: str
+    cloud_id: str | None = None  # the id the cloud assigned (sg-..., i-...), once known
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """What the compute side needs to know about a run to make its network and nodes."""
+
+    run_id: str
+    region: str | None
+    zone: str | None
+    port_range: tuple[int, int]
+    ssh: bool = False
+    store_uri: str = ""
+
+
+@dataclass(frozen=True)
+class NodeRequest:
+    """One node to create. (run_id, role, index) is its identity: creating it twice makes one node."""
+
+    run_id: str
+    role: str
+    index: int
+    instance_type: str
+    startup_script: str
+    zone: str | None = None
+    spot: bool = False
+    image: str | None = None
+    disk_gb: int = 100
+    accelerator: str | None = None
+    accelerator_count: int = 0
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return node_name(self.run_id, self.role, self.index)
+
+
+@dataclass(frozen=True)
+class Node:
+    """A node as the cloud reports it (the cloud's tags are the source of truth)."""
+
+    name: str
+    run_id: str
+    role: str
+    index: int
+    state: NodeState
+    private_ip: str | None = None
+    public_ip: str | None = None
+    spot: bool = False
+    zone: str | None = None
+    instance_type: str | None = None
+    cloud_id: str | None = None
+
+    @property
+    def alive(self) -> bool:
+        return self.state in ALIVE_STATES
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    """One object in a store listing. `key` is relative to the store's root."""
+
+    key: str
+    size: int
+    updated: float  # seconds since the epoch
+
+
+@dataclass(frozen=True)
+class StartupBlocks:
+    """The provider-specific pieces of jobs/startup.sh.j2 (bash snippets and values)."""
+
+    python: str = "python3"  # the interpreter that runs the agent (a venv path on clouds)
+    metadata: str = ""  # bash that exports node facts (address, port) before the agent starts
+    self_shutdown: str = ""  # bash that arms the dead-man switch; `$DEADLINE_EPOCH` is set
+    env: Mapping[str, str] = field(default_factory=dict)  # extra non-secret env for the agent
+    install_stack: bool = True  # whether missing drivers/TensorFlow may be installed
+
+
+@runtime_checkable
+class ObjectStore(Protocol):
+    """A bucket (or a prefix of one). Keys are '/'-separated and relative to `uri`."""
+
+    uri: str
+
+    def ensure_bucket(self) -> Resource:
+        """Create the bucket if missing: private, encrypted. Idempotent; blocks until usable."""
+        ...
+
+    def put(self, key: str, data: bytes) -> None:
+        """Write an object whole (atomically for readers). Idempotent; blocks."""
+        ...
+
+    def get(self, key: str) -> bytes:
+        """Read an object. Raises NotFound. Blocks."""
+        ...
+
+    def put_file(self, key: str, path: str) -> None:
+        """Upload a file (multipart/resumable when large). Idempotent; blocks."""
+        ...
+
+    def get_file(self, key: str, path: str) -> None:
+        """Download to `path`, creating parent folders. Raises NotFound. Blocks."""
+        ...
+
+    def list(self, prefix: str) -> list[ObjectInfo]:
+        """Every object whose key starts with `prefix`, sorted by key. Blocks."""
+        ...
+
+    def delete(self, key: str) -> None:
+        """Delete one object. Idempotent: a missing key is fine."""
+        ...
+
+    def delete_prefix(self, prefix: str) -> int:
+        """Delete every object under `prefix`; returns how many. Idempotent."""
+        ...
+
+    def presign_get(self, key: str, ttl_s: int = 3600) -> str:
+        """A URL that GETs the object without credentials for `ttl_s` seconds (at most 1 h)."""
+        ...
+
+    def presign_put(self, key: str, ttl_s: int = 3600) -> str:
+        """A URL that PUTs the object without credentials for `ttl_s` seconds (at most 1 h)."""
+        ...
+
+
+class Compute(ABC):
+    """The VMs and their network. Methods that touch many nodes run in parallel."""
+
+    provider_name: str = ""
+
+    @abstractmethod
+    def planned_network(self, run: RunInfo) -> list[Resource]:
+        """The network/identity resources `ensure_network` will make, for the ledger. Pure."""
+
+    @abstractmethod
+    def ensure_network(self, run: RunInfo) -> list[Resource]:
+        """Firewall/SG/NSG (+ identity) so the run's nodes reach each other on `port_range` only.
+        Idempotent; blocks until usable."""
+
+    @abstractmethod
+    def create_nodes(self, run: RunInfo, requests: list[NodeRequest]) -> list[Node]:
+        """Create all nodes in parallel. Idempotent per (run_id, role, index). Returns without
+        waiting for boot. Raises NoCapacityError/QuotaError naming the zone and type."""
+
+    @abstractmethod
+    def list_nodes(self, run_id: str) -> list[Node]:
+        """The run's nodes as the cloud's tags report them, deleted ones excluded. Blocks."""
+
+    @abstractmethod
+    def delete_nodes(self, run_id: str, names: list[str] | None = None) -> None:
+        """Delete the run's nodes (all, or `names`) in parallel and wait until they are gone.
+        Idempotent: a missing node is fine."""
+
+    @abstractmethod
+    def list_resources(self, run_id: str) -> list[Resource]:
+        """The run's non-node resources (network, identity) found by tag. For `down` without a ledger."""
+
+    @abstractmethod
+    def delete_resources(self, resources: list[Resource]) -> None:
+        """Delete network/identity resources. Idempotent: missing ones are fine. Blocks."""
+
+    def console_output(self, node: Node) -> str:
+        """The boot log of a node that never reported, if the cloud keeps one. Best effort."""
+        return ""
+
+    def startup_blocks(self, run: RunInfo, request: NodeRequest) -> StartupBlocks:
+        """The provider's pieces of the startup script for one node."""
+        return StartupBlocks()
+
+
+class Provider(ABC):
+    """A cloud (or this machine): its compute plus object stores addressed by URI."""
+
+    name: str = ""
+
+    def __init__(self, config: ProviderConfig) -> None:
+        self.config = config
+
+    @property
+    @abstractmethod
+    def compute(self) -> Compute:
+        """The compute side (created lazily; may open SDK clients)."""
+
+    @abstractmethod
+    def store(self, uri: str) -> ObjectStore:
+        """An ObjectStore rooted at `uri` (this provider's scheme). Does not create anything."""
+
+    @abstractmethod
+    def default_store_uri(self, run_id: str) -> str:
+        """The auto bucket used when the spec gives no `checkpoint` URI."""
+
+    def owns_bucket(self, uri: str) -> bool:
+        """Whether teardown may delete the bucket at `uri` (never a user-given one)."""
+        return False
