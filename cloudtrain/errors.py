@@ -1,7 +1,8 @@
 """The one error hierarchy. Anything a user can cause or fix is a CloudtrainError.
 
-The CLI prints `str(error)` (plus `hint` when set) on one line and exits non-zero, without a traceback.
-Adapters translate SDK exceptions into these types; nothing above `providers/` catches SDK exceptions.
+The CLI prints `str(error)` (plus `hint` when set) on one line and exits non-zero, with no
+traceback. Adapters translate SDK exceptions into these types; nothing above `providers/` catches
+SDK exceptions.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The provider interface: a Compute and an ObjectStore behind one Provider, plus their dataclasses.
 
-Every adapter (local, aws, gcp, azure, and the faults wrapper) implements exactly this. Adapters turn SDK
-exceptions into `cloudtrain.errors` types; nothing above this layer sees an SDK exception.
+Every adapter (local, aws, gcp, azure, and the faults wrapper) implements exactly this. Adapters
+turn SDK exceptions into `cloudtrain.errors` types; nothing above this layer sees an SDK exception.
 Each method's docstring states whether it is idempotent and whether it blocks.
 """
 
@@ -9,15 +9,20 @@ from __future__ import annotations
 
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
 NodeState = Literal["pending", "running", "stopped", "terminated", "preempted"]
 ALIVE_STATES: frozenset[str] = frozenset({"pending", "running"})
 ROLES: tuple[str, ...] = ("chief", "worker", "ps", "evaluator")
+T = TypeVar("T")
+R = TypeVar("R")
 
-_NAME_RE = re.compile(r"^ct-(?P<run>[a-z0-9-]+)-(?P<role>chief|worker|ps|evaluator)-(?P<index>\d+)$")
+_NAME_RE = re.compile(
+    r"^ct-(?P<run>[a-z0-9-]+)-(?P<role>chief|worker|ps|evaluator)-(?P<index>\d+)$"
+)
 
 
 def node_name(run_id: str, role: str, index: int) -> str:
@@ -77,7 +82,7 @@ class RunInfo:
 
 @dataclass(frozen=True)
 class NodeRequest:
-    """One node to create. (run_id, role, index) is its identity: creating it twice makes one node."""
+    """One node to create. (run_id, role, index) is its identity: creating it twice makes one."""
 
     run_id: str
     role: str
@@ -186,9 +191,14 @@ class ObjectStore(Protocol):
 
 
 class Compute(ABC):
-    """The VMs and their network. Methods that touch many nodes run in parallel."""
+    """The VMs and their network.
+
+    Subclasses implement the per-node calls (`create_node`, `delete_node`); the base class fans
+    them out in parallel, so creating or deleting N nodes costs about one call's latency, not N.
+    """
 
     provider_name: str = ""
+    max_parallel: int = 64
 
     @abstractmethod
     def planned_network(self, run: RunInfo) -> list[Resource]:
@@ -200,26 +210,39 @@ class Compute(ABC):
         Idempotent; blocks until usable."""
 
     @abstractmethod
-    def create_nodes(self, run: RunInfo, requests: list[NodeRequest]) -> list[Node]:
-        """Create all nodes in parallel. Idempotent per (run_id, role, index). Returns without
-        waiting for boot. Raises NoCapacityError/QuotaError naming the zone and type."""
+    def create_node(self, run: RunInfo, request: NodeRequest) -> Node:
+        """Create one node. Idempotent per (run_id, role, index): an existing live node is returned.
+        Returns without waiting for boot. Raises NoCapacityError/QuotaError naming zone and type."""
 
     @abstractmethod
     def list_nodes(self, run_id: str) -> list[Node]:
         """The run's nodes as the cloud's tags report them, deleted ones excluded. Blocks."""
 
     @abstractmethod
-    def delete_nodes(self, run_id: str, names: list[str] | None = None) -> None:
-        """Delete the run's nodes (all, or `names`) in parallel and wait until they are gone.
-        Idempotent: a missing node is fine."""
+    def delete_node(self, node: Node) -> None:
+        """Delete one node and wait until it is gone. Idempotent: a missing node is fine."""
 
     @abstractmethod
     def list_resources(self, run_id: str) -> list[Resource]:
-        """The run's non-node resources (network, identity) found by tag. For `down` without a ledger."""
+        """The run's network/identity resources, found by tag (so `down` needs no ledger)."""
 
     @abstractmethod
     def delete_resources(self, resources: list[Resource]) -> None:
         """Delete network/identity resources. Idempotent: missing ones are fine. Blocks."""
+
+    def create_nodes(self, run: RunInfo, requests: list[NodeRequest]) -> list[Node]:
+        """Create all nodes in parallel (see `create_node`). Idempotent; does not wait for boot.
+
+        Every request is attempted; if any failed, the first error is raised after all have
+        finished, so the caller knows the full set that may exist (the ledger has them all)."""
+        results = parallel_map(lambda r: self.create_node(run, r), requests, self.max_parallel)
+        return _unwrap(results)
+
+    def delete_nodes(self, run_id: str, names: list[str] | None = None) -> None:
+        """Delete the run's nodes (all, or `names`) in parallel and wait until they are gone.
+        Idempotent: a missing node is fine."""
+        nodes = [n for n in self.list_nodes(run_id) if names is None or n.name in names]
+        _unwrap(parallel_map(self.delete_node, nodes, self.max_parallel))
 
     def console_output(self, node: Node) -> str:
         """The boot log of a node that never reported, if the cloud keeps one. Best effort."""
@@ -228,6 +251,30 @@ class Compute(ABC):
     def startup_blocks(self, run: RunInfo, request: NodeRequest) -> StartupBlocks:
         """The provider's pieces of the startup script for one node."""
         return StartupBlocks()
+
+
+def parallel_map(
+    fn: Callable[[T], R], items: list[T], max_parallel: int = 64
+) -> list[R | BaseException]:
+    """Run `fn` over `items` on a thread pool; results (or the exception raised) in input order."""
+    if not items:
+        return []
+
+    def call(item: T) -> R | BaseException:
+        try:
+            return fn(item)
+        except Exception as exc:  # collected, re-raised by the caller
+            return exc
+
+    with ThreadPoolExecutor(max_workers=max(1, min(max_parallel, len(items)))) as pool:
+        return list(pool.map(call, items))
+
+
+def _unwrap(results: list[R | BaseException]) -> list[R]:
+    errors = [r for r in results if isinstance(r, BaseException)]
+    if errors:
+        raise errors[0]
+    return [r for r in results if not isinstance(r, BaseException)]
 
 
 class Provider(ABC):
