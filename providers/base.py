@@ -231,18 +231,29 @@ class Compute(ABC):
         """Delete network/identity resources. Idempotent: missing ones are fine. Blocks."""
 
     def create_nodes(self, run: RunInfo, requests: list[NodeRequest]) -> list[Node]:
-        """Create all nodes in parallel (see `create_node`). Idempotent; does not wait for boot.
+        """Create all nodes in parallel (see `create_node`), each retried on transient errors
+        by the one retry policy. Idempotent; does not wait for boot.
 
         Every request is attempted; if any failed, the first error is raised after all have
         finished, so the caller knows the full set that may exist (the ledger has them all)."""
-        results = parallel_map(lambda r: self.create_node(run, r), requests, self.max_parallel)
-        return _unwrap(results)
+        from cloudtrain.retry import retrying
+
+        def create(req: NodeRequest) -> Node:
+            return retrying(lambda: self.create_node(run, req), what=f"create node {req.name}")
+
+        return _unwrap(parallel_map(create, requests, self.max_parallel))
 
     def delete_nodes(self, run_id: str, names: list[str] | None = None) -> None:
         """Delete the run's nodes (all, or `names`) in parallel and wait until they are gone.
         Idempotent: a missing node is fine."""
+        from cloudtrain.retry import retrying
+
         nodes = [n for n in self.list_nodes(run_id) if names is None or n.name in names]
-        _unwrap(parallel_map(self.delete_node, nodes, self.max_parallel))
+
+        def delete(node: Node) -> None:
+            retrying(lambda: self.delete_node(node), what=f"delete node {node.name}")
+
+        _unwrap(parallel_map(delete, nodes, self.max_parallel))
 
     def console_output(self, node: Node) -> str:
         """The boot log of a node that never reported, if the cloud keeps one. Best effort."""

@@ -1,0 +1,338 @@
+"""The `cloudtrain` command: parse, call, render. Thin on purpose.
+
+Start-up imports only typer (and rich through it); every command imports what it needs when it
+runs, so `cloudtrain --help`, `plan` and `schema` never load TensorFlow or a cloud SDK. A
+CloudtrainError is printed as one line (no traceback) and sets the exit code.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from cloudtrain.errors import CloudtrainError
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from cloudtrain.ledger import Ledger
+    from cloudtrain.plan import Plan
+    from cloudtrain.providers.base import Provider
+    from cloudtrain.spec import JobSpec
+
+app = typer.Typer(
+    name="cloudtrain",
+    help="Run a TensorFlow training job on the cheapest GPU VMs of AWS, GCP, Azure or this "
+    "machine: planned and priced first, torn down always.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_show_locals=False,
+)
+
+OUTCOME_EXIT = {
+    "succeeded": 0,
+    "detached": 0,
+    "failed": 3,
+    "budget_exceeded": 4,
+    "deadline": 5,
+    "interrupted": 130,
+}
+
+ProviderOpt = Annotated[
+    str | None,
+    typer.Option("--provider", "-p", help="local, aws, gcp or azure (overrides the spec)"),
+]
+RegionOpt = Annotated[str | None, typer.Option("--region", help="Region (overrides the spec).")]
+ZoneOpt = Annotated[str | None, typer.Option("--zone", help="Zone (overrides the spec).")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
+JobArg = Annotated[Path, typer.Argument(help="The job spec (job.yaml).", show_default=False)]
+RunArg = Annotated[str, typer.Argument(help="A run id (or a unique prefix of one).")]
+
+
+def _console() -> Console:
+    from rich.console import Console
+
+    return Console(highlight=False)
+
+
+def _load(job: Path, provider: str | None, region: str | None, zone: str | None) -> JobSpec:
+    from cloudtrain.spec import load_spec
+
+    return load_spec(job).with_overrides(provider=provider, region=region, zone=zone)
+
+
+def _plan(spec: JobSpec) -> Plan:
+    from cloudtrain.catalog import Catalog
+    from cloudtrain.plan import make_plan
+
+    return make_plan(spec, Catalog.bundled())
+
+
+def _provider(name: str, region: str | None = None, zone: str | None = None) -> Provider:
+    """The provider, wrapped by the fault injector when $CLOUDTRAIN_FAULTS is set (tests and
+    benchmarks use it to make any provider slow or flaky)."""
+    from cloudtrain.providers import get_provider
+    from cloudtrain.providers.base import ProviderConfig
+    from cloudtrain.providers.faults import FaultPlan, wrap
+
+    provider = get_provider(name, ProviderConfig(name=name, region=region, zone=zone))
+    faults = FaultPlan.from_env()
+    return wrap(provider, faults) if faults else provider
+
+
+def _ledger() -> Ledger:
+    from cloudtrain.ledger import Ledger
+
+    return Ledger()
+
+
+def _emit_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+
+
+@app.command()
+def plan(
+    job: JobArg,
+    provider: ProviderOpt = None,
+    region: RegionOpt = None,
+    zone: ZoneOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Price the job: the resources, the strategy and the estimate. Creates nothing."""
+    spec = _load(job, provider, region, zone)
+    the_plan = _plan(spec)
+    if as_json:
+        _emit_json(the_plan.to_dict())
+        return
+    from cloudtrain.ui import plan_table
+
+    _console().print(plan_table(the_plan))
+
+
+@app.command()
+def run(
+    job: JobArg,
+    provider: ProviderOpt = None,
+    region: RegionOpt = None,
+    zone: ZoneOpt = None,
+    detach: Annotated[
+        bool, typer.Option("--detach", help="Return once the nodes are created.")
+    ] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Do not stream logs.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Plan, create, train, stream logs, and always tear down. Exit 0 only on success."""
+    spec = _load(job, provider, region, zone)
+    the_plan = _plan(spec)
+    console = _console()
+    from cloudtrain.ui import plan_table
+
+    if not as_json:
+        console.print(plan_table(the_plan))
+    prov = _provider(spec.provider, the_plan.region, the_plan.zone)
+    from cloudtrain.orchestrator import Orchestrator, RunOptions
+    from cloudtrain.ui import ConsoleObserver, summary
+
+    options = RunOptions.for_provider(spec.provider, detach=detach)
+    observer = ConsoleObserver(console, show_logs=not quiet and not as_json)
+    orch = Orchestrator(spec, the_plan, prov, _ledger(), observer, options)
+    with observer:
+        result = orch.run()
+    if as_json:
+        _emit_json(result.__dict__)
+    else:
+        console.print(summary(result))
+        if detach:
+            console.print(
+                f"follow with `cloudtrain status {result.run_id}` and `cloudtrain logs "
+                f"{result.run_id} --follow`; stop with `cloudtrain down {result.run_id}`"
+            )
+    raise typer.Exit(OUTCOME_EXIT.get(result.outcome, 1))
+
+
+@app.command()
+def status(run_id: RunArg, as_json: JsonOpt = False) -> None:
+    """The run's state from the ledger, its bucket and the cloud's node list."""
+    ledger = _ledger()
+    rec = ledger.find_run(run_id)
+    from cloudtrain.runstate import RunReader
+
+    prov = _provider(rec.provider, rec.region, rec.zone)
+    snap = RunReader(prov.store(rec.store_uri), rec.run_id).poll()
+    nodes = {n.name: n for n in prov.compute.list_nodes(rec.run_id)}
+    live = [r for r in ledger.resources(rec.run_id, live_only=True) if r.kind != "bucket"]
+    data = {
+        "run_id": rec.run_id,
+        "name": rec.name,
+        "provider": rec.provider,
+        "status": rec.status,
+        "outcome": rec.outcome,
+        "detail": rec.detail,
+        "store": rec.store_uri,
+        "created_at": rec.created_at,
+        "ended_at": rec.ended_at,
+        "cost_usd": ledger.billed_cost(rec.run_id),
+        "nodes": {
+            k: {"status": v, "heartbeat": snap.heartbeats.get(k)} for k, v in snap.statuses.items()
+        },
+        "cloud_nodes": {name: n.state for name, n in nodes.items()},
+        "live_resources": [f"{r.kind}/{r.resource_id}" for r in live],
+    }
+    if as_json:
+        _emit_json(data)
+        return
+    console = _console()
+    console.print(
+        f"[bold]{rec.run_id}[/bold] {rec.status} {rec.outcome or ''} on {rec.provider}, "
+        f"cost ${data['cost_usd']:.4f}"
+    )
+    for node, st in sorted(snap.statuses.items()):
+        beat = snap.heartbeats.get(node) or {}
+        epoch = f"epoch {beat.get('epoch')}/{beat.get('epochs')}" if beat.get("epoch") else ""
+        console.print(f"  {node}: {st.get('state')} (attempt {st.get('attempt')}) {epoch}")
+    console.print(f"  live resources: {len(live)}  cloud nodes: {len(nodes)}")
+
+
+@app.command()
+def logs(
+    run_id: RunArg,
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing.")] = False,
+    node: Annotated[
+        str | None, typer.Option("--node", help="Only this node, e.g. worker-1")
+    ] = None,
+    bootstrap: Annotated[
+        bool, typer.Option("--bootstrap", help="Show the nodes' bootstrap logs.")
+    ] = False,
+) -> None:
+    """Print the run's logs from its bucket, in order per node."""
+    rec = _ledger().find_run(run_id)
+    from cloudtrain.runstate import RunReader
+
+    prov = _provider(rec.provider, rec.region, rec.zone)
+    reader = RunReader(prov.store(rec.store_uri), rec.run_id)
+    out = sys.stdout
+    if bootstrap:
+        snap = reader.poll()
+        names = sorted(set(snap.statuses) | set(snap.heartbeats)) or ([node] if node else [])
+        for name in names:
+            if node is None or name == node:
+                out.write(f"== {name} ==\n{reader.bootstrap_log(name)}")
+        return
+    while True:
+        snap = reader.poll()
+        for name, line in snap.new_lines:
+            if node is None or name == node:
+                out.write(f"[{name}] {line}\n")
+        out.flush()
+        if not follow:
+            return
+        current = _ledger().get_run(rec.run_id)
+        if current is not None and current.status == "done":
+            return
+        time.sleep(1.0)
+
+
+@app.command("ls")
+def list_runs(
+    limit: Annotated[int, typer.Option(help="How many runs.")] = 20, as_json: JsonOpt = False
+) -> None:
+    """Recent runs from the ledger, newest first."""
+    ledger = _ledger()
+    runs = ledger.list_runs(limit=limit)
+    if as_json:
+        _emit_json([r.__dict__ for r in runs])
+        return
+    from rich.table import Table
+
+    table = Table("run", "provider", "status", "outcome", "started", "live", "cost")
+    for r in runs:
+        live = [x for x in ledger.resources(r.run_id, live_only=True) if x.kind != "bucket"]
+        started = time.strftime("%Y-%m-%d %H:%M", time.localtime(r.created_at))
+        table.add_row(
+            r.run_id,
+            r.provider,
+            r.status,
+            r.outcome or "",
+            started,
+            str(len(live)),
+            f"${ledger.billed_cost(r.run_id):.4f}",
+        )
+    _console().print(table)
+
+
+@app.command()
+def down(
+    run_id: RunArg,
+    provider: Annotated[
+        str | None,
+        typer.Option("--provider", "-p", help="Needed only when the ledger has no record of RUN."),
+    ] = None,
+    region: RegionOpt = None,
+) -> None:
+    """Tear a run down: stop its agents, delete its nodes, network and identity. Idempotent;
+    works after a crash, and from the cloud's tags alone when the ledger lost the run."""
+    from cloudtrain.errors import UsageError
+    from cloudtrain.teardown import request_stop, teardown
+
+    ledger = _ledger()
+    rec = ledger.get_run(run_id)
+    if rec is None and provider is None:
+        rec = ledger.find_run(run_id)  # a unique prefix, or a clear "no run" error
+    name = provider or (rec.provider if rec else None)
+    if name is None:
+        raise UsageError(f"no run {run_id!r} in the ledger", hint="pass --provider")
+    rid = rec.run_id if rec else run_id
+    prov = _provider(name, region or (rec.region if rec else None), rec.zone if rec else None)
+    console = _console()
+    store_uri = rec.store_uri if rec else prov.default_store_uri(rid)
+    request_stop(prov, store_uri, rid, "cloudtrain down")
+    report = teardown(
+        prov, ledger if rec else None, rid, lambda m: console.print(f"cloudtrain {m}")
+    )
+    if rec is not None:
+        ledger.set_status(rid, "done", rec.outcome or "crashed", rec.detail)
+    console.print(
+        f"run {rid}: {len(report.nodes_deleted)} node(s) and "
+        f"{len(report.resources_deleted)} other resource(s) deleted in {report.seconds:.1f}s; "
+        "nothing of it is left"
+    )
+
+
+@app.command()
+def schema() -> None:
+    """Print the job spec's JSON Schema."""
+    from cloudtrain.spec import json_schema
+
+    _emit_json(json_schema())
+
+
+@app.callback()
+def _root(
+    version: Annotated[bool, typer.Option("--version", help="Show the version.")] = False,
+) -> None:
+    if version:
+        from cloudtrain import __version__
+
+        sys.stdout.write(f"cloudtrain {__version__}\n")
+        raise typer.Exit(0)
+
+
+def main() -> None:
+    """Console-script entry point: user mistakes and cloud errors are one line, no traceback."""
+    try:
+        app()
+    except CloudtrainError as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        sys.stderr.write("interrupted\n")
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

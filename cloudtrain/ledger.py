@@ -1,0 +1,474 @@
+"""The local run ledger: runs, the cloud resources each one made, and their events, in SQLite.
+
+The ledger is what makes teardown safe: a resource is recorded (state `intent`) *before* its create
+call, so a crash between the call and its reply still leaves a row for `cloudtrain down` to clean.
+
+Concurrency: every call opens its own connection (so a `Ledger` is thread-safe and can be shared by
+the orchestrator's teardown threads), writes run in `BEGIN IMMEDIATE` transactions behind a
+per-file lock, and the database is in WAL mode with a busy timeout, so another process (say `down`
+while a crashed run's file is still there) can use the same file at the same time.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cloudtrain.errors import LedgerError, UsageError
+from cloudtrain.paths import ledger_path
+from cloudtrain.providers.base import Resource
+
+SCHEMA_VERSION = 1
+BUSY_TIMEOUT_S = 30.0
+
+RUN_STATUSES: tuple[str, ...] = (
+    "planned",
+    "provisioning",
+    "running",
+    "stopping",
+    "tearing_down",
+    "done",
+)
+OUTCOMES: tuple[str, ...] = (
+    "succeeded",
+    "failed",
+    "interrupted",
+    "budget_exceeded",
+    "deadline",
+    "crashed",
+)
+RESOURCE_STATES: tuple[str, ...] = ("intent", "created", "deleting", "deleted", "failed")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    run_id     TEXT PRIMARY KEY,
+    name       TEXT NOT NULL,
+    provider   TEXT NOT NULL,
+    region     TEXT,
+    zone       TEXT,
+    spec_path  TEXT,
+    store_uri  TEXT,
+    plan_json  TEXT,
+    status     TEXT NOT NULL,
+    outcome    TEXT,
+    created_at REAL NOT NULL,
+    ended_at   REAL,
+    detail     TEXT
+);
+CREATE INDEX IF NOT EXISTS runs_created_at ON runs (created_at);
+CREATE TABLE IF NOT EXISTS resources (
+    run_id       TEXT NOT NULL,
+    provider     TEXT NOT NULL,
+    kind         TEXT NOT NULL,
+    resource_id  TEXT NOT NULL,
+    region       TEXT,
+    cloud_id     TEXT,
+    state        TEXT NOT NULL,
+    price_hourly REAL NOT NULL DEFAULT 0,
+    created_at   REAL NOT NULL,
+    deleted_at   REAL,
+    PRIMARY KEY (run_id, kind, resource_id)
+);
+CREATE TABLE IF NOT EXISTS events (
+    id      INTEGER PRIMARY KEY AUTOINCREMENT,
+    run_id  TEXT NOT NULL,
+    ts      REAL NOT NULL,
+    kind    TEXT NOT NULL,
+    message TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS events_run_id ON events (run_id, id);
+"""
+
+_LOCKS: dict[str, threading.Lock] = {}
+_LOCKS_GUARD = threading.Lock()
+
+
+def _file_lock(path: Path) -> threading.Lock:
+    """One in-process write lock per database file, shared by every `Ledger` on that file."""
+    key = str(path.resolve())
+    with _LOCKS_GUARD:
+        return _LOCKS.setdefault(key, threading.Lock())
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One row of `runs`."""
+
+    run_id: str
+    name: str
+    provider: str
+    region: str | None
+    zone: str | None
+    spec_path: str | None
+    store_uri: str | None
+    plan_json: str | None
+    status: str
+    outcome: str | None
+    created_at: float
+    ended_at: float | None
+    detail: str | None
+
+    @property
+    def plan(self) -> Any:
+        """`plan_json` parsed (None when absent)."""
+        return json.loads(self.plan_json) if self.plan_json else None
+
+
+@dataclass(frozen=True)
+class ResourceRecord:
+    """One row of `resources`."""
+
+    run_id: str
+    provider: str
+    kind: str
+    resource_id: str
+    region: str | None
+    cloud_id: str | None
+    state: str
+    price_hourly: float
+    created_at: float
+    deleted_at: float | None
+
+    @property
+    def live(self) -> bool:
+        """Whether the resource may still exist in the cloud (anything not `deleted`)."""
+        return self.state != "deleted"
+
+    def to_resource(self) -> Resource:
+        """The provider-level `Resource` this row describes (what teardown hands the adapter)."""
+        return Resource(
+            provider=self.provider,
+            kind=self.kind,
+            id=self.resource_id,
+            region=self.region,
+            run_id=self.run_id,
+            cloud_id=self.cloud_id,
+        )
+
+
+@dataclass(frozen=True)
+class EventRecord:
+    """One row of `events`."""
+
+    id: int
+    run_id: str
+    ts: float
+    kind: str
+    message: str
+
+
+class Ledger:
+    """The run ledger at `path` (default `$CLOUDTRAIN_HOME/ledger.db`).
+
+    Thread-safe and safe across processes. Creates the file and schema on first use. Every error
+    from SQLite surfaces as `LedgerError` naming the file. `clock` supplies timestamps (seconds
+    since the epoch) and exists for tests.
+    """
+
+    def __init__(self, path: Path | None = None, clock: Callable[[], float] = time.time) -> None:
+        self.path = Path(path) if path is not None else ledger_path()
+        self.clock = clock
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise LedgerError(
+                f"cannot create the ledger folder {self.path.parent}: {exc.strerror or exc}",
+                hint="set CLOUDTRAIN_HOME to a writable folder",
+            ) from exc
+        self._lock = _file_lock(self.path)
+        self._init_schema()
+
+    # -- plumbing ---------------------------------------------------------------------------------
+
+    def _fail(self, exc: sqlite3.Error) -> LedgerError:
+        return LedgerError(
+            f"cannot use the ledger at {self.path}: {exc}",
+            hint="check the file is writable; if it is corrupt, move it aside",
+        )
+
+    @contextmanager
+    def _connect(self, write: bool = False) -> Iterator[sqlite3.Connection]:
+        """A fresh connection; for `write`, in one IMMEDIATE transaction committed on exit."""
+        try:
+            conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+        except sqlite3.Error as exc:
+            raise self._fail(exc) from exc
+        try:
+            conn.row_factory = sqlite3.Row
+            conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+            conn.execute("PRAGMA synchronous = NORMAL")
+            if not write:
+                yield conn
+                return
+            with self._lock:
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    yield conn
+                except BaseException:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    raise
+                conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            raise self._fail(exc) from exc
+        finally:
+            conn.close()
+
+    def _init_schema(self) -> None:
+        with self._connect() as conn:
+            conn.execute("PRAGMA journal_mode = WAL")
+        with self._connect(write=True) as conn:
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            if version > SCHEMA_VERSION:
+                raise LedgerError(
+                    f"the ledger at {self.path} has schema version {version}, newer than this "
+                    f"cloudtrain understands ({SCHEMA_VERSION})",
+                    hint="upgrade cloudtrain, or point CLOUDTRAIN_HOME elsewhere",
+                )
+            if version < SCHEMA_VERSION:
+                for statement in _SCHEMA.split(";"):
+                    if statement.strip():
+                        conn.execute(statement)
+                conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    def schema_version(self) -> int:
+        """The schema version stored in the file (`PRAGMA user_version`). Read-only."""
+        with self._connect() as conn:
+            return int(conn.execute("PRAGMA user_version").fetchone()[0])
+
+    # -- runs -------------------------------------------------------------------------------------
+
+    def create_run(
+        self,
+        run_id: str,
+        name: str,
+        provider: str,
+        region: str | None,
+        zone: str | None,
+        spec_path: str | None,
+        store_uri: str | None,
+        plan_json: str | None,
+    ) -> None:
+        """Record a new run in status `planned`. Idempotent: an existing run_id is left as is."""
+        with self._connect(write=True) as conn:
+            conn.execute(
+                "INSERT INTO runs (run_id, name, provider, region, zone, spec_path, store_uri,"
+                " plan_json, status, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'planned', ?)"
+                " ON CONFLICT (run_id) DO NOTHING",
+                (
+                    run_id,
+                    name,
+                    provider,
+                    region,
+                    zone,
+                    spec_path,
+                    store_uri,
+                    plan_json,
+                    self.clock(),
+                ),
+            )
+
+    def set_status(
+        self,
+        run_id: str,
+        status: str,
+        outcome: str | None = None,
+        detail: str | None = None,
+    ) -> None:
+        """Set a run's status; `outcome`/`detail` replace the stored ones only when given.
+
+        Status `done` stamps `ended_at` (the first time only). Idempotent. Raises LedgerError for
+        an unknown run, status or outcome.
+        """
+        if status not in RUN_STATUSES:
+            raise LedgerError(f"unknown run status {status!r}; expected one of {RUN_STATUSES}")
+        if outcome is not None and outcome not in OUTCOMES:
+            raise LedgerError(f"unknown run outcome {outcome!r}; expected one of {OUTCOMES}")
+        now = self.clock()
+        with self._connect(write=True) as conn:
+            cur = conn.execute(
+                "UPDATE runs SET status = ?, outcome = COALESCE(?, outcome),"
+                " detail = COALESCE(?, detail),"
+                " ended_at = CASE WHEN ? = 'done' THEN COALESCE(ended_at, ?) ELSE ended_at END"
+                " WHERE run_id = ?",
+                (status, outcome, detail, status, now, run_id),
+            )
+            if cur.rowcount == 0:
+                raise LedgerError(f"no run {run_id!r} in the ledger at {self.path}")
+
+    def get_run(self, run_id: str) -> RunRecord | None:
+        """The run with exactly this id, or None. Read-only."""
+        with self._connect() as conn:
+            row = conn.execute("SELECT * FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+        return RunRecord(**dict(row)) if row else None
+
+    def list_runs(self, limit: int = 50, since: float | None = None) -> list[RunRecord]:
+        """Up to `limit` runs created at or after `since`, newest first. Read-only."""
+        where, args = ("WHERE created_at >= ?", [since]) if since is not None else ("", [])
+        with self._connect() as conn:
+            rows = conn.execute(
+                f"SELECT * FROM runs {where} ORDER BY created_at DESC, rowid DESC LIMIT ?",
+                (*args, limit),
+            ).fetchall()
+        return [RunRecord(**dict(r)) for r in rows]
+
+    def find_run(self, prefix: str) -> RunRecord:
+        """The run whose id is `prefix`, else the one run whose id starts with it. Read-only.
+
+        Raises UsageError when nothing matches or the prefix is ambiguous.
+        """
+        missing = UsageError(
+            f"no run {prefix!r} in the ledger at {self.path}; `cloudtrain ls` lists runs"
+        )
+        if not prefix:
+            raise missing
+        exact = self.get_run(prefix)
+        if exact is not None:
+            return exact
+        with self._connect() as conn:
+            rows = conn.execute(
+                "SELECT * FROM runs WHERE substr(run_id, 1, ?) = ?"
+                " ORDER BY created_at DESC LIMIT 6",
+                (len(prefix), prefix),
+            ).fetchall()
+        if not rows:
+            raise missing
+        if len(rows) > 1:
+            shown = ", ".join(r["run_id"] for r in rows[:5]) + (", ..." if len(rows) > 5 else "")
+            raise UsageError(
+                f"run prefix {prefix!r} is ambiguous: it matches {shown}",
+                hint="give more characters of the run id",
+            )
+        return RunRecord(**dict(rows[0]))
+
+    # -- resources --------------------------------------------------------------------------------
+
+    def record_intent(self, resource: Resource, price_hourly: float = 0.0) -> None:
+        """Record that `resource` is about to be created. Call BEFORE the create call.
+
+        Upsert, idempotent: a retried intent keeps the row's `created_at` and a `created` or
+        `deleting` state; a `failed` or `deleted` row goes back to `intent` (a re-create).
+        """
+        with self._connect(write=True) as conn:
+            conn.execute(
+                "INSERT INTO resources (run_id, provider, kind, resource_id, region, cloud_id,"
+                " state, price_hourly, created_at) VALUES (?, ?, ?, ?, ?, ?, 'intent', ?, ?)"
+                " ON CONFLICT (run_id, kind, resource_id) DO UPDATE SET"
+                " provider = excluded.provider, region = excluded.region,"
+                " cloud_id = COALESCE(excluded.cloud_id, cloud_id),"
+                " price_hourly = excluded.price_hourly,"
+                " deleted_at = CASE WHEN state IN ('failed', 'deleted') THEN NULL"
+                "  ELSE deleted_at END,"
+                " state = CASE WHEN state IN ('failed', 'deleted') THEN 'intent' ELSE state END",
+                (
+                    resource.run_id,
+                    resource.provider,
+                    resource.kind,
+                    resource.id,
+                    resource.region,
+                    resource.cloud_id,
+                    float(price_hourly),
+                    self.clock(),
+                ),
+            )
+
+    def mark_created(
+        self, run_id: str, kind: str, resource_id: str, cloud_id: str | None = None
+    ) -> None:
+        """The create call returned: state `created` (from `intent`/`failed`), `cloud_id` stored.
+
+        Idempotent; never moves a `deleting`/`deleted` row back. Raises LedgerError when no intent
+        was recorded (a bug: intents come first).
+        """
+        with self._connect(write=True) as conn:
+            cur = conn.execute(
+                "UPDATE resources SET cloud_id = COALESCE(?, cloud_id),"
+                " deleted_at = CASE WHEN state = 'failed' THEN NULL ELSE deleted_at END,"
+                " state = CASE WHEN state IN ('intent', 'failed') THEN 'created' ELSE state END"
+                " WHERE run_id = ? AND kind = ? AND resource_id = ?",
+                (cloud_id, run_id, kind, resource_id),
+            )
+            if cur.rowcount == 0:
+                raise LedgerError(
+                    f"no intent recorded for {kind} {resource_id!r} of run {run_id!r} "
+                    f"in the ledger at {self.path}"
+                )
+
+    def mark_failed(self, run_id: str, kind: str, resource_id: str) -> None:
+        """The create call failed: state `failed`, billing stops. The row stays live (the create
+        may have happened anyway), so teardown still deletes it. Idempotent; a missing row or a
+        `deleting`/`deleted` one is left alone."""
+        with self._connect(write=True) as conn:
+            conn.execute(
+                "UPDATE resources SET state = 'failed', deleted_at = COALESCE(deleted_at, ?)"
+                " WHERE run_id = ? AND kind = ? AND resource_id = ?"
+                " AND state IN ('intent', 'created', 'failed')",
+                (self.clock(), run_id, kind, resource_id),
+            )
+
+    def mark_deleting(self, run_id: str, kind: str, resource_id: str) -> None:
+        """A delete call is under way: state `deleting`. Idempotent; a missing or already
+        `deleted` row is left alone."""
+        with self._connect(write=True) as conn:
+            conn.execute(
+                "UPDATE resources SET state = 'deleting'"
+                " WHERE run_id = ? AND kind = ? AND resource_id = ? AND state != 'deleted'",
+                (run_id, kind, resource_id),
+            )
+
+    def mark_deleted(self, run_id: str, kind: str, resource_id: str) -> None:
+        """The resource is gone: state `deleted`, `deleted_at` stamped (the first time only).
+        Idempotent; a missing row is fine (`down` may find resources the ledger never saw)."""
+        with self._connect(write=True) as conn:
+            conn.execute(
+                "UPDATE resources SET state = 'deleted', deleted_at = COALESCE(deleted_at, ?)"
+                " WHERE run_id = ? AND kind = ? AND resource_id = ?",
+                (self.clock(), run_id, kind, resource_id),
+            )
+
+    def resources(self, run_id: str, live_only: bool = False) -> list[ResourceRecord]:
+        """The run's resources in creation order; `live_only` drops `deleted` ones. Read-only."""
+        sql = "SELECT * FROM resources WHERE run_id = ?"
+        if live_only:
+            sql += " AND state != 'deleted'"
+        with self._connect() as conn:
+            rows = conn.execute(sql + " ORDER BY created_at, kind, resource_id", (run_id,))
+            return [ResourceRecord(**dict(r)) for r in rows.fetchall()]
+
+    def billed_cost(self, run_id: str, now: float | None = None) -> float:
+        """USD billed so far for the run's nodes: price_hourly x (deleted_at or now - created_at).
+
+        Counts from the intent (slightly over, never under). Read-only.
+        """
+        at = self.clock() if now is None else now
+        total = 0.0
+        for r in self.resources(run_id):
+            if r.kind == "node" and r.price_hourly:
+                end = r.deleted_at if r.deleted_at is not None else at
+                total += r.price_hourly * max(0.0, end - r.created_at) / 3600.0
+        return total
+
+    # -- events -----------------------------------------------------------------------------------
+
+    def event(self, run_id: str, kind: str, message: str) -> None:
+        """Append one event to the run's log. Not idempotent (each call adds a row)."""
+        with self._connect(write=True) as conn:
+            conn.execute(
+                "INSERT INTO events (run_id, ts, kind, message) VALUES (?, ?, ?, ?)",
+                (run_id, self.clock(), kind, message),
+            )
+
+    def events(self, run_id: str) -> list[EventRecord]:
+        """The run's events, oldest first. Read-only."""
+        with self._connect() as conn:
+            rows = conn.execute(
+                "SELECT * FROM events WHERE run_id = ? ORDER BY id", (run_id,)
+            ).fetchall()
+        return [EventRecord(**dict(r)) for r in rows]

@@ -1,0 +1,547 @@
+"""The run lifecycle: the only module that sequences a provider (ARCHITECTURE.md, "lifecycle").
+
+`Orchestrator.run()` blocks from the first ledger row to the last deleted node: provision (bucket,
+bundle, cluster.json, network, all nodes at once), watch (statuses, heartbeats, logs, node states),
+recover lost nodes through a new attempt, stop (chief done, failure, deadline, budget, Ctrl-C) and
+tear down on every path. Every resource is in the ledger before its create call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import secrets
+import signal
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from cloudtrain import __version__
+from cloudtrain.bundle import Bundle, build_bundle
+from cloudtrain.errors import CloudtrainError, NoCapacityError
+from cloudtrain.ledger import Ledger
+from cloudtrain.paths import cloudtrain_home
+from cloudtrain.providers.base import NodeRequest, Provider, Resource, RunInfo, node_name
+from cloudtrain.retry import retrying
+from cloudtrain.runstate import RunReader, Snapshot, run_prefix
+from cloudtrain.startup import StartupParams, render_startup
+from cloudtrain.teardown import request_stop, teardown
+
+if TYPE_CHECKING:
+    from cloudtrain.plan import NodePlan, Plan
+    from cloudtrain.spec import JobSpec
+
+PRESIGN_TTL_S = 3600
+RESTARTABLE_REASONS = frozenset({"rendezvous timeout"})
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """Knobs of one run. Defaults suit the clouds; `for_provider('local')` tightens them."""
+
+    detach: bool = False
+    poll_s: float = 2.0
+    list_nodes_s: float = 15.0
+    heartbeat_timeout_s: float = 180.0
+    boot_timeout_s: float = 1200.0
+    rendezvous_timeout_s: float = 600.0
+    stop_grace_s: float = 30.0
+    failure_grace_s: float = 5.0
+    linger_s: float = 3600.0
+
+    @classmethod
+    def for_provider(cls, name: str, **overrides: Any) -> RunOptions:
+        """Defaults for a provider: local nodes boot in seconds, so it is watched more closely."""
+        base: dict[str, Any] = {}
+        if name == "local":
+            base = dict(
+                poll_s=0.5,
+                list_nodes_s=2.0,
+                heartbeat_timeout_s=60.0,
+                boot_timeout_s=120.0,
+                rendezvous_timeout_s=120.0,
+                stop_grace_s=20.0,
+                failure_grace_s=3.0,
+            )
+        base.update(overrides)
+        return cls(**base)
+
+
+@dataclass
+class NodeView:
+    """One node as the live view shows it."""
+
+    name: str
+    role: str
+    index: int
+    cloud_state: str = "pending"
+    agent_state: str = "booting"
+    attempt: int = 0
+    epoch: int | None = None
+    epochs: int | None = None
+    last_line: str = ""
+
+
+@dataclass
+class RunView:
+    """The whole run as the live view shows it."""
+
+    run_id: str
+    phase: str
+    attempt: int
+    nodes: list[NodeView]
+    started: float
+    hourly_usd: float
+    cost_usd: float = 0.0
+
+    @property
+    def elapsed_s(self) -> float:
+        return time.time() - self.started
+
+
+class Observer(Protocol):
+    """What the orchestrator reports to (the rich UI, or a plain printer)."""
+
+    def event(self, message: str) -> None: ...
+    def log_line(self, node: str, line: str) -> None: ...
+    def update(self, view: RunView) -> None: ...
+
+
+@dataclass
+class RunResult:
+    """How a run ended; the summary is printed from this."""
+
+    run_id: str
+    outcome: str  # succeeded | failed | interrupted | budget_exceeded | deadline | detached
+    detail: str = ""
+    model_uri: str = ""
+    checkpoints_uri: str = ""
+    wall_s: float = 0.0
+    cost_usd: float = 0.0
+    cost_by_node: dict[str, float] = field(default_factory=dict)
+    attempts: int = 1
+    teardown_s: float = 0.0
+    teardown_lag_s: float | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome in ("succeeded", "detached")
+
+
+class _Stop(Exception):
+    """Internal: end the watch with an outcome."""
+
+    def __init__(self, outcome: str, detail: str) -> None:
+        super().__init__(detail)
+        self.outcome, self.detail = outcome, detail
+
+
+def new_run_id(name: str) -> str:
+    """A short unique run id usable in every cloud's resource names."""
+    return f"{name}-{secrets.token_hex(3)}"
+
+
+class Orchestrator:
+    """Runs one job spec through its whole lifecycle on one provider. Not reusable."""
+
+    def __init__(
+        self,
+        spec: JobSpec,
+        plan: Plan,
+        provider: Provider,
+        ledger: Ledger,
+        observer: Observer,
+        options: RunOptions | None = None,
+        run_id: str | None = None,
+    ) -> None:
+        self.spec, self.plan, self.provider, self.ledger = spec, plan, provider, ledger
+        self.observer = observer
+        self.options = options or RunOptions.for_provider(provider.name)
+        self.run_id = run_id or new_run_id(spec.name)
+        self.store_uri = spec.checkpoint or provider.default_store_uri(self.run_id)
+        self.store = provider.store(self.store_uri)
+        self.prefix = run_prefix(self.run_id)
+        self.started = time.time()
+        self.deadline = self.started + spec.max_hours * 3600
+        self.attempt = 1
+        self.restarts = 0
+        self.zone = plan.zone
+        self.bundle: Bundle | None = None
+        self.cluster: dict[str, Any] = {}
+        self.info = RunInfo(
+            run_id=self.run_id,
+            region=plan.region,
+            zone=plan.zone,
+            port_range=(spec.cluster.port, spec.cluster.port + 10),
+            ssh=spec.cluster.ssh,
+            store_uri=self.store_uri,
+        )
+        self.view = RunView(
+            self.run_id,
+            "planned",
+            1,
+            [
+                NodeView(node_name(self.run_id, n.role, n.index), n.role, n.index)
+                for n in plan.nodes
+            ],
+            self.started,
+            plan.hourly_usd,
+        )
+        self.job_end: float | None = None
+
+    # --- the whole run ---------------------------------------------------------------------
+    def run(self) -> RunResult:
+        """Provision, watch, stop, tear down. Blocks. Tears down on every exit path."""
+        ledger = self.ledger
+        ledger.create_run(
+            self.run_id,
+            self.spec.name,
+            self.provider.name,
+            self.plan.region,
+            self.plan.zone,
+            str(self.spec.source_path or ""),
+            self.store_uri,
+            json.dumps(self.plan.to_dict()),
+        )
+        self.observer.event(f"run {self.run_id} on {self.provider.name}")
+        outcome, detail = "failed", ""
+        detached = False
+        try:
+            self._set_phase("provisioning")
+            self.provision()
+            if self.options.detach:
+                detached = True
+                ledger.set_status(self.run_id, "running")
+                self.observer.event("detached: the nodes stop themselves at the deadline")
+                return self._result("detached", "")
+            self._set_phase("running")
+            outcome, detail = self.watch()
+        except KeyboardInterrupt:
+            outcome, detail = "interrupted", "interrupted by Ctrl-C"
+        except _Stop as stop:
+            outcome, detail = stop.outcome, stop.detail
+        except CloudtrainError as exc:
+            outcome, detail = "failed", str(exc)
+        finally:
+            if not detached:
+                with _sigint_deferred(self.observer):
+                    result = self._finish(outcome, detail)
+        return result
+
+    def _finish(self, outcome: str, detail: str) -> RunResult:
+        ledger = self.ledger
+        if outcome in ("interrupted", "budget_exceeded", "deadline"):
+            self._graceful_stop(outcome)
+        keep = self.spec.teardown == "keep-on-failure" and outcome == "failed"
+        teardown_s = 0.0
+        if keep:
+            self.observer.event(
+                f"keeping the nodes for inspection (teardown: keep-on-failure); "
+                f"`cloudtrain down {self.run_id}` deletes them"
+            )
+            ledger.set_status(self.run_id, "running", outcome, detail)
+        else:
+            self._set_phase("tearing down")
+            ledger.set_status(self.run_id, "tearing_down")
+            report = teardown(self.provider, ledger, self.run_id, self.observer.event)
+            teardown_s = report.seconds
+            ledger.set_status(self.run_id, "done", outcome, detail)
+        result = self._result(outcome, detail)
+        result.teardown_s = teardown_s
+        if self.job_end is not None and not keep:
+            result.teardown_lag_s = time.time() - self.job_end
+        ledger.event(self.run_id, "end", f"{outcome}: {detail}")
+        return result
+
+    def _result(self, outcome: str, detail: str) -> RunResult:
+        base = self.store.uri.rstrip("/") + "/" + self.prefix
+        by_node: dict[str, float] = {}
+        now = time.time()
+        for rec in self.ledger.resources(self.run_id):
+            if rec.kind == "node" and rec.created_at:
+                end = rec.deleted_at or now
+                by_node[rec.resource_id] = rec.price_hourly * max(0.0, end - rec.created_at) / 3600
+        return RunResult(
+            run_id=self.run_id,
+            outcome=outcome,
+            detail=detail,
+            model_uri=base + "model/",
+            checkpoints_uri=base + "checkpoints/",
+            wall_s=now - self.started,
+            cost_usd=sum(by_node.values()),
+            cost_by_node=by_node,
+            attempts=self.attempt,
+        )
+
+    def _set_phase(self, phase: str) -> None:
+        self.view.phase = phase
+        self.observer.update(self.view)
+
+    # --- provisioning ----------------------------------------------------------------------
+    def provision(self) -> None:
+        """Bucket, bundle, cluster.json, network, then every node at once. Blocks until the
+        create calls return (not until the nodes boot)."""
+        self.observer.event(f"bucket {self.store.uri}")
+        retrying(self.store.ensure_bucket, what=f"bucket {self.store.uri}")
+        self.bundle = build_bundle(self.spec.workdir_path(), cloudtrain_home() / "bundles")
+        key = self.prefix + self.bundle.key
+        if not self.store.list(key):
+            retrying(lambda: self.store.put_file(key, str(self.bundle.path)), what="bundle upload")
+        self.observer.event(
+            f"bundle {self.bundle.sha256[:12]} ({self.bundle.files} files, "
+            f"{self.bundle.size / 1024:.0f} KiB)"
+        )
+        self.cluster = self._cluster_doc()
+        self._write_cluster()
+        self.ledger.set_status(self.run_id, "provisioning")
+        compute = self.provider.compute
+        for res in compute.planned_network(self.info):
+            self.ledger.record_intent(res)
+        for res in retrying(lambda: compute.ensure_network(self.info), what="network"):
+            self.ledger.mark_created(self.run_id, res.kind, res.id, res.cloud_id)
+        self.create_nodes(list(self.plan.nodes))
+
+    def _cluster_doc(self) -> dict[str, Any]:
+        spec, opts = self.spec, self.options
+        return {
+            "run_id": self.run_id,
+            "strategy": spec.cluster.strategy,
+            "roles": self.plan.roles(),
+            "port": spec.cluster.port,
+            "attempt": self.attempt,
+            "deadline": self.deadline,
+            "entrypoint": spec.entrypoint,
+            "setup": spec.setup,
+            "env": dict(spec.env),
+            "heartbeat_s": 2.0,
+            "log_flush_s": 1.0,
+            "sync_s": 2.0,
+            "control_s": min(1.0, opts.poll_s),
+            "poll_s": min(0.5, opts.poll_s),
+            "rendezvous_timeout_s": opts.rendezvous_timeout_s,
+            "stop_grace_s": max(1.0, opts.stop_grace_s - 5),
+            "linger_s": opts.linger_s,
+        }
+
+    def _write_cluster(self) -> None:
+        self.cluster["attempt"] = self.attempt
+        body = json.dumps(self.cluster, indent=1).encode()
+        retrying(lambda: self.store.put(self.prefix + "cluster.json", body), what="cluster.json")
+
+    def _request(self, node: NodePlan) -> NodeRequest:
+        assert self.bundle is not None
+        name = node_name(self.run_id, node.role, node.index)
+        skeleton = NodeRequest(
+            run_id=self.run_id,
+            role=node.role,
+            index=node.index,
+            instance_type=node.instance_type,
+            startup_script="",
+            zone=self.zone,
+            spot=node.spot,
+            image=self.spec.cluster.image,
+            disk_gb=self.spec.cluster.disk_gb,
+            accelerator=node.accelerator,
+            accelerator_count=node.accelerator_count,
+        )
+        params = StartupParams(
+            run_id=self.run_id,
+            role=node.role,
+            index=node.index,
+            node_name=name,
+            store_uri=self.store.uri,
+            bundle_url=self.store.presign_get(self.prefix + self.bundle.key, PRESIGN_TTL_S),
+            bundle_sha256=self.bundle.sha256,
+            log_put_url=self.store.presign_put(
+                f"{self.prefix}bootstrap/{node.role}-{node.index}.log", PRESIGN_TTL_S
+            ),
+            version=__version__,
+            deadline_epoch=int(self.deadline),
+            gpu_count=node.accelerator_count,
+            pip_extra=self.provider.name,
+        )
+        blocks = self.provider.compute.startup_blocks(self.info, skeleton)
+        script = render_startup(params, blocks)
+        return NodeRequest(**{**skeleton.__dict__, "startup_script": script})
+
+    def create_nodes(self, nodes: list[NodePlan]) -> None:
+        """Record every node in the ledger, then create them all in parallel. On a zone with
+        no capacity, try the zone once more; a clear NoCapacityError names what was tried."""
+        requests = [self._request(n) for n in nodes]
+        prices = {node_name(self.run_id, n.role, n.index): n.price_hourly for n in nodes}
+        for req in requests:
+            self.ledger.record_intent(
+                Resource(self.provider.name, "node", req.name, self.plan.region, self.run_id),
+                prices[req.name],
+            )
+        self.observer.event(f"creating {len(requests)} node(s)")
+        try:
+            created = self.provider.compute.create_nodes(self.info, requests)
+        except NoCapacityError as exc:
+            raise NoCapacityError(
+                f"no capacity for {requests[0].instance_type} in zone {exc.zone or self.zone}: "
+                f"{exc.message}",
+                zone=exc.zone,
+                hint="try another region or zone, another accelerator, or spot: false",
+            ) from exc
+        finally:
+            live = {n.name: n for n in self.provider.compute.list_nodes(self.run_id)}
+            for req in requests:
+                if req.name in live:
+                    self.ledger.mark_created(self.run_id, "node", req.name, live[req.name].cloud_id)
+        for node in created:
+            self.ledger.event(self.run_id, "node", f"created {node.name}")
+
+    # --- watching --------------------------------------------------------------------------
+    def watch(self) -> tuple[str, str]:
+        """Poll the bucket and the cloud until the job ends; returns (outcome, detail).
+        Raises _Stop for deadline/budget and KeyboardInterrupt for Ctrl-C."""
+        reader = RunReader(self.store, self.run_id)
+        opts = self.options
+        self.ledger.set_status(self.run_id, "running")
+        last_list = 0.0
+        attempt_started = time.time()
+        failure_seen: float | None = None
+        chief = self._chief_name()
+        while True:
+            snap = reader.poll()
+            for node, line in snap.new_lines:
+                self.observer.log_line(node, line)
+            now = time.time()
+            lost: list[str] = []
+            if now - last_list >= opts.list_nodes_s:
+                last_list = now
+                lost = self._lost_nodes(snap, attempt_started)
+            self._refresh_view(snap)
+            statuses = {k: v for k, v in snap.statuses.items() if v.get("attempt") == self.attempt}
+            chief_status = statuses.get(chief, {})
+            if chief_status.get("state") == "succeeded":
+                self.job_end = now
+                return "succeeded", f"{chief} finished"
+            failed = {k: v for k, v in statuses.items() if v.get("state") == "failed"}
+            restartable = lost + [
+                k
+                for k, v in failed.items()
+                if v.get("signal") or v.get("reason") in RESTARTABLE_REASONS
+            ]
+            if restartable:
+                self._restart(restartable, lost, reader)
+                attempt_started, failure_seen = time.time(), None
+                continue
+            if failed:
+                failure_seen = failure_seen or now
+                if now - failure_seen >= opts.failure_grace_s:
+                    self.job_end = now
+                    name, st = sorted(failed.items())[0]
+                    why = st.get("reason") or f"exit code {st.get('exit_code')}"
+                    return "failed", f"{name} failed ({why}); see `cloudtrain logs {self.run_id}`"
+            if now > self.deadline:
+                raise _Stop("deadline", f"max_hours ({self.spec.max_hours} h) reached")
+            budget = self.spec.max_cost_usd
+            if budget is not None and self.view.cost_usd >= budget * 0.95:
+                raise _Stop("budget_exceeded", f"cost ${self.view.cost_usd:.2f} reached the budget")
+            time.sleep(opts.poll_s)
+
+    def _chief_name(self) -> str:
+        roles = self.plan.roles()
+        return "chief-0" if roles.get("chief") else "worker-0"
+
+    def _lost_nodes(self, snap: Snapshot, attempt_started: float) -> list[str]:
+        """Nodes gone from the cloud, preempted, silent past the heartbeat timeout, or never
+        booted within the boot timeout."""
+        opts = self.options
+        live = {n.name: n for n in self.provider.compute.list_nodes(self.run_id)}
+        lost = []
+        now = time.time()
+        for nv in self.view.nodes:
+            short = f"{nv.role}-{nv.index}"
+            node = live.get(nv.name)
+            nv.cloud_state = node.state if node else "missing"
+            if node is None or not node.alive:
+                lost.append(short)
+                continue
+            beat = snap.heartbeats.get(short)
+            if beat is None:
+                if now - attempt_started > opts.boot_timeout_s:
+                    lost.append(short)
+            elif now - float(beat.get("time", 0)) > opts.heartbeat_timeout_s:
+                lost.append(short)
+        return lost
+
+    def _restart(self, restartable: list[str], lost: list[str], reader: RunReader) -> None:
+        """Recreate lost nodes and move every agent to the next attempt (they resume from
+        `checkpoints/`). Raises _Stop when max_restarts is used up."""
+        self.restarts += 1
+        what = ", ".join(sorted(set(restartable)))
+        if self.restarts > self.spec.max_restarts:
+            self.job_end = time.time()
+            raise _Stop("failed", f"{what} lost again after {self.spec.max_restarts} restart(s)")
+        self.attempt += 1
+        self.observer.event(
+            f"{what} lost; restart {self.restarts}/{self.spec.max_restarts}: attempt {self.attempt}"
+        )
+        self.ledger.event(self.run_id, "restart", f"attempt {self.attempt}: {what}")
+        self._write_cluster()
+        if lost:
+            by_short = {f"{n.role}-{n.index}": n for n in self.plan.nodes}
+            names = [node_name(self.run_id, by_short[s].role, by_short[s].index) for s in lost]
+            compute = self.provider.compute
+            compute.delete_nodes(self.run_id, names)
+            for name in names:
+                self.ledger.mark_deleted(self.run_id, "node", name)
+            self.create_nodes([by_short[s] for s in lost])
+        self.view.attempt = self.attempt
+
+    def _refresh_view(self, snap: Snapshot) -> None:
+        for nv in self.view.nodes:
+            short = f"{nv.role}-{nv.index}"
+            status = snap.statuses.get(short)
+            beat = snap.heartbeats.get(short)
+            if status:
+                nv.agent_state = str(status.get("state"))
+                nv.attempt = int(status.get("attempt", 0))
+            if beat:
+                nv.epoch, nv.epochs = beat.get("epoch"), beat.get("epochs")
+                nv.last_line = str(beat.get("last_line") or "")
+        self.view.cost_usd = self.ledger.billed_cost(self.run_id)
+        self.observer.update(self.view)
+
+    def _graceful_stop(self, reason: str) -> None:
+        """Write control/stop and give the agents time to flush a checkpoint and report."""
+        self._set_phase("stopping")
+        self.ledger.set_status(self.run_id, "stopping")
+        if not request_stop(self.provider, self.store_uri, self.run_id, reason):
+            return
+        self.observer.event("stop requested: agents flush a checkpoint")
+        reader = RunReader(self.store, self.run_id)
+        live = {
+            f"{n.role}-{n.index}" for n in self.provider.compute.list_nodes(self.run_id) if n.alive
+        }
+        end = time.time() + self.options.stop_grace_s
+        while time.time() < end and live:
+            snap = reader.poll()
+            for node, line in snap.new_lines:
+                self.observer.log_line(node, line)
+            done = {k for k, v in snap.statuses.items() if v.get("state") == "stopped"}
+            if live <= done:
+                break
+            time.sleep(min(0.5, self.options.poll_s))
+
+
+@contextlib.contextmanager
+def _sigint_deferred(observer: Observer) -> Iterator[None]:
+    """While tearing down, Ctrl-C only warns: an interrupted teardown is how VMs leak."""
+
+    def warn(_signum: int, _frame: object) -> None:
+        observer.event("teardown in progress; it finishes first (cloudtrain down RUN also works)")
+
+    try:
+        previous = signal.signal(signal.SIGINT, warn)
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)

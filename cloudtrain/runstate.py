@@ -1,0 +1,87 @@
+"""Read a run's state from its bucket prefix: statuses, heartbeats and new log chunks.
+
+One `poll()` is one prefix listing plus reads of only the objects that changed since the last
+poll, so watching costs the same whether the job has printed ten lines or ten million. Used by the
+orchestrator's watch loop and by `cloudtrain status` / `cloudtrain logs`. Not thread-safe.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from cloudtrain.errors import NotFound
+from cloudtrain.providers.base import ObjectStore
+
+
+def run_prefix(run_id: str) -> str:
+    """The run's folder in its bucket."""
+    return f"cloudtrain/runs/{run_id}/"
+
+
+@dataclass
+class Snapshot:
+    """What one poll found: statuses and heartbeats by node ('worker-1'), and new log lines."""
+
+    statuses: dict[str, dict[str, Any]] = field(default_factory=dict)
+    heartbeats: dict[str, dict[str, Any]] = field(default_factory=dict)
+    new_lines: list[tuple[str, str]] = field(default_factory=list)
+    stop_requested: bool = False
+
+
+class RunReader:
+    """Incremental reader of one run's prefix."""
+
+    def __init__(self, store: ObjectStore, run_id: str) -> None:
+        self.store = store
+        self.prefix = run_prefix(run_id)
+        self.snapshot = Snapshot()
+        self._seen: dict[str, tuple[int, float]] = {}
+        self._log_done: set[str] = set()
+
+    def _read_json(self, key: str) -> dict[str, Any] | None:
+        try:
+            return json.loads(self.store.get(key))  # type: ignore[no-any-return]
+        except (NotFound, ValueError):
+            return None
+
+    def poll(self) -> Snapshot:
+        """List the prefix once and read what changed. Returns the updated snapshot whose
+        `new_lines` holds only lines not returned before, in chunk order per node."""
+        snap = self.snapshot
+        snap.new_lines = []
+        objects = self.store.list(self.prefix)
+        keys = {o.key for o in objects}
+        snap.stop_requested = f"{self.prefix}control/stop" in keys
+        for obj in objects:
+            rel = obj.key[len(self.prefix) :]
+            sig = (obj.size, obj.updated)
+            if rel.startswith(("status/", "heartbeat/")) and rel.endswith(".json"):
+                if self._seen.get(obj.key) == sig:
+                    continue
+                self._seen[obj.key] = sig
+                body = self._read_json(obj.key)
+                if body is None:
+                    continue
+                node = rel.split("/", 1)[1].removesuffix(".json")
+                target = snap.statuses if rel.startswith("status/") else snap.heartbeats
+                target[node] = body
+            elif rel.startswith("logs/") and rel.endswith(".log") and obj.key not in self._log_done:
+                parts = rel.split("/")
+                if len(parts) != 3:
+                    continue
+                try:
+                    text = self.store.get(obj.key).decode(errors="replace")
+                except NotFound:
+                    continue
+                self._log_done.add(obj.key)
+                snap.new_lines.extend((parts[1], line) for line in text.splitlines())
+        return snap
+
+    def bootstrap_log(self, node: str) -> str:
+        """The node's bootstrap log, uploaded by its startup script ('' if none yet)."""
+        try:
+            return self.store.get(f"{self.prefix}bootstrap/{node}.log").decode(errors="replace")
+        except NotFound:
+            return ""

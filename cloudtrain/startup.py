@@ -1,0 +1,77 @@
+"""Render `jobs/startup.sh.j2`, the one bootstrap script every node runs, for one node.
+
+Pure: no I/O besides reading the template. Values are shell-quoted by the `q` filter, so nothing in
+a spec can inject shell. Secrets never go in: the script carries only URLs that expire and names.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
+
+from cloudtrain.providers.base import StartupBlocks
+
+TF_VERSION = "2.21.0"
+TF_KERAS_VERSION = "2.21.0"
+
+
+@dataclass(frozen=True)
+class StartupParams:
+    """Everything one node's script needs."""
+
+    run_id: str
+    role: str
+    index: int
+    node_name: str
+    store_uri: str
+    bundle_url: str
+    bundle_sha256: str
+    log_put_url: str
+    version: str
+    deadline_epoch: int
+    gpu_count: int = 0
+    pip_extra: str = ""
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+@lru_cache(maxsize=1)
+def _template():  # type: ignore[no-untyped-def]
+    import jinja2
+
+    env = jinja2.Environment(
+        undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False
+    )
+    env.filters["q"] = lambda v: shlex.quote(str(v))
+    text = resources.files("cloudtrain.jobs").joinpath("startup.sh.j2").read_text()
+    return env.from_string(text)
+
+
+def render_startup(params: StartupParams, blocks: StartupBlocks) -> str:
+    """The bash script for one node. Deterministic for the same inputs."""
+    env = {**dict(blocks.env), **dict(params.env)}
+    return str(
+        _template().render(
+            run_id=params.run_id,
+            role=params.role,
+            index=params.index,
+            node_name=params.node_name,
+            store_uri=params.store_uri,
+            bundle_url=params.bundle_url,
+            bundle_sha256=params.bundle_sha256,
+            log_put_url=params.log_put_url,
+            version=params.version,
+            tf_version=TF_VERSION,
+            tf_keras_version=TF_KERAS_VERSION,
+            gpu_count=params.gpu_count,
+            pip_extra=params.pip_extra,
+            deadline_epoch=params.deadline_epoch,
+            python=blocks.python,
+            self_shutdown=blocks.self_shutdown,
+            metadata=blocks.metadata,
+            install_stack=blocks.install_stack,
+            env=env,
+        )
+    )

@@ -1,0 +1,87 @@
+"""Tear a run down: nodes first (in parallel), then network and identity; the ledger follows.
+
+Used at the end of every `cloudtrain run` and by `cloudtrain down RUN`. Idempotent: it asks the
+cloud's tags what exists (`list_nodes`, `list_resources`) as well as the ledger, so it works after
+a controller crash and even with the ledger file gone. Blocks until everything is confirmed gone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from cloudtrain.errors import CloudtrainError, ProviderError
+from cloudtrain.ledger import Ledger
+from cloudtrain.providers.base import Provider, Resource
+from cloudtrain.retry import retrying
+from cloudtrain.runstate import run_prefix
+
+
+@dataclass(frozen=True)
+class TeardownReport:
+    """What teardown removed and how long it took."""
+
+    nodes_deleted: list[str]
+    resources_deleted: list[str]
+    seconds: float
+
+
+def request_stop(provider: Provider, store_uri: str | None, run_id: str, reason: str) -> bool:
+    """Write `control/stop` so agents flush a checkpoint and stop. Best effort; idempotent."""
+    if not store_uri:
+        return False
+    with contextlib.suppress(CloudtrainError, OSError):
+        provider.store(store_uri).put(f"{run_prefix(run_id)}control/stop", reason.encode())
+        return True
+    return False
+
+
+def teardown(
+    provider: Provider,
+    ledger: Ledger | None,
+    run_id: str,
+    say: Callable[[str], None] = lambda _m: None,
+) -> TeardownReport:
+    """Delete every node of the run, then its network/identity resources; mark the ledger.
+    Idempotent; blocks until the cloud confirms the nodes are gone."""
+    started = time.monotonic()
+    compute = provider.compute
+    nodes = retrying(lambda: compute.list_nodes(run_id), what=f"list nodes of {run_id}")
+    names = [n.name for n in nodes]
+    if ledger is not None:
+        for rec in ledger.resources(run_id, live_only=True):
+            if rec.kind == "node":
+                ledger.mark_deleting(run_id, "node", rec.resource_id)
+    if names:
+        say(f"deleting {len(names)} node(s)")
+        compute.delete_nodes(run_id)
+    left = [n.name for n in compute.list_nodes(run_id) if n.alive]
+    if left:
+        raise ProviderError(
+            f"run {run_id}: nodes {', '.join(left)} still exist after delete",
+            hint=f"run `cloudtrain down {run_id}` again",
+        )
+    if ledger is not None:
+        for rec in ledger.resources(run_id, live_only=True):
+            if rec.kind == "node":
+                ledger.mark_deleted(run_id, "node", rec.resource_id)
+    # network and identity: the ledger's record and the cloud's tags, deduplicated
+    found: dict[tuple[str, str], Resource] = {}
+    if ledger is not None:
+        for rec in ledger.resources(run_id, live_only=True):
+            if rec.kind not in ("node", "bucket"):
+                found[(rec.kind, rec.resource_id)] = rec.to_resource()
+    for res in compute.list_resources(run_id):
+        found.setdefault((res.kind, res.id), res)
+    resources = list(found.values())
+    if resources:
+        say(f"deleting {len(resources)} network/identity resource(s)")
+        retrying(lambda: compute.delete_resources(resources), what=f"delete resources of {run_id}")
+        if ledger is not None:
+            for res in resources:
+                ledger.mark_deleted(run_id, res.kind, res.id)
+    return TeardownReport(
+        names, [f"{r.kind}/{r.id}" for r in resources], time.monotonic() - started
+    )

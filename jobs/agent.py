@@ -1,0 +1,475 @@
+"""The node agent: started by the bootstrap script, it is the node's side of the run.
+
+It talks to the controller only through the run's bucket (see ARCHITECTURE.md, "Bucket layout"):
+registers its address for the current attempt, waits for the whole cluster, builds TF_CONFIG,
+restores checkpoints, runs setup and the entrypoint, streams logs in ordered chunks, beats a
+heartbeat, syncs the chief's checkpoints as they change, obeys `control/stop` and the deadline,
+ends parameter servers and evaluators when the chief is done, and follows new attempts.
+
+Only the standard library and the provider's ObjectStore (chosen by the URI's scheme) are used.
+The training process runs in its own process group, which is killed with SIGKILL when it must go:
+a MultiWorkerMirrored worker waiting for peers ignores SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from cloudtrain.jobs.tf_config import build_tf_config, chief_task, needs_tf_config
+
+FINAL_STATES = frozenset({"succeeded", "failed", "stopped"})
+_EPOCH_RES = (
+    re.compile(r"cloudtrain: epoch (\d+)/(\d+) done"),
+    re.compile(r"^Epoch (\d+)/(\d+)"),
+)
+LOG_CHUNK_BYTES = 256 * 1024
+
+
+class StopRequested(Exception):
+    """control/stop was written or the deadline passed."""
+
+
+class NewAttempt(Exception):
+    """cluster.json moved to another attempt: drop everything and rendezvous again."""
+
+
+class LogPump:
+    """Collects the node's output lines and uploads them as ordered chunks. Thread-safe."""
+
+    def __init__(self, store: Any, prefix: str, start_seq: int) -> None:
+        self.store, self.prefix, self.seq = store, prefix, start_seq
+        self._lines: list[str] = []
+        self._lock = threading.Lock()
+        self.last_line = ""
+        self.epoch: tuple[int, int] | None = None
+
+    def add(self, line: str) -> None:
+        """Buffer one line (echoed to this process's stdout, the node's console)."""
+        line = line.rstrip("\n")
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+        with self._lock:
+            self._lines.append(line)
+            if line.strip():
+                self.last_line = line[-300:]
+            for pattern in _EPOCH_RES:
+                m = pattern.search(line)
+                if m:
+                    self.epoch = (int(m[1]), int(m[2]))
+
+    def flush(self) -> None:
+        """Upload what was buffered as the next chunk. Safe to call often."""
+        with self._lock:
+            if not self._lines:
+                return
+            lines, self._lines = self._lines, []
+            seq = self.seq
+            self.seq += 1
+        data = ("\n".join(lines) + "\n").encode(errors="replace")
+        self.store.put(f"{self.prefix}{seq:08d}.log", data)
+
+
+class Agent:
+    """One node's agent. `run()` blocks until the run stops or the deadline passes."""
+
+    def __init__(self, run_id: str, role: str, index: int, store: Any, work: Path) -> None:
+        self.run_id, self.role, self.index, self.store = run_id, role, index, store
+        self.me = f"{role}-{index}"
+        self.prefix = f"cloudtrain/runs/{run_id}/"
+        self.work = work
+        self.ckpt_dir = work / "checkpoints"
+        self.model_dir = work / "model"
+        self.workdir = work / "bundle" / "workdir"
+        self.cluster: dict[str, Any] = {}
+        self.attempt = 0
+        self.child: subprocess.Popen[bytes] | None = None
+        self.state = "bootstrapped"
+        start_seq = len(store.list(f"{self.prefix}logs/{self.me}/"))
+        self.logs = LogPump(store, f"{self.prefix}logs/{self.me}/", start_seq)
+        self._synced: dict[str, tuple[int, int]] = {}
+        self._last = {"heartbeat": 0.0, "flush": 0.0, "sync": 0.0, "control": 0.0}
+
+    # --- bucket helpers -------------------------------------------------------------------
+    def say(self, message: str) -> None:
+        """A line from the agent itself into the node's log stream."""
+        self.logs.add(f"cloudtrain-agent[{self.me}]: {message}")
+
+    def _get_json(self, key: str) -> dict[str, Any] | None:
+        try:
+            return json.loads(self.store.get(self.prefix + key))  # type: ignore[no-any-return]
+        except Exception as exc:  # NotFound from any store, or a half-written object
+            if type(exc).__name__ == "NotFound" or isinstance(exc, ValueError):
+                return None
+            raise
+
+    def _put_json(self, key: str, value: dict[str, Any]) -> None:
+        self.store.put(self.prefix + key, json.dumps(value).encode())
+
+    def write_status(self, state: str, **extra: Any) -> None:
+        """status/<me>.json: the controller's view of this node's progress."""
+        self.state = state
+        body = {"state": state, "attempt": self.attempt, "time": time.time(), **extra}
+        self._put_json(f"status/{self.me}.json", body)
+
+    def heartbeat(self) -> None:
+        """heartbeat/<me>.json: alive, the epoch reached, the last line of output."""
+        epoch = self.logs.epoch
+        self._put_json(
+            f"heartbeat/{self.me}.json",
+            {
+                "time": time.time(),
+                "attempt": self.attempt,
+                "state": self.state,
+                "epoch": epoch[0] if epoch else None,
+                "epochs": epoch[1] if epoch else None,
+                "last_line": self.logs.last_line,
+                "pid": self.child.pid if self.child else None,
+            },
+        )
+
+    # --- periodic work --------------------------------------------------------------------
+    def tick(self, now: float | None = None) -> None:
+        """Heartbeat, log flush, checkpoint sync and control checks, each at its own pace.
+        Raises StopRequested or NewAttempt."""
+        now = now or time.time()
+        if now - self._last["flush"] >= float(self.cluster.get("log_flush_s", 1.0)):
+            self._last["flush"] = now
+            self.logs.flush()
+        if now - self._last["heartbeat"] >= float(self.cluster.get("heartbeat_s", 2.0)):
+            self._last["heartbeat"] = now
+            self.heartbeat()
+        if self.is_chief and now - self._last["sync"] >= float(self.cluster.get("sync_s", 2.0)):
+            self._last["sync"] = now
+            self.sync_checkpoints()
+        if now - self._last["control"] >= float(self.cluster.get("control_s", 1.0)):
+            self._last["control"] = now
+            self.check_control()
+
+    def check_control(self) -> None:
+        """Raise StopRequested on control/stop or the deadline; NewAttempt on a new attempt."""
+        if self.store.list(self.prefix + "control/stop"):
+            raise StopRequested("control/stop")
+        if time.time() > float(self.cluster.get("deadline", float("inf"))):
+            raise StopRequested("deadline")
+        cluster = self._get_json("cluster.json")
+        if cluster and int(cluster["attempt"]) != self.attempt:
+            self.cluster = cluster
+            raise NewAttempt(str(cluster["attempt"]))
+
+    @property
+    def is_chief(self) -> bool:
+        roles = self.cluster.get("roles", {})
+        return (self.role, self.index) == chief_task({r: ["x"] * n for r, n in roles.items()})
+
+    # --- checkpoints ----------------------------------------------------------------------
+    def _local_files(self, root: Path) -> dict[str, tuple[int, int]]:
+        out: dict[str, tuple[int, int]] = {}
+        for dirpath, _dirs, files in os.walk(root):
+            for fname in files:
+                path = Path(dirpath) / fname
+                with contextlib.suppress(FileNotFoundError):
+                    st = path.stat()
+                    out[path.relative_to(root).as_posix()] = (st.st_size, st.st_mtime_ns)
+        return out
+
+    def sync_checkpoints(self) -> int:
+        """Mirror the chief's checkpoint folder to `checkpoints/` (uploads and deletions).
+        Returns the number of files uploaded. Files that vanish mid-sync are skipped."""
+        files = self._local_files(self.ckpt_dir)
+        uploaded = 0
+        for rel, sig in sorted(files.items()):
+            if self._synced.get(rel) == sig:
+                continue
+            try:
+                self.store.put_file(f"{self.prefix}checkpoints/{rel}", str(self.ckpt_dir / rel))
+            except FileNotFoundError:
+                continue
+            self._synced[rel] = sig
+            uploaded += 1
+        for rel in set(self._synced) - set(files):
+            self.store.delete(f"{self.prefix}checkpoints/{rel}")
+            del self._synced[rel]
+        return uploaded
+
+    def restore_checkpoints(self) -> int:
+        """Replace the local checkpoint folder with the bucket's copy. Returns files restored."""
+        shutil.rmtree(self.ckpt_dir, ignore_errors=True)
+        self.ckpt_dir.mkdir(parents=True, exist_ok=True)
+        base = f"{self.prefix}checkpoints/"
+        objects = self.store.list(base)
+        for obj in objects:
+            self.store.get_file(obj.key, str(self.ckpt_dir / obj.key[len(base) :]))
+        self._synced = self._local_files(self.ckpt_dir)
+        return len(objects)
+
+    def upload_model(self) -> int:
+        """Upload the chief's model folder to `model/`. Returns the number of files."""
+        files = self._local_files(self.model_dir)
+        for rel in files:
+            self.store.put_file(f"{self.prefix}model/{rel}", str(self.model_dir / rel))
+        return len(files)
+
+    # --- rendezvous -----------------------------------------------------------------------
+    def address(self) -> str:
+        host = os.environ.get("CLOUDTRAIN_NODE_HOST") or socket.gethostbyname(socket.gethostname())
+        port = os.environ.get("CLOUDTRAIN_NODE_PORT") or str(self.cluster["port"])
+        return f"{host}:{port}"
+
+    def rendezvous(self) -> dict[str, list[str]]:
+        """Register for this attempt and wait until every node has. Raises StopRequested,
+        NewAttempt, or TimeoutError after `rendezvous_timeout_s`."""
+        base = f"attempt-{self.attempt}/nodes/"
+        self._put_json(f"{base}{self.me}.json", {"address": self.address(), "time": time.time()})
+        roles: dict[str, int] = self.cluster["roles"]
+        expected = {f"{r}-{i}" for r, n in roles.items() for i in range(n)}
+        deadline = time.time() + float(self.cluster.get("rendezvous_timeout_s", 300))
+        self.say(f"attempt {self.attempt}: waiting for {len(expected)} nodes")
+        while True:
+            present = {
+                o.key.rsplit("/", 1)[-1].removesuffix(".json")
+                for o in self.store.list(self.prefix + base)
+            }
+            if expected <= present:
+                break
+            if time.time() > deadline:
+                missing = ", ".join(sorted(expected - present))
+                raise TimeoutError(f"rendezvous timed out waiting for {missing}")
+            self.tick()
+            time.sleep(float(self.cluster.get("poll_s", 0.5)))
+        cluster: dict[str, list[str]] = {}
+        for role, count in roles.items():
+            cluster[role] = []
+            for i in range(count):
+                reg = self._get_json(f"{base}{role}-{i}.json") or {}
+                cluster[role].append(str(reg.get("address", "")))
+        self.say(f"attempt {self.attempt}: cluster complete")
+        return cluster
+
+    # --- the training process -------------------------------------------------------------
+    def child_env(self, cluster: dict[str, list[str]]) -> dict[str, str]:
+        env = dict(os.environ)
+        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # TF's C++ INFO lines drown the job's output
+        env.update({str(k): str(v) for k, v in self.cluster.get("env", {}).items()})
+        tf_cluster = {r: a for r, a in cluster.items() if r != "evaluator"}
+        if needs_tf_config(tf_cluster) or self.role == "evaluator":
+            env["TF_CONFIG"] = json.dumps(build_tf_config(tf_cluster, self.role, self.index))
+        else:
+            env.pop("TF_CONFIG", None)
+        env.update(
+            TF_USE_LEGACY_KERAS="1",
+            PYTHONUNBUFFERED="1",
+            CLOUDTRAIN_RUN_ID=self.run_id,
+            CLOUDTRAIN_STRATEGY=str(self.cluster.get("strategy", "")),
+            CLOUDTRAIN_ROLE=self.role,
+            CLOUDTRAIN_INDEX=str(self.index),
+            CLOUDTRAIN_IS_CHIEF="1" if self.is_chief else "0",
+            CLOUDTRAIN_ATTEMPT=str(self.attempt),
+            CLOUDTRAIN_CHECKPOINT_DIR=str(self.ckpt_dir),
+            CLOUDTRAIN_MODEL_DIR=str(self.model_dir),
+            PATH=os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", ""),
+        )
+        return env
+
+    def start(self, command: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
+        """Run `command` with bash in the workdir, in its own process group, output pumped."""
+        proc = subprocess.Popen(
+            ["bash", "-c", command],
+            cwd=self.workdir,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            process_group=0,
+        )
+        assert proc.stdout is not None
+        stream = proc.stdout
+
+        def pump() -> None:
+            for raw in iter(stream.readline, b""):
+                self.logs.add(raw.decode(errors="replace"))
+
+        threading.Thread(target=pump, daemon=True, name="log-pump").start()
+        return proc
+
+    def kill_child(self, grace_s: float = 0.0) -> None:
+        """End the training process group: SIGTERM and `grace_s` to finish, then SIGKILL."""
+        proc, self.child = self.child, None
+        if proc is None:
+            return
+        if grace_s > 0 and proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=grace_s)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+    def run_setup(self) -> None:
+        """The job's `setup` commands, once per node. Raises RuntimeError when they fail."""
+        setup = str(self.cluster.get("setup") or "").strip()
+        marker = self.work / ".setup-done"
+        if not setup or marker.exists():
+            return
+        self.say("running setup")
+        proc = self.start(setup, self.child_env({}))
+        self.child = proc
+        while proc.poll() is None:
+            self.tick()
+            time.sleep(0.2)
+        self.child = None
+        if proc.returncode != 0:
+            raise RuntimeError(f"setup failed with exit code {proc.returncode}")
+        marker.touch()
+
+    def chief_final(self) -> bool:
+        """Whether the chief has reached a final state in this attempt."""
+        chief_role, chief_index = chief_task(
+            {r: ["x"] * n for r, n in self.cluster.get("roles", {}).items()}
+        )
+        status = self._get_json(f"status/{chief_role}-{chief_index}.json")
+        return bool(
+            status and status.get("attempt") == self.attempt and status["state"] in FINAL_STATES
+        )
+
+    def train_once(self) -> None:
+        """One attempt: restore, rendezvous, run the entrypoint to its end, report."""
+        self.logs.add(f"=== cloudtrain attempt {self.attempt} ({self.me}) ===")
+        restored = self.restore_checkpoints()
+        if restored:
+            self.say(f"restored {restored} checkpoint files from the bucket")
+        self.write_status("rendezvous")
+        cluster = self.rendezvous()
+        self.run_setup()
+        self.child = self.start(str(self.cluster["entrypoint"]), self.child_env(cluster))
+        self.write_status("running", pid=self.child.pid)
+        serving = self.role in ("ps", "evaluator") or (
+            self.cluster.get("strategy") == "parameter_server" and not self.is_chief
+        )
+        last_chief_check = 0.0
+        while self.child.poll() is None:
+            self.tick()
+            if serving and time.time() - last_chief_check > 1.0:
+                last_chief_check = time.time()
+                if self.chief_final():
+                    self.say("the chief has finished; ending this server")
+                    self.kill_child()
+                    self.finish(0, "chief finished")
+                    return
+            time.sleep(0.2)
+        rc = self.child.returncode
+        self.child = None
+        self.finish(rc)
+
+    def finish(self, rc: int, reason: str = "") -> None:
+        """Final sync, model upload on success, logs, then the final status (written last)."""
+        if self.is_chief:
+            self.sync_checkpoints()
+            if rc == 0:
+                n = self.upload_model()
+                self.say(f"uploaded the model ({n} files)")
+        self.logs.flush()
+        if rc == 0:
+            self.write_status("succeeded", exit_code=0, reason=reason)
+        else:
+            sig = -rc if rc < 0 else None
+            self.say(f"the training process failed (exit {rc})")
+            self.logs.flush()
+            self.write_status("failed", exit_code=rc, signal=sig, reason=reason)
+
+    def stop(self, why: str) -> None:
+        """Flush a checkpoint and stop: the training gets a grace period, then SIGKILL."""
+        self.say(f"stop requested ({why}): flushing checkpoints")
+        if self.is_chief:
+            self.sync_checkpoints()
+        self.kill_child(grace_s=float(self.cluster.get("stop_grace_s", 10)))
+        if self.is_chief:
+            n = self.sync_checkpoints()
+            self.say(f"final checkpoint flushed ({n} new files)")
+        self.logs.flush()
+        self.write_status("stopped", reason=why)
+
+    def run(self) -> int:
+        """Follow attempts until stopped. Returns the process exit code."""
+        self.cluster = self._get_json("cluster.json") or {}
+        if not self.cluster:
+            print("cloudtrain-agent: cluster.json is missing", file=sys.stderr)
+            return 2
+        self.write_status("bootstrapped")
+        self.attempt = int(self.cluster["attempt"])
+        try:
+            while True:
+                try:
+                    self.train_once()
+                    self.idle()
+                except NewAttempt:
+                    self.say(f"moving to attempt {self.cluster['attempt']}")
+                    if self.is_chief:
+                        self.sync_checkpoints()
+                    self.kill_child()
+                except TimeoutError as exc:
+                    self.say(str(exc))
+                    self.kill_child()
+                    self.write_status("failed", reason="rendezvous timeout")
+                    self.idle()
+                except RuntimeError as exc:
+                    self.say(str(exc))
+                    self.kill_child()
+                    self.write_status("failed", reason=str(exc), exit_code=1)
+                    self.idle()
+                self.attempt = int(self.cluster["attempt"])
+        except StopRequested as exc:
+            self.stop(str(exc))
+            return 0
+        finally:
+            self.kill_child()
+            with contextlib.suppress(Exception):
+                self.logs.flush()
+                self.heartbeat()
+
+    def idle(self) -> None:
+        """After a final status: keep beating until a new attempt, a stop or the deadline.
+        Raises NewAttempt or StopRequested."""
+        linger_until = time.time() + float(self.cluster.get("linger_s", 3600))
+        while time.time() < linger_until:
+            self.tick()
+            time.sleep(float(self.cluster.get("poll_s", 0.5)))
+        raise StopRequested("linger time over")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: `python -m cloudtrain.jobs.agent --run-id ... --role ... --index ...`."""
+    parser = argparse.ArgumentParser(prog="cloudtrain-agent")
+    parser.add_argument("--run-id", required=True)
+    parser.add_argument("--role", required=True, choices=["chief", "worker", "ps", "evaluator"])
+    parser.add_argument("--index", required=True, type=int)
+    parser.add_argument("--store-uri", required=True)
+    parser.add_argument("--work", required=True, type=Path)
+    args = parser.parse_args(argv)
+    from cloudtrain.providers import open_store
+
+    store = open_store(args.store_uri)
+    agent = Agent(args.run_id, args.role, args.index, store, args.work)
+
+    def on_sigterm(_signum: int, _frame: object) -> None:
+        raise StopRequested("SIGTERM")
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    return agent.run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

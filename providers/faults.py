@@ -1,0 +1,381 @@
+"""A fault-injecting wrapper for any provider: latency, throttling, capacity errors, preemption.
+
+`wrap(provider, FaultPlan(...))` returns a provider that behaves like the inner one but slower and
+less reliable, as a real cloud is. Tests and benchmarks use it to check that fan-out, retries,
+zone fallback and preemption recovery work; `FaultPlan.from_env()` reads the plan from
+`$CLOUDTRAIN_FAULTS` (JSON) so the CLI can be wrapped from outside.
+
+Faults are injected *around* the inner provider: a throttled call never reaches it; a lost reply
+(`lost_reply_rate`) reaches it and then fails, which is what makes create idempotency matter.
+Preemption is checked lazily in `list_nodes` (deterministic; no background threads).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any
+
+from cloudtrain.errors import NoCapacityError, TransientError, UsageError
+from cloudtrain.providers.base import (
+    Compute,
+    Node,
+    NodeRequest,
+    ObjectInfo,
+    ObjectStore,
+    Provider,
+    Resource,
+    RunInfo,
+    StartupBlocks,
+)
+
+FAULTS_ENV = "CLOUDTRAIN_FAULTS"
+THROTTLED = "throttled (injected)"
+
+
+@dataclass
+class FaultPlan:
+    """What to inject. All zero/empty (the default) injects nothing."""
+
+    latency_s: float = 0.0  # added to every compute call that reaches the cloud
+    store_latency_s: float = 0.0  # added to every store call that reaches the bucket
+    error_rate: float = 0.0  # fraction of compute calls throttled before reaching the cloud
+    store_error_rate: float = 0.0  # the same for store calls
+    lost_reply_rate: float = 0.0  # fraction of create_node calls that succeed, then raise
+    capacity_errors: dict[str, int] = field(default_factory=dict)  # zone -> failing creates
+    preempt_after_s: dict[str, float] = field(default_factory=dict)  # node name -> s after create
+    seed: int = 0  # seeds the random draws of the *_rate faults
+
+    @property
+    def store_faults(self) -> bool:
+        """Whether any store fault is configured (else `store()` returns the inner store)."""
+        return self.store_latency_s > 0 or self.store_error_rate > 0
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], source: str = "fault plan") -> FaultPlan:
+        """Build and validate a plan from a mapping (e.g. parsed JSON). Raises UsageError."""
+        if not isinstance(data, Mapping):
+            raise UsageError(f"{source} must be a JSON object, not {type(data).__name__}")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise UsageError(
+                f"{source} has unknown keys {unknown}", hint=f"known: {', '.join(sorted(known))}"
+            )
+        plan = cls()
+        try:
+            for key, value in data.items():
+                if key in ("capacity_errors", "preempt_after_s"):
+                    if not isinstance(value, Mapping):
+                        raise TypeError(f"{key} must be an object")
+                    conv = int if key == "capacity_errors" else float
+                    plan = replace(plan, **{key: {str(k): conv(v) for k, v in value.items()}})
+                elif key == "seed":
+                    plan = replace(plan, seed=int(value))
+                else:
+                    plan = replace(plan, **{key: float(value)})
+        except (TypeError, ValueError) as exc:
+            raise UsageError(f"{source}: bad value: {exc}") from exc
+        plan.validate(source)
+        return plan
+
+    @classmethod
+    def from_env(
+        cls, var: str = FAULTS_ENV, environ: Mapping[str, str] | None = None
+    ) -> FaultPlan | None:
+        """The plan in `$CLOUDTRAIN_FAULTS` (JSON), or None when unset/empty. Raises UsageError."""
+        raw = (os.environ if environ is None else environ).get(var, "").strip()
+        if not raw:
+            return None
+        try:
+            data = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise UsageError(
+                f"{var} is not valid JSON: {exc}", hint='e.g. {"latency_s": 1, "error_rate": 0.2}'
+            ) from exc
+        return cls.from_dict(data, source=var)
+
+    def to_json(self) -> str:
+        """The plan as JSON, the format `from_env` reads. Pure."""
+        return json.dumps(asdict(self), sort_keys=True)
+
+    def validate(self, source: str = "fault plan") -> None:
+        """Raise UsageError for a negative latency/count or a rate outside [0, 1]. Pure."""
+        for name in ("error_rate", "store_error_rate", "lost_reply_rate"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise UsageError(f"{source}: {name} must be between 0 and 1")
+        negative = [n for n in ("latency_s", "store_latency_s") if getattr(self, n) < 0]
+        negative += [f"capacity_errors[{z}]" for z, n in self.capacity_errors.items() if n < 0]
+        negative += [f"preempt_after_s[{k}]" for k, s in self.preempt_after_s.items() if s < 0]
+        if negative:
+            raise UsageError(f"{source}: {', '.join(negative)} must not be negative")
+
+
+class _Injector:
+    """Latency and random throttling for one side (compute or store). Thread-safe."""
+
+    def __init__(self, latency_s: float, error_rate: float, seed: int) -> None:
+        self.latency_s = latency_s
+        self.error_rate = error_rate
+        self.calls: Counter[str] = Counter()
+        self._rng = random.Random(seed)
+        self._lock = threading.Lock()
+
+    def count(self, method: str) -> None:
+        with self._lock:
+            self.calls[method] += 1
+
+    def roll(self, rate: float) -> bool:
+        if rate <= 0:
+            return False
+        with self._lock:
+            return self._rng.random() < rate
+
+    def gate(self, method: str) -> None:
+        """Count the call, add latency, and maybe throttle it (before it reaches the inner side)."""
+        self.count(method)
+        if self.latency_s > 0:
+            time.sleep(self.latency_s)
+        if self.roll(self.error_rate):
+            raise TransientError(THROTTLED)
+
+
+class FaultyCompute(Compute):
+    """A Compute that injects `plan`'s faults around `inner`. Thread-safe.
+
+    `calls` counts calls per method (throttled ones included); `created` lists the names of nodes
+    this wrapper actually made (an idempotent re-create of a live node is not listed again). The
+    inherited `create_nodes`/`delete_nodes` fan out over this class's per-node methods, so every
+    node call sees its own faults. Each node named in `preempt_after_s` is preempted once.
+    """
+
+    def __init__(
+        self, inner: Compute, plan: FaultPlan, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.inner = inner
+        self.plan = plan
+        self.clock = clock
+        self.provider_name = inner.provider_name
+        self.max_parallel = inner.max_parallel
+        self.created: list[str] = []
+        self._faults = _Injector(plan.latency_s, plan.error_rate, plan.seed)
+        self._lock = threading.Lock()
+        self._capacity_left = dict(plan.capacity_errors)
+        self._live: set[str] = set()  # made through this wrapper and not deleted since
+        self._born: dict[str, float] = {}  # node name -> when this wrapper created it
+        self._preempted: dict[str, Node] = {}  # preempted, not yet deleted through the wrapper
+        self._preempted_once: set[str] = set()
+
+    @property
+    def calls(self) -> Counter[str]:
+        """Calls per method name, throttled ones included (a live Counter; read, don't write)."""
+        return self._faults.calls
+
+    def planned_network(self, run: RunInfo) -> list[Resource]:
+        """Pure: passed through without faults."""
+        self._faults.count("planned_network")
+        return self.inner.planned_network(run)
+
+    def ensure_network(self, run: RunInfo) -> list[Resource]:
+        """The inner `ensure_network`, with latency and throttling. Idempotent; blocks."""
+        self._faults.gate("ensure_network")
+        return self.inner.ensure_network(run)
+
+    def create_node(self, run: RunInfo, request: NodeRequest) -> Node:
+        """The inner `create_node` with latency, throttling, per-zone capacity errors and lost
+        replies. Idempotent per name (as the inner one is); does not wait for boot."""
+        self._faults.gate("create_node")
+        zone = request.zone or run.zone
+        with self._lock:
+            no_capacity = self._capacity_left.get(zone or "", 0) > 0
+            if no_capacity:
+                self._capacity_left[zone or ""] -= 1
+        if no_capacity:
+            raise NoCapacityError(
+                f"no capacity for {request.instance_type} in zone {zone} (injected)", zone=zone
+            )
+        node = self.inner.create_node(run, request)
+        with self._lock:
+            if node.name not in self._live:
+                self._preempted.pop(node.name, None)  # a re-created node replaces its report
+                self._live.add(node.name)
+                self.created.append(node.name)
+                self._born[node.name] = self.clock()
+        if self._faults.roll(self.plan.lost_reply_rate):
+            raise TransientError(f"{THROTTLED}: reply to create {request.name} lost")
+        return node
+
+    def list_nodes(self, run_id: str) -> list[Node]:
+        """The inner `list_nodes` with latency and throttling. Nodes past their `preempt_after_s`
+        are deleted through the inner compute here and reported as `preempted` until deleted
+        through this wrapper. Blocks."""
+        self._faults.gate("list_nodes")
+        nodes = self.inner.list_nodes(run_id)
+        now = self.clock()
+        due: list[Node] = []
+        with self._lock:
+            for n in nodes:
+                after = self.plan.preempt_after_s.get(n.name)
+                born = self._born.setdefault(n.name, now)
+                if (
+                    after is not None
+                    and n.alive
+                    and n.name not in self._preempted_once
+                    and now - born >= after
+                ):
+                    self._preempted_once.add(n.name)
+                    due.append(n)
+        for n in due:
+            self.inner.delete_node(n)
+            with self._lock:
+                self._live.discard(n.name)
+                self._preempted[n.name] = replace(n, state="preempted", private_ip=None)
+        with self._lock:
+            gone = set(self._preempted)
+            shown = [n for n in nodes if n.name not in gone]
+            shown += [n for n in self._preempted.values() if n.run_id == run_id]
+        return sorted(shown, key=lambda n: n.name)
+
+    def delete_node(self, node: Node) -> None:
+        """The inner `delete_node` with latency and throttling; clears a preempted report.
+        Idempotent; blocks."""
+        self._faults.gate("delete_node")
+        self.inner.delete_node(node)
+        with self._lock:
+            self._preempted.pop(node.name, None)
+            self._live.discard(node.name)
+            self._born.pop(node.name, None)
+
+    def list_resources(self, run_id: str) -> list[Resource]:
+        """The inner `list_resources` with latency and throttling. Blocks."""
+        self._faults.gate("list_resources")
+        return self.inner.list_resources(run_id)
+
+    def delete_resources(self, resources: list[Resource]) -> None:
+        """The inner `delete_resources` with latency and throttling. Idempotent; blocks."""
+        self._faults.gate("delete_resources")
+        self.inner.delete_resources(resources)
+
+    def console_output(self, node: Node) -> str:
+        """Passed through without faults (best effort anyway)."""
+        self._faults.count("console_output")
+        return self.inner.console_output(node)
+
+    def startup_blocks(self, run: RunInfo, request: NodeRequest) -> StartupBlocks:
+        """Pure: passed through without faults."""
+        return self.inner.startup_blocks(run, request)
+
+
+class FaultyStore:
+    """An ObjectStore that adds latency/throttling to every call reaching `inner` except the
+    (local) presign calls. Thread-safe if the inner store is."""
+
+    def __init__(self, inner: ObjectStore, faults: _Injector) -> None:
+        self.inner = inner
+        self.uri = inner.uri
+        self._faults = faults
+
+    @property
+    def calls(self) -> Counter[str]:
+        """Store calls per method, shared by every store of the same FaultyProvider."""
+        return self._faults.calls
+
+    def ensure_bucket(self) -> Resource:
+        """See ObjectStore.ensure_bucket (idempotent; blocks), plus faults."""
+        self._faults.gate("ensure_bucket")
+        return self.inner.ensure_bucket()
+
+    def put(self, key: str, data: bytes) -> None:
+        """See ObjectStore.put (idempotent; blocks), plus faults."""
+        self._faults.gate("put")
+        self.inner.put(key, data)
+
+    def get(self, key: str) -> bytes:
+        """See ObjectStore.get (raises NotFound; blocks), plus faults."""
+        self._faults.gate("get")
+        return self.inner.get(key)
+
+    def put_file(self, key: str, path: str) -> None:
+        """See ObjectStore.put_file (idempotent; blocks), plus faults."""
+        self._faults.gate("put_file")
+        self.inner.put_file(key, path)
+
+    def get_file(self, key: str, path: str) -> None:
+        """See ObjectStore.get_file (raises NotFound; blocks), plus faults."""
+        self._faults.gate("get_file")
+        self.inner.get_file(key, path)
+
+    def list(self, prefix: str) -> list[ObjectInfo]:
+        """See ObjectStore.list (blocks), plus faults."""
+        self._faults.gate("list")
+        return self.inner.list(prefix)
+
+    def delete(self, key: str) -> None:
+        """See ObjectStore.delete (idempotent), plus faults."""
+        self._faults.gate("delete")
+        self.inner.delete(key)
+
+    def delete_prefix(self, prefix: str) -> int:
+        """See ObjectStore.delete_prefix (idempotent), plus faults."""
+        self._faults.gate("delete_prefix")
+        return self.inner.delete_prefix(prefix)
+
+    def presign_get(self, key: str, ttl_s: int = 3600) -> str:
+        """Passed through without faults (signing is local)."""
+        return self.inner.presign_get(key, ttl_s)
+
+    def presign_put(self, key: str, ttl_s: int = 3600) -> str:
+        """Passed through without faults (signing is local)."""
+        return self.inner.presign_put(key, ttl_s)
+
+
+class FaultyProvider(Provider):
+    """`inner` with `plan`'s faults: `.compute` is a FaultyCompute (made lazily, once), and
+    `.store(uri)` a FaultyStore when store faults are configured. Same `name` as `inner`."""
+
+    def __init__(
+        self, inner: Provider, plan: FaultPlan, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        super().__init__(inner.config)
+        self.inner = inner
+        self.plan = plan
+        self.name = inner.name
+        self._clock = clock
+        self._compute: FaultyCompute | None = None
+        self._lock = threading.Lock()
+        self.store_faults = _Injector(plan.store_latency_s, plan.store_error_rate, plan.seed + 1)
+
+    @property
+    def compute(self) -> FaultyCompute:
+        """The wrapped compute (the inner one is created on first access). Thread-safe."""
+        with self._lock:
+            if self._compute is None:
+                self._compute = FaultyCompute(self.inner.compute, self.plan, self._clock)
+            return self._compute
+
+    def store(self, uri: str) -> ObjectStore:
+        """The inner store at `uri`, wrapped when store faults are configured. Creates nothing."""
+        inner = self.inner.store(uri)
+        return FaultyStore(inner, self.store_faults) if self.plan.store_faults else inner
+
+    def default_store_uri(self, run_id: str) -> str:
+        """Passed through."""
+        return self.inner.default_store_uri(run_id)
+
+    def owns_bucket(self, uri: str) -> bool:
+        """Passed through."""
+        return self.inner.owns_bucket(uri)
+
+
+def wrap(
+    provider: Provider, plan: FaultPlan, clock: Callable[[], float] = time.monotonic
+) -> FaultyProvider:
+    """`provider` with `plan`'s faults injected (see FaultyProvider). Validates the plan; pure."""
+    plan.validate()
+    return FaultyProvider(provider, plan, clock)

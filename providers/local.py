@@ -1,0 +1,393 @@
+"""The `local` provider: nodes are process sessions on this machine and the bucket is a folder.
+
+A node is the rendered startup script run by bash in its own session (`setsid`) and working folder,
+under `$CLOUDTRAIN_HOME/local/runs/<run_id>/nodes/<name>/`. `node.json` there plays the role of the
+cloud's tags: `list_nodes` reads it, so a new process (`cloudtrain down` after a crash) sees the
+same nodes. Deleting a node kills every process of its session and checks that none is left.
+Each node gets its own loopback port, passed like instance metadata through its environment.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.parse
+from pathlib import Path
+
+from cloudtrain.errors import NotFound, ProviderError
+from cloudtrain.paths import cloudtrain_home
+from cloudtrain.providers.base import (
+    Compute,
+    Node,
+    NodeRequest,
+    ObjectInfo,
+    Provider,
+    ProviderConfig,
+    Resource,
+    RunInfo,
+    StartupBlocks,
+    run_labels,
+)
+
+KILL_GRACE_S = 3.0
+
+
+def _uri_to_path(uri: str) -> Path:
+    parsed = urllib.parse.urlparse(uri)
+    if parsed.scheme != "file" or parsed.netloc not in ("", "localhost"):
+        raise ProviderError(f"the local provider takes file:// URIs, not {uri!r}")
+    return Path(urllib.parse.unquote(parsed.path))
+
+
+def _path_to_uri(path: Path) -> str:
+    return "file://" + urllib.parse.quote(str(path.resolve()))
+
+
+class LocalStore:
+    """An ObjectStore that is a folder. Writes are atomic (temp file + rename); thread-safe."""
+
+    def __init__(self, uri: str) -> None:
+        self.root = _uri_to_path(uri)
+        self.uri = _path_to_uri(self.root)
+
+    def _path(self, key: str) -> Path:
+        if key.startswith("/") or ".." in key.split("/"):
+            raise ProviderError(f"invalid object key {key!r}")
+        return self.root / key
+
+    def ensure_bucket(self) -> Resource:
+        """Create the folder, private to this user. Idempotent."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.root.chmod(0o700)
+        return Resource("local", "bucket", self.uri, "local", "")
+
+    def put(self, key: str, data: bytes) -> None:
+        """Write atomically. Idempotent."""
+        path = self._path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+
+    def get(self, key: str) -> bytes:
+        """Read an object; NotFound if missing."""
+        try:
+            return self._path(key).read_bytes()
+        except (FileNotFoundError, IsADirectoryError):
+            raise NotFound(f"no object {key!r} in {self.uri}") from None
+
+    def put_file(self, key: str, path: str) -> None:
+        """Copy a file in atomically. Idempotent."""
+        dest = self._path(key)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=".tmp-")
+        os.close(fd)
+        try:
+            shutil.copyfile(path, tmp)
+            os.replace(tmp, dest)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+
+    def get_file(self, key: str, path: str) -> None:
+        """Copy an object out to `path`; NotFound if missing."""
+        src = self._path(key)
+        if not src.is_file():
+            raise NotFound(f"no object {key!r} in {self.uri}")
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, path)
+
+    def list(self, prefix: str) -> list[ObjectInfo]:
+        """Objects under `prefix` (a key prefix, not only a folder), sorted by key."""
+        base = prefix.rsplit("/", 1)[0] if "/" in prefix else ""
+        start = self._path(base) if base else self.root
+        out: list[ObjectInfo] = []
+        if not start.is_dir():
+            return out
+        for dirpath, _dirs, files in os.walk(start):
+            for fname in files:
+                if fname.startswith(".tmp-"):
+                    continue
+                full = Path(dirpath) / fname
+                key = full.relative_to(self.root).as_posix()
+                if not key.startswith(prefix):
+                    continue
+                try:
+                    st = full.stat()
+                except FileNotFoundError:
+                    continue
+                out.append(ObjectInfo(key, st.st_size, st.st_mtime))
+        out.sort(key=lambda o: o.key)
+        return out
+
+    def delete(self, key: str) -> None:
+        """Delete one object. Idempotent."""
+        with contextlib.suppress(FileNotFoundError):
+            self._path(key).unlink()
+
+    def delete_prefix(self, prefix: str) -> int:
+        """Delete every object under `prefix`. Idempotent."""
+        objs = self.list(prefix)
+        for obj in objs:
+            self.delete(obj.key)
+        return len(objs)
+
+    def presign_get(self, key: str, ttl_s: int = 3600) -> str:
+        """A file:// URL (a folder needs no signature; curl reads it)."""
+        return _path_to_uri(self._path(key))
+
+    def presign_put(self, key: str, ttl_s: int = 3600) -> str:
+        """A file:// URL that `curl -T` can write to; its folder is created now."""
+        path = self._path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return _path_to_uri(path)
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _proc_stat(pid: int) -> tuple[str, int] | None:
+    """(state, session id) of a process, or None if it is gone."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    fields = raw[raw.rindex(")") + 2 :].split()
+    return fields[0], int(fields[3])
+
+
+def session_pids(sid: int) -> list[int]:
+    """Every live (non-zombie) process whose session id is `sid`."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        st = _proc_stat(int(entry))
+        if st and st[1] == sid and st[0] != "Z":
+            pids.append(int(entry))
+    return pids
+
+
+class LocalCompute(Compute):
+    """Nodes as process sessions. Thread-safe; node creation is idempotent per name."""
+
+    provider_name = "local"
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._lock = threading.Lock()
+        self._popen: dict[str, subprocess.Popen[bytes]] = {}
+
+    def _node_dir(self, run_id: str, name: str) -> Path:
+        return self.root / "runs" / run_id / "nodes" / name
+
+    def planned_network(self, run: RunInfo) -> list[Resource]:
+        """Local nodes share loopback: there is no network resource."""
+        return []
+
+    def ensure_network(self, run: RunInfo) -> list[Resource]:
+        """Nothing to create on loopback. Idempotent."""
+        return []
+
+    def list_resources(self, run_id: str) -> list[Resource]:
+        """Local runs own no network resources."""
+        return []
+
+    def delete_resources(self, resources: list[Resource]) -> None:
+        """Nothing to delete. Idempotent."""
+
+    def startup_blocks(self, run: RunInfo, request: NodeRequest) -> StartupBlocks:
+        """This machine's Python runs the agent; the dead-man switch kills the node's session."""
+        shutdown = (
+            '( sleep "$(( DEADLINE_EPOCH > $(date +%s) ? DEADLINE_EPOCH - $(date +%s) : 0 ))"\n'
+            '  echo "cloudtrain: node deadline reached, shutting down"\n'
+            '  pkill -TERM -s "$$"; sleep 5; pkill -KILL -s "$$" ) </dev/null >/dev/null 2>&1 &'
+        )
+        metadata = (
+            'export CLOUDTRAIN_NODE_HOST="${CLOUDTRAIN_NODE_HOST:-127.0.0.1}"\n'
+            'export CLOUDTRAIN_NODE_PORT="${CLOUDTRAIN_NODE_PORT:-}"'
+        )
+        return StartupBlocks(
+            python=sys.executable, metadata=metadata, self_shutdown=shutdown, install_stack=False
+        )
+
+    def _read_meta(self, path: Path) -> dict[str, object] | None:
+        try:
+            return json.loads(path.read_text())  # type: ignore[no-any-return]
+        except (FileNotFoundError, json.JSONDecodeError):
+            return None
+
+    def _alive(self, meta: dict[str, object]) -> bool:
+        """A node is alive while any process of its session is (zombies do not count)."""
+        sid = int(meta.get("pid", 0))  # type: ignore[call-overload]
+        popen = self._popen.get(str(meta["name"]))
+        if popen is not None:
+            popen.poll()  # reap our own child so it does not linger as a zombie
+        return sid > 0 and bool(session_pids(sid))
+
+    def _to_node(self, meta: dict[str, object], state: str) -> Node:
+        return Node(
+            name=str(meta["name"]),
+            run_id=str(meta["run_id"]),
+            role=str(meta["role"]),
+            index=int(meta["index"]),  # type: ignore[call-overload]
+            state=state,  # type: ignore[arg-type]
+            private_ip="127.0.0.1",
+            spot=bool(meta.get("spot")),
+            zone="local",
+            instance_type=str(meta.get("instance_type", "local")),
+            cloud_id=str(meta.get("pid")),
+        )
+
+    def create_node(self, run: RunInfo, request: NodeRequest) -> Node:
+        """Start the node's startup script in a new session. Idempotent: a live node is returned."""
+        node_dir = self._node_dir(run.run_id, request.name)
+        meta_path = node_dir / "node.json"
+        with self._lock:
+            meta = self._read_meta(meta_path)
+            if meta and not meta.get("deleted") and self._alive(meta):
+                return self._to_node(meta, "running")
+            node_dir.mkdir(parents=True, exist_ok=True)
+            script = node_dir / "startup.sh"
+            script.write_text(request.startup_script)
+            script.chmod(0o700)
+            port = int(meta["port"]) if meta and meta.get("port") else _free_port()  # type: ignore[call-overload]
+            env = dict(os.environ)
+            env.update(
+                CLOUDTRAIN_NODE_HOST="127.0.0.1",
+                CLOUDTRAIN_NODE_PORT=str(port),
+                CLOUDTRAIN_NODE_NAME=request.name,
+                CT_WORK=str(node_dir),
+            )
+            console = open(node_dir / "console.log", "ab")  # noqa: SIM115 - handed to the child
+            try:
+                proc = subprocess.Popen(
+                    ["bash", str(script)],
+                    cwd=node_dir,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=console,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            finally:
+                console.close()
+            self._popen[request.name] = proc
+            meta = {
+                "name": request.name,
+                "run_id": run.run_id,
+                "role": request.role,
+                "index": request.index,
+                "pid": proc.pid,
+                "port": port,
+                "spot": request.spot,
+                "instance_type": request.instance_type,
+                "labels": {**run_labels(run.run_id, request.role, request.index), **request.labels},
+                "created_at": time.time(),
+                "deleted": False,
+            }
+            meta_path.write_text(json.dumps(meta))
+            return self._to_node(meta, "running")
+
+    def list_nodes(self, run_id: str) -> list[Node]:
+        """Nodes from their node.json files; a node whose session is gone is 'terminated'."""
+        nodes_dir = self.root / "runs" / run_id / "nodes"
+        out: list[Node] = []
+        if not nodes_dir.is_dir():
+            return out
+        for meta_path in sorted(nodes_dir.glob("*/node.json")):
+            meta = self._read_meta(meta_path)
+            if not meta or meta.get("deleted"):
+                continue
+            out.append(self._to_node(meta, "running" if self._alive(meta) else "terminated"))
+        return out
+
+    def delete_node(self, node: Node) -> None:
+        """Kill every process of the node's session (TERM, then KILL) and verify none is left.
+        Idempotent; blocks until the session is empty."""
+        meta_path = self._node_dir(node.run_id, node.name) / "node.json"
+        meta = self._read_meta(meta_path)
+        if not meta:
+            return
+        sid = int(meta.get("pid", 0))  # type: ignore[call-overload]
+        if sid > 0:
+            self._kill_session(sid, node.name)
+        meta["deleted"] = True
+        meta["deleted_at"] = time.time()
+        meta_path.write_text(json.dumps(meta))
+        popen = self._popen.pop(node.name, None)
+        if popen is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                popen.wait(timeout=1)
+
+    def _kill_session(self, sid: int, name: str) -> None:
+        pids = session_pids(sid)
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + KILL_GRACE_S
+        while session_pids(sid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        for _ in range(50):
+            left = session_pids(sid)
+            if not left:
+                return
+            for pid in left:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.05)
+        raise ProviderError(
+            f"node {name}: processes {session_pids(sid)} survived SIGKILL",
+            hint="check them with `ps -s SID`",
+        )
+
+    def console_output(self, node: Node) -> str:
+        """The node's console log (stdout and stderr of its startup script)."""
+        path = self._node_dir(node.run_id, node.name) / "console.log"
+        try:
+            return path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+
+class LocalProvider(Provider):
+    """This machine as a cloud: `options['root']` overrides where node folders go."""
+
+    name = "local"
+
+    def __init__(self, config: ProviderConfig | None = None) -> None:
+        super().__init__(config or ProviderConfig(name="local"))
+        root = self.config.options.get("root")
+        self.root = Path(root) if root else cloudtrain_home() / "local"
+        self._compute = LocalCompute(self.root)
+
+    @property
+    def compute(self) -> LocalCompute:
+        return self._compute
+
+    def store(self, uri: str) -> LocalStore:
+        """A folder store for a file:// URI."""
+        return LocalStore(uri)
+
+    def default_store_uri(self, run_id: str) -> str:
+        """One folder bucket for all local runs: `$CLOUDTRAIN_HOME/buckets/local`."""
+        return _path_to_uri(cloudtrain_home() / "buckets" / "local")

@@ -1,0 +1,197 @@
+"""An in-memory Provider: a TEST FIXTURE, not an adapter. Nothing here touches a cloud or a disk.
+
+It sits below wrappers under test (e.g. `providers.faults`) and keeps exact books: `calls` counts
+every method call that reached it and `creations` how many times each node name was really made,
+so tests can prove that a retried create did not make a duplicate.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+from cloudtrain.errors import NotFound
+from cloudtrain.providers.base import (
+    Compute,
+    Node,
+    NodeRequest,
+    ObjectInfo,
+    Provider,
+    ProviderConfig,
+    Resource,
+    RunInfo,
+)
+
+Objects = dict[str, tuple[bytes, float]]  # key -> (data, updated)
+
+
+class MemoryCompute(Compute):
+    """Nodes in a dict keyed by name. Creates are instant and idempotent per name. Thread-safe."""
+
+    provider_name = "memory"
+
+    def __init__(self) -> None:
+        self.nodes: dict[str, Node] = {}
+        self.networks: dict[str, list[Resource]] = {}
+        self.calls: Counter[str] = Counter()
+        self.creations: Counter[str] = Counter()
+        self._lock = threading.Lock()
+        self._next_ip = 0
+
+    def _count(self, method: str) -> None:
+        with self._lock:
+            self.calls[method] += 1
+
+    def planned_network(self, run: RunInfo) -> list[Resource]:
+        """One firewall resource per run. Pure."""
+        return [Resource("memory", "firewall", f"ct-{run.run_id}-fw", run.region, run.run_id)]
+
+    def ensure_network(self, run: RunInfo) -> list[Resource]:
+        """Record the run's firewall. Idempotent."""
+        self._count("ensure_network")
+        with self._lock:
+            return list(self.networks.setdefault(run.run_id, self.planned_network(run)))
+
+    def create_node(self, run: RunInfo, request: NodeRequest) -> Node:
+        """Make a running node, or return the live one with this name. Idempotent."""
+        self._count("create_node")
+        with self._lock:
+            existing = self.nodes.get(request.name)
+            if existing is not None and existing.alive:
+                return existing
+            self._next_ip += 1
+            node = Node(
+                name=request.name,
+                run_id=request.run_id,
+                role=request.role,
+                index=request.index,
+                state="running",
+                private_ip=f"10.0.{self._next_ip // 250}.{self._next_ip % 250 + 2}",
+                spot=request.spot,
+                zone=request.zone or run.zone,
+                instance_type=request.instance_type,
+                cloud_id=f"mem-{request.name}",
+            )
+            self.nodes[node.name] = node
+            self.creations[node.name] += 1
+            return node
+
+    def list_nodes(self, run_id: str) -> list[Node]:
+        """The run's nodes, sorted by name."""
+        self._count("list_nodes")
+        with self._lock:
+            nodes = [n for n in self.nodes.values() if n.run_id == run_id]
+        return sorted(nodes, key=lambda n: n.name)
+
+    def delete_node(self, node: Node) -> None:
+        """Forget the node. Idempotent."""
+        self._count("delete_node")
+        with self._lock:
+            self.nodes.pop(node.name, None)
+
+    def list_resources(self, run_id: str) -> list[Resource]:
+        """The run's firewall, if made."""
+        self._count("list_resources")
+        with self._lock:
+            return list(self.networks.get(run_id, []))
+
+    def delete_resources(self, resources: list[Resource]) -> None:
+        """Forget the runs' network resources. Idempotent."""
+        self._count("delete_resources")
+        with self._lock:
+            for r in resources:
+                self.networks.pop(r.run_id, None)
+
+
+class MemoryStore:
+    """An ObjectStore over a dict shared by every store with the same URI. Thread-safe."""
+
+    def __init__(self, uri: str, objects: Objects, lock: threading.Lock) -> None:
+        self.uri = uri
+        self.objects = objects
+        self._lock = lock
+
+    def ensure_bucket(self) -> Resource:
+        """Nothing to create. Idempotent."""
+        return Resource("memory", "bucket", self.uri, None, "")
+
+    def put(self, key: str, data: bytes) -> None:
+        """Store a copy of `data`. Idempotent."""
+        with self._lock:
+            self.objects[key] = (bytes(data), time.time())
+
+    def get(self, key: str) -> bytes:
+        """The object's bytes. Raises NotFound."""
+        with self._lock:
+            if key not in self.objects:
+                raise NotFound(f"{self.uri}/{key} does not exist")
+            return self.objects[key][0]
+
+    def put_file(self, key: str, path: str) -> None:
+        """Store a file's bytes. Idempotent."""
+        self.put(key, Path(path).read_bytes())
+
+    def get_file(self, key: str, path: str) -> None:
+        """Write the object to `path`. Raises NotFound."""
+        data = self.get(key)
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_bytes(data)
+
+    def list(self, prefix: str) -> list[ObjectInfo]:
+        """Objects under `prefix`, sorted by key."""
+        with self._lock:
+            items = sorted((k, v) for k, v in self.objects.items() if k.startswith(prefix))
+        return [ObjectInfo(k, len(data), updated) for k, (data, updated) in items]
+
+    def delete(self, key: str) -> None:
+        """Idempotent."""
+        with self._lock:
+            self.objects.pop(key, None)
+
+    def delete_prefix(self, prefix: str) -> int:
+        """Idempotent; returns how many were deleted."""
+        with self._lock:
+            keys = [k for k in self.objects if k.startswith(prefix)]
+            for k in keys:
+                del self.objects[k]
+        return len(keys)
+
+    def presign_get(self, key: str, ttl_s: int = 3600) -> str:
+        """A fake URL."""
+        return f"{self.uri}/{key}?op=get&ttl={ttl_s}"
+
+    def presign_put(self, key: str, ttl_s: int = 3600) -> str:
+        """A fake URL."""
+        return f"{self.uri}/{key}?op=put&ttl={ttl_s}"
+
+
+class MemoryProvider(Provider):
+    """A provider whose compute and stores live in this object. URIs look like `mem://bucket`."""
+
+    name = "memory"
+
+    def __init__(self, config: ProviderConfig | None = None) -> None:
+        super().__init__(config or ProviderConfig("memory", region="mem-1", zone="mem-1a"))
+        self._compute = MemoryCompute()
+        self.buckets: dict[str, Objects] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def compute(self) -> MemoryCompute:
+        """The one MemoryCompute."""
+        return self._compute
+
+    def store(self, uri: str) -> MemoryStore:
+        """A store over the objects kept for `uri`. Creates nothing."""
+        with self._lock:
+            return MemoryStore(uri, self.buckets.setdefault(uri.rstrip("/"), {}), self._lock)
+
+    def default_store_uri(self, run_id: str) -> str:
+        """`mem://ct-<run_id>`."""
+        return f"mem://ct-{run_id}"
+
+    def owns_bucket(self, uri: str) -> bool:
+        """Only the auto buckets."""
+        return uri.startswith("mem://ct-")

@@ -1,0 +1,253 @@
+"""The fault-injecting provider wrapper, over the in-memory test provider."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from cloudtrain import retry
+from cloudtrain.errors import NoCapacityError, TransientError, UsageError
+from cloudtrain.providers.base import Node, NodeRequest, RunInfo, parallel_map
+from cloudtrain.providers.faults import FaultPlan, FaultyCompute, FaultyStore, wrap
+from cloudtrain.retry import retrying
+from tests.fakes.memory_provider import MemoryProvider
+
+RUN = RunInfo(run_id="r1", region="mem-1", zone="zone-a", port_range=(2222, 2230))
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def requests(n: int, zone: str | None = None, role: str = "worker") -> list[NodeRequest]:
+    return [NodeRequest("r1", role, i, "m.large", "#!/bin/sh", zone=zone) for i in range(n)]
+
+
+def make(plan: FaultPlan, clock: FakeClock | None = None) -> tuple[MemoryProvider, FaultyCompute]:
+    inner = MemoryProvider()
+    provider = wrap(inner, plan, clock) if clock else wrap(inner, plan)
+    return inner, provider.compute
+
+
+def test_no_faults_is_transparent() -> None:
+    inner, compute = make(FaultPlan())
+    nodes = compute.create_nodes(RUN, requests(3))
+    assert [n.name for n in compute.list_nodes("r1")] == [n.name for n in nodes]
+    assert compute.ensure_network(RUN) == compute.list_resources("r1")
+    compute.delete_nodes("r1")
+    assert inner.compute.nodes == {}
+
+
+def test_latency_applies_per_call() -> None:
+    _, compute = make(FaultPlan(latency_s=0.05))
+    for call in (
+        lambda: compute.create_node(RUN, requests(1)[0]),
+        lambda: compute.list_nodes("r1"),
+        lambda: compute.ensure_network(RUN),
+        lambda: compute.list_resources("r1"),
+    ):
+        start = time.monotonic()
+        call()
+        assert time.monotonic() - start >= 0.05
+    start = time.monotonic()
+    compute.planned_network(RUN)  # pure: no latency
+    assert time.monotonic() - start < 0.05
+
+
+def test_32_nodes_fan_out_in_parallel() -> None:
+    inner, compute = make(FaultPlan(latency_s=0.2))
+    start = time.monotonic()
+    nodes = compute.create_nodes(RUN, requests(32))
+    elapsed = time.monotonic() - start
+    assert len(nodes) == 32 and len(inner.compute.nodes) == 32
+    assert elapsed < 1.5, f"32 creates at 0.2 s each took {elapsed:.2f}s: not fanned out"
+    assert compute.calls["create_node"] == 32
+    assert sorted(compute.created) == sorted(r.name for r in requests(32))
+
+
+def test_error_rate_one_throttles_before_the_inner_provider() -> None:
+    inner, compute = make(FaultPlan(error_rate=1.0))
+    with pytest.raises(TransientError, match="throttled"):
+        compute.create_node(RUN, requests(1)[0])
+    with pytest.raises(TransientError):
+        compute.list_nodes("r1")
+    with pytest.raises(TransientError):
+        compute.create_nodes(RUN, requests(4))
+    assert sum(inner.compute.calls.values()) == 0
+    assert inner.compute.nodes == {}
+    assert compute.created == []
+    assert compute.calls["create_node"] == 5 and compute.calls["list_nodes"] == 1
+
+
+def test_retried_creates_make_each_node_exactly_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(retry, "BACKOFF_INITIAL_S", 0.001)
+    monkeypatch.setattr(retry, "BACKOFF_MAX_S", 0.002)
+    plan = FaultPlan(error_rate=0.3, lost_reply_rate=0.2, seed=7)
+    inner, compute = make(plan)
+    reqs = requests(16)
+    results = [
+        retrying(lambda r=r: compute.create_node(RUN, r), what="create", max_attempts=30)
+        for r in reqs
+    ]
+    names = sorted(r.name for r in reqs)
+    assert sorted(n.name for n in results) == names
+    assert sorted(inner.compute.nodes) == names
+    assert all(inner.compute.creations[name] == 1 for name in names)
+    assert sorted(compute.created) == names  # no duplicates
+    assert compute.calls["create_node"] > 16  # faults were injected and retried
+    assert inner.compute.calls["create_node"] > 16  # some replies were lost after the create
+
+
+def test_retried_creates_under_fan_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(retry, "BACKOFF_INITIAL_S", 0.001)
+    monkeypatch.setattr(retry, "BACKOFF_MAX_S", 0.002)
+    inner, compute = make(FaultPlan(error_rate=0.3, lost_reply_rate=0.2, seed=3))
+    reqs = requests(32)
+
+    def create(r: NodeRequest) -> Node:
+        return retrying(lambda: compute.create_node(RUN, r), what="create", max_attempts=30)
+
+    results = parallel_map(create, reqs)
+    nodes = [n for n in results if isinstance(n, Node)]
+    names = sorted(r.name for r in reqs)
+    assert sorted(n.name for n in nodes) == names
+    assert sorted(inner.compute.nodes) == names
+    assert max(inner.compute.creations.values()) == 1
+    assert sorted(compute.created) == names
+
+
+def test_capacity_errors_per_zone() -> None:
+    inner, compute = make(FaultPlan(capacity_errors={"zone-a": 2, "zone-c": 10**9}))
+    [req] = requests(1, zone="zone-a")
+    for _ in range(2):
+        with pytest.raises(NoCapacityError) as raised:
+            compute.create_node(RUN, req)
+        assert raised.value.zone == "zone-a"
+        assert "m.large" in str(raised.value) and "zone-a" in str(raised.value)
+    assert inner.compute.nodes == {}
+    assert compute.create_node(RUN, req).zone == "zone-a"  # the third try finds capacity
+    assert compute.create_node(RUN, requests(2, zone="zone-b")[1]).zone == "zone-b"
+    for _ in range(5):
+        with pytest.raises(NoCapacityError):
+            compute.create_node(RUN, requests(3, zone="zone-c")[2])
+    # a request without a zone uses the run's zone (zone-a, capacity back by now)
+    assert compute.create_node(RUN, requests(3, zone=None)[2]).zone == "zone-a"
+
+
+def test_preemption_is_reported_by_list_nodes() -> None:
+    clock = FakeClock()
+    inner, compute = make(FaultPlan(preempt_after_s={"ct-r1-worker-1": 10.0}), clock)
+    compute.create_nodes(RUN, requests(2))
+    clock.t = 5.0
+    assert {n.name: n.state for n in compute.list_nodes("r1")} == {
+        "ct-r1-worker-0": "running",
+        "ct-r1-worker-1": "running",
+    }
+    clock.t = 10.0
+    states = {n.name: n.state for n in compute.list_nodes("r1")}
+    assert states == {"ct-r1-worker-0": "running", "ct-r1-worker-1": "preempted"}
+    assert "ct-r1-worker-1" not in inner.compute.nodes  # really gone below the wrapper
+    clock.t = 20.0
+    preempted = [n for n in compute.list_nodes("r1") if n.state == "preempted"]
+    assert [n.name for n in preempted] == ["ct-r1-worker-1"] and not preempted[0].alive
+    compute.delete_node(preempted[0])
+    assert [n.name for n in compute.list_nodes("r1")] == ["ct-r1-worker-0"]
+    # a replacement is not preempted again
+    compute.create_node(RUN, requests(2)[1])
+    clock.t = 100.0
+    assert all(n.state == "running" for n in compute.list_nodes("r1"))
+    assert compute.created.count("ct-r1-worker-1") == 2
+    compute.delete_nodes("r1")
+    assert inner.compute.nodes == {} and compute.list_nodes("r1") == []
+
+
+def test_recreating_a_preempted_node_replaces_its_report() -> None:
+    clock = FakeClock()
+    _, compute = make(FaultPlan(preempt_after_s={"ct-r1-chief-0": 0.0}), clock)
+    [req] = requests(1, role="chief")
+    compute.create_node(RUN, req)
+    assert [n.state for n in compute.list_nodes("r1")] == ["preempted"]
+    compute.create_node(RUN, req)
+    assert [n.state for n in compute.list_nodes("r1")] == ["running"]
+
+
+def test_call_counters_are_thread_safe() -> None:
+    _, compute = make(FaultPlan())
+    compute.create_nodes(RUN, requests(64))
+    compute.list_nodes("r1")
+    compute.delete_nodes("r1")
+    assert compute.calls["create_node"] == 64
+    assert compute.calls["delete_node"] == 64
+    assert compute.calls["list_nodes"] == 2  # ours plus the one delete_nodes makes
+
+
+def test_store_faults() -> None:
+    inner = MemoryProvider()
+    plain = wrap(inner, FaultPlan(latency_s=1.0)).store("mem://b")
+    assert not isinstance(plain, FaultyStore)  # no store faults: the inner store itself
+
+    provider = wrap(inner, FaultPlan(store_latency_s=0.05))
+    store = provider.store("mem://b")
+    assert isinstance(store, FaultyStore) and store.uri == "mem://b"
+    start = time.monotonic()
+    store.put("a/x", b"1")
+    assert time.monotonic() - start >= 0.05
+    assert store.get("a/x") == b"1"
+    assert [o.key for o in store.list("a/")] == ["a/x"]
+    assert store.calls["put"] == 1 and store.calls["get"] == 1
+
+    broken = wrap(inner, FaultPlan(store_error_rate=1.0)).store("mem://b")
+    with pytest.raises(TransientError):
+        broken.put("a/y", b"2")
+    assert [o.key for o in inner.store("mem://b").list("")] == ["a/x"]  # the put never landed
+    assert broken.presign_get("a/x").startswith("mem://b/a/x")
+
+
+def test_provider_passthrough() -> None:
+    inner = MemoryProvider()
+    provider = wrap(inner, FaultPlan())
+    assert provider.name == "memory"
+    assert provider.config is inner.config
+    assert provider.compute is provider.compute
+    assert provider.compute.provider_name == "memory"
+    assert provider.default_store_uri("r1") == "mem://ct-r1"
+    assert provider.owns_bucket("mem://ct-r1") and not provider.owns_bucket("mem://mine")
+
+
+def test_plan_from_env() -> None:
+    env = {
+        "CLOUDTRAIN_FAULTS": '{"latency_s": 1, "error_rate": 0.2,'
+        ' "capacity_errors": {"us-east-1a": 3}, "preempt_after_s": {"ct-r-worker-0": 30}}'
+    }
+    plan = FaultPlan.from_env(environ=env)
+    assert plan == FaultPlan(
+        latency_s=1.0,
+        error_rate=0.2,
+        capacity_errors={"us-east-1a": 3},
+        preempt_after_s={"ct-r-worker-0": 30.0},
+    )
+    assert FaultPlan.from_env(environ={"CLOUDTRAIN_FAULTS": plan.to_json()}) == plan
+    assert FaultPlan.from_env(environ={}) is None
+    assert FaultPlan.from_env(environ={"CLOUDTRAIN_FAULTS": "  "}) is None
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "{not json",
+        "[1, 2]",
+        '{"latncy_s": 1}',
+        '{"error_rate": 1.5}',
+        '{"latency_s": -1}',
+        '{"latency_s": "slow"}',
+        '{"capacity_errors": 3}',
+    ],
+)
+def test_bad_plan_in_env_is_a_usage_error(raw: str) -> None:
+    with pytest.raises(UsageError, match="CLOUDTRAIN_FAULTS"):
+        FaultPlan.from_env(environ={"CLOUDTRAIN_FAULTS": raw})

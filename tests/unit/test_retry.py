@@ -1,0 +1,121 @@
+"""The retry policy: retryable errors only, bounded by attempts and deadline, last error raised."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from cloudtrain import retry
+from cloudtrain.errors import NoCapacityError, ProviderError, QuotaError, TransientError
+from cloudtrain.retry import backoff_s, is_retryable, retry_transient, retrying
+
+
+@pytest.fixture(autouse=True)
+def fast_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(retry, "BACKOFF_INITIAL_S", 0.001)
+    monkeypatch.setattr(retry, "BACKOFF_MAX_S", 0.004)
+
+
+class Flaky:
+    """Raises the given errors in order, then returns 'ok'; counts calls."""
+
+    def __init__(self, *errors: BaseException) -> None:
+        self.errors = list(errors)
+        self.calls = 0
+
+    def __call__(self) -> str:
+        self.calls += 1
+        if self.errors:
+            raise self.errors.pop(0)
+        return "ok"
+
+
+def test_first_success_is_returned() -> None:
+    fn = Flaky()
+    assert retrying(fn, what="list nodes") == "ok"
+    assert fn.calls == 1
+
+
+def test_transient_errors_are_retried() -> None:
+    fn = Flaky(TransientError("throttled"), TransientError("503"))
+    assert retrying(fn, what="create node") == "ok"
+    assert fn.calls == 3
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        NoCapacityError("no g5 in us-east-1a", zone="us-east-1a"),
+        QuotaError("vCPU quota"),
+        ProviderError("bad request"),
+        ValueError("a bug"),
+    ],
+)
+def test_other_errors_propagate_at_once(error: Exception) -> None:
+    fn = Flaky(error)
+    with pytest.raises(type(error)) as raised:
+        retrying(fn, what="create node")
+    assert raised.value is error
+    assert fn.calls == 1
+
+
+def test_any_error_marked_retryable_is_retried() -> None:
+    class SdkThrottle(Exception):
+        retryable = True
+
+    fn = Flaky(SdkThrottle())
+    assert retrying(fn, what="x") == "ok"
+    assert is_retryable(SdkThrottle())
+    assert not is_retryable(ProviderError("no"))
+
+
+def test_gives_up_after_max_attempts_with_the_last_error() -> None:
+    errors = [TransientError(f"throttled #{i}") for i in range(10)]
+    fn = Flaky(*errors)
+    with pytest.raises(TransientError) as raised:
+        retrying(fn, what="delete node", max_attempts=4)
+    assert fn.calls == 4
+    assert raised.value is errors[3]
+
+
+def test_gives_up_at_the_deadline() -> None:
+    def slow_throttle() -> None:
+        time.sleep(0.02)
+        raise TransientError("throttled")
+
+    start = time.monotonic()
+    with pytest.raises(TransientError):
+        retrying(slow_throttle, what="x", deadline_s=0.1, max_attempts=1000)
+    assert time.monotonic() - start < 1.0
+
+
+def test_a_sleep_past_the_deadline_is_not_taken() -> None:
+    fn = Flaky(TransientError("throttled"), TransientError("throttled"))
+    start = time.monotonic()
+    with pytest.raises(TransientError):
+        retrying(fn, what="x", deadline_s=0.5, initial_s=5.0, max_s=5.0)
+    assert fn.calls == 1
+    assert time.monotonic() - start < 0.5
+
+
+def test_backoff_grows_with_jitter_and_is_capped() -> None:
+    for attempt, base in [(1, 0.2), (2, 0.4), (3, 0.8), (4, 1.6)]:
+        waits = [backoff_s(attempt, 0.2, 10.0) for _ in range(50)]
+        assert all(base / 2 <= w <= base for w in waits)
+        assert len(set(waits)) > 1
+    assert all(5.0 <= backoff_s(30, 0.2, 10.0) <= 10.0 for _ in range(50))
+    assert backoff_s(1) <= retry.BACKOFF_INITIAL_S  # module defaults, read at call time
+
+
+def test_decorator_form() -> None:
+    fn = Flaky(TransientError("throttled"))
+
+    @retry_transient(what="ensure bucket", max_attempts=3)
+    def ensure(name: str, *, region: str) -> str:
+        """Docstring kept."""
+        return f"{fn()}:{name}:{region}"
+
+    assert ensure("b", region="eu") == "ok:b:eu"
+    assert fn.calls == 2
+    assert ensure.__name__ == "ensure" and ensure.__doc__ == "Docstring kept."
