@@ -222,6 +222,22 @@ class Agent:
             self.store.put_file(f"{self.prefix}model/{rel}", str(self.model_dir / rel))
         return len(files)
 
+    def checkpoint_barrier(self) -> None:
+        """Every node restores the same checkpoint: the chief flushes what it has and writes
+        `attempt-<n>/checkpoints-ready`; the others wait for that marker before restoring.
+        Raises StopRequested, NewAttempt or TimeoutError."""
+        marker = f"attempt-{self.attempt}/checkpoints-ready"
+        if self.is_chief:
+            self.sync_checkpoints()
+            self._put_json(marker, {"time": time.time(), "by": self.me})
+            return
+        deadline = time.time() + float(self.cluster.get("rendezvous_timeout_s", 300))
+        while not self.store.list(self.prefix + marker):
+            if time.time() > deadline:
+                raise TimeoutError("rendezvous timed out waiting for the chief's checkpoints")
+            self.tick()
+            time.sleep(float(self.cluster.get("poll_s", 0.5)))
+
     # --- rendezvous -----------------------------------------------------------------------
     def address(self) -> str:
         host = os.environ.get("CLOUDTRAIN_NODE_HOST") or socket.gethostbyname(socket.gethostname())
@@ -348,6 +364,7 @@ class Agent:
     def train_once(self) -> None:
         """One attempt: restore, rendezvous, run the entrypoint to its end, report."""
         self.logs.add(f"=== cloudtrain attempt {self.attempt} ({self.me}) ===")
+        self.checkpoint_barrier()
         restored = self.restore_checkpoints()
         if restored:
             self.say(f"restored {restored} checkpoint files from the bucket")

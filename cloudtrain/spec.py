@@ -1,0 +1,521 @@
+"""The job spec: pydantic models, a safe YAML loader, one-line `FILE:LINE: FIELD: problem` errors.
+
+Imports only the stdlib, pydantic and PyYAML, so `cloudtrain validate` stays fast. The loader
+refuses anchors/aliases (no "billion laughs"), non-plain tags, duplicate keys and files over 1 MiB,
+and remembers the line of every key so that each error names the line the user must edit.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import stat
+from collections.abc import Mapping
+from datetime import date
+from pathlib import Path
+from typing import Annotated, Any, Literal, get_args
+
+import yaml
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import ErrorDetails
+
+from cloudtrain.errors import SpecError
+
+MAX_SPEC_BYTES = 1024 * 1024
+MAX_NODES = 64
+MAX_DEPTH = 32
+SINGLE_NODE_STRATEGIES = ("one_device", "mirrored")
+ROLES = ("chief", "worker", "ps", "evaluator")
+PROVIDER_SCHEMES: dict[str, str] = {"local": "file", "aws": "s3", "gcp": "gs", "azure": "az"}
+
+Strategy = Literal["one_device", "mirrored", "multi_worker_mirrored", "parameter_server"]
+ProviderName = Literal["local", "aws", "gcp", "azure"]
+Loc = tuple[str | int, ...]
+
+_NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,29}$")
+_ACCELERATOR_RE = re.compile(r"^(?P<name>[A-Za-z0-9-]+)(?::(?P<count>[0-9]+))?$")
+_ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_PLACE = r"^[A-Za-z0-9-]{1,64}$"  # a region or zone name
+_URI_RE = re.compile(r"^(?P<scheme>[a-z0-9]+)://(?P<rest>.+)$")
+
+
+def _check_env_key(key: str) -> str:
+    if not _ENV_KEY_RE.match(key):
+        raise ValueError("is not a valid environment variable name (letters, digits and '_')")
+    if key == "TF_CONFIG" or key.startswith("CLOUDTRAIN_"):
+        raise ValueError("is reserved: cloudtrain sets TF_CONFIG and CLOUDTRAIN_* itself")
+    return key
+
+
+def _count_problem(strategy: str, field: str, value: int | None) -> str | None:
+    """What is wrong with a role count (chief, workers, ps, evaluator) for the strategy, if any."""
+    single, ps = strategy in SINGLE_NODE_STRATEGIES, strategy == "parameter_server"
+    if field == "chief" and ps and value == 0:
+        return "must be 1 or unset for strategy 'parameter_server' (it always has a chief)"
+    if field == "chief" and single and value:
+        return f"must be 0 or unset for strategy {strategy!r} (its single node is the chief)"
+    if field == "workers" and single and value != 1:
+        return f"must be 1 for strategy {strategy!r} (got {value}; use multi_worker_mirrored)"
+    if field == "ps" and ps and (value or 0) < 1:
+        return f"strategy 'parameter_server' needs at least 1 (got {value})"
+    if field == "ps" and not ps and value:
+        return f"must be 0 for strategy {strategy!r} (only parameter_server uses ps nodes)"
+    if field == "evaluator" and single and value:
+        return f"must be 0 for strategy {strategy!r}, a single node without an evaluator"
+    return None
+
+
+EnvKey = Annotated[str, AfterValidator(_check_env_key)]
+
+
+class ClusterSpec(BaseModel):
+    """The nodes of the job: the distribution strategy, role counts and the machine to use."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    strategy: Strategy = Field("multi_worker_mirrored", description="tf.distribute strategy")
+    chief: int | None = Field(None, ge=0, le=1, validate_default=True, description="0 or 1")
+    workers: int = Field(1, ge=1, description="worker nodes (exactly 1 for single-node strategies)")
+    ps: int = Field(0, ge=0, validate_default=True, description="parameter servers")
+    evaluator: int = Field(0, ge=0, le=1, description="0 or 1 side-car evaluator node")
+    accelerator: str | None = Field(None, description="GPU per node: 'V100' or 'V100:2'")
+    instance_type: str | None = Field(None, min_length=1, description="force a machine type")
+    spot: bool = Field(False, description="use spot/preemptible capacity")
+    port: int = Field(2222, ge=1024, le=65000, description="first TensorFlow port")
+    disk_gb: int = Field(100, ge=10, le=4096, description="boot disk size per node")
+    image: str | None = Field(None, min_length=1, description="force a VM image")
+    ssh: bool = Field(False, description="open SSH to the nodes")
+
+    @field_validator("chief", "workers", "ps", "evaluator")
+    @classmethod
+    def _check_counts(cls, value: int | None, info: ValidationInfo) -> int | None:
+        strategy = info.data.get("strategy")  # absent when invalid: that error is reported
+        problem = _count_problem(strategy, info.field_name or "", value) if strategy else None
+        if problem:
+            raise ValueError(problem)
+        if info.field_name == "chief" and strategy:
+            return 1 if strategy == "parameter_server" else (value or 0)
+        return value
+
+    @field_validator("accelerator")
+    @classmethod
+    def _check_accelerator(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        m = _ACCELERATOR_RE.match(value)
+        if not m:
+            raise ValueError(f"must look like 'V100' or 'V100:2' (got {_show(value)})")
+        if m["count"] is not None and not 1 <= int(m["count"]) <= 16:
+            raise ValueError(f"count must be 1 to 16 (got {_show(value)})")
+        return value
+
+    @model_validator(mode="after")
+    def _check_total(self) -> ClusterSpec:
+        total = self.total_nodes()
+        if total > MAX_NODES:
+            parts = ", ".join(f"{n} {role}" for role, n in self.roles().items())
+            raise ValueError(f"at most {MAX_NODES} nodes in total (got {total}: {parts})")
+        return self
+
+    @property
+    def accelerator_name(self) -> str | None:
+        """The GPU model ('V100' of 'V100:2'), or None when no accelerator is asked for."""
+        return self.accelerator.split(":", 1)[0] if self.accelerator else None
+
+    @property
+    def accelerator_count(self) -> int:
+        """GPUs per node (2 of 'V100:2', 1 of 'V100'); 0 when no accelerator is asked for."""
+        if not self.accelerator:
+            return 0
+        _, _, count = self.accelerator.partition(":")
+        return int(count) if count else 1
+
+    def roles(self) -> dict[str, int]:
+        """Node count per role, in the order chief, worker, ps, evaluator; only counts > 0."""
+        if self.strategy in SINGLE_NODE_STRATEGIES:
+            return {"chief": 1}
+        chief = 1 if self.strategy == "parameter_server" else (self.chief or 0)
+        counts = zip(ROLES, (chief, self.workers, self.ps, self.evaluator), strict=True)
+        return {role: n for role, n in counts if n > 0}
+
+    def total_nodes(self) -> int:
+        """How many nodes the job runs on (the sum of `roles()`)."""
+        return sum(self.roles().values())
+
+
+class JobSpec(BaseModel):
+    """A training job: where it runs, on which nodes, what it runs, and its limits."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    name: str = Field(description="job name, used in cloud resource names")
+    provider: ProviderName = Field("local", description="where to run")
+    region: str | None = Field(None, pattern=_PLACE, description="default: the cheapest")
+    zone: str | None = Field(None, pattern=_PLACE, description="a zone of the region")
+    cluster: ClusterSpec = Field(default_factory=ClusterSpec)
+    workdir: str = Field(".", description="folder shipped to each node, relative to the spec")
+    setup: str = Field("", description="shell run on each node before the entrypoint")
+    entrypoint: str = Field(description="shell command run in the workdir on each node")
+    env: dict[EnvKey, str] = Field(default_factory=dict, description="extra environment")
+    checkpoint: str | None = Field(None, description="storage URI for checkpoints")
+    max_hours: float = Field(1.0, gt=0, le=168, description="wall-clock limit of the run")
+    max_cost_usd: float | None = Field(None, gt=0, allow_inf_nan=False, description="cost cap")
+    teardown: Literal["always", "keep-on-failure"] = Field("always", description="when to delete")
+    max_restarts: int = Field(2, ge=0, le=20, description="restarts after a failure/preemption")
+
+    _source_path: Path | None = PrivateAttr(None)
+    _source_dir: Path = PrivateAttr(default_factory=Path.cwd)
+    _filename: str = PrivateAttr("<spec>")
+    _lines: dict[Loc, int] = PrivateAttr(default_factory=dict)
+
+    @field_validator("name", "entrypoint")
+    @classmethod
+    def _check_text(cls, value: str, info: ValidationInfo) -> str:
+        if info.field_name == "entrypoint" and not value.strip():
+            raise ValueError("must not be empty")
+        if info.field_name == "name" and (not _NAME_RE.match(value) or value.endswith("-")):
+            raise ValueError(
+                "must be 1-30 lowercase letters, digits or '-', start with a letter and"
+                f" not end with '-' (got {_show(value)})"
+            )
+        return value
+
+    @field_validator("workdir")
+    @classmethod
+    def _check_workdir(cls, value: str, info: ValidationInfo) -> str:
+        base = (info.context or {}).get("base_dir") or Path.cwd()
+        path = (Path(base) / Path(value).expanduser()).resolve()
+        if not path.exists():
+            raise ValueError(f"folder does not exist: {path}")
+        if not path.is_dir():
+            raise ValueError(f"is not a folder: {path}")
+        return value
+
+    @field_validator("checkpoint")
+    @classmethod
+    def _check_checkpoint(cls, value: str | None, info: ValidationInfo) -> str | None:
+        m, got = _URI_RE.match(value or ""), _show(value)
+        if value is not None and (not m or m["scheme"] not in PROVIDER_SCHEMES.values()):
+            raise ValueError(f"must be a file://, s3://, gs:// or az:// URI (got {got})")
+        provider = info.data.get("provider")
+        scheme = PROVIDER_SCHEMES.get(provider or "local")
+        if m and provider not in (None, "local") and m["scheme"] != scheme:
+            raise ValueError(
+                f"provider {provider!r} keeps checkpoints at {scheme}:// URIs (got {got})"
+            )
+        return value
+
+    @property
+    def source_path(self) -> Path | None:
+        """The spec file this was loaded from (absolute), or None when loaded from text."""
+        return self._source_path
+
+    @property
+    def source_dir(self) -> Path:
+        """The folder relative paths are resolved against: the spec file's, else the cwd."""
+        return self._source_dir
+
+    def workdir_path(self) -> Path:
+        """The workdir as a resolved absolute path."""
+        return (self._source_dir / Path(self.workdir).expanduser()).resolve()
+
+    def with_overrides(
+        self, provider: str | None = None, region: str | None = None, zone: str | None = None
+    ) -> JobSpec:
+        """A validated copy with the given values replaced (None keeps the spec's value).
+
+        Changing the provider also clears region and zone, and changing the region clears the
+        zone, unless they are given too: a region of one cloud means nothing to another.
+        Raises SpecError naming the field."""
+        updates: dict[str, Any] = {}
+        if provider is not None and provider != self.provider:
+            updates.update(provider=provider, region=None, zone=None)
+        if region is not None and region != updates.get("region", self.region):
+            updates.update(region=region, zone=None)
+        if zone is not None:
+            updates["zone"] = zone
+        if not updates:
+            return self.model_copy(deep=True)
+        data = self.model_dump() | updates
+        given = {"provider": provider, "region": region, "zone": zone}
+        overridden = frozenset(k for k, v in given.items() if v is not None)
+        spec = _validate(data, self._filename, self._lines, self._source_dir, overridden)
+        spec._source_path = self._source_path
+        return spec
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema of JobSpec (what `cloudtrain schema` prints)."""
+    return JobSpec.model_json_schema()
+
+
+def load_spec(path: str | Path) -> JobSpec:
+    """Read and validate a YAML spec file. Raises SpecError (`FILE:LINE: FIELD: problem`)."""
+    shown = str(path)
+    file = Path(path)
+    try:
+        st = file.stat()
+    except FileNotFoundError:
+        raise SpecError(f"{shown}: no such file") from None
+    except OSError as exc:
+        raise SpecError(f"{shown}: cannot read the spec ({exc.strerror or exc})") from None
+    if not stat.S_ISREG(st.st_mode):
+        kind = "a folder" if stat.S_ISDIR(st.st_mode) else "a special file"
+        raise SpecError(f"{shown}: is {kind}, not a spec file")
+    try:
+        with file.open("rb") as fh:
+            raw = fh.read(MAX_SPEC_BYTES + 1)
+    except OSError as exc:
+        raise SpecError(f"{shown}: cannot read the spec ({exc.strerror or exc})") from None
+    if len(raw) > MAX_SPEC_BYTES:  # read at most this much, whatever stat said
+        raise SpecError(f"{shown}: too large (a spec may be at most 1 MiB)")
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise SpecError(f"{shown}:{line}: the spec is not UTF-8 text") from None
+    spec = load_spec_text(text, filename=shown, base_dir=file.absolute().parent)
+    spec._source_path = file.absolute()
+    return spec
+
+
+def load_spec_text(text: str, filename: str = "<string>", base_dir: Path | None = None) -> JobSpec:
+    """Validate a YAML spec given as text; relative paths resolve against `base_dir` (or the cwd).
+
+    `filename` is only used in error messages. Raises SpecError."""
+    if len(text.encode("utf-8", "surrogatepass")) > MAX_SPEC_BYTES:
+        raise SpecError(f"{filename}: too large (a spec may be at most 1 MiB)")
+    data, lines = _parse_yaml(text, filename)
+    return _validate(data, filename, lines, Path(base_dir or Path.cwd()).absolute(), frozenset())
+
+
+def _validate(
+    data: Any, filename: str, lines: Mapping[Loc, int], base_dir: Path, overridden: frozenset[str]
+) -> JobSpec:
+    try:
+        spec = JobSpec.model_validate(data, context={"base_dir": base_dir})
+    except ValidationError as exc:
+        raise _spec_error(exc, filename, lines, overridden) from exc
+    spec._source_dir = base_dir
+    spec._filename = filename
+    spec._lines = dict(lines)
+    return spec
+
+
+# --- YAML: text -> plain data plus the line of every key ---------------------------------------
+
+_TAG = "tag:yaml.org,2002:"
+_SCALAR_TAGS = frozenset(_TAG + t for t in ("null", "bool", "int", "float", "str", "timestamp"))
+_TEXT_TAGS = frozenset({_TAG + "value", _TAG + "merge"})  # the odd implicit tags of '=' and '<<'
+
+
+class _Refused(Exception):
+    """Raised while composing, for input refused outright; args: (mark, message)."""
+
+
+class _SpecLoader(yaml.SafeLoader):
+    """SafeLoader that refuses anchors and aliases while composing (before anything expands)."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
+            raise _Refused(event.start_mark, "YAML anchors and aliases are not allowed")
+        return super().compose_node(parent, index)
+
+
+def _parse_yaml(text: str, filename: str) -> tuple[Any, dict[Loc, int]]:
+    """Parse `text` into plain data and a map from key path to 1-based line. Raises SpecError."""
+    loader: _SpecLoader | None = None
+    try:
+        loader = _SpecLoader(text)
+        root = loader.get_single_node()
+        if root is None:
+            raise SpecError(f"{filename}: the spec is empty; it needs at least name and entrypoint")
+        if not isinstance(root, yaml.MappingNode):
+            got = "a list" if isinstance(root, yaml.SequenceNode) else _show(root.value)
+            line = root.start_mark.line + 1
+            raise SpecError(f"{filename}:{line}: the spec must be a mapping of fields (got {got})")
+        return _build(loader, root, filename)
+    except _Refused as exc:
+        raise SpecError(f"{filename}:{exc.args[0].line + 1}: {exc.args[1]}") from None
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"{filename}:{mark.line + 1}" if mark else filename
+        what = ", ".join(p for p in (exc.context, exc.problem) if p)
+        raise SpecError(f"{where}: invalid YAML: {_one_line(what)}") from None
+    except yaml.YAMLError as exc:  # a ReaderError: a control character at `position`
+        line = text.count("\n", 0, getattr(exc, "position", 0)) + 1
+        what = str(exc).partition("\n")[0]
+        raise SpecError(f"{filename}:{line}: invalid YAML: {what}") from None
+    except RecursionError:
+        raise SpecError(f"{filename}: the spec is nested too deeply") from None
+    finally:
+        if loader is not None:
+            loader.dispose()
+
+
+def _build(loader: yaml.SafeLoader, root: yaml.Node, filename: str) -> tuple[Any, dict[Loc, int]]:
+    """Turn a composed node tree into dicts/lists/scalars, recording each key's 1-based line."""
+    lines: dict[Loc, int] = {}
+
+    def fail(node: yaml.Node, path: Loc, message: str) -> SpecError:
+        field = f" {_path_text(path)}:" if path else ""
+        return SpecError(f"{filename}:{node.start_mark.line + 1}:{field} {message}")
+
+    def check_tag(node: yaml.Node, allowed: frozenset[str], path: Loc) -> None:
+        if node.tag not in allowed:
+            raise fail(node, path, f"YAML tag {node.tag.replace(_TAG, '!!')!r} is not allowed")
+
+    def build(node: yaml.Node, path: Loc, depth: int) -> Any:
+        if depth > MAX_DEPTH:
+            raise fail(node, path, "nested too deeply")
+        if isinstance(node, yaml.MappingNode):
+            check_tag(node, frozenset({_TAG + "map"}), path)
+            out: dict[str, Any] = {}
+            for key_node, value_node in node.value:
+                if not isinstance(key_node, yaml.ScalarNode):
+                    raise fail(key_node, path, "keys must be plain names, not lists/mappings")
+                key = str(key_node.value)
+                here = (*path, key)
+                if key in out:
+                    raise fail(key_node, here, f"duplicate key (first at line {lines[here]})")
+                lines[here] = key_node.start_mark.line + 1
+                out[key] = build(value_node, here, depth + 1)
+            return out
+        if isinstance(node, yaml.SequenceNode):
+            check_tag(node, frozenset({_TAG + "seq"}), path)
+            items: list[Any] = []
+            for index, item in enumerate(node.value):
+                lines[(*path, index)] = item.start_mark.line + 1
+                items.append(build(item, (*path, index), depth + 1))
+            return items
+        if node.tag in _TEXT_TAGS:
+            return str(node.value)
+        check_tag(node, _SCALAR_TAGS, path)
+        try:
+            return loader.construct_object(node, deep=True)
+        except (yaml.YAMLError, ValueError, TypeError):
+            raise fail(node, path, f"cannot read {_show(node.value)} as a value") from None
+
+    return build(root, (), 0), lines
+
+
+# --- pydantic errors -> one line -------------------------------------------------------------
+
+
+def _spec_error(
+    exc: ValidationError, filename: str, lines: Mapping[Loc, int], overridden: frozenset[str]
+) -> SpecError:
+    """The first error by line as `FILE:LINE: PATH: problem`, plus how many more and where."""
+    found: list[tuple[int, str, str]] = []  # (line, or 0 when there is none; path; problem)
+    for err in exc.errors(include_url=False):
+        loc = tuple(p for p in err["loc"] if p != "[key]")
+        from_file = bool(lines) and not (loc and loc[0] in overridden)  # else: no line to show
+        line = _line_of(loc, lines) if from_file else 0
+        found.append((line, _path_text(loc), _describe(err, loc)))
+    found.sort(key=lambda f: f[0])
+    line, path, problem = found[0]
+    text = f"{filename}:{line}" if line else filename
+    text += f": {path}: {problem}" if path else f": {problem}"
+    rest = list(dict.fromkeys(p or "spec" for _, p, _ in found[1:]))
+    if rest:
+        text += f" (+{len(rest)} more: {', '.join(rest)})"
+    return SpecError(text)
+
+
+def _line_of(loc: Loc, lines: Mapping[Loc, int]) -> int:
+    """The line of the deepest key of `loc` that the file has (a missing key: its parent's)."""
+    for end in range(len(loc), 0, -1):
+        if loc[:end] in lines:
+            return lines[loc[:end]]
+    return 1  # a top-level field: the document
+
+
+def _path_text(loc: Loc) -> str:
+    return ".".join(map(str, loc))  # cluster.workers, env.KEY; list items as .0, .1
+
+
+def _model_at(loc: Loc) -> type[BaseModel]:
+    """The model that holds the field at the end of `loc`."""
+    return ClusterSpec if len(loc) > 1 and loc[0] == "cluster" else JobSpec
+
+
+_TEMPLATES = {  # pydantic error type -> plain words
+    "int_type": "must be a whole number (got {got})",
+    "float_type": "must be a number (got {got})",
+    "bool_type": "must be true or false (got {got})",
+    "dict_type": "must be a mapping (got {got})",
+    "model_type": "must be a mapping (got {got})",
+    "model_attributes_type": "must be a mapping (got {got})",
+    "finite_number": "must be a finite number (got {got})",
+    "string_too_short": "must not be empty",
+    "string_pattern_mismatch": "must be letters, digits and '-' only (got {got})",
+    "greater_than_equal": "must be at least {ge} (got {got})",
+    "less_than_equal": "must be at most {le} (got {got})",
+    "greater_than": "must be more than {gt} (got {got})",
+    "less_than": "must be less than {lt} (got {got})",
+}
+
+
+def _describe(err: ErrorDetails, loc: Loc) -> str:
+    """The error in plain words, with the offending value."""
+    kind, ctx, value = err["type"], err.get("ctx") or {}, err.get("input")
+    got = _show(value)
+    if kind == "missing":
+        return "is required"
+    if kind == "extra_forbidden":
+        return _unknown_field(loc)
+    if kind == "value_error":
+        return _one_line(str(ctx.get("error", err["msg"])))
+    template = _TEMPLATES.get(kind)
+    if template:
+        nums = {k: f"{v:g}" for k, v in ctx.items() if isinstance(v, int | float)}
+        return template.format(got=got, **nums)
+    if kind == "string_type":
+        quote = "; quote it" if isinstance(value, int | float | date) else ""
+        return f"must be a string (got {got}){quote}"
+    if kind == "literal_error":
+        field = _model_at(loc).model_fields.get(str(loc[-1]))
+        allowed = get_args(field.annotation) if field else (ctx.get("expected", ""),)
+        return f"must be one of: {', '.join(map(str, allowed))} (got {got})"
+    msg = _one_line(err["msg"])
+    return msg[:1].lower() + msg[1:]
+
+
+def _unknown_field(loc: Loc) -> str:
+    model, key = _model_at(loc), str(loc[-1])
+    if model is JobSpec and key in ClusterSpec.model_fields:
+        return f"unknown field; did you mean 'cluster.{key}'?"
+    close = difflib.get_close_matches(key, list(model.model_fields), n=1)
+    return f"unknown field; did you mean {close[0]!r}?" if close else "unknown field"
+
+
+def _show(value: Any) -> str:
+    """A value as the user wrote it, shortened: 'text', 3, true, null, a list, a mapping."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return repr(value if len(value) <= 40 else value[:37] + "...")
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list | tuple):
+        return "a list"
+    if isinstance(value, date):
+        return value.isoformat()
+    return repr(value)
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
