@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 
 PRESIGN_TTL_S = 3600
 RESTARTABLE_REASONS = frozenset({"rendezvous timeout"})
+FINAL_STATES = frozenset({"succeeded", "failed", "stopped"})
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,7 @@ class RunOptions:
     rendezvous_timeout_s: float = 600.0
     stop_grace_s: float = 30.0
     failure_grace_s: float = 5.0
+    settle_s: float = 10.0
     linger_s: float = 3600.0
 
     @classmethod
@@ -63,6 +65,7 @@ class RunOptions:
                 rendezvous_timeout_s=120.0,
                 stop_grace_s=20.0,
                 failure_grace_s=3.0,
+                settle_s=3.0,
             )
         base.update(overrides)
         return cls(**base)
@@ -418,6 +421,7 @@ class Orchestrator:
             chief_status = statuses.get(chief, {})
             if chief_status.get("state") == "succeeded":
                 self.job_end = now
+                self._settle(reader)
                 return "succeeded", f"{chief} finished"
             failed = {k: v for k, v in statuses.items() if v.get("state") == "failed"}
             restartable = lost + [
@@ -442,6 +446,23 @@ class Orchestrator:
             if budget is not None and self.view.cost_usd >= budget * 0.95:
                 raise _Stop("budget_exceeded", f"cost ${self.view.cost_usd:.2f} reached the budget")
             time.sleep(opts.poll_s)
+
+    def _settle(self, reader: RunReader) -> None:
+        """After the chief's success, give the other agents `settle_s` to report their end
+        (parameter servers and evaluators end themselves once they see the chief is done)."""
+        end = time.time() + self.options.settle_s
+        while time.time() < end:
+            snap = reader.poll()
+            for node, line in snap.new_lines:
+                self.observer.log_line(node, line)
+            final = {
+                k
+                for k, v in snap.statuses.items()
+                if v.get("attempt") == self.attempt and v.get("state") in FINAL_STATES
+            }
+            if len(final) >= len(self.view.nodes):
+                return
+            time.sleep(0.2)
 
     def _chief_name(self) -> str:
         roles = self.plan.roles()

@@ -408,7 +408,12 @@ class Agent:
             self.write_status("failed", exit_code=rc, signal=sig, reason=reason)
 
     def stop(self, why: str) -> None:
-        """Flush a checkpoint and stop: the training gets a grace period, then SIGKILL."""
+        """Flush a checkpoint and stop: the training gets a grace period, then SIGKILL.
+        A node that already reported a final state keeps it (teardown must not rewrite it)."""
+        if self.child is None and self.state in FINAL_STATES:
+            self.say(f"stopping ({why}) after a final state of {self.state}")
+            self.logs.flush()
+            return
         self.say(f"stop requested ({why}): flushing checkpoints")
         if self.is_chief:
             self.sync_checkpoints()

@@ -1,0 +1,117 @@
+"""Helpers for end-to-end runs: the real `cloudtrain` CLI in a subprocess, its own CLOUDTRAIN_HOME,
+an example job copied into a temp folder with a tweakable entrypoint, and leak checks."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+from cloudtrain.ledger import Ledger
+from cloudtrain.providers.local import session_pids
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "jobs" / "examples"
+RUN_ID_RE = re.compile(r"cloudtrain run (\S+) on ")
+
+
+@dataclass
+class Env:
+    """One test's cloudtrain world."""
+
+    home: Path
+    env: dict[str, str]
+
+    @property
+    def bucket(self) -> Path:
+        return self.home / "buckets" / "local" / "cloudtrain" / "runs"
+
+    def ledger(self) -> Ledger:
+        return Ledger(self.home / "ledger.db")
+
+    def job(self, example: str, entrypoint: str | None = None, **fields: object) -> Path:
+        """Copy an example into the home and rewrite its job.yaml fields."""
+        dest = self.home / "jobs" / example
+        shutil.copytree(EXAMPLES / example, dest, dirs_exist_ok=True)
+        spec = yaml.safe_load((dest / "job.yaml").read_text())
+        if entrypoint:
+            spec["entrypoint"] = entrypoint
+        spec.update(fields)
+        (dest / "job.yaml").write_text(yaml.safe_dump(spec))
+        return dest / "job.yaml"
+
+    def cli(self, *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+        """Run `cloudtrain ARGS` to completion."""
+        return subprocess.run(
+            [sys.executable, "-m", "cloudtrain.cli", *args],
+            env=self.env, capture_output=True, text=True, timeout=timeout,
+        )
+
+    def start(self, *args: str) -> subprocess.Popen[str]:
+        """Start `cloudtrain ARGS` in the background (output to a file: read with `output`)."""
+        log = open(self.home / "cli.log", "w")  # noqa: SIM115 - owned by the child
+        return subprocess.Popen(
+            [sys.executable, "-m", "cloudtrain.cli", *args],
+            env=self.env, stdout=log, stderr=subprocess.STDOUT, text=True,
+        )
+
+    def output(self) -> str:
+        return (self.home / "cli.log").read_text(errors="replace")
+
+    def wait_for(self, pattern: str, timeout: float = 120) -> re.Match[str]:
+        """Wait until the background CLI's output matches `pattern`."""
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            m = re.search(pattern, self.output(), re.M)
+            if m:
+                return m
+            time.sleep(0.2)
+        raise AssertionError(f"{pattern!r} not seen in time; output:\n{self.output()[-4000:]}")
+
+    def run_ids(self) -> list[str]:
+        return [r.run_id for r in self.ledger().list_runs()]
+
+    def live_processes(self) -> list[int]:
+        """Every process of every local node this home ever started."""
+        pids: list[int] = []
+        for meta in self.home.glob("local/runs/*/nodes/*/node.json"):
+            pids += session_pids(int(json.loads(meta.read_text())["pid"]))
+        return pids
+
+    def heartbeat(self, run_id: str, node: str) -> dict[str, object]:
+        return json.loads((self.bucket / run_id / "heartbeat" / f"{node}.json").read_text())
+
+
+def assert_clean(env: Env, run_id: str) -> None:
+    """The ledger shows every resource deleted and no process of the run is left."""
+    ledger = env.ledger()
+    resources = ledger.resources(run_id)
+    assert resources, "the ledger recorded no resource"
+    assert all(r.state == "deleted" for r in resources), [(r.resource_id, r.state) for r in resources]
+    assert env.live_processes() == []
+    assert ledger.get_run(run_id).status == "done"  # type: ignore[union-attr]
+
+
+@pytest.fixture
+def ct(tmp_path: Path) -> Iterator[Env]:
+    home = tmp_path / "home"
+    home.mkdir()
+    env = dict(os.environ, CLOUDTRAIN_HOME=str(home), COLUMNS="200")
+    env.pop("CLOUDTRAIN_FAULTS", None)
+    world = Env(home, env)
+    yield world
+    for pid in world.live_processes():  # never leave a process behind, even on failure
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass

@@ -1,0 +1,110 @@
+"""The whole pipeline on the local provider with real distributed TensorFlow: success, parameter
+servers, a killed worker that resumes, Ctrl-C, and a crashed controller cleaned up by `down`."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import time
+
+import pytest
+
+from tests.e2e.conftest import Env, assert_clean
+
+pytestmark = pytest.mark.e2e
+
+
+def _files(path: object) -> list[str]:
+    from pathlib import Path
+
+    root = Path(str(path))
+    return [p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()]
+
+
+def test_multiworker_succeeds_and_leaves_nothing(ct: Env) -> None:
+    job = ct.job("digits-multiworker", "python train.py --epochs 2")
+    proc = ct.cli("run", str(job))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (run_id,) = ct.run_ids()
+    assert f"run {run_id}: succeeded" in proc.stdout
+    prefix = ct.bucket / run_id
+    assert any(f.endswith(".index") for f in _files(prefix / "checkpoints")), "no checkpoint"
+    assert "saved_model/saved_model.pb" in _files(prefix / "model")
+    logs = "".join(p.read_text() for p in sorted((prefix / "logs" / "worker-1").glob("*.log")))
+    assert "cloudtrain: epoch 2/2 done" in logs
+    assert_clean(ct, run_id)
+
+
+def test_parameter_server_job_ends_its_servers(ct: Env) -> None:
+    job = ct.job("digits-ps", "python train.py --epochs 2")
+    proc = ct.cli("run", str(job))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (run_id,) = ct.run_ids()
+    statuses = {p.stem: p.read_text() for p in (ct.bucket / run_id / "status").glob("*.json")}
+    assert set(statuses) == {"chief-0", "worker-0", "worker-1", "ps-0"}
+    for node in ("worker-0", "worker-1", "ps-0"):
+        assert "chief finished" in statuses[node], statuses[node]
+    assert_clean(ct, run_id)
+
+
+def test_killed_worker_resumes_from_the_synced_checkpoint(ct: Env) -> None:
+    job = ct.job("digits-multiworker", "python train.py --epochs 4 --epoch-seconds 2")
+    cli = ct.start("run", str(job))
+    try:
+        ct.wait_for(r"^\[worker-1\] cloudtrain: epoch 1/4 done")
+        (run_id,) = ct.run_ids()
+        pid = int(ct.heartbeat(run_id, "worker-1")["pid"])  # type: ignore[call-overload]
+        os.killpg(pid, signal.SIGKILL)  # the training process of worker 1 dies
+        assert cli.wait(timeout=240) == 0, ct.output()[-4000:]
+    finally:
+        cli.kill()
+    out = ct.output()
+    assert "restart 1/2: attempt 2" in out
+    resumed = re.findall(r"^\[(worker-\d)\] cloudtrain: resumed at epoch (\d)", out, re.M)
+    assert {node for node, _ in resumed} == {"worker-0", "worker-1"}, out[-4000:]
+    assert len({epoch for _, epoch in resumed}) == 1 and int(resumed[0][1]) >= 2
+    for node in ("worker-0", "worker-1"):
+        assert re.search(rf"^\[{node}\] === cloudtrain attempt 2", out, re.M)
+        assert re.search(rf"^\[{node}\] cloudtrain: epoch 4/4 done", out, re.M)
+    assert ct.ledger().get_run(run_id).outcome == "succeeded"  # type: ignore[union-attr]
+    assert_clean(ct, run_id)
+
+
+def test_ctrl_c_flushes_a_checkpoint_and_tears_down(ct: Env) -> None:
+    job = ct.job("digits-multiworker", "python train.py --epochs 20 --epoch-seconds 2")
+    cli = ct.start("run", str(job))
+    try:
+        ct.wait_for(r"^\[worker-0\] cloudtrain: epoch 1/20 done")
+        cli.send_signal(signal.SIGINT)
+        code = cli.wait(timeout=120)
+    finally:
+        cli.kill()
+    out = ct.output()
+    assert code != 0
+    (run_id,) = ct.run_ids()
+    assert (ct.bucket / run_id / "control" / "stop").exists()
+    assert "[worker-0] cloudtrain-agent[worker-0]: final checkpoint flushed" in out, out[-3000:]
+    assert any(f.endswith(".index") for f in _files(ct.bucket / run_id / "checkpoints"))
+    assert ct.ledger().get_run(run_id).outcome == "interrupted"  # type: ignore[union-attr]
+    assert_clean(ct, run_id)
+
+
+def test_crashed_controller_is_cleaned_up_by_down(ct: Env) -> None:
+    job = ct.job("digits-multiworker", "python train.py --epochs 20 --epoch-seconds 2")
+    cli = ct.start("run", str(job))
+    try:
+        ct.wait_for(r"^\[worker-0\] Epoch 1/20")
+        cli.send_signal(signal.SIGKILL)
+        cli.wait(timeout=30)
+    finally:
+        cli.kill()
+    (run_id,) = ct.run_ids()
+    time.sleep(1)
+    assert ct.live_processes(), "the nodes should outlive a crashed controller"
+    proc = ct.cli("down", run_id)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "nothing of it is left" in proc.stdout
+    assert_clean(ct, run_id)
+    again = ct.cli("down", run_id)  # idempotent
+    assert again.returncode == 0, again.stdout + again.stderr
