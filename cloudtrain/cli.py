@@ -217,9 +217,7 @@ def logs(
     reader = RunReader(prov.store(rec.store_uri), rec.run_id)
     out = sys.stdout
     if bootstrap:
-        snap = reader.poll()
-        names = sorted(set(snap.statuses) | set(snap.heartbeats)) or ([node] if node else [])
-        for name in names:
+        for name in reader.bootstrap_nodes():
             if node is None or name == node:
                 out.write(f"== {name} ==\n{reader.bootstrap_log(name)}")
         return

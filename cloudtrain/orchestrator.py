@@ -416,6 +416,7 @@ class Orchestrator:
             if now - last_list >= opts.list_nodes_s:
                 last_list = now
                 lost = self._lost_nodes(snap, attempt_started)
+            self._check_bootstrap(snap)
             self._refresh_view(snap)
             statuses = {k: v for k, v in snap.statuses.items() if v.get("attempt") == self.attempt}
             chief_status = statuses.get(chief, {})
@@ -489,6 +490,17 @@ class Orchestrator:
             elif now - float(beat.get("time", 0)) > opts.heartbeat_timeout_s:
                 lost.append(short)
         return lost
+
+    def _check_bootstrap(self, snap: Snapshot) -> None:
+        """A node whose startup script failed is not restarted (it would fail the same way):
+        the run ends at once with the script's own reason. Raises _Stop."""
+        for short, reason in sorted(snap.bootstrap_failures.items()):
+            self.job_end = time.time()
+            raise _Stop(
+                "failed",
+                f"{short} failed to bootstrap: {reason} "
+                f"(`cloudtrain logs {self.run_id} --bootstrap` has the whole log)",
+            )
 
     def _restart(self, restartable: list[str], lost: list[str], reader: RunReader) -> None:
         """Recreate lost nodes and move every agent to the next attempt (they resume from

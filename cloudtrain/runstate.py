@@ -28,6 +28,7 @@ class Snapshot:
     heartbeats: dict[str, dict[str, Any]] = field(default_factory=dict)
     new_lines: list[tuple[str, str]] = field(default_factory=list)
     stop_requested: bool = False
+    bootstrap_failures: dict[str, str] = field(default_factory=dict)  # node -> the FAILED reason
 
 
 class RunReader:
@@ -67,6 +68,16 @@ class RunReader:
                 node = rel.split("/", 1)[1].removesuffix(".json")
                 target = snap.statuses if rel.startswith("status/") else snap.heartbeats
                 target[node] = body
+            elif rel.startswith("bootstrap/") and rel.endswith(".log"):
+                if self._seen.get(obj.key) == sig:
+                    continue
+                self._seen[obj.key] = sig
+                node = rel.split("/", 1)[1].removesuffix(".log")
+                failed = [ln for ln in self.bootstrap_log(node).splitlines() if "FAILED:" in ln]
+                if failed:
+                    snap.bootstrap_failures[node] = failed[-1].split("FAILED:", 1)[1].strip()
+                else:
+                    snap.bootstrap_failures.pop(node, None)
             elif rel.startswith("logs/") and rel.endswith(".log") and obj.key not in self._log_done:
                 parts = rel.split("/")
                 if len(parts) != 3:
@@ -78,6 +89,11 @@ class RunReader:
                 self._log_done.add(obj.key)
                 snap.new_lines.extend((parts[1], line) for line in text.splitlines())
         return snap
+
+    def bootstrap_nodes(self) -> list[str]:
+        """The nodes that uploaded a bootstrap log, sorted."""
+        base = f"{self.prefix}bootstrap/"
+        return sorted(o.key[len(base) :].removesuffix(".log") for o in self.store.list(base))
 
     def bootstrap_log(self, node: str) -> str:
         """The node's bootstrap log, uploaded by its startup script ('' if none yet)."""

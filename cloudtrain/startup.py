@@ -6,7 +6,7 @@ a spec can inject shell. Secrets never go in: the script carries only URLs that 
 
 from __future__ import annotations
 
-import shlex
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -14,6 +14,7 @@ from importlib import resources
 
 from cloudtrain.providers.base import StartupBlocks
 
+_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 TF_VERSION = "2.21.0"
 TF_KERAS_VERSION = "2.21.0"
 
@@ -37,6 +38,11 @@ class StartupParams:
     env: Mapping[str, str] = field(default_factory=dict)
 
 
+def quote(value: object) -> str:
+    """Single-quote for bash, always (a bare word like `ps` reads as a command to shellcheck)."""
+    return "'" + str(value).replace("'", "'\"'\"'") + "'"
+
+
 @lru_cache(maxsize=1)
 def _template():  # type: ignore[no-untyped-def]
     import jinja2
@@ -44,14 +50,19 @@ def _template():  # type: ignore[no-untyped-def]
     env = jinja2.Environment(
         undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False
     )
-    env.filters["q"] = lambda v: shlex.quote(str(v))
+    env.filters["q"] = quote
+    env.filters["oneline"] = lambda v: " ".join(str(v).split())
     text = resources.files("cloudtrain.jobs").joinpath("startup.sh.j2").read_text()
     return env.from_string(text)
 
 
 def render_startup(params: StartupParams, blocks: StartupBlocks) -> str:
-    """The bash script for one node. Deterministic for the same inputs."""
+    """The bash script for one node. Deterministic for the same inputs. Raises ValueError for
+    an environment variable name that is not a shell identifier."""
     env = {**dict(blocks.env), **dict(params.env)}
+    bad = [key for key in env if not _ENV_KEY.match(key)]
+    if bad:
+        raise ValueError(f"invalid environment variable name(s): {', '.join(map(repr, bad))}")
     return str(
         _template().render(
             run_id=params.run_id,

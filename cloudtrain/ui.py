@@ -7,6 +7,7 @@ only when something changes. Imports rich only; never TensorFlow or a cloud SDK.
 
 from __future__ import annotations
 
+import re
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +20,7 @@ if TYPE_CHECKING:
     from cloudtrain.orchestrator import RunResult, RunView
     from cloudtrain.plan import Plan
 
+_NATIVE_LOG = re.compile(r"^(?:[IWE]\d{4} |WARNING: All log messages before absl)")
 _STATE_STYLE = {
     "succeeded": "green",
     "running": "cyan",
@@ -125,7 +127,8 @@ class ConsoleObserver:
     def log_line(self, node: str, line: str) -> None:
         """One line of a node's output."""
         if self.show_logs:
-            text = Text(f"[{node}] ", style="blue") + Text(line)
+            style = "dim" if _NATIVE_LOG.match(line) else ""
+            text = Text(f"[{node}] ", style="blue") + Text(line, style=style)
             self.console.print(text, highlight=False, soft_wrap=True)
 
     def update(self, view: RunView) -> None:

@@ -3,6 +3,7 @@ an example job copied into a temp folder with a tweakable entrypoint, and leak c
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -54,7 +55,10 @@ class Env:
         """Run `cloudtrain ARGS` to completion."""
         return subprocess.run(
             [sys.executable, "-m", "cloudtrain.cli", *args],
-            env=self.env, capture_output=True, text=True, timeout=timeout,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
         )
 
     def start(self, *args: str) -> subprocess.Popen[str]:
@@ -62,7 +66,10 @@ class Env:
         log = open(self.home / "cli.log", "w")  # noqa: SIM115 - owned by the child
         return subprocess.Popen(
             [sys.executable, "-m", "cloudtrain.cli", *args],
-            env=self.env, stdout=log, stderr=subprocess.STDOUT, text=True,
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            text=True,
         )
 
     def output(self) -> str:
@@ -97,7 +104,8 @@ def assert_clean(env: Env, run_id: str) -> None:
     ledger = env.ledger()
     resources = ledger.resources(run_id)
     assert resources, "the ledger recorded no resource"
-    assert all(r.state == "deleted" for r in resources), [(r.resource_id, r.state) for r in resources]
+    states = [(r.resource_id, r.state) for r in resources]
+    assert all(state == "deleted" for _, state in states), states
     assert env.live_processes() == []
     assert ledger.get_run(run_id).status == "done"  # type: ignore[union-attr]
 
@@ -111,7 +119,5 @@ def ct(tmp_path: Path) -> Iterator[Env]:
     world = Env(home, env)
     yield world
     for pid in world.live_processes():  # never leave a process behind, even on failure
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import time
 
@@ -108,3 +109,27 @@ def test_crashed_controller_is_cleaned_up_by_down(ct: Env) -> None:
     assert_clean(ct, run_id)
     again = ct.cli("down", run_id)  # idempotent
     assert again.returncode == 0, again.stdout + again.stderr
+
+
+def test_bootstrap_failure_ends_the_run_with_its_reason(ct: Env) -> None:
+    shims = ct.home / "shims"
+    shims.mkdir()
+    real_curl = shutil.which("curl")
+    (shims / "curl").write_text(
+        "#!/usr/bin/env bash\n"
+        "# downloads fail (a bucket the node cannot reach); uploads still work\n"
+        'for a in "$@"; do [ "$a" = -o ] && { echo "curl: (7) refused" >&2; exit 7; }; done\n'
+        f'exec {real_curl} "$@"\n'
+    )
+    (shims / "curl").chmod(0o755)
+    ct.env["PATH"] = f"{shims}:{ct.env['PATH']}"
+    job = ct.job("digits-multiworker", "python train.py --epochs 2")
+    proc = ct.cli("run", str(job))
+    assert proc.returncode == 3, proc.stdout[-3000:]
+    assert "failed to bootstrap: bundle: download failed (curl exit 7)" in proc.stdout
+    (run_id,) = ct.run_ids()
+    assert ct.ledger().get_run(run_id).outcome == "failed"  # type: ignore[union-attr]
+    assert "restart" not in proc.stdout  # deterministic: not retried
+    logs = ct.cli("logs", run_id, "--bootstrap")
+    assert "FAILED: bundle: download failed" in logs.stdout
+    assert_clean(ct, run_id)

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Install everything the test suite needs, then run the whole suite. CI runs exactly this.
+#   pip extras (.[dev]: TensorFlow, tf-keras, the cloud SDKs, moto, the GCS emulator, pytest, ruff),
+#   Azurite (the Azure Blob emulator) from npm into tests/.azurite, and shellcheck from Debian.
+# Extra arguments go to pytest, e.g. `bash tests/run.sh tests/unit -x`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+python3 -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+
+if [ ! -x tests/.azurite/node_modules/.bin/azurite-blob ]; then
+  npm install --silent --no-audit --no-fund --prefix tests/.azurite azurite@3.35.0
+fi
+
+if ! command -v shellcheck >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    (apt-get update -qq && apt-get install -y -qq shellcheck >/dev/null) ||
+      echo "tests/run.sh: shellcheck could not be installed; its checks will be skipped" >&2
+  else
+    echo "tests/run.sh: install shellcheck for the bootstrap-script checks" >&2
+  fi
+fi
+
+python3 -m ruff check .
+exec python3 -m pytest -q "$@"

@@ -1,0 +1,135 @@
+"""The CLI as a user meets it: fast start, one-line errors with no traceback, nothing created on
+bad input, and no TensorFlow or cloud SDK on the --help / plan / schema paths."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "jobs" / "examples"
+HEAVY = ("tensorflow", "boto3", "botocore", "google.cloud", "azure", "tf_keras", "jinja2")
+
+
+def cli(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, CLOUDTRAIN_HOME=str(home), COLUMNS="200")
+    env.pop("CLOUDTRAIN_FAULTS", None)
+    return subprocess.run(
+        [sys.executable, "-m", "cloudtrain.cli", *args],
+        env=env, capture_output=True, text=True, timeout=60,
+    )
+
+
+def heavy_modules(home: Path, *args: str) -> list[str]:
+    """Modules from HEAVY that running the CLI with `args` imports."""
+    code = (
+        "import sys; from cloudtrain.cli import app\n"
+        f"try:\n    app({list(args)!r})\nexcept SystemExit:\n    pass\n"
+        "print('\\n'.join(sorted(sys.modules)))"
+    )
+    env = dict(os.environ, CLOUDTRAIN_HOME=str(home))
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
+    ).stdout
+    return [m for m in out.splitlines() if m.startswith(HEAVY)]
+
+
+def assert_one_line_error(proc: subprocess.CompletedProcess[str], *phrases: str) -> None:
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stderr + proc.stdout
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+    for phrase in phrases:
+        assert phrase in lines[0], lines[0]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("--help",), ("plan", str(EXAMPLES / "digits-multiworker" / "job.yaml")), ("schema",)],
+)
+def test_light_paths_import_no_tensorflow_or_cloud_sdk(tmp_path: Path, args: tuple[str]) -> None:
+    assert heavy_modules(tmp_path, *args) == []
+
+
+def test_plan_prints_the_price_and_creates_nothing(tmp_path: Path) -> None:
+    job = EXAMPLES / "digits-ps" / "job.yaml"
+    proc = cli(tmp_path, "plan", str(job), "--json")
+    assert proc.returncode == 0, proc.stderr
+    plan = json.loads(proc.stdout)
+    assert plan["provider"] == "local" and plan["hourly_usd"] == 0
+    assert [n["role"] for n in plan["nodes"]] == ["chief", "worker", "worker", "ps"]
+    aws = json.loads(cli(tmp_path, "plan", str(job), "--provider", "aws", "--json").stdout)
+    assert aws["provider"] == "aws" and aws["hourly_usd"] > 0
+    assert not (tmp_path / "ledger.db").exists()
+    table = cli(tmp_path, "plan", str(job))
+    assert "digits-ps" in table.stdout and "$/h" in table.stdout
+
+
+def test_schema_is_json_schema(tmp_path: Path) -> None:
+    schema = json.loads(cli(tmp_path, "schema").stdout)
+    assert schema["additionalProperties"] is False
+    assert {"name", "cluster", "entrypoint"} <= set(schema["properties"])
+
+
+def test_bad_spec_names_file_line_and_field_and_creates_nothing(tmp_path: Path) -> None:
+    job = tmp_path / "job.yaml"
+    job.write_text(
+        textwrap.dedent(
+            """\
+            name: demo
+            cluster:
+              strategy: multi_worker_mirrored
+              wokers: 2
+            entrypoint: python train.py
+            """
+        )
+    )
+    proc = cli(tmp_path, "run", str(job))
+    assert_one_line_error(proc, "job.yaml:4", "cluster.wokers", "did you mean 'workers'")
+    assert proc.returncode == 2
+    assert not (tmp_path / "ledger.db").exists() and not (tmp_path / "local").exists()
+
+
+def test_missing_spec_file(tmp_path: Path) -> None:
+    assert_one_line_error(cli(tmp_path, "run", str(tmp_path / "nope.yaml")), "nope.yaml")
+
+
+def test_over_budget_plan_is_refused_before_anything_exists(tmp_path: Path) -> None:
+    job = tmp_path / "job.yaml"
+    (tmp_path / "w").mkdir()
+    job.write_text(
+        "name: pricey\nprovider: aws\nregion: us-east-1\ncluster:\n  workers: 2\n"
+        "  accelerator: V100:4\nworkdir: w\nentrypoint: python t.py\nmax_hours: 10\n"
+        "max_cost_usd: 5\n"
+    )
+    proc = cli(tmp_path, "run", str(job))
+    assert_one_line_error(proc, "max_cost_usd", "affords")
+    assert not (tmp_path / "ledger.db").exists()
+
+
+@pytest.mark.parametrize("command", ["status", "logs", "down"])
+def test_unknown_run_id(tmp_path: Path, command: str) -> None:
+    proc = cli(tmp_path, command, "no-such-run-123456")
+    assert_one_line_error(proc, "no-such-run-123456")
+    assert proc.returncode == 2
+
+
+def test_down_without_ledger_needs_a_provider_and_then_works(tmp_path: Path) -> None:
+    proc = cli(tmp_path, "down", "ghost-abcdef", "--provider", "local")
+    assert proc.returncode == 0, proc.stderr
+    assert "nothing of it is left" in proc.stdout
+
+
+def test_unknown_provider_is_one_line(tmp_path: Path) -> None:
+    proc = cli(tmp_path, "down", "x-123456", "--provider", "openstack")
+    assert_one_line_error(proc, "unknown provider 'openstack'")
+
+
+def test_ls_on_an_empty_ledger(tmp_path: Path) -> None:
+    proc = cli(tmp_path, "ls", "--json")
+    assert proc.returncode == 0 and json.loads(proc.stdout) == []
