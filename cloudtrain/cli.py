@@ -135,7 +135,8 @@ def run(
     if not as_json:
         console.print(plan_table(the_plan))
     prov = _provider(spec.provider, the_plan.region, the_plan.zone)
-    from cloudtrain.orchestrator import Orchestrator, RunOptions
+    from cloudtrain.orchestrator import Orchestrator
+    from cloudtrain.runtypes import RunOptions
     from cloudtrain.ui import ConsoleObserver, summary
 
     options = RunOptions.for_provider(spec.provider, detach=detach)

@@ -14,8 +14,7 @@ import secrets
 import signal
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from cloudtrain import __version__
 from cloudtrain.bundle import Bundle, build_bundle
@@ -25,6 +24,7 @@ from cloudtrain.paths import cloudtrain_home
 from cloudtrain.providers.base import NodeRequest, Provider, Resource, RunInfo, node_name
 from cloudtrain.retry import retrying
 from cloudtrain.runstate import RunReader, Snapshot, run_prefix
+from cloudtrain.runtypes import NodeView, Observer, RunOptions, RunResult, RunView
 from cloudtrain.startup import StartupParams, render_startup
 from cloudtrain.teardown import request_stop, teardown
 
@@ -35,101 +35,6 @@ if TYPE_CHECKING:
 PRESIGN_TTL_S = 3600
 RESTARTABLE_REASONS = frozenset({"rendezvous timeout"})
 FINAL_STATES = frozenset({"succeeded", "failed", "stopped"})
-
-
-@dataclass(frozen=True)
-class RunOptions:
-    """Knobs of one run. Defaults suit the clouds; `for_provider('local')` tightens them."""
-
-    detach: bool = False
-    poll_s: float = 2.0
-    list_nodes_s: float = 15.0
-    heartbeat_timeout_s: float = 180.0
-    boot_timeout_s: float = 1200.0
-    rendezvous_timeout_s: float = 600.0
-    stop_grace_s: float = 30.0
-    failure_grace_s: float = 5.0
-    settle_s: float = 10.0
-    linger_s: float = 3600.0
-
-    @classmethod
-    def for_provider(cls, name: str, **overrides: Any) -> RunOptions:
-        """Defaults for a provider: local nodes boot in seconds, so it is watched more closely."""
-        base: dict[str, Any] = {}
-        if name == "local":
-            base = dict(
-                poll_s=0.5,
-                list_nodes_s=2.0,
-                heartbeat_timeout_s=60.0,
-                boot_timeout_s=120.0,
-                rendezvous_timeout_s=120.0,
-                stop_grace_s=20.0,
-                failure_grace_s=3.0,
-                settle_s=3.0,
-            )
-        base.update(overrides)
-        return cls(**base)
-
-
-@dataclass
-class NodeView:
-    """One node as the live view shows it."""
-
-    name: str
-    role: str
-    index: int
-    cloud_state: str = "pending"
-    agent_state: str = "booting"
-    attempt: int = 0
-    epoch: int | None = None
-    epochs: int | None = None
-    last_line: str = ""
-
-
-@dataclass
-class RunView:
-    """The whole run as the live view shows it."""
-
-    run_id: str
-    phase: str
-    attempt: int
-    nodes: list[NodeView]
-    started: float
-    hourly_usd: float
-    cost_usd: float = 0.0
-
-    @property
-    def elapsed_s(self) -> float:
-        return time.time() - self.started
-
-
-class Observer(Protocol):
-    """What the orchestrator reports to (the rich UI, or a plain printer)."""
-
-    def event(self, message: str) -> None: ...
-    def log_line(self, node: str, line: str) -> None: ...
-    def update(self, view: RunView) -> None: ...
-
-
-@dataclass
-class RunResult:
-    """How a run ended; the summary is printed from this."""
-
-    run_id: str
-    outcome: str  # succeeded | failed | interrupted | budget_exceeded | deadline | detached
-    detail: str = ""
-    model_uri: str = ""
-    checkpoints_uri: str = ""
-    wall_s: float = 0.0
-    cost_usd: float = 0.0
-    cost_by_node: dict[str, float] = field(default_factory=dict)
-    attempts: int = 1
-    teardown_s: float = 0.0
-    teardown_lag_s: float | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.outcome in ("succeeded", "detached")
 
 
 class _Stop(Exception):

@@ -17,8 +17,8 @@ from rich.table import Table
 from rich.text import Text
 
 if TYPE_CHECKING:
-    from cloudtrain.orchestrator import RunResult, RunView
     from cloudtrain.plan import Plan
+    from cloudtrain.runtypes import RunResult, RunView
 
 _NATIVE_LOG = re.compile(r"^(?:[IWE]\d{4} |WARNING: All log messages before absl)")
 _STATE_STYLE = {

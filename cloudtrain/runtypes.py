@@ -1,0 +1,106 @@
+"""The value types of a run: its options, the live view, the observer protocol and the result.
+
+Shared by the orchestrator (which fills them), the UI (which draws them) and the CLI (which
+prints the result). Pure data: no I/O.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """Knobs of one run. Defaults suit the clouds; `for_provider('local')` tightens them."""
+
+    detach: bool = False
+    poll_s: float = 2.0
+    list_nodes_s: float = 15.0
+    heartbeat_timeout_s: float = 180.0
+    boot_timeout_s: float = 1200.0
+    rendezvous_timeout_s: float = 600.0
+    stop_grace_s: float = 30.0
+    failure_grace_s: float = 5.0
+    settle_s: float = 10.0
+    linger_s: float = 3600.0
+
+    @classmethod
+    def for_provider(cls, name: str, **overrides: Any) -> RunOptions:
+        """Defaults for a provider: local nodes boot in seconds, so it is watched more closely."""
+        base: dict[str, Any] = {}
+        if name == "local":
+            base = dict(
+                poll_s=0.5,
+                list_nodes_s=2.0,
+                heartbeat_timeout_s=60.0,
+                boot_timeout_s=120.0,
+                rendezvous_timeout_s=120.0,
+                stop_grace_s=20.0,
+                failure_grace_s=3.0,
+                settle_s=3.0,
+            )
+        base.update(overrides)
+        return cls(**base)
+
+
+@dataclass
+class NodeView:
+    """One node as the live view shows it."""
+
+    name: str
+    role: str
+    index: int
+    cloud_state: str = "pending"
+    agent_state: str = "booting"
+    attempt: int = 0
+    epoch: int | None = None
+    epochs: int | None = None
+    last_line: str = ""
+
+
+@dataclass
+class RunView:
+    """The whole run as the live view shows it."""
+
+    run_id: str
+    phase: str
+    attempt: int
+    nodes: list[NodeView]
+    started: float
+    hourly_usd: float
+    cost_usd: float = 0.0
+
+    @property
+    def elapsed_s(self) -> float:
+        return time.time() - self.started
+
+
+class Observer(Protocol):
+    """What the orchestrator reports to (the rich UI, or a plain printer)."""
+
+    def event(self, message: str) -> None: ...
+    def log_line(self, node: str, line: str) -> None: ...
+    def update(self, view: RunView) -> None: ...
+
+
+@dataclass
+class RunResult:
+    """How a run ended; the summary is printed from this."""
+
+    run_id: str
+    outcome: str  # succeeded | failed | interrupted | budget_exceeded | deadline | detached
+    detail: str = ""
+    model_uri: str = ""
+    checkpoints_uri: str = ""
+    wall_s: float = 0.0
+    cost_usd: float = 0.0
+    cost_by_node: dict[str, float] = field(default_factory=dict)
+    attempts: int = 1
+    teardown_s: float = 0.0
+    teardown_lag_s: float | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome in ("succeeded", "detached")
