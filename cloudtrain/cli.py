@@ -233,7 +233,18 @@ def logs(
         current = _ledger().get_run(rec.run_id)
         if current is not None and current.status == "done":
             return
+        if _job_over(snap.statuses):
+            return
         time.sleep(1.0)
+
+
+def _job_over(statuses: dict[str, dict[str, Any]]) -> bool:
+    """Whether every node reported a final state in the newest attempt (a detached run's end)."""
+    if not statuses:
+        return False
+    attempt = max(int(s.get("attempt", 0)) for s in statuses.values())
+    latest = [s for s in statuses.values() if int(s.get("attempt", 0)) == attempt]
+    return all(s.get("state") in ("succeeded", "failed", "stopped") for s in latest)
 
 
 @app.command("ls")

@@ -24,7 +24,7 @@ class RunOptions:
     stop_grace_s: float = 30.0
     failure_grace_s: float = 5.0
     settle_s: float = 10.0
-    linger_s: float = 3600.0
+    linger_s: float = 600.0  # agents end this long after the job's end if nobody tears down
 
     @classmethod
     def for_provider(cls, name: str, **overrides: Any) -> RunOptions:
@@ -42,6 +42,8 @@ class RunOptions:
                 settle_s=3.0,
             )
         base.update(overrides)
+        if base.get("detach") and "linger_s" not in overrides:
+            base["linger_s"] = 120.0  # nobody will tear down: end soon after the job
         return cls(**base)
 
 

@@ -83,6 +83,7 @@ def render_startup(params: StartupParams, blocks: StartupBlocks) -> str:
             self_shutdown=blocks.self_shutdown,
             metadata=blocks.metadata,
             install_stack=blocks.install_stack,
+            power_off=blocks.power_off or ":",
             env=env,
         )
     )

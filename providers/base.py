@@ -141,6 +141,7 @@ class StartupBlocks:
     self_shutdown: str = ""  # bash that arms the dead-man switch; `$DEADLINE_EPOCH` is set
     env: Mapping[str, str] = field(default_factory=dict)  # extra non-secret env for the agent
     install_stack: bool = True  # whether missing drivers/TensorFlow may be installed
+    power_off: str = ""  # bash run after the agent exits: stop the node's bill (shutdown -h now)
 
 
 @runtime_checkable

@@ -227,7 +227,11 @@ class LocalCompute(Compute):
             'export CLOUDTRAIN_NODE_PORT="${CLOUDTRAIN_NODE_PORT:-}"'
         )
         return StartupBlocks(
-            python=sys.executable, metadata=metadata, self_shutdown=shutdown, install_stack=False
+            python=sys.executable,
+            metadata=metadata,
+            self_shutdown=shutdown,
+            install_stack=False,
+            power_off='pkill -KILL -s "$$"  # the node is its session: end all of it',
         )
 
     def _read_meta(self, path: Path) -> dict[str, object] | None:

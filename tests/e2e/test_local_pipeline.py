@@ -3,6 +3,7 @@ servers, a killed worker that resumes, Ctrl-C, and a crashed controller cleaned 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -132,4 +133,22 @@ def test_bootstrap_failure_ends_the_run_with_its_reason(ct: Env) -> None:
     assert "restart" not in proc.stdout  # deterministic: not retried
     logs = ct.cli("logs", run_id, "--bootstrap")
     assert "FAILED: bundle: download failed" in logs.stdout
+    assert_clean(ct, run_id)
+
+
+def test_detach_then_status_logs_and_down(ct: Env) -> None:
+    job = ct.job("digits-multiworker", "python train.py --epochs 2")
+    started = time.monotonic()
+    proc = ct.cli("run", "--detach", str(job))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert time.monotonic() - started < 30, "detach should return once the nodes exist"
+    (run_id,) = ct.run_ids()
+    assert f"cloudtrain down {run_id}" in proc.stdout
+    follow = ct.cli("logs", run_id, "--follow", timeout=180)
+    assert follow.returncode == 0
+    assert "[worker-0] cloudtrain: epoch 2/2 done" in follow.stdout
+    status = json.loads(ct.cli("status", run_id, "--json").stdout)
+    assert status["nodes"]["worker-0"]["status"]["state"] == "succeeded"
+    down = ct.cli("down", run_id)
+    assert down.returncode == 0, down.stderr
     assert_clean(ct, run_id)

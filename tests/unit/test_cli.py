@@ -21,7 +21,10 @@ def cli(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env.pop("CLOUDTRAIN_FAULTS", None)
     return subprocess.run(
         [sys.executable, "-m", "cloudtrain.cli", *args],
-        env=env, capture_output=True, text=True, timeout=60,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
 

@@ -188,7 +188,8 @@ def test_install_stack_decides_whether_the_script_installs() -> None:
     for text in (local, cloud):
         assert text.startswith("#!/usr/bin/env bash\n")
         assert "set -Eeuo pipefail" in text
-        assert text.rstrip().endswith('--store-uri "$CT_STORE_URI" --work "$CT_WORK"')
+        assert '--store-uri "$CT_STORE_URI" --work "$CT_WORK"\nagent_rc=$?' in text
+        assert text.rstrip().endswith('exit "$agent_rc"')
     assert "install_driver\n" not in local.split("has_nvidia_gpu && ! nvidia-smi", 1)[1]
     assert '-m pip install -q "$tf_pkg"' not in local
     assert "this provider does not install drivers" in local
@@ -465,9 +466,11 @@ def phase_positions(log: str, phases: list[str]) -> list[int]:
     return out
 
 
-def test_local_script_fetches_verifies_unpacks_and_execs_the_agent(tmp_path: Path) -> None:
+def test_local_script_fetches_verifies_unpacks_and_runs_the_agent(tmp_path: Path) -> None:
     boot = boot_local_node(tmp_path)
-    assert boot.returncode == 0, boot.console
+    # after the agent exits the local node powers itself off: SIGKILL to its own session
+    assert boot.returncode == -9, boot.console
+    assert "agent: exited with 0; powering off" in boot.console
     assert (boot.work / "bundle" / "workdir" / "train.py").read_text() == (
         "print('hello from train.py')\n"
     )

@@ -114,10 +114,17 @@ if ! "$CT_PYTHON" -c "import sys, cloudtrain; sys.exit(cloudtrain.__version__ !=
 fi
 phase "bundle: done"
 
-# 5. The agent takes over (rendezvous, TF_CONFIG, training, logs, checkpoints).
+# 5. The agent takes over (rendezvous, TF_CONFIG, training, logs, checkpoints). When it ends (run
+#    stopped, job over and nobody tore the node down, or the deadline), the node powers itself off.
 phase "agent: starting"
 upload_log
 trap - ERR
-exec "$CT_PYTHON" -m cloudtrain.jobs.agent \
+set +e
+"$CT_PYTHON" -m cloudtrain.jobs.agent \
   --run-id "$CT_RUN_ID" --role "$CT_ROLE" --index "$CT_INDEX" \
   --store-uri "$CT_STORE_URI" --work "$CT_WORK"
+agent_rc=$?
+phase "agent: exited with $agent_rc; powering off"
+upload_log
+:
+exit "$agent_rc"
