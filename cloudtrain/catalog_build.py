@@ -28,22 +28,11 @@ import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from cloudtrain.catalog import COLUMNS
+
 PRICES_DATE = "2026-11-21"
 CLOUDS = ("aws", "gcp", "azure")
-HEADER = (
-    "provider",
-    "instance_type",
-    "accelerator",
-    "accelerator_count",
-    "vcpus",
-    "memory_gib",
-    "region",
-    "zone",
-    "price_hourly_usd",
-    "spot_price_hourly_usd",
-    "prices_date",
-    "source",
-)
+HEADER = (*COLUMNS, "source")
 # GPUs that GCP attaches to n1 machines (kept as accelerator-only rows; see cloudtrain.catalog).
 N1_ATTACHABLE = frozenset({"T4", "V100", "P100", "P4", "K80"})
 # GCP machine families whose upstream price is the host part only (their GPUs are built in).

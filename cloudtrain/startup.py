@@ -6,6 +6,7 @@ a spec can inject shell. Secrets never go in: the script carries only URLs that 
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -63,27 +64,12 @@ def render_startup(params: StartupParams, blocks: StartupBlocks) -> str:
     bad = [key for key in env if not _ENV_KEY.match(key)]
     if bad:
         raise ValueError(f"invalid environment variable name(s): {', '.join(map(repr, bad))}")
-    return str(
-        _template().render(
-            run_id=params.run_id,
-            role=params.role,
-            index=params.index,
-            node_name=params.node_name,
-            store_uri=params.store_uri,
-            bundle_url=params.bundle_url,
-            bundle_sha256=params.bundle_sha256,
-            log_put_url=params.log_put_url,
-            version=params.version,
-            tf_version=TF_VERSION,
-            tf_keras_version=TF_KERAS_VERSION,
-            gpu_count=params.gpu_count,
-            pip_extra=params.pip_extra,
-            deadline_epoch=params.deadline_epoch,
-            python=blocks.python,
-            self_shutdown=blocks.self_shutdown,
-            metadata=blocks.metadata,
-            install_stack=blocks.install_stack,
-            power_off=blocks.power_off or ":",
-            env=env,
-        )
-    )
+    values = {
+        **dataclasses.asdict(params),
+        **dataclasses.asdict(blocks),
+        "tf_version": TF_VERSION,
+        "tf_keras_version": TF_KERAS_VERSION,
+        "power_off": blocks.power_off or ":",
+        "env": env,
+    }
+    return str(_template().render(**values))
