@@ -57,7 +57,7 @@ RunArg = Annotated[str, typer.Argument(help="A run id (or a unique prefix of one
 def _console() -> Console:
     from rich.console import Console
 
-    return Console(highlight=False)
+    return Console(highlight=False, soft_wrap=True)
 
 
 def _load(job: Path, provider: str | None, region: str | None, zone: str | None) -> JobSpec:

@@ -102,6 +102,8 @@ class Orchestrator:
     def run(self) -> RunResult:
         """Provision, watch, stop, tear down. Blocks. Tears down on every exit path."""
         ledger = self.ledger
+        # the workdir is user input: check and pack it before anything exists
+        self.bundle = build_bundle(self.spec.workdir_path(), cloudtrain_home() / "bundles")
         ledger.create_run(
             self.run_id,
             self.spec.name,
@@ -164,6 +166,7 @@ class Orchestrator:
 
     def _result(self, outcome: str, detail: str) -> RunResult:
         base = self.store.uri.rstrip("/") + "/" + self.prefix
+        outputs = {o.key[len(self.prefix) :].split("/", 1)[0] for o in self.store.list(self.prefix)}
         by_node: dict[str, float] = {}
         now = time.time()
         for rec in self.ledger.resources(self.run_id):
@@ -174,8 +177,8 @@ class Orchestrator:
             run_id=self.run_id,
             outcome=outcome,
             detail=detail,
-            model_uri=base + "model/",
-            checkpoints_uri=base + "checkpoints/",
+            model_uri=base + "model/" if "model" in outputs else "",
+            checkpoints_uri=base + "checkpoints/" if "checkpoints" in outputs else "",
             wall_s=now - self.started,
             cost_usd=sum(by_node.values()),
             cost_by_node=by_node,
@@ -192,7 +195,7 @@ class Orchestrator:
         create calls return (not until the nodes boot)."""
         self.observer.event(f"bucket {self.store.uri}")
         retrying(self.store.ensure_bucket, what=f"bucket {self.store.uri}")
-        self.bundle = build_bundle(self.spec.workdir_path(), cloudtrain_home() / "bundles")
+        assert self.bundle is not None
         key = self.prefix + self.bundle.key
         if not self.store.list(key):
             retrying(lambda: self.store.put_file(key, str(self.bundle.path)), what="bundle upload")
@@ -274,8 +277,8 @@ class Orchestrator:
         return NodeRequest(**{**skeleton.__dict__, "startup_script": script})
 
     def create_nodes(self, nodes: list[NodePlan]) -> None:
-        """Record every node in the ledger, then create them all in parallel. On a zone with
-        no capacity, try the zone once more; a clear NoCapacityError names what was tried."""
+        """Record every node in the ledger, then create them all in parallel. Raises
+        NoCapacityError/QuotaError (with a hint) after every request was attempted."""
         requests = [self._request(n) for n in nodes]
         prices = {node_name(self.run_id, n.role, n.index): n.price_hourly for n in nodes}
         for req in requests:
@@ -287,12 +290,9 @@ class Orchestrator:
         try:
             created = self.provider.compute.create_nodes(self.info, requests)
         except NoCapacityError as exc:
-            raise NoCapacityError(
-                f"no capacity for {requests[0].instance_type} in zone {exc.zone or self.zone}: "
-                f"{exc.message}",
-                zone=exc.zone,
-                hint="try another region or zone, another accelerator, or spot: false",
-            ) from exc
+            if exc.hint is None:
+                exc.hint = "try another region or zone, another accelerator, or spot: false"
+            raise
         finally:
             live = {n.name: n for n in self.provider.compute.list_nodes(self.run_id)}
             for req in requests:

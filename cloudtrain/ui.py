@@ -153,8 +153,9 @@ def summary(result: RunResult) -> Group:
     lines: list[Any] = [Text(f"run {result.run_id}: {result.outcome}", style=f"bold {style}")]
     if result.detail:
         lines.append(Text(f"  {result.detail}"))
-    if result.outcome != "detached":
+    if result.model_uri:
         lines.append(Text(f"  model:       {result.model_uri}"))
+    if result.checkpoints_uri:
         lines.append(Text(f"  checkpoints: {result.checkpoints_uri}"))
     lines.append(
         Text(

@@ -152,3 +152,15 @@ def test_detach_then_status_logs_and_down(ct: Env) -> None:
     down = ct.cli("down", run_id)
     assert down.returncode == 0, down.stderr
     assert_clean(ct, run_id)
+
+
+def test_partial_create_failure_leaves_nothing(ct: Env) -> None:
+    # the first create in the zone has no capacity, the second node is made: the run must fail
+    # with a clear message and the node that was made must be gone
+    ct.env["CLOUDTRAIN_FAULTS"] = json.dumps({"capacity_errors": {"local": 1}})
+    job = ct.job("digits-multiworker", "python train.py --epochs 2")
+    proc = ct.cli("run", str(job))
+    assert proc.returncode == 3, proc.stdout[-3000:]
+    assert "no capacity" in proc.stdout and "zone local" in proc.stdout
+    (run_id,) = ct.run_ids()
+    assert_clean(ct, run_id)

@@ -136,3 +136,17 @@ def test_unknown_provider_is_one_line(tmp_path: Path) -> None:
 def test_ls_on_an_empty_ledger(tmp_path: Path) -> None:
     proc = cli(tmp_path, "ls", "--json")
     assert proc.returncode == 0 and json.loads(proc.stdout) == []
+
+
+def test_workdir_with_a_link_out_of_it_is_refused_before_anything_exists(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "train.py").write_text("print('hi')\n")
+    (work / "passwd").symlink_to("/etc/passwd")
+    job = work / "job.yaml"
+    job.write_text("name: linky\nworkdir: .\nentrypoint: python train.py\n")
+    proc = cli(home, "run", str(job))
+    assert_one_line_error(proc, "passwd", "outside the workdir")
+    assert json.loads(cli(home, "ls", "--json").stdout) == []  # no run, so no resource
+    assert not (home / "buckets").exists() and not (home / "local").exists()
