@@ -38,6 +38,12 @@ _EPOCH_RES = (
 LOG_CHUNK_BYTES = 256 * 1024
 
 
+def _seq_of(key: str) -> int:
+    """The sequence number of a log chunk key (`.../00000042.log` -> 42; -1 if not one)."""
+    name = key.rsplit("/", 1)[-1].removesuffix(".log")
+    return int(name) if name.isdigit() else -1
+
+
 class StopRequested(Exception):
     """control/stop was written or the deadline passed."""
 
@@ -97,9 +103,11 @@ class Agent:
         self.attempt = 0
         self.child: subprocess.Popen[bytes] | None = None
         self.state = "bootstrapped"
-        start_seq = len(store.list(f"{self.prefix}logs/{self.me}/"))
+        chunks = store.list(f"{self.prefix}logs/{self.me}/")
+        start_seq = 1 + max((_seq_of(o.key) for o in chunks), default=-1)
         self.logs = LogPump(store, f"{self.prefix}logs/{self.me}/", start_seq)
         self._synced: dict[str, tuple[int, int]] = {}
+        self._pump: threading.Thread | None = None
         self._last = {"heartbeat": 0.0, "flush": 0.0, "sync": 0.0, "control": 0.0}
 
     # --- bucket helpers -------------------------------------------------------------------
@@ -160,7 +168,8 @@ class Agent:
 
     def check_control(self) -> None:
         """Raise StopRequested on control/stop or the deadline; NewAttempt on a new attempt."""
-        if self.store.list(self.prefix + "control/stop"):
+        stop_key = self.prefix + "control/stop"
+        if any(o.key == stop_key for o in self.store.list(stop_key)):
             raise StopRequested("control/stop")
         if time.time() > float(self.cluster.get("deadline", float("inf"))):
             raise StopRequested("deadline")
@@ -280,7 +289,7 @@ class Agent:
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # TF's C++ INFO lines drown the job's output
         env.update({str(k): str(v) for k, v in self.cluster.get("env", {}).items()})
         tf_cluster = {r: a for r, a in cluster.items() if r != "evaluator"}
-        if needs_tf_config(tf_cluster) or self.role == "evaluator":
+        if tf_cluster and (needs_tf_config(tf_cluster) or self.role == "evaluator"):
             env["TF_CONFIG"] = json.dumps(build_tf_config(tf_cluster, self.role, self.index))
         else:
             env.pop("TF_CONFIG", None)
@@ -317,7 +326,8 @@ class Agent:
             for raw in iter(stream.readline, b""):
                 self.logs.add(raw.decode(errors="replace"))
 
-        threading.Thread(target=pump, daemon=True, name="log-pump").start()
+        self._pump = threading.Thread(target=pump, daemon=True, name="log-pump")
+        self._pump.start()
         return proc
 
     def kill_child(self, grace_s: float = 0.0) -> None:
@@ -388,11 +398,13 @@ class Agent:
                     return
             time.sleep(0.2)
         rc = self.child.returncode
-        self.child = None
+        self.kill_child()  # background processes the entrypoint left behind go too
         self.finish(rc)
 
     def finish(self, rc: int, reason: str = "") -> None:
         """Final sync, model upload on success, logs, then the final status (written last)."""
+        if self._pump is not None:
+            self._pump.join(timeout=5)  # every line of output is in the logs before the status
         if self.is_chief:
             self.sync_checkpoints()
             if rc == 0:
@@ -430,8 +442,8 @@ class Agent:
         if not self.cluster:
             print("cloudtrain-agent: cluster.json is missing", file=sys.stderr)
             return 2
-        self.write_status("bootstrapped")
         self.attempt = int(self.cluster["attempt"])
+        self.write_status("bootstrapped")
         try:
             while True:
                 try:
@@ -446,12 +458,12 @@ class Agent:
                     self.say(str(exc))
                     self.kill_child()
                     self.write_status("failed", reason="rendezvous timeout")
-                    self.idle()
+                    self._idle_until_next_attempt()
                 except RuntimeError as exc:
                     self.say(str(exc))
                     self.kill_child()
                     self.write_status("failed", reason=str(exc), exit_code=1)
-                    self.idle()
+                    self._idle_until_next_attempt()
                 self.attempt = int(self.cluster["attempt"])
         except StopRequested as exc:
             self.stop(str(exc))
@@ -461,6 +473,11 @@ class Agent:
             with contextlib.suppress(Exception):
                 self.logs.flush()
                 self.heartbeat()
+
+    def _idle_until_next_attempt(self) -> None:
+        """Idle after a failure; a new attempt simply returns to the attempt loop."""
+        with contextlib.suppress(NewAttempt):
+            self.idle()
 
     def idle(self) -> None:
         """After a final status: keep beating until a new attempt, a stop or the deadline.
