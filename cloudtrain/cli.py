@@ -54,10 +54,10 @@ JobArg = Annotated[Path, typer.Argument(help="The job spec (job.yaml).", show_de
 RunArg = Annotated[str, typer.Argument(help="A run id (or a unique prefix of one).")]
 
 
-def _console() -> Console:
+def _console(stderr: bool = False) -> Console:
     from rich.console import Console
 
-    return Console(highlight=False, soft_wrap=True)
+    return Console(highlight=False, soft_wrap=True, stderr=stderr)
 
 
 def _load(job: Path, provider: str | None, region: str | None, zone: str | None) -> JobSpec:
@@ -140,7 +140,9 @@ def run(
     from cloudtrain.ui import ConsoleObserver, summary
 
     options = RunOptions.for_provider(spec.provider, detach=detach)
-    observer = ConsoleObserver(console, show_logs=not quiet and not as_json)
+    # with --json, stdout carries only the result; progress goes to stderr
+    progress = _console(stderr=True) if as_json else console
+    observer = ConsoleObserver(progress, show_logs=not quiet and not as_json)
     orch = Orchestrator(spec, the_plan, prov, _ledger(), observer, options)
     with observer:
         result = orch.run()

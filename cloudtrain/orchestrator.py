@@ -229,7 +229,7 @@ class Orchestrator:
             "log_flush_s": 1.0,
             "sync_s": 2.0,
             "control_s": min(1.0, opts.poll_s),
-            "poll_s": min(0.5, opts.poll_s),
+            "poll_s": min(0.5, opts.poll_s),  # agents' rendezvous/barrier polling
             "rendezvous_timeout_s": opts.rendezvous_timeout_s,
             "stop_grace_s": max(1.0, opts.stop_grace_s - 5),
             "linger_s": opts.linger_s,

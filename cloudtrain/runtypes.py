@@ -32,7 +32,7 @@ class RunOptions:
         base: dict[str, Any] = {}
         if name == "local":
             base = dict(
-                poll_s=0.5,
+                poll_s=0.2,
                 list_nodes_s=2.0,
                 heartbeat_timeout_s=60.0,
                 boot_timeout_s=120.0,

@@ -56,7 +56,7 @@ def teardown(
                 ledger.mark_deleting(run_id, "node", rec.resource_id)
     if names:
         say(f"deleting {len(names)} node(s)")
-        compute.delete_nodes(run_id)
+        compute.delete_listed(nodes)
     left = [n.name for n in compute.list_nodes(run_id) if n.alive]
     if left:
         raise ProviderError(

@@ -247,9 +247,14 @@ class Compute(ABC):
     def delete_nodes(self, run_id: str, names: list[str] | None = None) -> None:
         """Delete the run's nodes (all, or `names`) in parallel and wait until they are gone.
         Idempotent: a missing node is fine."""
-        from cloudtrain.retry import retrying
 
         nodes = [n for n in self.list_nodes(run_id) if names is None or n.name in names]
+        self.delete_listed(nodes)
+
+    def delete_listed(self, nodes: list[Node]) -> None:
+        """Delete nodes the caller has just listed, in parallel, each retried on transient
+        errors; wait until they are gone. Idempotent."""
+        from cloudtrain.retry import retrying
 
         def delete(node: Node) -> None:
             retrying(lambda: self.delete_node(node), what=f"delete node {node.name}")

@@ -175,16 +175,38 @@ def _proc_stat(pid: int) -> tuple[str, int] | None:
     return fields[0], int(fields[3])
 
 
+class _SessionTable:
+    """Scans of /proc shared by every thread: 64 threads each scanning /proc while deleting in
+    parallel made deletion grow with N (they queue on the GIL). A caller only reuses a scan that
+    started after it asked, so a process that existed when it asked is never missed."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._started = -1.0
+        self._table: dict[int, list[int]] = {}
+
+    def get(self, sid: int) -> list[int]:
+        asked = time.monotonic()
+        with self._lock:
+            if self._started < asked:
+                started = time.monotonic()
+                table: dict[int, list[int]] = {}
+                for entry in os.listdir("/proc"):
+                    if entry.isdigit():
+                        st = _proc_stat(int(entry))
+                        if st and st[0] != "Z":
+                            table.setdefault(st[1], []).append(int(entry))
+                self._table, self._started = table, started
+            return list(self._table.get(sid, []))
+
+
+_SESSIONS = _SessionTable()
+
+
 def session_pids(sid: int) -> list[int]:
-    """Every live (non-zombie) process whose session id is `sid`."""
-    pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        st = _proc_stat(int(entry))
-        if st and st[1] == sid and st[0] != "Z":
-            pids.append(int(entry))
-    return pids
+    """Every live (non-zombie) process whose session id is `sid`, as of a /proc scan that began
+    after this call (scans are shared between threads that ask at the same time)."""
+    return _SESSIONS.get(sid)
 
 
 class LocalCompute(Compute):

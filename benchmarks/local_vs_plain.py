@@ -1,0 +1,169 @@
+"""Measure what `cloudtrain run` (local provider) costs over launching the same training by hand.
+
+How: the digits-multiworker example (`train.py --epochs N`, 2 workers, MultiWorkerMirrored) is
+run in two ways, alternating a, b, a, b, ... `--repeat` times each (default 3):
+
+  a. `cloudtrain run job.yaml --json` (the installed console script) on the local provider, with
+     a job.yaml written to the temp dir whose workdir is the example folder. Wall time from
+     spawn to exit: plan, bucket, bundle, node boot, rendezvous, training, teardown.
+  b. a plain launcher in this script: copy the example folder, pick two free loopback ports,
+     start `python train.py --epochs N` twice with a hand-written TF_CONFIG, plus
+     TF_USE_LEGACY_KERAS=1, TF_CPP_MIN_LOG_LEVEL=1 (the agent's default too) and
+     CLOUDTRAIN_CHECKPOINT_DIR / CLOUDTRAIN_MODEL_DIR pointing at per-worker temp folders, and
+     wait for both. Wall time from the first spawn to the last exit.
+
+Reports both medians and the ratio median(a) / median(b). Target ratio <= 1.10. For (a) the
+entrypoint is wrapped in `date` stamps, so each run also prints its phases: spawn to entrypoint
+start (plan, bucket, bundle, boot, rendezvous), the training itself, and entrypoint end to exit
+(chief detection, teardown). The ratio of the fastest runs is printed too.
+The default `--epochs` makes one run last about 20-30 s on a quiet 2-core machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from _common import (
+    EXAMPLES,
+    bench_home,
+    cloudtrain_run,
+    figure,
+    info,
+    median,
+    result,
+    write_job,
+)
+
+TARGET_RATIO = 1.10
+EXAMPLE = EXAMPLES / "digits-multiworker"
+
+
+def free_ports(n: int) -> list[int]:
+    """`n` distinct free loopback TCP ports (held together so they differ)."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [int(s.getsockname()[1]) for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def stamped(epochs: int, stamps: Path) -> str:
+    """The entrypoint for (a): train.py wrapped in start/end timestamps (a few ms of bash)."""
+    return (
+        f"date +%s.%N > {stamps}/start-$CLOUDTRAIN_INDEX; python train.py --epochs {epochs}; "
+        f"rc=$?; date +%s.%N > {stamps}/end-$CLOUDTRAIN_INDEX; exit $rc"
+    )
+
+
+def phases(stamps: Path, t0: float, t1: float) -> str:
+    """Where run (a)'s time went: before the entrypoint, the entrypoint, and after it."""
+    try:
+        starts = [float(p.read_text()) for p in stamps.glob("start-*")]
+        ends = [float(p.read_text()) for p in stamps.glob("end-*")]
+        start, end = min(starts), max(ends)
+    except ValueError:
+        return "no timestamps"
+    finally:
+        for p in stamps.iterdir():
+            p.unlink()
+    return (
+        f"to entrypoint {start - t0:.2f} s, training {end - start:.2f} s "
+        f"(workers started {max(starts) - start:.2f} s apart), "
+        f"entrypoint end to exit {t1 - end:.2f} s"
+    )
+
+
+def run_plain(work: Path, epochs: int, workers: int = 2) -> float:
+    """Two hand-launched MultiWorkerMirrored workers: wall seconds until both exit."""
+    code = work / "code"
+    shutil.rmtree(code, ignore_errors=True)
+    shutil.copytree(EXAMPLE, code)
+    addresses = [f"127.0.0.1:{p}" for p in free_ports(workers)]
+    procs: list[subprocess.Popen[bytes]] = []
+    t0 = time.perf_counter()
+    try:
+        for i in range(workers):
+            tf_config = {"cluster": {"worker": addresses}, "task": {"type": "worker", "index": i}}
+            env = dict(os.environ)
+            env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+            env.update(
+                TF_CONFIG=json.dumps(tf_config),
+                TF_USE_LEGACY_KERAS="1",
+                PYTHONUNBUFFERED="1",
+                CLOUDTRAIN_CHECKPOINT_DIR=str(work / f"worker-{i}" / "checkpoints"),
+                CLOUDTRAIN_MODEL_DIR=str(work / f"worker-{i}" / "model"),
+            )
+            log = (work / f"worker-{i}.log").open("ab")
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "train.py", "--epochs", str(epochs)],
+                    cwd=code,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            )
+            log.close()
+        codes = [p.wait(timeout=600) for p in procs]
+        wall = time.perf_counter() - t0
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(p.pid, 9)
+                p.wait()
+    if any(codes):
+        raise SystemExit(f"plain run failed: exit codes {codes}; see {work}/worker-*.log")
+    return wall
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=3, help="runs of each kind")
+    parser.add_argument("--epochs", type=int, default=25)
+    args = parser.parse_args()
+
+    with bench_home("local-vs-plain") as tmp:
+        stamps = tmp / "stamps"
+        stamps.mkdir()
+        job = write_job(
+            tmp / "job.yaml", "bench-local-vs-plain", args.epochs, stamped(args.epochs, stamps)
+        )
+        a_times: list[float] = []
+        b_times: list[float] = []
+        for i in range(args.repeat):
+            t0 = time.time()
+            wall, _ = cloudtrain_run(job, tmp / "cloudtrain.log")
+            a_times.append(wall)
+            info(f"run {i + 1}: a cloudtrain {wall:.2f} s ({phases(stamps, t0, t0 + wall)})")
+            b_times.append(run_plain(tmp / f"plain-{i}", args.epochs))
+            info(f"run {i + 1}: b plain      {b_times[-1]:.2f} s")
+        a, b = median(a_times), median(b_times)
+        info(f"epochs {args.epochs}: median a={a:.2f} s, b={b:.2f} s, overhead {a - b:+.2f} s")
+        info(f"ratio of the fastest runs: {min(a_times) / min(b_times):.3f}")
+        figure("local_run_wall_s", a, n=len(a_times))
+        figure("plain_run_wall_s", b, n=len(b_times))
+        ok = result(
+            "local_vs_plain_ratio", a / b, TARGET_RATIO, stat="value", n=args.repeat, digits=3
+        )
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
