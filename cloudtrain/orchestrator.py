@@ -97,6 +97,7 @@ class Orchestrator:
             plan.hourly_usd,
         )
         self.job_end: float | None = None
+        self._cost_at = 0.0
 
     # --- the whole run ---------------------------------------------------------------------
     def run(self) -> RunResult:
@@ -228,7 +229,7 @@ class Orchestrator:
             "heartbeat_s": 2.0,
             "log_flush_s": 1.0,
             "sync_s": 2.0,
-            "control_s": min(1.0, opts.poll_s),
+            "control_s": 1.0,  # stop and new-attempt latency on the nodes
             "poll_s": min(0.5, opts.poll_s),  # agents' rendezvous/barrier polling
             "rendezvous_timeout_s": opts.rendezvous_timeout_s,
             "stop_grace_s": max(1.0, opts.stop_grace_s - 5),
@@ -442,7 +443,10 @@ class Orchestrator:
             if beat:
                 nv.epoch, nv.epochs = beat.get("epoch"), beat.get("epochs")
                 nv.last_line = str(beat.get("last_line") or "")
-        self.view.cost_usd = self.ledger.billed_cost(self.run_id)
+        now = time.time()
+        if now - self._cost_at >= 1.0:  # a ledger query: once a second is enough for the meter
+            self._cost_at = now
+            self.view.cost_usd = self.ledger.billed_cost(self.run_id)
         self.observer.update(self.view)
 
     def _graceful_stop(self, reason: str) -> None:
