@@ -8,7 +8,7 @@ own temp CLOUDTRAIN_HOME), echoing its output, then parses the result lines it p
 
 and prints one table (figure, value, target, result). Exits 1 if any figure failed or any
 script exited abnormally. `--only help_time plan_time` runs a subset; `--repeat N` is passed to
-local_vs_plain (the longest). The whole run takes about 3-4 minutes on a quiet 2-core machine.
+local_vs_plain (the longest). The whole run takes about 4 minutes on a quiet 2-core machine.
 """
 
 from __future__ import annotations
@@ -107,7 +107,7 @@ def table(rows: list[Row]) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="+", choices=SCRIPTS, help="run only these")
-    parser.add_argument("--repeat", type=int, default=None, help="runs each for local_vs_plain")
+    parser.add_argument("--repeat", type=int, default=None, help="pairs of runs for local_vs_plain")
     args = parser.parse_args()
 
     started = time.perf_counter()
