@@ -292,3 +292,18 @@ def bench_home(name: str) -> Iterator[Path]:
         print(f"cleanup: FAILED, killed {len(leftovers)} leftover process(es): {leftovers}")
         sys.exit(1)
     info("cleanup: temp home removed, no process left behind")
+
+
+def import_report(cmd: Sequence[str], env: dict[str, str], what: str) -> list[str]:
+    """Run `cmd` (a script and its arguments) under `python -X importtime`, print the import
+    cost, and return the heavy modules it loaded. Raises SystemExit if the command fails."""
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", *cmd], capture_output=True, text=True, env=env
+    )
+    if proc.returncode != 0:
+        raise SystemExit(f"{what} failed: {proc.stderr[-2000:]}")
+    rows = parse_importtime(proc.stderr)
+    total_ms = sum(r[1] for r in rows) / 1000
+    info(f"imports of {what}: {len(rows)} modules, {total_ms:.0f} ms (self time sum)")
+    info(f"slowest imports (cumulative): {slowest_imports(rows)}")
+    return heavy_modules([r[0] for r in rows])

@@ -24,11 +24,10 @@ from _common import (
     cli_env,
     console_script,
     heavy_modules,
+    import_report,
     info,
     median,
-    parse_importtime,
     result,
-    slowest_imports,
     timed_runs,
 )
 
@@ -59,20 +58,9 @@ def main() -> int:
         info(f"floor: `python -c pass` wall median {median(floor):.3f} s")
 
         heavy_import = heavy_modules(modules_after_import("cloudtrain.cli"))
-        proc = subprocess.run(
-            [sys.executable, "-X", "importtime", str(script), "--help"],
-            capture_output=True,
-            text=True,
-            env=env,
-            check=True,
+        heavy = sorted(
+            set(heavy_import) | set(import_report([str(script), "--help"], env, "--help"))
         )
-        rows = parse_importtime(proc.stderr)
-        heavy = sorted(set(heavy_import) | set(heavy_modules([r[0] for r in rows])))
-        cli_row = next((r for r in rows if r[0] == "cloudtrain.cli"), None)
-        total_ms = sum(r[1] for r in rows) / 1000
-        if cli_row:
-            info(f"import cloudtrain.cli {cli_row[2] / 1000:.0f} ms; all imports {total_ms:.0f} ms")
-        info(f"slowest imports (cumulative): {slowest_imports(rows)}")
         info(f"heavy modules loaded by `import cloudtrain.cli` / `--help`: {heavy or 'none'}")
 
         ok = result("help_wall_s", median(walls), TARGET_S, n=len(walls))

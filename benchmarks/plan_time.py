@@ -14,7 +14,6 @@ the slowest imports are printed to show where the time goes.
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 from pathlib import Path
 
@@ -23,12 +22,10 @@ from _common import (
     bench_home,
     cli_env,
     console_script,
-    heavy_modules,
+    import_report,
     info,
     median,
-    parse_importtime,
     result,
-    slowest_imports,
     timed_runs,
 )
 
@@ -68,16 +65,7 @@ def main() -> int:
         info(f"cloudtrain plan {job}: wall min {min(times):.3f} s, max {max(times):.3f} s")
         info(f"CPU time (user+sys) median {median(cpu):.3f} s")
 
-        proc = subprocess.run(
-            [sys.executable, "-X", "importtime", *cmd], capture_output=True, text=True, env=env
-        )
-        if proc.returncode != 0:
-            raise SystemExit(f"plan failed: {proc.stderr[-2000:]}")
-        rows = parse_importtime(proc.stderr)
-        heavy = heavy_modules([r[0] for r in rows])
-        total_ms = sum(r[1] for r in rows) / 1000
-        info(f"imports on the plan path: {len(rows)} modules, {total_ms:.0f} ms (self time sum)")
-        info(f"slowest imports (cumulative): {slowest_imports(rows)}")
+        heavy = import_report(cmd, env, "plan")
         info(f"heavy modules loaded by `plan`: {heavy or 'none'}")
 
         ok = result("plan_wall_s", median(times), TARGET_S, n=len(times))
