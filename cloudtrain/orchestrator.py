@@ -9,6 +9,7 @@ tear down on every path. Every resource is in the ledger before its create call.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import secrets
 import signal
@@ -212,7 +213,42 @@ class Orchestrator:
             self.ledger.record_intent(res)
         for res in retrying(lambda: compute.ensure_network(self.info), what="network"):
             self.ledger.mark_created(self.run_id, res.kind, res.id, res.cloud_id)
-        self.create_nodes(list(self.plan.nodes))
+        self.create_in_some_zone()
+
+    def create_in_some_zone(self) -> None:
+        """Create every node, all in one zone: the planned one, then the region's other zones
+        while a zone has no capacity (the nodes made in a full zone are deleted first).
+        Raises NoCapacityError naming every zone tried."""
+        candidates = [self.zone, *(z for z in self.provider.compute.zones() if z != self.zone)]
+        tried: list[str] = []
+        for zone in candidates:
+            self.zone = zone
+            self.info = dataclasses.replace(self.info, zone=zone)
+            try:
+                self.create_nodes(list(self.plan.nodes))
+                if tried:
+                    self.ledger.event(self.run_id, "zone", f"landed in {zone} after {tried}")
+                return
+            except NoCapacityError as exc:
+                tried.append(str(zone))
+                self.observer.event(f"zone {zone}: {exc.message}")
+                if len(tried) < len(candidates):
+                    self.observer.event("deleting the nodes made there; trying the next zone")
+                    self._delete_nodes()
+        types = sorted({n.instance_type for n in self.plan.nodes})
+        raise NoCapacityError(
+            f"no capacity for {', '.join(types)} in {self.plan.region}: tried zones "
+            f"{', '.join(tried)}",
+            hint="try another region, another accelerator, or spot: false",
+        )
+
+    def _delete_nodes(self) -> None:
+        """Delete every node of the run (not its network) and mark them in the ledger."""
+        compute = self.provider.compute
+        compute.delete_listed(compute.list_nodes(self.run_id))
+        for rec in self.ledger.resources(self.run_id, live_only=True):
+            if rec.kind == "node":
+                self.ledger.mark_deleted(self.run_id, "node", rec.resource_id)
 
     def _cluster_doc(self) -> dict[str, Any]:
         spec, opts = self.spec, self.options

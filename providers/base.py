@@ -265,6 +265,11 @@ class Compute(ABC):
         """The boot log of a node that never reported, if the cloud keeps one. Best effort."""
         return ""
 
+    def zones(self) -> list[str]:
+        """Zones of the region a run may fail over to when its zone has no capacity, in the
+        catalog's naming. Empty: only the planned zone is tried."""
+        return []
+
     def startup_blocks(self, run: RunInfo, request: NodeRequest) -> StartupBlocks:
         """The provider's pieces of the startup script for one node."""
         return StartupBlocks()

@@ -18,7 +18,8 @@ CT_TF_KERAS_VERSION='2.21.0'
 CT_GPU_COUNT='0'
 CT_PIP_EXTRA=''
 DEADLINE_EPOCH=1767225600
-CT_PYTHON='/usr/bin/python3'
+# The boot environment may name another interpreter or folder (an image with its own Python).
+CT_PYTHON=${CT_PYTHON:-'/usr/bin/python3'}
 CT_WORK="${CT_WORK:-/opt/cloudtrain}"
 export CT_RUN_ID CT_ROLE CT_INDEX CT_GPU_COUNT DEADLINE_EPOCH
 export CLOUDTRAIN_PROVIDER='local'
