@@ -271,6 +271,12 @@ class FaultyCompute(Compute):
         """Pure: passed through without faults."""
         return self.inner.startup_blocks(run, request)
 
+    def zones(self) -> list[str]:
+        """The inner compute's failover zones, plus any zone given capacity errors (so a test
+        can script a full zone even where the inner compute has only one)."""
+        zones = list(self.inner.zones())
+        return zones + [z for z in self.plan.capacity_errors if z not in zones]
+
 
 class FaultyStore:
     """An ObjectStore that adds latency/throttling to every call reaching `inner` except the

@@ -171,3 +171,15 @@ def test_partial_create_failure_leaves_nothing(ct: Env) -> None:
     assert "no capacity" in proc.stdout and "zone local" in proc.stdout
     (run_id,) = ct.run_ids()
     assert_clean(ct, run_id)
+
+
+def test_a_full_zone_fails_over_to_the_next(ct: Env) -> None:
+    ct.env["CLOUDTRAIN_FAULTS"] = json.dumps({"capacity_errors": {"local": 99, "local-b": 0}})
+    job = ct.job("digits-multiworker", "python train.py --epochs 1")
+    proc = ct.cli("run", str(job))
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert "zone local: " in proc.stdout and "trying the next zone" in proc.stdout
+    (run_id,) = ct.run_ids()
+    events = [e.message for e in ct.ledger().events(run_id)]
+    assert "landed in local-b after ['local']" in events
+    assert_clean(ct, run_id)
