@@ -21,6 +21,11 @@ import yaml
 
 from cloudtrain.ledger import Ledger
 from cloudtrain.providers.local import session_pids
+from tests.fakes.moto_server import (  # noqa: F401 - fixtures for the cloud-in-a-box tests
+    moto_public_images,
+    moto_server,
+    moto_server_session,
+)
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "jobs" / "examples"
 RUN_ID_RE = re.compile(r"cloudtrain run (\S+) on ")

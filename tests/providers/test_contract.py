@@ -2,9 +2,10 @@
 
 Stores: idempotent bucket creation, round trips (bytes and a 3 MB file), NotFound, sorted listings
 with plain key-prefix semantics, idempotent deletes, and presigned URLs that curl can use.
-Compute: parallel create, nodes found by the run's tags, create idempotency per (run, role,
-index), deleting some/all/already-gone nodes, and the network resources' lifecycle. For providers
-whose nodes are processes, nothing of a deleted node may survive.
+Compute (network first, as the orchestrator does): parallel create, nodes found by the run's
+tags, create idempotency per (run, role, index), deleting some/all/already-gone nodes, and the
+network resources' lifecycle. For providers whose nodes are processes, nothing of a deleted node
+may survive.
 """
 
 from __future__ import annotations
@@ -43,8 +44,15 @@ def make_store(provider: Harness) -> ObjectStore:
     return store
 
 
-def run_info(run_id: str) -> RunInfo:
-    return RunInfo(run_id=run_id, region=None, zone=None, port_range=(2222, 2230))
+def run_info(run_id: str, provider: Harness) -> RunInfo:
+    """The run as the orchestrator describes it: its store URI is the case's bucket."""
+    return RunInfo(
+        run_id=run_id,
+        region=None,
+        zone=None,
+        port_range=(2222, 2230),
+        store_uri=provider.store_uri,
+    )
 
 
 def requests_for(run_id: str) -> list[NodeRequest]:
@@ -190,12 +198,13 @@ def summary(compute: Compute, run_id: str) -> list[tuple[str, str, int]]:
 
 
 def test_nodes_lifecycle(provider: Harness) -> None:
-    compute = provider.provider.compute
+    compute = provider.compute
     run_id = provider.run_id()
     other = provider.run_id()
-    run = run_info(run_id)
+    run = run_info(run_id, provider)
     expected = sorted((node_name(run_id, role, i), role, i) for role, i in LAYOUT)
 
+    compute.ensure_network(run)  # the orchestrator's order: network, then nodes
     created = compute.create_nodes(run, requests_for(run_id))
     assert sorted((n.name, n.role, n.index) for n in created) == expected
     assert all(n.run_id == run_id and n.state in ALIVE_STATES for n in created)
@@ -235,7 +244,7 @@ def test_nodes_lifecycle(provider: Harness) -> None:
 
 
 def test_delete_of_a_run_without_nodes_is_fine(provider: Harness) -> None:
-    compute = provider.provider.compute
+    compute = provider.compute
     run_id = provider.run_id()
     compute.delete_nodes(run_id)
     compute.delete_nodes(run_id, names=[node_name(run_id, "chief", 0)])
@@ -243,13 +252,15 @@ def test_delete_of_a_run_without_nodes_is_fine(provider: Harness) -> None:
 
 
 def test_recreate_after_delete_makes_a_fresh_node(provider: Harness) -> None:
-    compute = provider.provider.compute
+    compute = provider.compute
     run_id = provider.run_id()
     request = NodeRequest(run_id, "ps", 0, "small", SLEEPER)
-    (first,) = compute.create_nodes(run_info(run_id), [request])
+    run = run_info(run_id, provider)
+    compute.ensure_network(run)
+    (first,) = compute.create_nodes(run, [request])
     compute.delete_nodes(run_id)
     assert compute.list_nodes(run_id) == []
-    (second,) = compute.create_nodes(run_info(run_id), [request])
+    (second,) = compute.create_nodes(run, [request])
     assert second.name == first.name == node_name(run_id, "ps", 0)
     assert [n.name for n in compute.list_nodes(run_id)] == [first.name]
     if first.cloud_id != second.cloud_id:
@@ -257,9 +268,9 @@ def test_recreate_after_delete_makes_a_fresh_node(provider: Harness) -> None:
 
 
 def test_network_resources_lifecycle(provider: Harness) -> None:
-    compute = provider.provider.compute
+    compute = provider.compute
     run_id = provider.run_id()
-    run = run_info(run_id)
+    run = run_info(run_id, provider)
 
     def keys(resources: list[Resource]) -> set[tuple[str, str]]:
         return {(r.kind, r.id) for r in resources}

@@ -1,0 +1,534 @@
+"""EC2 nodes for cloudtrain: `AwsCompute(region)`, the AWS side of the `Compute` interface.
+
+A node is one EC2 instance, tagged `cloudtrain:run`, `cloudtrain:role`, `cloudtrain:index` and
+`Name` (the node name), as is its root volume. The tags are the source of truth: `list_nodes` asks
+EC2, never local state. Each run also owns a security group (`network`) and an IAM role with its
+instance profile (`identity`), all named `cloudtrain-<run_id>`.
+
+Idempotency of `create_node` has two layers: a live instance with the node's name is returned as
+is, and `run_instances` carries a ClientToken derived from the name and the launch parameters
+(startup script included), so a retried call never makes a second VM while a re-create after a
+loss (new presigned URLs in the script) makes a new one. Instances shut themselves down at the
+run's deadline; with InstanceInitiatedShutdownBehavior=terminate that deletes them.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import threading
+import time
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from cloudtrain.errors import ProviderError, TransientError
+from cloudtrain.providers.aws import identity, network
+from cloudtrain.providers.aws.errors import aws_errors, error_code
+from cloudtrain.providers.aws.identity import KIND_PROFILE, KIND_ROLE
+from cloudtrain.providers.aws.network import (
+    KIND_GROUP,
+    TAG_INDEX,
+    TAG_ROLE,
+    TAG_RUN,
+    call,
+    resource_name,
+)
+from cloudtrain.providers.aws.session import client
+from cloudtrain.providers.aws.zones import zone_ids, zone_name
+from cloudtrain.providers.base import (
+    Compute,
+    Node,
+    NodeRequest,
+    NodeState,
+    Resource,
+    RunInfo,
+    StartupBlocks,
+    parse_node_name,
+)
+
+GPU_IMAGE_PARAM = (
+    "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-ubuntu-22.04/latest/ami-id"
+)
+CPU_IMAGE_PARAM = (
+    "/aws/service/canonical/ubuntu/server/22.04/stable/current/amd64/hvm/ebs-gp2/ami-id"
+)
+IMAGE_ALIASES = {  # `image:` names resolved through AWS's public SSM parameters
+    "dlami": GPU_IMAGE_PARAM,
+    "dlami-ubuntu-22.04": GPU_IMAGE_PARAM,
+    "dlami-ubuntu-24.04": GPU_IMAGE_PARAM.replace("ubuntu-22.04", "ubuntu-24.04"),
+    "ubuntu-22.04": CPU_IMAGE_PARAM,  # plain Ubuntu: the bootstrap installs the GPU driver
+    "ubuntu-24.04": "/aws/service/canonical/ubuntu/server/24.04/stable/current/amd64/hvm/"
+    "ebs-gp3/ami-id",
+}
+USER_DATA_GZIP_OVER = 14 * 1024  # larger scripts are gzipped (cloud-init unpacks them)
+USER_DATA_MAX = 16 * 1024  # EC2's limit on raw user data
+LISTED_STATES = ["pending", "running", "stopping", "stopped", "shutting-down"]
+TERMINATE_POLL_S = 1.0
+TERMINATE_TIMEOUT_S = 600.0
+TERMINATE_AGAIN_EVERY = 30  # polls between repeated terminate calls for stragglers
+SPOT_INTERRUPTION = "Server.SpotInstanceTermination"
+VENV_PYTHON = "/opt/cloudtrain/venv/bin/python"
+
+_IMAGES: dict[tuple[str, str], str] = {}  # (region, SSM parameter) -> AMI id, for this process
+_IMAGES_LOCK = threading.Lock()
+
+_METADATA = """\
+if [ -z "${CLOUDTRAIN_NODE_HOST:-}" ]; then
+  imds_token="$(curl -sS --retry 5 --retry-connrefused -X PUT \\
+    http://169.254.169.254/latest/api/token \\
+    -H "X-aws-ec2-metadata-token-ttl-seconds: 300")" ||
+    fail "metadata: no IMDSv2 token from 169.254.169.254"
+  CLOUDTRAIN_NODE_HOST="$(curl -sS --retry 5 --retry-connrefused \\
+    -H "X-aws-ec2-metadata-token: $imds_token" \\
+    http://169.254.169.254/latest/meta-data/local-ipv4)" ||
+    fail "metadata: no local-ipv4 from the instance metadata service"
+fi
+export CLOUDTRAIN_NODE_HOST"""
+
+_SELF_SHUTDOWN = """\
+ct_minutes=$(( (DEADLINE_EPOCH - $(date +%s)) / 60 ))
+if [ "$ct_minutes" -lt 1 ]; then ct_minutes=1; fi
+# InstanceInitiatedShutdownBehavior=terminate: this shutdown deletes the instance
+shutdown -h "+$ct_minutes" "cloudtrain: run deadline reached" ||
+  phase "WARNING: could not arm the self-shutdown in $ct_minutes min\""""
+
+
+def clear_image_cache() -> None:
+    """Forget the AMI ids resolved so far (tests; a long-lived process after an AMI release)."""
+    with _IMAGES_LOCK:
+        _IMAGES.clear()
+
+
+def user_data(script: str) -> bytes | str:
+    """The UserData for a startup script: as is, or gzipped (deterministically) when larger
+    than 14 KiB. boto3 base64-encodes it itself. Raises ProviderError past EC2's 16 KiB. Pure."""
+    raw = script.encode()
+    if len(raw) <= USER_DATA_GZIP_OVER:
+        return script
+    packed = gzip.compress(raw, compresslevel=9, mtime=0)
+    if len(packed) > USER_DATA_MAX:
+        raise ProviderError(
+            f"the startup script is {len(packed)} bytes gzipped; EC2 allows {USER_DATA_MAX}",
+            hint="keep job env values short; large files belong in the bundle",
+        )
+    return packed
+
+
+def client_token(name: str, fingerprint: dict[str, Any]) -> str:
+    """The ClientToken of a launch: the node name plus a hash of its parameters (startup script
+    included), at most 64 characters. The same launch retried gets the same token. Pure."""
+    digest = hashlib.sha256(json.dumps(fingerprint, sort_keys=True).encode()).hexdigest()[:16]
+    return f"{name[:47]}-{digest}"
+
+
+def _profile_not_ready(exc: ClientError) -> bool:
+    """An instance profile IAM has made but EC2 does not see yet (eventual consistency)."""
+    message = str(exc.response.get("Error", {}).get("Message", "")).lower()
+    return error_code(exc) == "InvalidParameterValue" and (
+        "iaminstanceprofile" in message or "instance profile" in message
+    )
+
+
+def _state(instance: dict[str, Any]) -> NodeState:
+    """EC2 state -> NodeState; a spot instance AWS is taking back is 'preempted'."""
+    name = str(instance.get("State", {}).get("Name", ""))
+    if name in ("pending", "running"):
+        return name  # type: ignore[return-value]
+    if name in ("stopping", "stopped"):
+        return "stopped"
+    reason = str(instance.get("StateReason", {}).get("Code", ""))
+    if instance.get("InstanceLifecycle") == "spot" and reason == SPOT_INTERRUPTION:
+        return "preempted"
+    return "terminated"
+
+
+def _to_node(instance: dict[str, Any]) -> Node | None:
+    """A Node from a described instance, or None if its tags do not name a cloudtrain node."""
+    tags = network.tag_dict(instance.get("Tags"))
+    name = tags.get("Name", "")
+    parsed = parse_node_name(name)
+    if parsed is None or TAG_RUN not in tags:
+        return None
+    try:
+        index = int(tags.get(TAG_INDEX, parsed[2]))
+    except ValueError:
+        index = parsed[2]
+    return Node(
+        name=name,
+        run_id=tags[TAG_RUN],
+        role=tags.get(TAG_ROLE, parsed[1]),
+        index=index,
+        state=_state(instance),
+        private_ip=instance.get("PrivateIpAddress"),
+        public_ip=instance.get("PublicIpAddress"),
+        spot=instance.get("InstanceLifecycle") == "spot",
+        zone=instance.get("Placement", {}).get("AvailabilityZone"),
+        instance_type=instance.get("InstanceType"),
+        cloud_id=instance.get("InstanceId"),
+    )
+
+
+class AwsCompute(Compute):
+    """EC2 instances, one security group and one IAM role + instance profile per run, in one
+    region. Thread-safe: the base class fans `create_node` out over a thread pool."""
+
+    provider_name = "aws"
+
+    def __init__(self, region: str) -> None:
+        self.region = region
+        self._lock = threading.Lock()
+        self._clients: dict[str, Any] = {}
+        self._groups: dict[str, str] = {}  # run_id -> security group id
+
+    # -- clients ---------------------------------------------------------------------------
+
+    def _client(self, service: str) -> Any:
+        with self._lock:  # creating clients is not thread-safe; using them is
+            if service not in self._clients:
+                self._clients[service] = client(service, self.region)
+            return self._clients[service]
+
+    @property
+    def ec2(self) -> Any:
+        """The EC2 client (created on first use)."""
+        return self._client("ec2")
+
+    @property
+    def iam(self) -> Any:
+        """The IAM client (created on first use)."""
+        return self._client("iam")
+
+    @property
+    def ssm(self) -> Any:
+        """The SSM client (created on first use), for public AMI parameters."""
+        return self._client("ssm")
+
+    # -- network and identity --------------------------------------------------------------
+
+    def planned_network(self, run: RunInfo) -> list[Resource]:
+        """The security group, IAM role and instance profile `ensure_network` makes. Pure."""
+        name = resource_name(run.run_id)
+        return [
+            Resource("aws", kind, name, self.region, run.run_id)
+            for kind in (KIND_GROUP, KIND_ROLE, KIND_PROFILE)
+        ]
+
+    def ensure_network(self, run: RunInfo) -> list[Resource]:
+        """The run's security group (port range from itself only, SSH from $CLOUDTRAIN_SSH_CIDR
+        if asked), its IAM role limited to the run's S3 prefix, and the role's instance profile.
+        Idempotent; blocks until created (IAM may still take seconds to reach EC2: `create_node`
+        retries that)."""
+        network.ingress_rules("sg-0", run)  # a bad port range or SSH CIDR fails before any
+        identity.s3_policy(run.store_uri, run.run_id)  # create, as does a non-s3:// store
+        role_arn, profile_arn = identity.ensure_identity(self.iam, run.run_id, run.store_uri)
+        group_id = network.ensure_security_group(self.ec2, self.region, run)
+        with self._lock:
+            self._groups[run.run_id] = group_id
+        name = resource_name(run.run_id)
+        return [
+            Resource("aws", KIND_GROUP, name, self.region, run.run_id, group_id),
+            Resource("aws", KIND_ROLE, name, self.region, run.run_id, role_arn),
+            Resource("aws", KIND_PROFILE, name, self.region, run.run_id, profile_arn),
+        ]
+
+    def _group_id(self, run_id: str) -> str:
+        with self._lock:
+            cached = self._groups.get(run_id)
+        if cached:
+            return cached
+        found = network.security_group_id(self.ec2, run_id)
+        if found is None:
+            raise ProviderError(
+                f"run {run_id} has no security group {resource_name(run_id)}",
+                hint="ensure_network must run before create_node",
+            )
+        with self._lock:
+            self._groups[run_id] = found
+        return found
+
+    def list_resources(self, run_id: str) -> list[Resource]:
+        """The run's security groups (by tag), role and instance profile (by name). Blocks."""
+        return network.group_resources(self.ec2, self.region, run_id) + (
+            identity.identity_resources(self.iam, self.region, run_id)
+        )
+
+    def delete_resources(self, resources: list[Resource]) -> None:
+        """Delete instance profiles (roles removed first), then roles (policies first), then
+        security groups. Idempotent: missing ones are fine; other kinds are ignored. Blocks; a
+        group still in use raises TransientError after a bounded wait."""
+        identity.delete_identity(self.iam, resources)
+        for res in resources:
+            if res.kind == network.KIND_GROUP:
+                network.delete_group_resource(self.ec2, res)
+                with self._lock:
+                    self._groups.pop(res.run_id, None)
+
+    # -- images ----------------------------------------------------------------------------
+
+    def resolve_image(self, gpu: bool, name: str | None = None) -> str:
+        """The AMI id for `name` (an `ami-` id as is, or one of IMAGE_ALIASES), else the default
+        for a GPU node (Base OSS NVIDIA Driver AMI, Ubuntu 22.04) or a CPU node (Ubuntu 22.04),
+        from AWS's public SSM parameters; cached per process. Blocks once. Raises
+        ProviderError naming the parameter when the region lacks it, or an unknown name."""
+        if name and name.startswith("ami-"):
+            return name
+        if name and name not in IMAGE_ALIASES:
+            raise ProviderError(
+                f"unknown image {name!r} for AWS",
+                hint=f"use an ami-... id or one of: {', '.join(IMAGE_ALIASES)}",
+            )
+        param = IMAGE_ALIASES[name] if name else GPU_IMAGE_PARAM if gpu else CPU_IMAGE_PARAM
+        key = (self.region, param)
+        with _IMAGES_LOCK:
+            if key in _IMAGES:
+                return _IMAGES[key]
+        answer = call(
+            f"resolve the {'GPU' if gpu else 'CPU'} image ({param})",
+            lambda: self.ssm.get_parameter(Name=param),
+            ok={"ParameterNotFound"},
+        )
+        if answer is None:
+            raise ProviderError(
+                f"no SSM parameter {param} in {self.region}: cannot pick an AMI",
+                hint="set image: ami-... under cluster: in job.yaml",
+            )
+        image = str(answer["Parameter"]["Value"])
+        with _IMAGES_LOCK:
+            _IMAGES[key] = image
+        return image
+
+    # -- nodes -----------------------------------------------------------------------------
+
+    def _describe(self, filters: list[dict[str, Any]], what: str) -> list[dict[str, Any]]:
+        with aws_errors(what):
+            pages = self.ec2.get_paginator("describe_instances").paginate(Filters=filters)
+            return [i for page in pages for r in page["Reservations"] for i in r["Instances"]]
+
+    def _nodes(self, run_id: str, name: str | None = None) -> list[Node]:
+        filters = [
+            {"Name": f"tag:{TAG_RUN}", "Values": [run_id]},
+            {"Name": "instance-state-name", "Values": LISTED_STATES},
+        ]
+        if name is not None:
+            filters.append({"Name": "tag:Name", "Values": [name]})
+        nodes = [
+            n for i in self._describe(filters, f"list nodes of run {run_id}") if (n := _to_node(i))
+        ]
+        # a name may have a dying instance and its replacement: the live one comes last, so
+        # `{n.name: n for n in nodes}` keeps it
+        return sorted(nodes, key=lambda n: (n.name, n.alive))
+
+    def list_nodes(self, run_id: str) -> list[Node]:
+        """The run's instances by tag, terminated ones excluded (shutting-down ones are listed
+        as terminated or preempted, stopped ones as stopped). Blocks."""
+        return self._nodes(run_id)
+
+    def create_nodes(self, run: RunInfo, requests: list[NodeRequest]) -> list[Node]:
+        """Resolve what all requests share (zone names, AMIs, the group id) once, then create
+        the nodes in parallel (see `create_node`). Idempotent; does not wait for boot."""
+        from cloudtrain.retry import retrying
+
+        def prepare() -> None:
+            for wanted in {r.zone or run.zone for r in requests}:
+                zone_name(self.region, wanted)
+            for gpu, name in {(r.accelerator_count > 0, r.image) for r in requests}:
+                self.resolve_image(gpu, name)
+            self._group_id(run.run_id)
+
+        if requests:
+            retrying(prepare, what=f"prepare {len(requests)} node(s) of run {run.run_id}")
+        return super().create_nodes(run, requests)
+
+    def create_node(self, run: RunInfo, request: NodeRequest) -> Node:
+        """Launch one instance (one `run_instances` call), unless a live one with the node's name
+        exists: then that one is returned. Idempotent per name (and the ClientToken makes a
+        retried call return the same instance). Does not wait for boot. Raises NoCapacityError
+        (with the zone), QuotaError (naming the quota), TransientError while IAM propagates."""
+        live = [n for n in self._nodes(run.run_id, request.name) if n.alive]
+        if live:
+            return live[-1]
+        wanted = request.zone or run.zone  # the catalog's naming: a zone ID or a zone name
+        zone = zone_name(self.region, wanted)
+        image = self.resolve_image(request.accelerator_count > 0, request.image)
+        group_id = self._group_id(run.run_id)
+        tags = network.tag_list(
+            {
+                **{k: v for k, v in request.labels.items() if not k.startswith("aws:")},
+                TAG_RUN: run.run_id,
+                TAG_ROLE: request.role,
+                TAG_INDEX: str(request.index),
+                "Name": request.name,
+            }
+        )
+        params: dict[str, Any] = {
+            "ImageId": image,
+            "InstanceType": request.instance_type,
+            "MinCount": 1,
+            "MaxCount": 1,
+            "UserData": user_data(request.startup_script),
+            "TagSpecifications": [
+                {"ResourceType": "instance", "Tags": tags},
+                {"ResourceType": "volume", "Tags": tags},
+            ],
+            "InstanceInitiatedShutdownBehavior": "terminate",
+            "MetadataOptions": {
+                "HttpTokens": "required",
+                "HttpEndpoint": "enabled",
+                "HttpPutResponseHopLimit": 2,
+            },
+            "IamInstanceProfile": {"Name": resource_name(run.run_id)},
+            "SecurityGroupIds": [group_id],
+            "BlockDeviceMappings": [
+                {
+                    "DeviceName": "/dev/sda1",
+                    "Ebs": {
+                        "VolumeSize": request.disk_gb,
+                        "VolumeType": "gp3",
+                        "DeleteOnTermination": True,
+                    },
+                }
+            ],
+        }
+        if zone:
+            params["Placement"] = {"AvailabilityZone": zone}
+        if request.spot:
+            params["InstanceMarketOptions"] = {
+                "MarketType": "spot",
+                "SpotOptions": {
+                    "SpotInstanceType": "one-time",
+                    "InstanceInterruptionBehavior": "terminate",
+                },
+            }
+        fingerprint = {k: v for k, v in params.items() if k != "UserData"}
+        fingerprint["script"] = hashlib.sha256(request.startup_script.encode()).hexdigest()
+        params["ClientToken"] = client_token(request.name, fingerprint)
+        where = zone if zone == wanted else f"{zone} ({wanted})"
+        what = f"create instance {request.name} ({request.instance_type}) in {where or self.region}"
+        instance = self._launch(params, what, wanted)
+        if _state(instance) not in ("pending", "running"):
+            # the token matched an earlier launch whose instance is gone: launch afresh
+            params["ClientToken"] = client_token(request.name, {**fingerprint, "t": time.time_ns()})
+            instance = self._launch(params, what, wanted)
+        node = _to_node({**instance, "Tags": tags})
+        assert node is not None  # the tags above name a node
+        return node
+
+    def _launch(self, params: dict[str, Any], what: str, zone: str | None) -> dict[str, Any]:
+        def run() -> dict[str, Any]:
+            try:
+                return self.ec2.run_instances(**params)["Instances"][0]  # type: ignore[no-any-return]
+            except ClientError as exc:
+                if _profile_not_ready(exc):
+                    raise TransientError(
+                        f"{what}: the instance profile is not visible to EC2 yet"
+                    ) from exc
+                raise
+
+        with aws_errors(what, zone=zone):
+            return run()
+
+    def delete_node(self, node: Node) -> None:
+        """Terminate one instance and wait until it is terminated. Idempotent; blocks."""
+        self.delete_listed([node])
+
+    def delete_listed(self, nodes: list[Node]) -> None:
+        """Terminate every listed instance in one call (stopped ones too), then wait until all
+        are terminated (polling every second, at most TERMINATE_TIMEOUT_S). Idempotent: gone
+        instances are fine. Transient errors are retried. Blocks."""
+        from cloudtrain.retry import retrying
+
+        ids = sorted({n.cloud_id for n in nodes if n.cloud_id})
+        for node in nodes:
+            if not node.cloud_id:  # not from a listing: find it by name
+                ids.extend(n.cloud_id for n in self._nodes(node.run_id, node.name) if n.cloud_id)
+        ids = sorted(set(ids))
+        if not ids:
+            return
+        retrying(lambda: self._terminate(ids), what=f"terminate {len(ids)} instance(s)")
+        deadline = time.monotonic() + TERMINATE_TIMEOUT_S
+        polls = 0
+        while True:
+            states = retrying(lambda: self._states(ids), what="wait for terminated instances")
+            left = {i: s for i, s in states.items() if s != "terminated"}
+            if not left:
+                return
+            if time.monotonic() >= deadline:
+                raise ProviderError(
+                    f"instances still not terminated after {TERMINATE_TIMEOUT_S:.0f}s: "
+                    + ", ".join(f"{i} ({s})" for i, s in sorted(left.items())),
+                    hint="run `cloudtrain down RUN` again",
+                )
+            polls += 1
+            if polls % TERMINATE_AGAIN_EVERY == 0:
+                stragglers = sorted(i for i, s in left.items() if s != "shutting-down")
+                if stragglers:
+                    retrying(lambda s=stragglers: self._terminate(s), what="terminate again")
+            time.sleep(TERMINATE_POLL_S)
+
+    def _states(self, ids: list[str]) -> dict[str, str]:
+        """Instance id -> EC2 state name; ids EC2 no longer knows are absent. Blocks."""
+        out: dict[str, str] = {}
+        for start in range(0, len(ids), 200):
+            chunk = ids[start : start + 200]
+            filters = [{"Name": "instance-id", "Values": chunk}]
+            for inst in self._describe(filters, f"describe {len(chunk)} instance(s)"):
+                out[inst["InstanceId"]] = inst["State"]["Name"]
+        return out
+
+    def _terminate(self, ids: list[str]) -> None:
+        """terminate_instances in chunks; an unknown id is fine (then each is tried alone)."""
+        gone = {"InvalidInstanceID.NotFound"}
+        for start in range(0, len(ids), 500):
+            chunk = ids[start : start + 500]
+            what = f"terminate instances {', '.join(chunk[:3])}{'...' if len(chunk) > 3 else ''}"
+            done = call(
+                what, lambda chunk=chunk: self.ec2.terminate_instances(InstanceIds=chunk), ok=gone
+            )
+            if done is None and len(chunk) > 1:  # one unknown id fails the whole call
+                for one in chunk:
+                    call(
+                        f"terminate instance {one}",
+                        lambda one=one: self.ec2.terminate_instances(InstanceIds=[one]),
+                        ok=gone,
+                    )
+
+    def console_output(self, node: Node) -> str:
+        """The instance's latest serial console output ('' if none or the instance is gone).
+        Best effort; blocks."""
+        if not node.cloud_id:
+            return ""
+        iid = node.cloud_id
+        what = f"read the console of {node.name} ({iid})"
+        # `Latest` (the live buffer) exists on Nitro instances only; older ones refuse it
+        answer = call(
+            what,
+            lambda: self.ec2.get_console_output(InstanceId=iid, Latest=True),
+            ok={"InvalidInstanceID.NotFound", "UnsupportedOperation", "InvalidParameterValue"},
+        ) or call(
+            what,
+            lambda: self.ec2.get_console_output(InstanceId=iid),
+            ok={"InvalidInstanceID.NotFound"},
+        )
+        output = (answer or {}).get("Output") or ""
+        if isinstance(output, bytes):
+            output = output.decode(errors="replace")
+        return str(output)
+
+    def zones(self) -> list[str]:
+        """The region's available zone IDs (the catalog's naming), for capacity failover."""
+        return zone_ids(self.region)
+
+    def startup_blocks(self, run: RunInfo, request: NodeRequest) -> StartupBlocks:
+        """A venv Python (created by the script if the stack is missing), the address from
+        IMDSv2 (unless CLOUDTRAIN_NODE_HOST is set), a `shutdown -h` at the deadline (which
+        terminates the instance), and power-off when the agent exits. Pure."""
+        return StartupBlocks(
+            python=VENV_PYTHON,
+            metadata=_METADATA,
+            self_shutdown=_SELF_SHUTDOWN,
+            env={"AWS_DEFAULT_REGION": self.region},
+            install_stack=True,
+            power_off="shutdown -h now",
+        )

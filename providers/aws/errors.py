@@ -1,0 +1,122 @@
+"""botocore exceptions -> cloudtrain errors. The only place AWS error codes are interpreted.
+
+Use `with aws_errors("create instance ct-x-worker-0 in us-east-1a"):` around every SDK call; the
+`what` names the resource, so the message tells the user what failed and the hint what to do.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    EndpointConnectionError,
+    NoCredentialsError,
+    NoRegionError,
+    PartialCredentialsError,
+)
+
+from cloudtrain.errors import (
+    CloudtrainError,
+    CredentialsError,
+    NoCapacityError,
+    NotFound,
+    ProviderError,
+    QuotaError,
+    TransientError,
+)
+
+CAPACITY_CODES = frozenset({"InsufficientInstanceCapacity", "Unsupported", "InsufficientCapacity"})
+QUOTA_CODES = {
+    "VcpuLimitExceeded": "EC2 'Running On-Demand instances' vCPU quota (Service Quotas: L-1216C47A "
+    "for standard, L-DB2E81BA for G/VT, L-417A185B for P instances)",
+    "MaxSpotInstanceCountExceeded": "EC2 'All Spot Instance Requests' vCPU quota",
+    "InstanceLimitExceeded": "EC2 instance count quota",
+    "LimitExceeded": "IAM quota (roles or instance profiles)",
+    "RulesPerSecurityGroupLimitExceeded": "VPC rules-per-security-group quota",
+    "SecurityGroupLimitExceeded": "VPC security-groups-per-region quota",
+    "TooManyBuckets": "S3 buckets-per-account quota",
+}
+TRANSIENT_CODES = frozenset(
+    {
+        "RequestLimitExceeded",
+        "Throttling",
+        "ThrottlingException",
+        "SlowDown",
+        "InternalError",
+        "InternalFailure",
+        "ServiceUnavailable",
+        "RequestTimeout",
+        "DependencyViolation",  # a security group still referenced by terminating instances
+        "IncorrectInstanceState",
+    }
+)
+NOT_FOUND_CODES = frozenset(
+    {
+        "NoSuchKey",
+        "NoSuchBucket",
+        "NoSuchEntity",
+        "404",
+        "NotFound",
+        "InvalidInstanceID.NotFound",
+        "InvalidGroup.NotFound",
+        "InvalidPermission.NotFound",
+        "ParameterNotFound",
+    }
+)
+
+
+def error_code(exc: ClientError) -> str:
+    """The AWS error code of a ClientError ('' if none)."""
+    return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+def translate(exc: Exception, what: str, zone: str | None = None) -> CloudtrainError:
+    """The cloudtrain error for an SDK exception raised while doing `what`."""
+    if isinstance(exc, (NoCredentialsError, PartialCredentialsError)):
+        return CredentialsError(
+            f"{what}: no AWS credentials found",
+            hint="run `aws configure`, set AWS_PROFILE, or use an instance role",
+        )
+    if isinstance(exc, NoRegionError):
+        return ProviderError(f"{what}: no AWS region", hint="set region: in job.yaml or AWS_REGION")
+    if isinstance(exc, EndpointConnectionError):
+        return TransientError(f"{what}: cannot reach the AWS endpoint ({exc})")
+    if isinstance(exc, ClientError):
+        code = error_code(exc)
+        message = exc.response.get("Error", {}).get("Message", "") or str(exc)
+        status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+        text = f"{what}: {code}: {message}"
+        if code in CAPACITY_CODES:
+            return NoCapacityError(text, zone=zone, hint="cloudtrain tries the region's next zone")
+        if code in QUOTA_CODES:
+            return QuotaError(text, hint=f"ask AWS to raise the {QUOTA_CODES[code]}")
+        if code in NOT_FOUND_CODES or status == 404:
+            return NotFound(text)
+        if code in TRANSIENT_CODES or status >= 500 or status == 429:
+            return TransientError(text)
+        if code in (
+            "AuthFailure",
+            "UnrecognizedClientException",
+            "InvalidClientTokenId",
+            "ExpiredToken",
+            "SignatureDoesNotMatch",
+        ):
+            return CredentialsError(text, hint="refresh your AWS credentials")
+        if code in ("AccessDenied", "AccessDeniedException", "UnauthorizedOperation"):
+            return CredentialsError(text, hint="the AWS identity lacks a permission for this")
+        return ProviderError(text)
+    if isinstance(exc, BotoCoreError):
+        return TransientError(f"{what}: {exc}")
+    raise exc
+
+
+@contextlib.contextmanager
+def aws_errors(what: str, zone: str | None = None) -> Iterator[None]:
+    """Translate SDK exceptions raised inside the block (see `translate`)."""
+    try:
+        yield
+    except (ClientError, BotoCoreError) as exc:
+        raise translate(exc, what, zone) from exc

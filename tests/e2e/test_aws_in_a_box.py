@@ -1,0 +1,178 @@
+"""Cloud in a box for AWS: the real `cloudtrain run --provider aws` against a moto server.
+
+Every EC2 instance the adapter creates is booted by the harness, which runs the instance's own
+UserData as a local process session pointed at moto (as any boto3 program honours
+AWS_ENDPOINT_URL). The training is real TensorFlow; checkpoints and the model land in moto's S3;
+afterwards every instance is terminated and the security group, role and profile are gone.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.conftest import EXAMPLES, Env
+from tests.fakes.boot_harness import BootHarness, Vm
+from tests.fakes.moto_server import MotoServer
+
+pytestmark = pytest.mark.e2e
+REGION = "us-east-1"
+ACCOUNT = "123456789012"
+BUCKET = f"cloudtrain-{ACCOUNT}-{REGION}"
+
+
+@dataclass
+class AwsBox:
+    ct: Env
+    harness: BootHarness
+    ec2: Any
+    s3: Any
+    iam: Any
+
+    def run(self, *args: str, timeout: float = 300) -> Any:
+        return self.ct.cli(*args, timeout=timeout)
+
+    def instances(self) -> list[dict[str, Any]]:
+        out = []
+        for page in self.ec2.get_paginator("describe_instances").paginate():
+            for reservation in page["Reservations"]:
+                out += reservation["Instances"]
+        return out
+
+    def keys(self, prefix: str) -> list[str]:
+        pages = self.s3.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix)
+        return [o["Key"] for page in pages for o in page.get("Contents", [])]
+
+    def assert_nothing_left(self, run_id: str) -> None:
+        states = {i["InstanceId"]: i["State"]["Name"] for i in self.instances()}
+        assert states and set(states.values()) == {"terminated"}, states
+        groups = self.ec2.describe_security_groups(
+            Filters=[{"Name": "group-name", "Values": [f"cloudtrain-{run_id}"]}]
+        )["SecurityGroups"]
+        assert groups == []
+        roles = [r["RoleName"] for r in self.iam.list_roles()["Roles"]]
+        profiles = [
+            p["InstanceProfileName"] for p in self.iam.list_instance_profiles()["InstanceProfiles"]
+        ]
+        assert f"cloudtrain-{run_id}" not in roles + profiles
+        assert self.harness.live_sessions() == []
+        ledger = self.ct.ledger()
+        assert all(r.state == "deleted" for r in ledger.resources(run_id))
+
+
+def _discover(ec2: Any) -> list[Vm]:
+    vms = []
+    for page in ec2.get_paginator("describe_instances").paginate():
+        for reservation in page["Reservations"]:
+            for inst in reservation["Instances"]:
+                iid = inst["InstanceId"]
+                tags = {t["Key"]: t["Value"] for t in inst.get("Tags", [])}
+
+                def script(iid: str = iid) -> str:
+                    attr = ec2.describe_instance_attribute(InstanceId=iid, Attribute="userData")
+                    raw = base64.b64decode(attr["UserData"]["Value"])
+                    return (gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw).decode()
+
+                alive = inst["State"]["Name"] in ("pending", "running")
+                vms.append(Vm(iid, tags.get("Name", iid), alive, script))
+    return vms
+
+
+@pytest.fixture
+def aws(
+    ct: Env,
+    moto_server: MotoServer,
+    moto_public_images: str,
+    tmp_path: Path,
+) -> Iterator[AwsBox]:
+    import os
+
+    import boto3
+
+    aws_env = {k: v for k, v in os.environ.items() if k.startswith(("AWS_", "NO_PROXY"))}
+    ct.env.update(aws_env)
+    clients = {
+        name: boto3.client(name, region_name=REGION, endpoint_url=moto_server.url)
+        for name in ("ec2", "s3", "iam")
+    }
+    ec2 = clients["ec2"]
+    harness = BootHarness(
+        tmp_path / "box",
+        lambda: _discover(ec2),
+        dict(ct.env),
+        on_power_off=lambda vm: ec2.terminate_instances(InstanceIds=[vm]),
+    ).start()
+    try:
+        yield AwsBox(ct, harness, ec2, clients["s3"], clients["iam"])
+    finally:
+        harness.stop()
+
+
+def test_run_on_aws_trains_for_real_and_leaves_nothing(aws: AwsBox) -> None:
+    # the planned zone (the catalog's use1-az1) has no capacity: the run lands in the next one
+    aws.ct.env["CLOUDTRAIN_FAULTS"] = json.dumps({"capacity_errors": {"use1-az1": 99}})
+    job = EXAMPLES / "digits-multiworker" / "job.yaml"
+    proc = aws.run("run", "--provider", "aws", "--region", REGION, str(job))
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert "zone use1-az1: " in proc.stdout and "trying the next zone" in proc.stdout
+    (run_id,) = aws.ct.run_ids()
+    zones = {i["Placement"]["AvailabilityZone"] for i in aws.instances()}
+    assert len(zones) == 1 and zones != {"us-east-1b"}, zones  # us-east-1b is use1-az1 in moto
+    prefix = f"cloudtrain/runs/{run_id}/"
+    keys = aws.keys(prefix)
+    assert any(k.startswith(prefix + "checkpoints/") and k.endswith(".index") for k in keys)
+    assert prefix + "model/saved_model/saved_model.pb" in keys
+    assert len(aws.harness.booted) == 2
+    aws.assert_nothing_left(run_id)
+
+
+def test_a_full_zone_fails_over_and_all_full_fails_clearly(aws: AwsBox) -> None:
+    job = EXAMPLES / "digits-multiworker" / "job.yaml"
+    aws.ct.env["CLOUDTRAIN_FAULTS"] = json.dumps(
+        {
+            "capacity_errors": {
+                "use1-az1": 99,
+                "use1-az2": 99,
+                "use1-az3": 99,
+                "use1-az4": 99,
+                "use1-az5": 99,
+                "use1-az6": 99,
+            }
+        }
+    )
+    proc = aws.run("run", "--provider", "aws", "--region", REGION, str(job))
+    assert proc.returncode == 3
+    assert "tried zones use1-az1, " in proc.stdout, proc.stdout[-3000:]
+    (run_id,) = aws.ct.run_ids()
+    groups = aws.ec2.describe_security_groups(
+        Filters=[{"Name": "group-name", "Values": [f"cloudtrain-{run_id}"]}]
+    )["SecurityGroups"]
+    assert groups == [] and aws.harness.booted == [] and aws.instances() == []
+    roles = [r["RoleName"] for r in aws.iam.list_roles()["Roles"]]
+    profiles = [
+        p["InstanceProfileName"] for p in aws.iam.list_instance_profiles()["InstanceProfiles"]
+    ]
+    assert f"cloudtrain-{run_id}" not in roles + profiles
+    resources = aws.ct.ledger().resources(run_id)
+    assert resources and all(r.state == "deleted" for r in resources)
+
+
+def test_detach_then_status_logs_and_down(aws: AwsBox) -> None:
+    job = EXAMPLES / "digits-multiworker" / "job.yaml"
+    proc = aws.run("run", "--detach", "--provider", "aws", "--region", REGION, str(job))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    (run_id,) = aws.ct.run_ids()
+    follow = aws.run("logs", run_id, "--follow")
+    assert "cloudtrain: epoch 4/4 done" in follow.stdout, follow.stdout[-3000:]
+    status = json.loads(aws.run("status", run_id, "--json").stdout)
+    assert status["nodes"]["worker-0"]["status"]["state"] == "succeeded"
+    down = aws.run("down", run_id)
+    assert down.returncode == 0, down.stdout + down.stderr
+    aws.assert_nothing_left(run_id)

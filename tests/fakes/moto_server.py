@@ -1,0 +1,192 @@
+"""moto in server mode for tests: one in-process HTTP server per session, reset before each test.
+
+    from tests.fakes.moto_server import moto_server, moto_server_session  # noqa: F401
+
+makes the `moto_server` fixture available in a test module or conftest. For the duration of a
+test it points every boto3 client of the test process (and of subprocesses that inherit its
+environment, e.g. nodes run by a boot harness) at the server: AWS_ENDPOINT_URL, dummy
+credentials, AWS_DEFAULT_REGION=us-east-1, no profile or config files, no instance metadata. The
+cached boto3 sessions and account id of `cloudtrain.providers.aws.session` are cleared around
+each test, so no client outlives its environment. Without moto installed the fixture skips.
+
+moto lacks AWS's public SSM parameters (the AMI ids of the Deep Learning and Ubuntu images) and
+refuses `put_parameter` under `/aws/`: `seed_ssm_parameter` writes one through moto's backend, and
+the `moto_public_images` fixture seeds the image parameters cloudtrain resolves.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.util
+import logging
+import os
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+HOST = "127.0.0.1"
+PUBLIC_IMAGE_PARAMS = (  # AWS's public AMI parameters (see shared/reference/offline-clouds.md)
+    "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-ubuntu-22.04/latest/ami-id",
+    "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-ubuntu-24.04/latest/ami-id",
+    "/aws/service/canonical/ubuntu/server/22.04/stable/current/amd64/hvm/ebs-gp2/ami-id",
+    "/aws/service/canonical/ubuntu/server/24.04/stable/current/amd64/hvm/ebs-gp3/ami-id",
+)
+NO_FILE = "/nonexistent/cloudtrain-tests/aws"  # botocore skips missing config/credential files
+TEST_ENV = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_CONFIG_FILE": f"{NO_FILE}/config",
+    "AWS_SHARED_CREDENTIALS_FILE": f"{NO_FILE}/credentials",
+    "AWS_EC2_METADATA_DISABLED": "true",
+}
+# Anything that could take precedence over AWS_ENDPOINT_URL or the dummy credentials.
+CLEARED_ENV = (
+    "AWS_PROFILE",
+    "AWS_DEFAULT_PROFILE",
+    "AWS_REGION",
+    "AWS_SESSION_TOKEN",
+    "AWS_SECURITY_TOKEN",
+    "AWS_IGNORE_CONFIGURED_ENDPOINT_URLS",
+    "AWS_ROLE_ARN",
+    "AWS_WEB_IDENTITY_TOKEN_FILE",
+    "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+    "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+)
+
+
+@dataclass
+class MotoServer:
+    """A running moto server on a free loopback port."""
+
+    server: Any  # moto.server.ThreadedMotoServer
+    url: str
+
+    def reset(self) -> None:
+        """Forget every resource of every service (POST /moto-api/reset). Blocks."""
+        req = urllib.request.Request(f"{self.url}/moto-api/reset", method="POST", data=b"")
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        with opener.open(req, timeout=10) as resp:
+            resp.read()
+
+    def stop(self) -> None:
+        """Shut the server down and join its thread. Idempotent."""
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+
+
+def moto_available() -> bool:
+    """Whether moto's server mode (moto + flask) is importable."""
+    return all(importlib.util.find_spec(m) is not None for m in ("moto", "flask", "boto3"))
+
+
+def start_moto() -> MotoServer:
+    """Start moto's threaded server on a free port of 127.0.0.1; ready when this returns."""
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one log line per request otherwise
+    server = ThreadedMotoServer(ip_address=HOST, port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    return MotoServer(server=server, url=f"http://{host}:{port}")
+
+
+def clear_aws_caches() -> None:
+    """Drop the cached boto3 sessions and account id of cloudtrain's AWS adapter."""
+    # importlib: the package re-exports a function named `session`, which hides the module.
+    with contextlib.suppress(ImportError):
+        mod = importlib.import_module("cloudtrain.providers.aws.session")
+        mod.clear_clients()
+
+
+def use_moto(monkeypatch: pytest.MonkeyPatch, server: MotoServer) -> None:
+    """Point this process's (and its children's) AWS SDK at `server`; undone by monkeypatch."""
+    for name in CLEARED_ENV:
+        monkeypatch.delenv(name, raising=False)
+    for name in [n for n in os.environ if n.startswith("AWS_ENDPOINT_URL_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", server.url)
+    for name, value in TEST_ENV.items():
+        monkeypatch.setenv(name, value)
+    for name in ("NO_PROXY", "no_proxy"):  # loopback never through a proxy (boto3 and curl)
+        current = os.environ.get(name, "")
+        monkeypatch.setenv(name, f"{current},{HOST}" if current else HOST)
+
+
+def seed_ssm_parameter(name: str, value: str, region: str = "us-east-1") -> None:
+    """Create (or overwrite) an SSM String parameter in moto's default account, bypassing the
+    API's refusal of names under `/aws/`. The server runs in this process, so it sees it."""
+    from moto.core import DEFAULT_ACCOUNT_ID
+    from moto.core.utils import utcnow
+    from moto.ssm.models import Parameter, ssm_backends
+
+    params = ssm_backends[DEFAULT_ACCOUNT_ID][region]._parameters
+    versions = params[name]
+    versions.append(
+        Parameter(
+            account_id=DEFAULT_ACCOUNT_ID,
+            name=name,
+            value=value,
+            parameter_type="String",
+            description=None,
+            allowed_pattern=None,
+            keyid=None,
+            last_modified_date=utcnow(),
+            version=len(versions) + 1,
+            data_type="aws:ec2:image" if value.startswith("ami-") else "text",
+        )
+    )
+
+
+def moto_ami() -> str:
+    """An AMI id moto knows in every region (an Ubuntu one), so describe_images finds it."""
+    from moto.ec2.models.amis import AMIS
+
+    ubuntu = [a["ami_id"] for a in AMIS if str(a.get("name", "")).startswith("ubuntu")]
+    return ubuntu[0] if ubuntu else str(AMIS[0]["ami_id"])
+
+
+def seed_public_images(regions: tuple[str, ...] = ("us-east-1",)) -> str:
+    """Point every parameter of PUBLIC_IMAGE_PARAMS at `moto_ami()` in `regions`; returns it."""
+    ami = moto_ami()
+    for region in regions:
+        for name in PUBLIC_IMAGE_PARAMS:
+            seed_ssm_parameter(name, ami, region)
+    return ami
+
+
+@pytest.fixture(scope="session")
+def moto_server_session() -> Iterator[MotoServer]:
+    """One moto server for the whole test session (skips if moto is not installed)."""
+    if not moto_available():
+        pytest.skip("moto server mode is not installed: pip install 'moto[ec2,s3,iam,ssm]' flask")
+    server = start_moto()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def moto_server(
+    moto_server_session: MotoServer, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[MotoServer]:
+    """The session's moto server, empty, with this process's AWS environment pointed at it."""
+    moto_server_session.reset()
+    use_moto(monkeypatch, moto_server_session)
+    clear_aws_caches()
+    try:
+        yield moto_server_session
+    finally:
+        clear_aws_caches()
+
+
+@pytest.fixture
+def moto_public_images(moto_server: MotoServer) -> str:
+    """The moto server with AWS's public image parameters seeded; the AMI id they name."""
+    return seed_public_images(("us-east-1", "us-west-2", "eu-west-1"))
