@@ -36,9 +36,12 @@ def _load_class(name: str) -> type:
             f"provider {name!r} needs its SDK, which is not installed",
             hint=f"pip install 'cloudtrain[{extra}]'",
         )
-    if not _module_exists(module_name):
+    cls = None
+    if _module_exists(module_name):
+        cls = getattr(importlib.import_module(module_name), class_name, None)
+    if cls is None:  # the package is missing, or only partly there (an adapter in progress)
         raise UsageError(f"provider {name!r} is not available in this version of cloudtrain")
-    return getattr(importlib.import_module(module_name), class_name)  # type: ignore[no-any-return]
+    return cls  # type: ignore[no-any-return]
 
 
 def _module_exists(module_name: str) -> bool:

@@ -1,0 +1,44 @@
+"""The provider registry: lazy imports and one-line errors for what is not installed."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from cloudtrain import providers
+from cloudtrain.errors import UsageError
+
+
+def test_a_missing_sdk_names_the_pip_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(
+        providers.PROVIDERS,
+        "fakecloud",
+        ("cloudtrain.providers.local", "LocalProvider", "fakecloud", "no_such_sdk_module_xyz"),
+    )
+    with pytest.raises(UsageError) as info:
+        providers.get_provider("fakecloud")
+    assert info.value.hint == "pip install 'cloudtrain[fakecloud]'"
+
+
+def test_a_provider_not_in_this_version(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(
+        providers.PROVIDERS, "later", ("cloudtrain.providers.no_such_module", "X", None, None)
+    )
+    with pytest.raises(UsageError, match="not available in this version"):
+        providers.get_provider("later")
+
+
+def test_unknown_provider_and_uri_scheme() -> None:
+    with pytest.raises(UsageError, match="known providers: local, aws"):
+        providers.get_provider("openstack")
+    with pytest.raises(UsageError, match="unsupported storage URI"):
+        providers.open_store("ftp://x/y")
+    assert providers.provider_for_uri("s3://b/p") == "aws"
+
+
+def test_lazy_import() -> None:
+    for name in [m for m in sys.modules if m.startswith("cloudtrain.providers.aws")]:
+        del sys.modules[name]
+    providers.get_provider("local")
+    assert "cloudtrain.providers.aws" not in sys.modules
