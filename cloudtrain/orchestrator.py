@@ -46,6 +46,19 @@ class _Stop(Exception):
         self.outcome, self.detail = outcome, detail
 
 
+def node_lost(
+    alive: bool, beat_time: float | None, attempt_started: float, now: float, opts: RunOptions
+) -> bool:
+    """Whether a node counts as lost: gone from the cloud, silent past the heartbeat timeout,
+    or not yet heard from in this attempt within the boot timeout. A heartbeat older than the
+    attempt is a re-created node's predecessor's, so the new node still has its boot time."""
+    if not alive:
+        return True
+    if beat_time is None or beat_time < attempt_started:
+        return now - attempt_started > opts.boot_timeout_s
+    return now - beat_time > opts.heartbeat_timeout_s
+
+
 def new_run_id(name: str) -> str:
     """A short unique run id usable in every cloud's resource names."""
     return f"{name}-{secrets.token_hex(3)}"
@@ -422,14 +435,9 @@ class Orchestrator:
             short = f"{nv.role}-{nv.index}"
             node = live.get(nv.name)
             nv.cloud_state = node.state if node else "missing"
-            if node is None or not node.alive:
-                lost.append(short)
-                continue
             beat = snap.heartbeats.get(short)
-            if beat is None:
-                if now - attempt_started > opts.boot_timeout_s:
-                    lost.append(short)
-            elif now - float(beat.get("time", 0)) > opts.heartbeat_timeout_s:
+            beat_time = float(beat.get("time", 0)) if beat else None
+            if node_lost(node is not None and node.alive, beat_time, attempt_started, now, opts):
                 lost.append(short)
         return lost
 
