@@ -1,0 +1,46 @@
+"""The GCE fake's stored state, kept in one `State` object that `GceFake.reset()` replaces.
+
+It holds the instances (by project, zone and name), firewall rules (by project and name) and
+operations (by project, scope and name, in creation order), the serial port text per instance
+name, the scripted insert faults per zone, the log of served requests, and the counters that
+hand out resource ids and internal IPs. `Operation` is one zonal or global operation with the
+callback that applies its effect when it is DONE. Every access goes through the fake's lock.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from tests.fakes.gce_faults import Fault
+
+
+@dataclass
+class Operation:
+    """A zonal or global operation and what happens when it is DONE."""
+
+    body: dict[str, Any]
+    polls_needed: int
+    on_done: Callable[[], dict[str, Any] | None] = lambda: None  # returns error fields, if any
+    polls: int = 0
+
+
+def host_numbers() -> Iterator[int]:
+    """Host numbers of 10.128.0.0/16 in order (10.128.0.2 first), skipping .0, .1 and .255."""
+    return (n for n in itertools.count(2) if n % 256 not in (0, 1, 255))
+
+
+@dataclass
+class State:
+    """Everything the fake stores; a fresh one is an empty fake."""
+
+    instances: dict[tuple[str, str, str], dict[str, Any]] = field(default_factory=dict)
+    firewalls: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    operations: dict[tuple[str, str, str], Operation] = field(default_factory=dict)
+    serial: dict[str, str] = field(default_factory=dict)
+    faults: dict[str, list[Fault]] = field(default_factory=dict)
+    requests: list[str] = field(default_factory=list)
+    ids: Iterator[int] = field(default_factory=lambda: itertools.count(4_611_686_018_427_387_904))
+    hosts: Iterator[int] = field(default_factory=lambda: host_numbers())
