@@ -209,6 +209,27 @@ def session_pids(sid: int) -> list[int]:
     return _SESSIONS.get(sid)
 
 
+def kill_session(sid: int, grace_s: float = 0.0) -> bool:
+    """End every process of session `sid`: SIGTERM and up to `grace_s` to exit, then SIGKILL.
+    Blocks; returns whether none is left. Idempotent."""
+    if grace_s > 0:
+        for pid in session_pids(sid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        while session_pids(sid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    for _ in range(50):
+        left = session_pids(sid)
+        if not left:
+            return True
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.05)
+    return not session_pids(sid)
+
+
 class LocalCompute(Compute):
     """Nodes as process sessions. Thread-safe; node creation is idempotent per name."""
 
@@ -366,25 +387,11 @@ class LocalCompute(Compute):
                 popen.wait(timeout=1)
 
     def _kill_session(self, sid: int, name: str) -> None:
-        pids = session_pids(sid)
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + KILL_GRACE_S
-        while session_pids(sid) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        for _ in range(50):
-            left = session_pids(sid)
-            if not left:
-                return
-            for pid in left:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-            time.sleep(0.05)
-        raise ProviderError(
-            f"node {name}: processes {session_pids(sid)} survived SIGKILL",
-            hint="check them with `ps -s SID`",
-        )
+        if not kill_session(sid, KILL_GRACE_S):
+            raise ProviderError(
+                f"node {name}: processes {session_pids(sid)} survived SIGKILL",
+                hint="check them with `ps -s SID`",
+            )
 
     def console_output(self, node: Node) -> str:
         """The node's console log (stdout and stderr of its startup script)."""

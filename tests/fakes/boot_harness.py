@@ -15,19 +15,16 @@ the VM's session is killed. A VM the emulator reports terminated has its session
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
 import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from cloudtrain.providers.local import session_pids
+from cloudtrain.providers.local import kill_session, session_pids
 
 SHIM = """#!/usr/bin/env bash
 # cloud-in-a-box shim: never acts on the test machine
@@ -139,16 +136,8 @@ class BootHarness:
     def kill(self, vm_id: str) -> None:
         """End every process of a VM's session (the VM is gone)."""
         sid = self.sessions.get(vm_id)
-        if sid is None:
-            return
-        for _ in range(100):
-            pids = session_pids(sid)
-            if not pids:
-                break
-            for pid in pids:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-            time.sleep(0.05)
+        if sid is not None:
+            kill_session(sid)
 
     def live_sessions(self) -> list[str]:
         """VMs whose session still has a process."""

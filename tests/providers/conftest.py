@@ -28,9 +28,6 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import json
-import os
-import signal
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -80,7 +77,7 @@ def _local_leftovers(node: Node) -> list[int]:
 def _local_force_cleanup(provider: Provider) -> None:
     """SIGKILL what is left in the session of any node this provider started and did not delete
     (a deleted node was verified empty; its pid may since belong to someone else)."""
-    from cloudtrain.providers.local import LocalProvider, session_pids
+    from cloudtrain.providers.local import LocalProvider, kill_session
 
     assert isinstance(provider, LocalProvider)
     for meta_path in provider.root.glob("runs/*/nodes/*/node.json"):
@@ -88,15 +85,7 @@ def _local_force_cleanup(provider: Provider) -> None:
             meta = json.loads(meta_path.read_text())
             if meta.get("deleted"):
                 continue
-            sid = int(meta["pid"])
-            for _ in range(100):
-                pids = session_pids(sid)
-                if not pids:
-                    break
-                for pid in pids:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(pid, signal.SIGKILL)
-                time.sleep(0.02)
+            kill_session(int(meta["pid"]))
 
 
 def _aws_build(tmp: Path) -> Provider:

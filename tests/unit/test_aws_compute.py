@@ -67,26 +67,10 @@ def _clear_caches() -> None:
 
 def _seed_ssm(params: dict[str, str]) -> None:
     """Put parameters moto refuses through its API (`/aws/...`) into its backend directly."""
-    from moto.core import DEFAULT_ACCOUNT_ID
-    from moto.core.utils import utcnow
-    from moto.ssm.models import Parameter, ssm_backends
+    from tests.fakes.moto_server import seed_ssm_parameter
 
-    backend = ssm_backends[DEFAULT_ACCOUNT_ID][REGION]
     for name, value in params.items():
-        backend._parameters[name].append(
-            Parameter(
-                account_id=DEFAULT_ACCOUNT_ID,
-                name=name,
-                value=value,
-                parameter_type="String",
-                description=None,
-                allowed_pattern=None,
-                keyid=None,
-                last_modified_date=utcnow(),
-                version=1,
-                data_type="text",
-            )
-        )
+        seed_ssm_parameter(name, value, REGION)
 
 
 @pytest.fixture
