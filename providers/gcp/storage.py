@@ -1,0 +1,444 @@
+"""Google Cloud Storage as a cloudtrain ObjectStore: `gs://bucket[/prefix]`, keys relative to the
+prefix.
+
+Every SDK call runs inside `gcp_errors(...)`, which names the object and turns google-api-core /
+google-auth exceptions into `cloudtrain.errors` types; nothing above this module sees an SDK
+exception. Credentials come from the SDK's chain (Application Default Credentials); with
+`STORAGE_EMULATOR_HOST` set, google-cloud-storage talks to that emulator with anonymous
+credentials by itself, and this class keeps it that way. Nothing is logged, least of all a token.
+
+- Buckets: only the default bucket (`cloudtrain-...`) and buckets this class creates are
+  configured: uniform bucket-level access on, public access prevention "enforced". GCS always
+  encrypts at rest (Google-managed keys). A user's existing bucket is only checked, never changed.
+- Objects: whole-object writes (a single request up to 8 MiB, then resumable uploads in 8 MiB
+  chunks); downloads land in a temporary file that is renamed when complete.
+- Presigned URLs: V4, at most one hour; see `presign_get` for how they are signed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import os
+import re
+import tempfile
+import threading
+import urllib.parse
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import google.auth
+import google.auth.transport.requests
+from google.api_core import exceptions as api
+from google.auth import exceptions as auth
+from google.auth.credentials import AnonymousCredentials, Credentials, Signing
+from google.cloud import storage
+from google.cloud.storage.constants import PUBLIC_ACCESS_PREVENTION_ENFORCED
+from google.cloud.storage.retry import DEFAULT_RETRY
+
+from cloudtrain.errors import CredentialsError, NotFound, ProviderError, TransientError
+from cloudtrain.providers.base import ObjectInfo, Resource, parallel_map
+from cloudtrain.providers.gcp.errors import already_exists, gcp_errors
+
+MiB = 1024 * 1024
+RESUMABLE_THRESHOLD = 8 * MiB  # larger objects go up as resumable uploads...
+CHUNK_SIZE = 8 * MiB  # ...in chunks of this size (a multiple of 256 KiB), each retried alone
+DEFAULT_BUCKET_PREFIX = "cloudtrain-"
+MAX_PRESIGN_TTL_S = 3600
+DELETE_PARALLEL = 8  # concurrent single-object deletes in delete_prefix
+EMULATOR_ENV = "STORAGE_EMULATOR_HOST"  # read by google-cloud-storage itself, too
+OCTET = "application/octet-stream"
+LIST_FIELDS = "items(name,size,updated),nextPageToken"  # partial responses: faster listings
+SIGN_HINT = (
+    "sign as a service account: `gcloud auth application-default login "
+    "--impersonate-service-account=SA_EMAIL`, a key in GOOGLE_APPLICATION_CREDENTIALS, or the "
+    "provider option naming a signer service account; the caller needs "
+    "roles/iam.serviceAccountTokenCreator on it (a VM also needs the cloud-platform scope)"
+)
+_BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$")
+
+
+def _valid_bucket(name: str) -> bool:
+    """GCS bucket naming rules (3-63 chars, or up to 222 dotted; no 'goog' prefix). Pure."""
+    if not _BUCKET_RE.match(name) or name.startswith("goog") or "google" in name:
+        return False
+    return all(0 < len(part) <= 63 for part in name.split("."))
+
+
+@dataclass(frozen=True)
+class _Auth:
+    """How this store's clients authenticate, resolved once per store."""
+
+    credentials: Credentials | None  # None: the SDK's own choice (anonymous on the emulator)
+    project: str | None
+    emulator: str | None  # STORAGE_EMULATOR_HOST when set
+
+
+class GcsStore:
+    """An ObjectStore on Google Cloud Storage. Thread-safe: one SDK client per thread, sharing
+    one set of credentials. Building a store makes no call and reads no credentials.
+
+    `project` is where a missing bucket is created (default: GOOGLE_CLOUD_PROJECT or the ADC
+    project); `location` its location (default: the GCS default, multi-region US). Pass the
+    compute region so nodes read their bucket in-region. `credentials` overrides ADC;
+    `signer_email` names the service account that signs URLs through IAM when the credentials
+    hold no key (user ADC).
+    """
+
+    def __init__(
+        self,
+        uri: str,
+        project: str | None = None,
+        *,
+        location: str | None = None,
+        credentials: Credentials | None = None,
+        signer_email: str | None = None,
+    ) -> None:
+        parsed = urllib.parse.urlparse(uri)
+        bucket = parsed.netloc
+        if parsed.scheme != "gs" or not _valid_bucket(bucket):
+            raise ProviderError(
+                f"not a GCS bucket URI: {uri!r}",
+                hint="use gs://BUCKET or gs://BUCKET/PREFIX (3-63 chars: a-z, 0-9, '-', '_', '.')",
+            )
+        self.bucket = bucket
+        self.prefix = parsed.path.strip("/")
+        self.uri = f"gs://{bucket}/{self.prefix}" if self.prefix else f"gs://{bucket}"
+        self.project = project
+        self.location = location
+        self.signer_email = signer_email
+        self._root = f"{self.prefix}/" if self.prefix else ""
+        self._given_credentials = credentials
+        self._lock = threading.Lock()
+        self._local = threading.local()
+        self._auth: _Auth | None = None
+
+    # --- helpers ---------------------------------------------------------------------------
+
+    def _resolve_auth(self) -> _Auth:
+        """Credentials and project, found once (ADC unless given; none on the emulator)."""
+        with self._lock:
+            if self._auth is None:
+                emulator = os.environ.get(EMULATOR_ENV) or None
+                credentials = self._given_credentials
+                project = self.project or os.environ.get("GOOGLE_CLOUD_PROJECT") or None
+                if credentials is None and emulator is None:
+                    with gcp_errors(f"find Google Cloud credentials for {self.uri}"):
+                        credentials, adc_project = google.auth.default()
+                    project = project or adc_project
+                self._auth = _Auth(credentials, project, emulator)
+            return self._auth
+
+    def _client(self) -> storage.Client:
+        """This thread's SDK client (created on first use)."""
+        client: storage.Client | None = getattr(self._local, "client", None)
+        if client is None:
+            auth_ = self._resolve_auth()
+            kwargs: dict[str, Any] = {"credentials": auth_.credentials}
+            if auth_.project or auth_.emulator is None:
+                # None: no second ADC lookup for a project (only bucket creation needs one)
+                kwargs["project"] = auth_.project
+            with gcp_errors(f"open a Cloud Storage client for {self.uri}"):
+                client = storage.Client(**kwargs)
+            self._local.client = client
+        return client
+
+    def _key(self, key: str) -> str:
+        """The full object name of a store-relative key (the same key rules as LocalStore)."""
+        if not key or key.startswith("/") or ".." in key.split("/"):
+            raise ProviderError(f"invalid object key {key!r} in {self.uri}")
+        return self._root + key
+
+    def _where(self, key: str) -> str:
+        return f"gs://{self.bucket}/{self._root}{key}"
+
+    def _blob(self, key: str, chunk_size: int | None = None) -> Any:
+        return self._client().bucket(self.bucket).blob(self._key(key), chunk_size=chunk_size)
+
+    def _is_default(self) -> bool:
+        return self.bucket.startswith(DEFAULT_BUCKET_PREFIX)
+
+    # --- the bucket ------------------------------------------------------------------------
+
+    def ensure_bucket(self) -> Resource:
+        """Make the bucket usable and return it as a Resource (id = this store's URI, region =
+        the bucket's location, lower case).
+
+        A missing bucket is created in `project` at `location` with uniform bucket-level access
+        and public access prevention "enforced" (GCS encrypts every object at rest). The
+        default bucket (`cloudtrain-...`) gets those two settings re-applied if they were
+        changed. A user-given bucket that exists is only checked for access, never changed (with
+        object-level permissions only, listing it is the check). A name taken by another
+        project raises ProviderError. Idempotent (a concurrent create is fine); blocks until the
+        bucket is usable.
+        """
+        bucket = self._existing_bucket()
+        if bucket is None:
+            bucket = self._create()
+            self._secure(bucket)
+        elif self._is_default():
+            self._secure(bucket)
+        location = bucket.location or self.location
+        return Resource(
+            provider="gcp",
+            kind="bucket",
+            id=self.uri,
+            region=location.lower() if location else None,
+            run_id="",
+        )
+
+    def _existing_bucket(self) -> Any | None:
+        """The bucket with its metadata loaded, or None if it does not exist."""
+        client = self._client()
+        bucket = client.bucket(self.bucket)
+        what = f"check access to gs://{self.bucket}"
+        try:
+            with gcp_errors(what):
+                bucket.reload()
+            return bucket
+        except NotFound:
+            return None
+        except CredentialsError as err:
+            if not isinstance(err.__cause__, api.Forbidden):
+                raise
+            if self._is_default():
+                raise CredentialsError(
+                    f"{what}: access denied: the name may belong to another project",
+                    hint="set `checkpoint: gs://YOUR-BUCKET/PREFIX` in job.yaml",
+                ) from err
+        # A user's bucket shared at object level (no storage.buckets.get): listing must work.
+        with gcp_errors(what):
+            pages = client.list_blobs(self.bucket, prefix=self._root, max_results=1)
+            next(iter(pages), None)
+        return bucket
+
+    def _create(self) -> Any:
+        """Create the bucket with its privacy settings in the request; a concurrent create of
+        the same bucket by us is fine, a name owned by someone else is a ProviderError."""
+        auth_ = self._resolve_auth()
+        what = f"create bucket gs://{self.bucket}" + (
+            f" in {self.location}" if self.location else ""
+        )
+        if not auth_.project and auth_.emulator is None:
+            raise ProviderError(
+                f"{what}: no Google Cloud project to create it in",
+                hint="set project: in job.yaml, GOOGLE_CLOUD_PROJECT, or "
+                "`gcloud config set project PROJECT`",
+            )
+        client = self._client()
+        bucket = client.bucket(self.bucket)
+        bucket.iam_configuration.uniform_bucket_level_access_enabled = True
+        bucket.iam_configuration.public_access_prevention = PUBLIC_ACCESS_PREVENTION_ENFORCED
+        try:
+            with gcp_errors(what):
+                return client.create_bucket(bucket, project=auth_.project, location=self.location)
+        except ProviderError as err:
+            if not already_exists(err):
+                raise
+            taken = err
+        bucket = client.bucket(self.bucket)
+        try:
+            with gcp_errors(f"check access to gs://{self.bucket}"):
+                bucket.reload()
+        except CredentialsError:
+            raise ProviderError(
+                f"{what}: the name gs://{self.bucket} belongs to another project",
+                hint="set `checkpoint: gs://YOUR-BUCKET/PREFIX` in job.yaml",
+            ) from taken
+        return bucket
+
+    def _secure(self, bucket: Any) -> None:
+        """Uniform bucket-level access on and public access prevention enforced (one PATCH,
+        only if either is off). Idempotent."""
+        iam = bucket.iam_configuration
+        if (
+            iam.uniform_bucket_level_access_enabled
+            and iam.public_access_prevention == PUBLIC_ACCESS_PREVENTION_ENFORCED
+        ):
+            return
+        iam.uniform_bucket_level_access_enabled = True
+        iam.public_access_prevention = PUBLIC_ACCESS_PREVENTION_ENFORCED
+        with gcp_errors(f"make gs://{self.bucket} private (uniform access, no public access)"):
+            bucket.patch(retry=DEFAULT_RETRY)
+
+    # --- objects ---------------------------------------------------------------------------
+
+    def put(self, key: str, data: bytes) -> None:
+        """Write an object whole: readers see the old or the new one, never a part.
+        Idempotent; blocks (retried by the SDK on 429/5xx)."""
+        chunk = CHUNK_SIZE if len(data) > RESUMABLE_THRESHOLD else None
+        blob = self._blob(key, chunk)
+        with gcp_errors(f"put {self._where(key)}"):
+            blob.upload_from_string(data, content_type=OCTET)
+
+    def get(self, key: str) -> bytes:
+        """Read an object (checksum-verified). Raises NotFound for a missing key or bucket.
+        Blocks."""
+        blob = self._blob(key)
+        with gcp_errors(f"get {self._where(key)}"):
+            return bytes(blob.download_as_bytes())
+
+    def put_file(self, key: str, path: str) -> None:
+        """Upload a file: up to 8 MiB in one request, larger ones as a resumable upload in 8 MiB
+        chunks (each chunk retried alone). The object appears whole when the upload completes.
+        Idempotent; blocks."""
+        size = os.path.getsize(path)
+        blob = self._blob(key, CHUNK_SIZE if size > RESUMABLE_THRESHOLD else None)
+        with gcp_errors(f"upload {path} to {self._where(key)}"):
+            blob.upload_from_filename(os.fspath(path), content_type=OCTET)
+
+    def get_file(self, key: str, path: str) -> None:
+        """Download to `path` (checksum-verified), creating parent folders. The file appears
+        only when complete (a temporary file in the same folder is renamed). Raises NotFound,
+        leaving no file. Blocks."""
+        blob = self._blob(key)
+        dest = Path(path)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
+        os.close(fd)
+        try:
+            with gcp_errors(f"download {self._where(key)}"):
+                blob.download_to_filename(tmp)
+            os.replace(tmp, dest)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+
+    def _names(self, prefix: str) -> Iterator[tuple[str, Any]]:
+        """(full name, blob) of every object under `prefix`, in the service's order."""
+        if prefix.startswith("/"):
+            raise ProviderError(f"invalid prefix {prefix!r} in {self.uri}")
+        with gcp_errors(f"list {self._where(prefix)}"):
+            blobs = self._client().list_blobs(
+                self.bucket, prefix=self._root + prefix, fields=LIST_FIELDS
+            )
+            for blob in blobs:
+                yield blob.name, blob
+
+    def list(self, prefix: str) -> list[ObjectInfo]:
+        """Every object whose key starts with `prefix` (plain name-prefix match, not folders),
+        sorted by key, keys relative to the store. Console "folder" placeholders (names ending
+        in '/') are not objects and are left out. Raises NotFound if the bucket is missing.
+        Blocks."""
+        out: list[ObjectInfo] = []
+        for name, blob in self._names(prefix):
+            if name.endswith("/"):
+                continue
+            updated = blob.updated.timestamp() if blob.updated else 0.0
+            out.append(ObjectInfo(name[len(self._root) :], int(blob.size or 0), updated))
+        out.sort(key=lambda o: o.key)
+        return out
+
+    def delete(self, key: str) -> None:
+        """Delete one object. Idempotent: a missing key (or bucket) is fine. Blocks."""
+        self._delete_name(self._key(key))
+
+    def _delete_name(self, name: str) -> None:
+        blob = self._client().bucket(self.bucket).blob(name)
+        with contextlib.suppress(NotFound), gcp_errors(f"delete gs://{self.bucket}/{name}"):
+            blob.delete()
+
+    def delete_prefix(self, prefix: str) -> int:
+        """Delete every object under `prefix` (folder placeholders included), `DELETE_PARALLEL`
+        single deletes at a time; returns how many objects were listed. Idempotent: nothing
+        there (or no bucket) deletes 0, and an object deleted meanwhile is fine. If any delete
+        fails, all are still attempted and the first error is raised. Blocks."""
+        try:
+            names = [name for name, _ in self._names(prefix)]
+        except NotFound:
+            return 0
+        results = parallel_map(self._delete_name, names, DELETE_PARALLEL)
+        errors = [r for r in results if isinstance(r, BaseException)]
+        if errors:
+            raise errors[0]
+        return len(names)
+
+    # --- presigned URLs --------------------------------------------------------------------
+
+    def _presign(self, method: str, key: str, ttl_s: int) -> str:
+        full = self._key(key)
+        expiration = datetime.timedelta(seconds=max(1, min(int(ttl_s), MAX_PRESIGN_TTL_S)))
+        what = f"presign {method} for {self._where(key)}"
+        auth_ = self._resolve_auth()
+        client = self._client()
+        blob = client.bucket(self.bucket).blob(full)
+        credentials = auth_.credentials
+        if isinstance(credentials, Signing):
+            with _signing_errors(what):
+                return str(
+                    blob.generate_signed_url(version="v4", method=method, expiration=expiration)
+                )
+        if auth_.emulator is not None:
+            # The emulator serves GET and PUT on the path a V4 URL has and checks no signature.
+            base = str(client.api_endpoint).rstrip("/")
+            return f"{base}/{self.bucket}/{urllib.parse.quote(full, safe='/~')}"
+        if credentials is None or isinstance(credentials, AnonymousCredentials):
+            raise CredentialsError(
+                f"{what}: anonymous credentials cannot sign URLs", hint=SIGN_HINT
+            )
+        with gcp_errors(f"refresh the Google Cloud credentials to {what}"):
+            if not credentials.valid:
+                credentials.refresh(google.auth.transport.requests.Request())
+        email = self.signer_email or getattr(credentials, "service_account_email", None)
+        if not email or email == "default":
+            raise CredentialsError(
+                f"{what}: these credentials ({type(credentials).__name__}) hold no private key "
+                "and name no service account to sign with",
+                hint=SIGN_HINT,
+            )
+        with _signing_errors(what):
+            return str(
+                blob.generate_signed_url(
+                    version="v4",
+                    method=method,
+                    expiration=expiration,
+                    service_account_email=email,
+                    access_token=credentials.token,
+                )
+            )
+
+    def presign_get(self, key: str, ttl_s: int = 3600) -> str:
+        """A URL that GETs the object without credentials (`curl -fsS URL`) for
+        min(ttl_s, 3600) seconds (at least 1). Does not check that the object exists.
+
+        How it is signed, by the credentials in use:
+        - a private key or a signer (service-account key file, impersonated service account):
+          a V4 signed URL made locally (impersonated credentials sign through IAM);
+        - on the emulator (STORAGE_EMULATOR_HOST set) with credentials that cannot sign, such as
+          its default anonymous ones: the unsigned URL `{emulator}/{bucket}/{object}`, the same
+          path a V4 URL has. The emulator checks no signature, so this URL does not expire;
+        - other credentials (user ADC, a VM's metadata-server account): a V4 URL signed by IAM
+          signBlob as `signer_email` or the credentials' own service account, after refreshing
+          them. Raises CredentialsError if no service account is known or IAM refuses (the
+          caller needs roles/iam.serviceAccountTokenCreator on it).
+        Blocks only for an IAM signBlob call or a credentials refresh.
+        """
+        return self._presign("GET", key, ttl_s)
+
+    def presign_put(self, key: str, ttl_s: int = 3600) -> str:
+        """A URL that uploads the object with HTTP PUT (`curl -fsS -T FILE URL`) without
+        credentials for min(ttl_s, 3600) seconds; signed as `presign_get` describes. No
+        Content-Type or other header is signed, so any (or none) may be sent. Each PUT replaces
+        the object whole; the bucket must exist. Blocks only to sign through IAM."""
+        return self._presign("PUT", key, ttl_s)
+
+
+@contextlib.contextmanager
+def _signing_errors(what: str) -> Iterator[None]:
+    """`gcp_errors`, except that IAM refusing to sign (a google-auth TransportError naming the
+    sign call) is a CredentialsError, not a transient network failure."""
+    try:
+        with gcp_errors(what):
+            yield
+    except TransientError as err:
+        cause = err.__cause__
+        text = str(cause) if isinstance(cause, auth.TransportError) else ""
+        if any(s in text for s in ("signBytes", "sign_bytes", "signBlob")):
+            first = text.strip().splitlines()[0][:300]
+            raise CredentialsError(
+                f"{what}: IAM refused to sign: {first}", hint=SIGN_HINT
+            ) from cause
+        raise
