@@ -246,7 +246,9 @@ def _job_over(statuses: dict[str, dict[str, Any]]) -> bool:
         return False
     attempt = max(int(s.get("attempt", 0)) for s in statuses.values())
     latest = [s for s in statuses.values() if int(s.get("attempt", 0)) == attempt]
-    return all(s.get("state") in ("succeeded", "failed", "stopped") for s in latest)
+    from cloudtrain.jobs.agent import FINAL_STATES
+
+    return all(s.get("state") in FINAL_STATES for s in latest)
 
 
 @app.command("ls")

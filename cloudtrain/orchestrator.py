@@ -20,9 +20,10 @@ from typing import TYPE_CHECKING, Any
 from cloudtrain import __version__
 from cloudtrain.bundle import Bundle, build_bundle
 from cloudtrain.errors import CloudtrainError, NoCapacityError
+from cloudtrain.jobs.agent import FINAL_STATES
 from cloudtrain.ledger import Ledger
 from cloudtrain.paths import cloudtrain_home
-from cloudtrain.providers.base import NodeRequest, Provider, Resource, RunInfo, node_name
+from cloudtrain.providers.base import Node, NodeRequest, Provider, Resource, RunInfo, node_name
 from cloudtrain.retry import retrying
 from cloudtrain.runstate import RunReader, Snapshot, run_prefix
 from cloudtrain.runtypes import NodeView, Observer, RunOptions, RunResult, RunView
@@ -35,7 +36,6 @@ if TYPE_CHECKING:
 
 PRESIGN_TTL_S = 3600
 RESTARTABLE_REASONS = frozenset({"rendezvous timeout"})
-FINAL_STATES = frozenset({"succeeded", "failed", "stopped"})
 
 
 class _Stop(Exception):
@@ -181,7 +181,7 @@ class Orchestrator:
 
     def _result(self, outcome: str, detail: str) -> RunResult:
         base = self.store.uri.rstrip("/") + "/" + self.prefix
-        outputs = {o.key[len(self.prefix) :].split("/", 1)[0] for o in self.store.list(self.prefix)}
+        outputs = {d for d in ("model", "checkpoints") if self.store.list(f"{self.prefix}{d}/")}
         by_node: dict[str, float] = {}
         now = time.time()
         for rec in self.ledger.resources(self.run_id):
@@ -339,16 +339,18 @@ class Orchestrator:
         self.observer.event(f"creating {len(requests)} node(s)")
         try:
             created = self.provider.compute.create_nodes(self.info, requests)
-        except NoCapacityError as exc:
-            if exc.hint is None:
+        except CloudtrainError as exc:
+            # some nodes may exist: the cloud says which, so the ledger matches it
+            live = self.provider.compute.list_nodes(self.run_id)
+            self._mark_created([n for n in live if n.name in {r.name for r in requests}])
+            if isinstance(exc, NoCapacityError) and exc.hint is None:
                 exc.hint = "try another region or zone, another accelerator, or spot: false"
             raise
-        finally:
-            live = {n.name: n for n in self.provider.compute.list_nodes(self.run_id)}
-            for req in requests:
-                if req.name in live:
-                    self.ledger.mark_created(self.run_id, "node", req.name, live[req.name].cloud_id)
-        for node in created:
+        self._mark_created(created)
+
+    def _mark_created(self, nodes: list[Node]) -> None:
+        for node in nodes:
+            self.ledger.mark_created(self.run_id, "node", node.name, node.cloud_id)
             self.ledger.event(self.run_id, "node", f"created {node.name}")
 
     # --- watching --------------------------------------------------------------------------

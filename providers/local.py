@@ -209,6 +209,21 @@ def session_pids(sid: int) -> list[int]:
     return _SESSIONS.get(sid)
 
 
+def start_session(script: Path, work: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """Boot a node: run its startup script with bash in a new session (the node's identity for
+    listing and deletion) in `work`, appending its output to `work/console.log`. No wait."""
+    with open(work / "console.log", "ab") as console:
+        return subprocess.Popen(
+            ["bash", str(script)],
+            cwd=work,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=console,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
 def kill_session(sid: int, grace_s: float = 0.0) -> bool:
     """End every process of session `sid`: SIGTERM and up to `grace_s` to exit, then SIGKILL.
     Blocks; returns whether none is left. Idempotent."""
@@ -325,19 +340,7 @@ class LocalCompute(Compute):
                 CLOUDTRAIN_NODE_NAME=request.name,
                 CT_WORK=str(node_dir),
             )
-            console = open(node_dir / "console.log", "ab")  # noqa: SIM115 - handed to the child
-            try:
-                proc = subprocess.Popen(
-                    ["bash", str(script)],
-                    cwd=node_dir,
-                    env=env,
-                    stdin=subprocess.DEVNULL,
-                    stdout=console,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )
-            finally:
-                console.close()
+            proc = start_session(script, node_dir, env)
             self._popen[request.name] = proc
             meta = {
                 "name": request.name,

@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import os
 import socket
-import subprocess
 import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from cloudtrain.providers.local import kill_session, session_pids
+from cloudtrain.providers.local import kill_session, session_pids, start_session
 
 SHIM = """#!/usr/bin/env bash
 # cloud-in-a-box shim: never acts on the test machine
@@ -120,16 +119,7 @@ class BootHarness:
             HARNESS_VM_ID=vm.id,
             HARNESS_DIR=str(self.root),
         )
-        with open(work / "console.log", "ab") as console:
-            proc = subprocess.Popen(
-                ["bash", str(script)],
-                cwd=work,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=console,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+        proc = start_session(script, work, env)
         self.sessions[vm.id] = proc.pid
         self.booted.append(vm.name)
 
