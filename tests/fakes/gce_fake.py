@@ -18,9 +18,16 @@ Served, under `/compute/v1/projects/{project}` (camelCase JSON, int64 fields as 
 - `zones/{zone}/instances`: POST insert, GET list (`filter`, `maxResults`, `pageToken`),
   `zones/{zone}/instances/{name}`: GET, DELETE; `.../{name}/serialPort`: GET (`start`).
 - `zones/{zone}/operations/{op}`: GET; `.../{op}/wait`: POST.
-- `aggregated/instances`: GET (items keyed by `zones/{zone}`).
-- `global/firewalls`: POST insert, GET list; `global/firewalls/{name}`: GET, DELETE.
+- `aggregated/instances`: GET (`filter`; items keyed by `zones/{zone}`).
+- `global/firewalls`: POST insert, GET list (`filter`, `maxResults`, `pageToken`);
+  `global/firewalls/{name}`: GET, DELETE.
 - `global/operations/{op}`: GET; `.../{op}/wait`: POST.
+- `regions/{region}`: GET (any name like `us-central1` is UP; zones `{region}-a/-b/-c`, plus
+  `-f` for us-central1, or what `set_region_zones(region, zones)` scripted; else 404).
+- `zones`: GET list (`filter`, paging) of the zones of a few default and all scripted regions.
+
+Instance and firewall insert and delete honour `requestId` (a UUID, else 400) like GCE: a repeat
+within the project answers the first request's operation as it stands and does nothing again.
 
 Operations start PENDING and take `operation_polls_to_done` (default 2) GETs or waits of the
 operation to finish: PENDING -> RUNNING -> DONE; 0 makes them DONE in the insert's answer. Their
@@ -32,15 +39,20 @@ Request errors have GCE's shape, `{"error": {"code", "message", "errors": [{"dom
 "message"}]}}`, with the matching HTTP status (404 notFound, 409 alreadyExists, 400 invalid).
 
 Like GCE, the fake answers absolute `https://www.googleapis.com/compute/v1/...` URLs in `zone`,
-`selfLink`, `targetLink`, `machineType`, `acceleratorType` and `network` (relative ones given
-on insert are expanded; bare names are refused like GCE does), and checks names, labels and
-metadata against GCE's formats (400 invalid).
+`selfLink`, `targetLink`, `machineType`, `acceleratorType`, `network` and the disks' `diskType`
+and `sourceImage` (relative ones given on insert are expanded; bare names are refused like GCE
+does), and checks names, labels, metadata and network tags against GCE's formats (400 invalid).
+It refuses too a `maxRunDuration` (30 s to 120 days) or SPOT scheduling without
+`instanceTerminationAction` (for SPOT stricter than GCE, which defaults it to STOP), and an
+`onHostMaintenance` other than TERMINATE (MIGRATE by default, except for SPOT) with guest
+accelerators or SPOT. It answers scheduling defaults, a `tags.fingerprint`, and
+`default_service_account(project)` for a service account `default`.
 
 The fake is split by job: this module holds `GceFake` (lifecycle, inspection and scripting, the
 request entry point) and re-exports the public names of gce_errors, gce_filters, gce_formats,
-gce_faults and gce_listing; the routes live in the mixins of gce_instances, gce_firewalls and
-gce_operations, dispatched by gce_routes and served over HTTP by gce_http; gce_state holds the
-stored data.
+gce_faults, gce_instances, gce_listing and gce_regions; the routes live in the mixins of
+gce_instances, gce_firewalls, gce_regions and gce_operations, dispatched by gce_routes and
+served over HTTP by gce_http; gce_state holds the stored data.
 """
 
 from __future__ import annotations
@@ -48,7 +60,7 @@ from __future__ import annotations
 import copy
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -69,9 +81,10 @@ from tests.fakes.gce_formats import (
     NAME_RE,
 )
 from tests.fakes.gce_http import FakeHandler, FakeServer
-from tests.fakes.gce_instances import InstancesMixin
+from tests.fakes.gce_instances import InstancesMixin, default_service_account
 from tests.fakes.gce_listing import MAX_RESULTS
 from tests.fakes.gce_operations import FAKE_USER
+from tests.fakes.gce_regions import REGION_RE, RegionsMixin
 from tests.fakes.gce_routes import match_route
 from tests.fakes.gce_state import State
 
@@ -90,9 +103,11 @@ __all__ = [
     "MAX_RESULTS",
     "METADATA_KEY_RE",
     "NAME_RE",
+    "REGION_RE",
     "FilterTerm",
     "GceApiError",
     "GceFake",
+    "default_service_account",
     "gce_fake",
     "matches_filter",
     "parse_filter",
@@ -103,7 +118,7 @@ HOST = "127.0.0.1"
 DEFAULT_POLLS_TO_DONE = 2
 
 
-class GceFake(InstancesMixin, FirewallsMixin):
+class GceFake(InstancesMixin, FirewallsMixin, RegionsMixin):
     """The fake's state and its HTTP server. Thread-safe; see the module docstring."""
 
     def __init__(self) -> None:
@@ -140,8 +155,8 @@ class GceFake(InstancesMixin, FirewallsMixin):
             self._thread = None
 
     def reset(self) -> None:
-        """Forget every resource, operation, serial text, scripted fault and logged request, and
-        put `operation_polls_to_done` back to its default."""
+        """Forget every resource, operation, request id, serial text, scripted fault or region
+        and logged request, and put `operation_polls_to_done` back to its default."""
         with self._lock:
             self._state = State()
             self.operation_polls_to_done = DEFAULT_POLLS_TO_DONE
@@ -214,6 +229,17 @@ class GceFake(InstancesMixin, FirewallsMixin):
                 raise KeyError(f"no instance {name!r} in the fake")
             for inst in hits:
                 inst["status"] = status
+
+    def set_region_zones(self, region: str, zones: Iterable[str] | None) -> None:
+        """Script the zones (names like `us-east1-b`) that `regions/{region}` answers and the
+        zone list shows; None restores the defaults. ValueError unless `region` is like GCE's."""
+        if not REGION_RE.fullmatch(region):
+            raise ValueError(f"not a GCE region name: {region!r}")
+        with self._lock:
+            if zones is None:
+                self._state.region_zones.pop(region, None)
+            else:
+                self._state.region_zones[region] = [z.rsplit("/", 1)[-1] for z in zones]
 
     def fail_next_insert(
         self,

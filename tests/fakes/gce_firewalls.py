@@ -1,9 +1,11 @@
 """Firewall routes of the GCE fake: `FirewallsMixin`.
 
-Serves insert, list, get and delete of `global/firewalls`. An insert checks the rule's name like
-GCE does, stores the rule at once with GCE's defaults (absolute network URL, priority 1000,
-INGRESS, enabled, logging off) and answers a global operation; a delete removes the rule when
-its operation is DONE. Methods run under the fake's lock.
+Serves insert, list (with `filter`, see gce_listing), get and delete of `global/firewalls`. An
+insert checks the rule's name like GCE does, stores the rule at once with GCE's defaults
+(absolute network URL, priority 1000, INGRESS, enabled, logging off) and answers a global
+operation; a delete removes the rule when its operation is DONE. An insert or delete repeating
+an earlier `requestId` answers that request's operation and does nothing. Methods run under the
+fake's lock.
 """
 
 from __future__ import annotations
@@ -32,6 +34,9 @@ class FirewallsMixin(OperationsMixin):
         if not isinstance(body, dict):
             raise invalid("Required field 'resource' not specified")
         project, name = params["project"], str(body.get("name", ""))
+        replay = self._replayed(project, query)
+        if replay is not None:
+            return replay
         if not NAME_RE.fullmatch(name):
             raise invalid_field(
                 "resource.name", name, f"Must be a match of regex '{NAME_RE.pattern}'"
@@ -54,7 +59,13 @@ class FirewallsMixin(OperationsMixin):
         rule.setdefault("logConfig", {"enable": False})
         self._state.firewalls[(project, name)] = rule
         return self._new_operation(
-            project, "global", "insert", rule["selfLink"], rule_id, lambda: None
+            project,
+            "global",
+            "insert",
+            rule["selfLink"],
+            rule_id,
+            lambda: None,
+            query.get("requestId", ""),
         )
 
     def _list_firewalls(
@@ -73,6 +84,9 @@ class FirewallsMixin(OperationsMixin):
     def _delete_firewall(
         self, params: dict[str, str], query: dict[str, str], body: Any
     ) -> dict[str, Any]:
+        replay = self._replayed(params["project"], query)
+        if replay is not None:
+            return replay
         rule = self._existing_firewall(params)
         key, rule_id = (params["project"], params["name"]), rule["id"]
 
@@ -82,5 +96,11 @@ class FirewallsMixin(OperationsMixin):
                 del self._state.firewalls[key]
 
         return self._new_operation(
-            params["project"], "global", "delete", rule["selfLink"], rule_id, finish
+            params["project"],
+            "global",
+            "delete",
+            rule["selfLink"],
+            rule_id,
+            finish,
+            query.get("requestId", ""),
         )

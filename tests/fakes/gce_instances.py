@@ -1,24 +1,105 @@
 """Instance routes of the GCE fake: `InstancesMixin`.
 
-Serves insert, list, aggregated list, get, delete and serial port output of instances. An
-insert is checked like GCE does, stored PROVISIONING with GCE's defaults filled in (absolute
-URLs, ids, fingerprints, NIC names and IPs, disk device names), and turns RUNNING when its
-operation is DONE, or vanishes then if a scripted fault of its zone was pending; a delete
-leaves the instance STOPPING until its operation is DONE. Methods run under the fake's lock.
+Serves insert, list (`filter`: see gce_listing), aggregated list, get, delete and serial port
+output of instances. An insert is checked like GCE does (`validate_instance()`, then
+`validate_instance_extras()`: scheduling, accelerators, tags, disk URLs), stored PROVISIONING
+with GCE's defaults (absolute URLs, ids, fingerprints of labels, metadata and tags, scheduling,
+the project's account for `default`, NICs and IPs, disk names, sizes and modes), and turns
+RUNNING when its operation is DONE, or vanishes then if a scripted fault of its zone was pending;
+a delete leaves the instance STOPPING until its operation is DONE. A repeated `requestId`
+answers its first operation and does nothing. Methods run under the fake's lock.
 """
 
 from __future__ import annotations
 
 import copy
 import uuid
+import zlib
 from typing import Any
 
 from tests.fakes.gce_errors import GceApiError, invalid, invalid_field, not_found
 from tests.fakes.gce_faults import Fault, fault_error
 from tests.fakes.gce_filters import matches_filter, parse_filter
-from tests.fakes.gce_formats import API_ROOT, expand, now, validate_instance
+from tests.fakes.gce_formats import API_ROOT, NAME_RE, expand, now, validate_instance
 from tests.fakes.gce_listing import page
 from tests.fakes.gce_operations import OperationsMixin
+
+SCHEDULING_ENUMS = {
+    "onHostMaintenance": ("MIGRATE", "TERMINATE"),
+    "provisioningModel": ("STANDARD", "SPOT", "FLEX_START", "RESERVATION_BOUND"),
+    "instanceTerminationAction": ("STOP", "DELETE"),
+}
+MAX_RUN_DURATION_SECONDS = (30, 120 * 24 * 3600)  # GCE's bounds: 30 s to 120 days
+
+
+def default_service_account(project: str) -> str:
+    """The email the fake answers for the `default` service account of `project` (GCE's
+    `{project number}-compute@developer.gserviceaccount.com`, with a made-up stable number)."""
+    number = 100_000_000_000 + zlib.crc32(project.encode())
+    return f"{number}-compute@developer.gserviceaccount.com"
+
+
+def _is_spot(scheduling: dict[str, Any]) -> bool:
+    return scheduling.get("provisioningModel") == "SPOT" or scheduling.get("preemptible") is True
+
+
+def validate_instance_extras(body: dict[str, Any]) -> None:
+    """Raise GceApiError(400) for the scheduling, accelerator, tag and disk settings GCE refuses
+    on insert (after `validate_instance()`)."""
+    scheduling = body.get("scheduling") or {}
+    where = "resource.scheduling"
+    for key, allowed in SCHEDULING_ENUMS.items():
+        value = scheduling.get(key)
+        if value is not None and value not in allowed:
+            raise invalid_field(f"{where}.{key}", value, f"Must be one of {', '.join(allowed)}.")
+    duration = scheduling.get("maxRunDuration")
+    if duration is not None:
+        seconds = str((duration or {}).get("seconds", "0"))
+        low, high = MAX_RUN_DURATION_SECONDS
+        if not seconds.isdigit() or not low <= int(seconds) <= high:
+            raise invalid_field(
+                f"{where}.maxRunDuration.seconds", seconds, "Must be in [30, 10368000] (120 days)."
+            )
+    spot, action = _is_spot(scheduling), scheduling.get("instanceTerminationAction")
+    maintenance = scheduling.get("onHostMaintenance") or ("TERMINATE" if spot else "MIGRATE")
+    refusals = (
+        (
+            (scheduling.get("provisioningModel") == "SPOT" or duration is not None) and not action,
+            ("instanceTerminationAction", ""),
+            "Must be set for SPOT instances and for instances with a maxRunDuration.",
+        ),
+        (
+            spot and maintenance != "TERMINATE",
+            ("onHostMaintenance", maintenance),
+            "Scheduling must have preemptible be false when OnHostMaintenance isn't TERMINATE.",
+        ),
+        (
+            spot and scheduling.get("automaticRestart") is True,
+            ("automaticRestart", "true"),
+            "Preemptible instances cannot be automatically restarted.",
+        ),
+        (
+            bool(body.get("guestAccelerators")) and maintenance != "TERMINATE",
+            ("onHostMaintenance", maintenance),
+            "Instances with guest accelerators do not support live migration.",
+        ),
+    )
+    for refused, (key, value), why in refusals:
+        if refused:
+            raise invalid_field(f"{where}.{key}", value, why)
+    for index, tag in enumerate((body.get("tags") or {}).get("items") or []):
+        if not NAME_RE.fullmatch(str(tag)):
+            why = f"Must be a match of regex '{NAME_RE.pattern}'"
+            raise invalid_field(f"resource.tags.items[{index}]", tag, why)
+    for index, disk in enumerate(body.get("disks") or []):
+        init = disk.get("initializeParams") or {}
+        for key, marker in (("diskType", "diskTypes/"), ("sourceImage", "images/")):
+            if init.get(key) is not None and marker not in str(init[key]):
+                raise invalid_field(
+                    f"resource.disks[{index}].initializeParams.{key}",
+                    init[key],
+                    "The URL is malformed.",
+                )
 
 
 class InstancesMixin(OperationsMixin):
@@ -37,8 +118,12 @@ class InstancesMixin(OperationsMixin):
     def _insert_instance(
         self, params: dict[str, str], query: dict[str, str], body: Any
     ) -> dict[str, Any]:
-        validate_instance(body)
         project, zone = params["project"], params["zone"]
+        replay = self._replayed(project, query)
+        if replay is not None:
+            return replay
+        validate_instance(body)
+        validate_instance_extras(body)
         name = body["name"]
         key = (project, zone, name)
         resource = f"projects/{project}/zones/{zone}/instances/{name}"
@@ -62,6 +147,7 @@ class InstancesMixin(OperationsMixin):
             inst["labelFingerprint"] = uuid.uuid4().hex[:12]
         metadata = inst.setdefault("metadata", {})
         metadata.update(kind="compute#metadata", fingerprint=uuid.uuid4().hex[:12])
+        self._fill_instance_defaults(inst, project)
         for acc in inst.get("guestAccelerators") or []:
             if acc.get("acceleratorType"):
                 acc["acceleratorType"] = expand(acc["acceleratorType"], project)
@@ -81,6 +167,14 @@ class InstancesMixin(OperationsMixin):
             disk.setdefault("kind", "compute#attachedDisk")
             disk.setdefault("index", index)
             disk.setdefault("deviceName", name if disk.get("boot") else f"persistent-disk-{index}")
+            disk.setdefault("type", "PERSISTENT")
+            disk.setdefault("mode", "READ_WRITE")
+            init = disk.get("initializeParams") or {}
+            for ref in ("diskType", "sourceImage"):
+                if init.get(ref):
+                    init[ref] = expand(init[ref], project)
+            if init.get("diskSizeGb"):
+                disk.setdefault("diskSizeGb", init["diskSizeGb"])
         fault = self._take_fault(zone)
         self._state.instances[key] = inst
 
@@ -96,7 +190,31 @@ class InstancesMixin(OperationsMixin):
                 current["lastStartTimestamp"] = now()
             return None
 
-        return self._new_operation(project, f"zones/{zone}", "insert", self_link, inst_id, finish)
+        return self._new_operation(
+            project,
+            f"zones/{zone}",
+            "insert",
+            self_link,
+            inst_id,
+            finish,
+            query.get("requestId", ""),
+        )
+
+    @staticmethod
+    def _fill_instance_defaults(inst: dict[str, Any], project: str) -> None:
+        """GCE's answer defaults for scheduling, tags and service accounts."""
+        scheduling = inst.setdefault("scheduling", {})
+        spot = _is_spot(scheduling)
+        scheduling.setdefault("onHostMaintenance", "TERMINATE" if spot else "MIGRATE")
+        scheduling.setdefault("automaticRestart", not spot)
+        scheduling.setdefault("preemptible", False)
+        if not scheduling["preemptible"]:
+            scheduling.setdefault("provisioningModel", "STANDARD")
+        tags = inst.setdefault("tags", {})
+        tags["fingerprint"] = uuid.uuid4().hex[:12]
+        for account in inst.get("serviceAccounts") or []:
+            if account.get("email") == "default":
+                account["email"] = default_service_account(project)
 
     def _take_fault(self, zone: str) -> Fault | None:
         queue = self._state.faults.get(zone)
@@ -143,6 +261,9 @@ class InstancesMixin(OperationsMixin):
     def _delete_instance(
         self, params: dict[str, str], query: dict[str, str], body: Any
     ) -> dict[str, Any]:
+        replay = self._replayed(params["project"], query)
+        if replay is not None:
+            return replay
         inst = self._existing_instance(params)
         key, inst_id = self._instance_key(params), inst["id"]
         inst["status"] = "STOPPING"
@@ -154,7 +275,13 @@ class InstancesMixin(OperationsMixin):
 
         scope = f"zones/{params['zone']}"
         return self._new_operation(
-            params["project"], scope, "delete", inst["selfLink"], inst_id, finish
+            params["project"],
+            scope,
+            "delete",
+            inst["selfLink"],
+            inst_id,
+            finish,
+            query.get("requestId", ""),
         )
 
     def _serial_port(

@@ -3,9 +3,12 @@
 Every insert and delete answers a new zonal or global operation (`_new_operation()`), which
 starts PENDING and takes `operation_polls_to_done` GETs or waits of it (`_poll()`) to go through
 RUNNING to DONE, 0 making it DONE at once; its effect (the `on_done` callback, which may return
-error fields) lands when it is DONE. The mixin also serves the operation GET and wait routes and
-hands out resource ids. It relies on the fake's `_state` and `operation_polls_to_done`, and its
-methods run under the fake's lock.
+error fields) lands when it is DONE. An insert or delete given a `requestId` query parameter (a
+UUID) records its operation under it; `_replayed()` answers a later request of the same project
+with that `requestId` the recorded operation as it stands, so its handler does not act again, as
+GCE does. The mixin also serves the operation GET and wait routes and hands out resource ids.
+It relies on the fake's `_state` and `operation_polls_to_done`, and its methods run under the
+fake's lock.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from tests.fakes.gce_errors import not_found
+from tests.fakes.gce_errors import invalid_field, not_found
 from tests.fakes.gce_formats import API_ROOT, now
 from tests.fakes.gce_state import Operation, State
 
@@ -32,6 +35,15 @@ class OperationsMixin:
     def _new_id(self) -> str:
         return str(next(self._state.ids))
 
+    def _replayed(self, project: str, query: dict[str, str]) -> dict[str, Any] | None:
+        """The operation an earlier request of `project` with this `requestId` started, as it
+        stands (not polled), or None; 400 invalid unless the `requestId` is a non-zero UUID."""
+        request_id = query.get("requestId", "")
+        if not request_id:
+            return None
+        key = self._state.request_ids.get((project, _request_key(request_id)))
+        return None if key is None else copy.deepcopy(self._state.operations[key].body)
+
     def _new_operation(
         self,
         project: str,
@@ -40,6 +52,7 @@ class OperationsMixin:
         target_link: str,
         target_id: str,
         on_done: Callable[[], dict[str, Any] | None],
+        request_id: str = "",
     ) -> dict[str, Any]:
         stamp = dt.datetime.now(dt.UTC)
         hexes = uuid.uuid4().hex
@@ -63,6 +76,8 @@ class OperationsMixin:
             body["zone"] = f"{API_ROOT}/projects/{project}/{scope}"
         op = Operation(body, max(0, int(self.operation_polls_to_done)), on_done)
         self._state.operations[(project, scope, name)] = op
+        if request_id:
+            self._state.request_ids[(project, _request_key(request_id))] = (project, scope, name)
         self._settle(op)
         return copy.deepcopy(op.body)
 
@@ -100,3 +115,16 @@ class OperationsMixin:
         self, params: dict[str, str], query: dict[str, str], body: Any
     ) -> dict[str, Any]:
         return self._poll(params)
+
+
+def _request_key(request_id: str) -> str:
+    """A `requestId` in canonical form; GceApiError(400) unless it is a UUID other than zero."""
+    try:
+        parsed = uuid.UUID(request_id)
+    except ValueError:
+        parsed = None
+    if parsed is None or parsed.int == 0:
+        raise invalid_field(
+            "requestId", request_id, "Must be a valid UUID other than the zero UUID."
+        )
+    return str(parsed)

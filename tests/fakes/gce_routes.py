@@ -38,6 +38,8 @@ ROUTES = [
         ("GET", _ZONE + r"/operations/(?P<op>[^/]+)", "get_operation"),
         ("POST", _ZONE + r"/operations/(?P<op>[^/]+)/wait", "wait_operation"),
         ("GET", _PROJECT + r"/aggregated/instances", "aggregated_instances"),
+        ("GET", _PROJECT + r"/regions/(?P<region>[^/]+)", "get_region"),
+        ("GET", _PROJECT + r"/zones", "list_zones"),
         ("POST", _PROJECT + r"/global/firewalls", "insert_firewall"),
         ("GET", _PROJECT + r"/global/firewalls", "list_firewalls"),
         ("GET", _PROJECT + r"/global/firewalls/(?P<name>[^/]+)", "get_firewall"),

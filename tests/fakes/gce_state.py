@@ -1,9 +1,10 @@
 """The GCE fake's stored state, kept in one `State` object that `GceFake.reset()` replaces.
 
 It holds the instances (by project, zone and name), firewall rules (by project and name) and
-operations (by project, scope and name, in creation order), the serial port text per instance
-name, the scripted insert faults per zone, the log of served requests, and the counters that
-hand out resource ids and internal IPs. `Operation` is one zonal or global operation with the
+operations (by project, scope and name, in creation order), the operation each `requestId` of a
+project started, the scripted zones of regions, the serial port text per instance name, the
+scripted insert faults per zone, the log of served requests, and the counters that hand out
+resource ids and internal IPs. `Operation` is one zonal or global operation with the
 callback that applies its effect when it is DONE. Every access goes through the fake's lock.
 """
 
@@ -39,6 +40,8 @@ class State:
     instances: dict[tuple[str, str, str], dict[str, Any]] = field(default_factory=dict)
     firewalls: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     operations: dict[tuple[str, str, str], Operation] = field(default_factory=dict)
+    request_ids: dict[tuple[str, str], tuple[str, str, str]] = field(default_factory=dict)
+    region_zones: dict[str, list[str]] = field(default_factory=dict)
     serial: dict[str, str] = field(default_factory=dict)
     faults: dict[str, list[Fault]] = field(default_factory=dict)
     requests: list[str] = field(default_factory=list)
