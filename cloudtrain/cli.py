@@ -73,14 +73,17 @@ def _plan(spec: JobSpec) -> Plan:
     return make_plan(spec, Catalog.bundled())
 
 
-def _provider(name: str, region: str | None = None, zone: str | None = None) -> Provider:
+def _provider(
+    name: str, region: str | None = None, zone: str | None = None, account: str | None = None
+) -> Provider:
     """The provider, wrapped by the fault injector when $CLOUDTRAIN_FAULTS is set (tests and
-    benchmarks use it to make any provider slow or flaky)."""
+    benchmarks use it to make any provider slow or flaky). `account`: the GCP project."""
     from cloudtrain.providers import get_provider
     from cloudtrain.providers.base import ProviderConfig
     from cloudtrain.providers.faults import FaultPlan, wrap
 
-    provider = get_provider(name, ProviderConfig(name=name, region=region, zone=zone))
+    config = ProviderConfig(name=name, region=region, zone=zone, account=account)
+    provider = get_provider(name, config)
     faults = FaultPlan.from_env()
     return wrap(provider, faults) if faults else provider
 
@@ -134,7 +137,7 @@ def run(
 
     if not as_json:
         console.print(plan_table(the_plan))
-    prov = _provider(spec.provider, the_plan.region, the_plan.zone)
+    prov = _provider(spec.provider, the_plan.region, the_plan.zone, spec.project)
     from cloudtrain.orchestrator import Orchestrator
     from cloudtrain.runtypes import RunOptions
     from cloudtrain.ui import ConsoleObserver, summary
@@ -165,7 +168,7 @@ def status(run_id: RunArg, as_json: JsonOpt = False) -> None:
     rec = ledger.find_run(run_id)
     from cloudtrain.runstate import RunReader
 
-    prov = _provider(rec.provider, rec.region, rec.zone)
+    prov = _provider(rec.provider, rec.region, rec.zone, rec.account)
     snap = RunReader(prov.store(rec.store_uri), rec.run_id).poll()
     nodes = {n.name: n for n in prov.compute.list_nodes(rec.run_id)}
     live = [r for r in ledger.resources(rec.run_id, live_only=True) if r.kind != "bucket"]
@@ -216,7 +219,7 @@ def logs(
     rec = _ledger().find_run(run_id)
     from cloudtrain.runstate import RunReader
 
-    prov = _provider(rec.provider, rec.region, rec.zone)
+    prov = _provider(rec.provider, rec.region, rec.zone, rec.account)
     reader = RunReader(prov.store(rec.store_uri), rec.run_id)
     out = sys.stdout
     if bootstrap:
@@ -287,6 +290,10 @@ def down(
         typer.Option("--provider", "-p", help="Needed only when the ledger has no record of RUN."),
     ] = None,
     region: RegionOpt = None,
+    project: Annotated[
+        str | None,
+        typer.Option("--project", help="GCP project, when the ledger has no record of RUN."),
+    ] = None,
 ) -> None:
     """Tear a run down: stop its agents, delete its nodes, network and identity. Idempotent;
     works after a crash, and from the cloud's tags alone when the ledger lost the run."""
@@ -301,7 +308,12 @@ def down(
     if name is None:
         raise UsageError(f"no run {run_id!r} in the ledger", hint="pass --provider")
     rid = rec.run_id if rec else run_id
-    prov = _provider(name, region or (rec.region if rec else None), rec.zone if rec else None)
+    prov = _provider(
+        name,
+        region or (rec.region if rec else None),
+        rec.zone if rec else None,
+        project or (rec.account if rec else None),
+    )
     console = _console()
     store_uri = rec.store_uri if rec else prov.default_store_uri(rid)
     request_stop(prov, store_uri, rid, "cloudtrain down")

@@ -25,7 +25,7 @@ from cloudtrain.errors import LedgerError, UsageError
 from cloudtrain.paths import ledger_path
 from cloudtrain.providers.base import Resource
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 BUSY_TIMEOUT_S = 30.0
 
 RUN_STATUSES: tuple[str, ...] = (
@@ -53,6 +53,7 @@ CREATE TABLE IF NOT EXISTS runs (
     provider   TEXT NOT NULL,
     region     TEXT,
     zone       TEXT,
+    account    TEXT,
     spec_path  TEXT,
     store_uri  TEXT,
     plan_json  TEXT,
@@ -85,6 +86,8 @@ CREATE TABLE IF NOT EXISTS events (
 );
 CREATE INDEX IF NOT EXISTS events_run_id ON events (run_id, id);
 """
+# Upgrades of an older file, by the version they lead to (v1 -> v2: the cloud account column).
+_MIGRATIONS: dict[int, str] = {2: "ALTER TABLE runs ADD COLUMN account TEXT"}
 
 _LOCKS: dict[str, threading.Lock] = {}
 _LOCKS_GUARD = threading.Lock()
@@ -106,6 +109,7 @@ class RunRecord:
     provider: str
     region: str | None
     zone: str | None
+    account: str | None  # the GCP project / Azure subscription the run was made in
     spec_path: str | None
     store_uri: str | None
     plan_json: str | None
@@ -233,9 +237,18 @@ class Ledger:
                     hint="upgrade cloudtrain, or point CLOUDTRAIN_HOME elsewhere",
                 )
             if version < SCHEMA_VERSION:
+                fresh = (
+                    conn.execute(
+                        "SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'runs'"
+                    ).fetchone()
+                    is None
+                )
                 for statement in _SCHEMA.split(";"):
                     if statement.strip():
                         conn.execute(statement)
+                if not fresh:  # an older file: its tables predate the newer columns
+                    for target in range(max(version, 1) + 1, SCHEMA_VERSION + 1):
+                        conn.execute(_MIGRATIONS[target])
                 conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     def schema_version(self) -> int:
@@ -255,12 +268,15 @@ class Ledger:
         spec_path: str | None,
         store_uri: str | None,
         plan_json: str | None,
+        account: str | None = None,
     ) -> None:
-        """Record a new run in status `planned`. Idempotent: an existing run_id is left as is."""
+        """Record a new run in status `planned`. Idempotent: an existing run_id is left as is.
+        `account` is the GCP project or Azure subscription (None: the SDK's default)."""
         with self._connect(write=True) as conn:
             conn.execute(
-                "INSERT INTO runs (run_id, name, provider, region, zone, spec_path, store_uri,"
-                " plan_json, status, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'planned', ?)"
+                "INSERT INTO runs (run_id, name, provider, region, zone, account, spec_path,"
+                " store_uri, plan_json, status, created_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'planned', ?)"
                 " ON CONFLICT (run_id) DO NOTHING",
                 (
                     run_id,
@@ -268,6 +284,7 @@ class Ledger:
                     provider,
                     region,
                     zone,
+                    account,
                     spec_path,
                     store_uri,
                     plan_json,

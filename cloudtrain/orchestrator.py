@@ -98,6 +98,7 @@ class Orchestrator:
             port_range=(spec.cluster.port, spec.cluster.port + 10),
             ssh=spec.cluster.ssh,
             store_uri=self.store_uri,
+            deadline=self.deadline,
         )
         self.view = RunView(
             self.run_id,
@@ -128,6 +129,7 @@ class Orchestrator:
             str(self.spec.source_path or ""),
             self.store_uri,
             json.dumps(self.plan.to_dict()),
+            account=self.provider.account(),
         )
         self.observer.event(f"run {self.run_id} on {self.provider.name}")
         outcome, detail = "failed", ""

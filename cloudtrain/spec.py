@@ -162,6 +162,12 @@ class JobSpec(BaseModel):
     provider: ProviderName = Field("local", description="where to run")
     region: str | None = Field(None, pattern=_PLACE, description="default: the cheapest")
     zone: str | None = Field(None, pattern=_PLACE, description="a zone of the region")
+    project: str | None = Field(
+        None,
+        pattern=r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$",
+        description="Google Cloud project id (gcp only; default: $GOOGLE_CLOUD_PROJECT or the"
+        " gcloud project)",
+    )
     cluster: ClusterSpec = Field(default_factory=ClusterSpec)
     workdir: str = Field(".", description="folder shipped to each node, relative to the spec")
     setup: str = Field("", description="shell run on each node before the entrypoint")

@@ -53,6 +53,7 @@ class ProviderConfig:
     name: str
     region: str | None = None
     zone: str | None = None
+    account: str | None = None  # GCP project / Azure subscription; None: the SDK's default
     options: Mapping[str, Any] = field(default_factory=dict)
 
 
@@ -78,6 +79,7 @@ class RunInfo:
     port_range: tuple[int, int]
     ssh: bool = False
     store_uri: str = ""
+    deadline: float | None = None  # epoch seconds the run must end by (node-side dead-man switch)
 
 
 @dataclass(frozen=True)
@@ -323,3 +325,8 @@ class Provider(ABC):
     def owns_bucket(self, uri: str) -> bool:
         """Whether teardown may delete the bucket at `uri` (never a user-given one)."""
         return False
+
+    def account(self) -> str | None:
+        """The cloud account the run is made in (GCP project, Azure subscription), for the
+        ledger, so `down` and `status` reach the same one. None where there is no such thing."""
+        return self.config.account

@@ -378,6 +378,10 @@ class FaultyProvider(Provider):
         """Passed through."""
         return self.inner.owns_bucket(uri)
 
+    def account(self) -> str | None:
+        """Passed through."""
+        return self.inner.account()
+
 
 def wrap(
     provider: Provider, plan: FaultPlan, clock: Callable[[], float] = time.monotonic

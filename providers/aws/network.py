@@ -9,7 +9,6 @@ from one caller CIDR when the spec asks for SSH. Never 0.0.0.0/0. Egress stays E
 from __future__ import annotations
 
 import ipaddress
-import os
 import time
 from collections.abc import Callable, Collection
 from typing import Any, TypeVar
@@ -17,6 +16,8 @@ from typing import Any, TypeVar
 from botocore.exceptions import ClientError
 
 from cloudtrain.errors import ProviderError, TransientError
+from cloudtrain.providers.access import SSH_CIDR_ENV as SSH_CIDR_ENV  # re-exported
+from cloudtrain.providers.access import check_port_range, ssh_cidr
 from cloudtrain.providers.aws.errors import aws_errors, error_code
 from cloudtrain.providers.base import Resource, RunInfo
 
@@ -26,7 +27,6 @@ KIND_GROUP = "security-group"
 TAG_RUN = "cloudtrain:run"
 TAG_ROLE = "cloudtrain:role"
 TAG_INDEX = "cloudtrain:index"
-SSH_CIDR_ENV = "CLOUDTRAIN_SSH_CIDR"
 # how long one delete_security_group call waits out DependencyViolation (ENIs of just-terminated
 # instances) before it gives up with a TransientError; the caller's retry policy bounds the rest
 SG_DEPENDENCY_WAIT_S = 30.0
@@ -58,30 +58,6 @@ def tag_list(tags: dict[str, str]) -> list[dict[str, str]]:
 def tag_dict(tags: list[dict[str, str]] | None) -> dict[str, str]:
     """Dict form of an EC2/IAM tag list (None -> {})."""
     return {t["Key"]: t["Value"] for t in tags or []}
-
-
-def ssh_cidr() -> str:
-    """The caller's CIDR for SSH, from $CLOUDTRAIN_SSH_CIDR. Pure apart from the environment.
-
-    Raises ProviderError when it is unset, invalid, or open to the whole internet."""
-    raw = os.environ.get(SSH_CIDR_ENV, "").strip()
-    if not raw:
-        raise ProviderError(
-            "ssh: true needs the address SSH may come from",
-            hint=f"set {SSH_CIDR_ENV} to your public IP as a CIDR, e.g. 203.0.113.7/32",
-        )
-    try:
-        net = ipaddress.ip_network(raw, strict=False)
-    except ValueError:
-        raise ProviderError(
-            f"{SSH_CIDR_ENV}={raw!r} is not a CIDR", hint="e.g. 203.0.113.7/32"
-        ) from None
-    if net.prefixlen == 0:
-        raise ProviderError(
-            f"{SSH_CIDR_ENV}={raw!r} would open SSH to the whole internet",
-            hint="use your own address, e.g. 203.0.113.7/32",
-        )
-    return str(net)
 
 
 def default_vpc_id(ec2: Any, region: str) -> str:
@@ -116,8 +92,7 @@ def ingress_rules(group_id: str, run: RunInfo) -> list[dict[str, Any]]:
     """The group's ingress: the port range from itself; TCP 22 from $CLOUDTRAIN_SSH_CIDR if ssh.
     Pure apart from the environment."""
     low, high = run.port_range
-    if not (0 < low <= high < 65536):
-        raise ProviderError(f"invalid port range {low}-{high} for run {run.run_id}")
+    check_port_range(low, high, run.run_id)
     rules: list[dict[str, Any]] = [
         {
             "IpProtocol": "tcp",
