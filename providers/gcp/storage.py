@@ -231,6 +231,8 @@ class GcsStore:
         bucket = client.bucket(self.bucket)
         bucket.iam_configuration.uniform_bucket_level_access_enabled = True
         bucket.iam_configuration.public_access_prevention = PUBLIC_ACCESS_PREVENTION_ENFORCED
+        if self._is_default():  # run data is disposable: deleted objects are not kept 7 days
+            bucket.soft_delete_policy.retention_duration_seconds = 0
         try:
             with gcp_errors(what):
                 return client.create_bucket(bucket, project=auth_.project, location=self.location)

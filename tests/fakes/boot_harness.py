@@ -10,7 +10,8 @@ the emulator's endpoint (as an SDK honours AWS_ENDPOINT_URL and friends).
 Safety: `shutdown`, `poweroff`, `halt` and `reboot` are shims first on PATH. They never touch this
 machine; they record the call, and `shutdown now` is reported to `on_power_off` (the test then
 terminates the VM in the emulator, as InstanceInitiatedShutdownBehavior=terminate would) while
-the VM's session is killed. A VM the emulator reports terminated has its session killed too.
+the VM's session is killed. A VM the emulator reports terminated, or no longer lists at all
+(GCE forgets a deleted instance), has its session killed too.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import os
 import socket
 import sys
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -89,11 +91,15 @@ class BootHarness:
             self._stop.wait(self.poll_s)
 
     def _tick(self) -> None:
-        for vm in self.discover():
+        vms = self.discover()
+        for vm in vms:
             if vm.alive and vm.id not in self.sessions:
                 self.boot(vm)
             elif not vm.alive and vm.id in self.sessions:
                 self.kill(vm.id)
+        known = {vm.id for vm in vms}
+        for vm_id in [v for v in self.sessions if v not in known]:  # deleted from the cloud
+            self.kill(vm_id)
         log = self.root / "power.log"
         if log.exists():
             lines = log.read_text().splitlines()
@@ -129,9 +135,15 @@ class BootHarness:
         if sid is not None:
             kill_session(sid)
 
-    def live_sessions(self) -> list[str]:
-        """VMs whose session still has a process."""
-        return [vm for vm, sid in self.sessions.items() if session_pids(sid)]
+    def live_sessions(self, settle_s: float = 5.0) -> list[str]:
+        """VMs whose session still has a process, after giving the poll loop up to `settle_s`
+        to notice VMs deleted just now."""
+        deadline = time.monotonic() + settle_s
+        while True:
+            live = [vm for vm, sid in self.sessions.items() if session_pids(sid)]
+            if not live or time.monotonic() >= deadline:
+                return live
+            time.sleep(0.1)
 
     def console(self, vm_id: str) -> str:
         path = self.root / "vms" / vm_id / "console.log"

@@ -36,6 +36,7 @@ from pathlib import Path
 import pytest
 
 from cloudtrain.providers.base import Compute, Node, Provider, ProviderConfig
+from tests.fakes.gcp_cloud import gcp_cloud, gcs_emulator, gcs_emulator_session
 from tests.fakes.moto_server import (
     moto_available,
     moto_public_images,
@@ -43,7 +44,14 @@ from tests.fakes.moto_server import (
     moto_server_session,
 )
 
-__all__ = ["moto_public_images", "moto_server", "moto_server_session"]  # fixtures, for pytest
+__all__ = [  # fixtures, for pytest
+    "gcp_cloud",
+    "gcs_emulator",
+    "gcs_emulator_session",
+    "moto_public_images",
+    "moto_server",
+    "moto_server_session",
+]
 
 
 @dataclass(frozen=True)
@@ -101,6 +109,12 @@ def _aws_compute_unavailable() -> str | None:
     return None
 
 
+def _gcp_build(tmp: Path) -> Provider:
+    from cloudtrain.providers.gcp import GcpProvider
+
+    return GcpProvider(ProviderConfig(name="gcp", region="us-central1", zone="us-central1-a"))
+
+
 def _memory_build(tmp: Path) -> Provider:
     from tests.fakes.memory_provider import MemoryProvider
 
@@ -129,6 +143,12 @@ CASES: dict[str, ProviderCase] = {
         unavailable=lambda: None if moto_available() else "moto server mode is not installed",
         fixtures=("moto_server", "moto_public_images"),
         compute_unavailable=_aws_compute_unavailable,
+    ),
+    "gcp": ProviderCase(
+        name="gcp",
+        build=_gcp_build,
+        store_uri=lambda tmp: f"gs://cloudtrain-test-{uuid.uuid4().hex[:12]}/pfx",
+        fixtures=("gcp_cloud",),  # the GCE fake and the GCS emulator, env pointed at both
     ),
 }
 

@@ -72,6 +72,29 @@ def test_newer_schema_is_refused(tmp_path: Path) -> None:
         Ledger(path)
 
 
+def test_a_version_1_file_is_upgraded_in_place(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.db"
+    with sqlite3.connect(path) as conn:  # the v1 runs table: no account column
+        conn.execute(
+            "CREATE TABLE runs (run_id TEXT PRIMARY KEY, name TEXT NOT NULL, provider TEXT NOT"
+            " NULL, region TEXT, zone TEXT, spec_path TEXT, store_uri TEXT, plan_json TEXT,"
+            " status TEXT NOT NULL, outcome TEXT, created_at REAL NOT NULL, ended_at REAL,"
+            " detail TEXT)"
+        )
+        conn.execute(
+            "INSERT INTO runs VALUES ('old', 'n', 'aws', 'r', 'z', '', '', '', 'done',"
+            " 'succeeded', 1.0, 2.0, '')"
+        )
+        conn.execute("PRAGMA user_version = 1")
+    ledger = Ledger(path)
+    assert ledger.schema_version() == SCHEMA_VERSION
+    old = ledger.get_run("old")
+    assert old is not None and old.account is None and old.outcome == "succeeded"
+    ledger.create_run("new", "n", "gcp", "us-central1", None, None, None, None, account="proj-1")
+    new = ledger.get_run("new")
+    assert new is not None and new.account == "proj-1"
+
+
 def test_corrupt_file_is_a_ledger_error(tmp_path: Path) -> None:
     path = tmp_path / "ledger.db"
     path.write_bytes(b"this is not a database" * 100)

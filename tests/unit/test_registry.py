@@ -37,6 +37,13 @@ def test_unknown_provider_and_uri_scheme() -> None:
     assert providers.provider_for_uri("s3://b/p") == "aws"
 
 
+def test_gcp_is_available_and_reads_no_credentials_to_build() -> None:
+    gcp = providers.get_provider("gcp")  # what a node's agent does to open its store
+    assert gcp.name == "gcp"
+    assert providers.provider_for_uri("gs://b/p") == "gcp"
+    assert providers.open_store("gs://cloudtrain-b/p").uri == "gs://cloudtrain-b/p"
+
+
 def test_lazy_import() -> None:
     for name in [m for m in sys.modules if m.startswith("cloudtrain.providers.aws")]:
         del sys.modules[name]

@@ -1,0 +1,275 @@
+"""Compute Engine nodes for cloudtrain: `GcpCompute`, the GCP side of the `Compute` interface.
+
+A node is one instance named `ct-<run>-<role>-<index>` (GCE names are unique per zone, so the
+name is the create's idempotency key), labelled `cloudtrain-run`, `cloudtrain-role` and
+`cloudtrain-index`, tagged with the run's network tag. The labels are the source of truth:
+`list_nodes` asks GCE (one aggregated list across zones), never local state. Each run also owns
+its firewall rule(s) (`firewall`). Every insert and delete is awaited through our own
+operation-wait loop (`clients`), which is where ZONE_RESOURCE_POOL_EXHAUSTED (NoCapacityError,
+the orchestrator then tries the next zone) and QUOTA_EXCEEDED (QuotaError) surface.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from typing import Any
+
+from cloudtrain.errors import NotFound, ProviderError, TransientError
+from cloudtrain.providers.base import (
+    Compute,
+    Node,
+    NodeRequest,
+    Resource,
+    RunInfo,
+    StartupBlocks,
+)
+from cloudtrain.providers.gcp import firewall
+from cloudtrain.providers.gcp.clients import (
+    ComputeClients,
+    GcpAuth,
+    operation_name,
+    wait_zone_operation,
+)
+from cloudtrain.providers.gcp.errors import already_exists, gcp_errors
+from cloudtrain.providers.gcp.instances import (
+    DEADLINE_GRACE_S,
+    DEFAULT_SERVICE_ACCOUNT,
+    has_gpus,
+    instance_body,
+    resolve_image,
+    to_node,
+)
+
+VENV_PYTHON = "/opt/cloudtrain/venv/bin/python"
+SERVICE_ACCOUNT_ENV = "CLOUDTRAIN_GCP_SERVICE_ACCOUNT"
+DRIVER_WAIT_S = 900  # how long a Deep Learning VM node waits for its driver install
+
+_METADATA = """\
+if [ -z "${CLOUDTRAIN_NODE_HOST:-}" ]; then
+  CLOUDTRAIN_NODE_HOST="$(curl -sS --retry 5 --retry-connrefused -H "Metadata-Flavor: Google" \\
+    http://metadata.google.internal/computeMetadata/v1/instance/network-interfaces/0/ip)" ||
+    fail "metadata: no internal IP from the metadata server"
+fi
+export CLOUDTRAIN_NODE_HOST"""
+
+# Deep Learning VM images install the driver at first boot (install-nvidia-driver=True), in
+# parallel with this script: wait for it rather than install a second driver.
+_DLVM_DRIVER_WAIT = """
+if grep -qsi '0x10de' /sys/bus/pci/devices/*/vendor && ! nvidia-smi >/dev/null 2>&1; then
+  phase "driver: waiting for the Deep Learning VM driver install"
+  ct_waited=0
+  until nvidia-smi >/dev/null 2>&1; do
+    if [ "$ct_waited" -ge DRIVER_WAIT_S ]; then
+      fail "driver: nvidia-smi still fails after ${ct_waited}s on a Deep Learning VM image"
+    fi
+    sleep 10
+    ct_waited=$((ct_waited + 10))
+  done
+fi""".replace("DRIVER_WAIT_S", str(DRIVER_WAIT_S))
+
+_SELF_SHUTDOWN = """\
+ct_minutes=$(( (DEADLINE_EPOCH - $(date +%s)) / 60 ))
+if [ "$ct_minutes" -lt 1 ]; then ct_minutes=1; fi
+# the instance's maxRunDuration deletes it a little later; this stops the GPU bill on time
+shutdown -h "+$ct_minutes" "cloudtrain: run deadline reached" ||
+  phase "WARNING: could not arm the self-shutdown in $ct_minutes min\""""
+
+
+def _json(message: Any) -> dict[str, Any]:
+    """A compute_v1 message as GCE's JSON (camelCase, int64 as strings)."""
+    return json.loads(type(message).to_json(message))  # type: ignore[no-any-return]
+
+
+class GcpCompute(Compute):
+    """Instances and firewall rules of one project and region. Thread-safe: the base class
+    fans `create_node` and `delete_node` out over a thread pool."""
+
+    provider_name = "gcp"
+
+    def __init__(self, auth: GcpAuth, region: str, zone: str | None = None) -> None:
+        self.auth = auth
+        self.default_zone = zone
+        self.project = auth.project
+        self.region = region
+        self.clients = ComputeClients(auth)
+        self._zones: list[str] | None = None
+        self._lock = threading.Lock()
+
+    # -- network ---------------------------------------------------------------------------
+
+    def planned_network(self, run: RunInfo) -> list[Resource]:
+        """The firewall rule(s) `ensure_network` makes. Pure."""
+        return [
+            Resource("gcp", firewall.KIND_FIREWALL, name, "global", run.run_id)
+            for name in firewall.rule_names(run)
+        ]
+
+    def ensure_network(self, run: RunInfo) -> list[Resource]:
+        """The run's firewall: its TF ports from its network tag to its network tag, and SSH
+        from $CLOUDTRAIN_SSH_CIDR only if asked. Idempotent; blocks until in force."""
+        return firewall.ensure_firewalls(self.clients, run)
+
+    def list_resources(self, run_id: str) -> list[Resource]:
+        """The run's firewall rules (by name: GCE firewalls carry no labels). Blocks."""
+        return firewall.find_firewalls(self.clients, run_id)
+
+    def delete_resources(self, resources: list[Resource]) -> None:
+        """Delete the run's firewall rules. Idempotent: missing ones are fine; other kinds are
+        ignored. Blocks."""
+        for res in resources:
+            if res.kind == firewall.KIND_FIREWALL:
+                firewall.delete_firewall(self.clients, res.id)
+
+    # -- nodes -----------------------------------------------------------------------------
+
+    def _service_account(self) -> str:
+        return os.environ.get(SERVICE_ACCOUNT_ENV, "").strip() or DEFAULT_SERVICE_ACCOUNT
+
+    def _zone_of(self, run: RunInfo, request: NodeRequest) -> str:
+        zone = request.zone or run.zone or self.default_zone
+        if not zone:
+            raise ProviderError(
+                f"no zone for {request.name}: GCE creates instances in a zone",
+                hint=f"set zone: in job.yaml (e.g. {self.region}-a)",
+            )
+        return zone
+
+    def create_node(self, run: RunInfo, request: NodeRequest) -> Node:
+        """Insert one instance and wait for its operation (not for boot). An existing live
+        instance of that name is returned as is; a stopped one (preempted, or stopped by the
+        cloud) is deleted and made afresh. Idempotent per name. Raises NoCapacityError (with
+        the zone) for ZONE_RESOURCE_POOL_EXHAUSTED, QuotaError for QUOTA_EXCEEDED."""
+        from google.cloud import compute_v1
+
+        zone = self._zone_of(run, request)
+        run_seconds = None
+        if run.deadline is not None:
+            run_seconds = run.deadline - time.time() + DEADLINE_GRACE_S
+        body = instance_body(
+            request,
+            self.project,
+            zone,
+            firewall.network_url(self.project),
+            firewall.run_tag(run.run_id),
+            run_seconds,
+            self._service_account(),
+        )
+        what = f"create instance {request.name} ({request.instance_type}) in {zone}"
+        resource = compute_v1.Instance.from_json(json.dumps(body))
+        try:
+            with gcp_errors(what, zone=zone):
+                op = self.clients.instances.insert(
+                    project=self.project, zone=zone, instance_resource=resource
+                )
+            wait_zone_operation(self.clients, zone, operation_name(op), what)
+        except ProviderError as err:
+            if not already_exists(err):
+                raise
+            existing = self._get(zone, request.name)
+            if existing is not None and existing.alive:
+                return existing
+            if existing is not None:
+                self.delete_node(existing)
+            raise TransientError(
+                f"{what}: an instance of that name was stopped; deleted it to make it afresh"
+            ) from err
+        node = self._get(zone, request.name)
+        if node is None:
+            raise ProviderError(f"{what}: the instance vanished right after its create")
+        return node
+
+    def _get(self, zone: str, name: str) -> Node | None:
+        """The node of that name in `zone`, or None. Blocks."""
+        try:
+            with gcp_errors(f"describe instance {name} in {zone}", zone=zone):
+                inst = self.clients.instances.get(project=self.project, zone=zone, instance=name)
+        except NotFound:
+            return None
+        return to_node(_json(inst))
+
+    def list_nodes(self, run_id: str) -> list[Node]:
+        """The run's instances in every zone, by label (one aggregated list call). Deleted
+        instances are gone from GCE, so they are not listed. Blocks."""
+        what = f"list the nodes of run {run_id}"
+        nodes: list[Node] = []
+        with gcp_errors(what):
+            pager = self.clients.instances.aggregated_list(
+                request={"project": self.project, "filter": f'labels.cloudtrain-run = "{run_id}"'}
+            )
+            for _scope, scoped in pager:
+                for inst in scoped.instances:
+                    node = to_node(_json(inst))
+                    if node is not None and node.run_id == run_id:
+                        nodes.append(node)
+        return sorted(nodes, key=lambda n: n.name)
+
+    def delete_node(self, node: Node) -> None:
+        """Delete one instance and wait until it is gone. Idempotent: a missing instance is
+        fine. Blocks."""
+        if node.zone:
+            zones = [node.zone]
+        else:  # not from a listing: find it by name
+            zones = [n.zone for n in self.list_nodes(node.run_id) if n.name == node.name and n.zone]
+        for zone in zones:
+            what = f"delete instance {node.name} in {zone}"
+            try:
+                with gcp_errors(what, zone=zone):
+                    op = self.clients.instances.delete(
+                        project=self.project, zone=zone, instance=node.name
+                    )
+                wait_zone_operation(self.clients, zone, operation_name(op), what)
+            except NotFound:
+                continue
+
+    def console_output(self, node: Node) -> str:
+        """The instance's serial port 1 output ('' if none or the instance is gone). Best
+        effort; blocks."""
+        if not node.zone:
+            return ""
+        try:
+            with gcp_errors(f"read the serial console of {node.name}", zone=node.zone):
+                out = self.clients.instances.get_serial_port_output(
+                    request={
+                        "project": self.project,
+                        "zone": node.zone,
+                        "instance": node.name,
+                        "port": 1,
+                    }
+                )
+        except NotFound:
+            return ""
+        return str(out.contents or "")
+
+    def zones(self) -> list[str]:
+        """The region's zones (the catalog's naming), for capacity failover. Cached; blocks
+        once."""
+        with self._lock:
+            if self._zones is not None:
+                return list(self._zones)
+        with gcp_errors(f"list the zones of {self.region}"):
+            region = self.clients.regions.get(project=self.project, region=self.region)
+        zones = sorted(str(z).rstrip("/").rsplit("/", 1)[-1] for z in region.zones)
+        with self._lock:
+            self._zones = zones
+        return list(zones)
+
+    def startup_blocks(self, run: RunInfo, request: NodeRequest) -> StartupBlocks:
+        """A venv Python (made by the script when the stack is missing), the address from the
+        metadata server (unless CLOUDTRAIN_NODE_HOST is set), a wait for the Deep Learning VM
+        driver install on such images, a `shutdown -h` at the deadline, and power-off when the
+        agent exits. Pure."""
+        gpu = has_gpus(request)
+        metadata = _METADATA
+        if gpu and resolve_image(gpu, request.image).dlvm:
+            metadata += _DLVM_DRIVER_WAIT
+        return StartupBlocks(
+            python=VENV_PYTHON,
+            metadata=metadata,
+            self_shutdown=_SELF_SHUTDOWN,
+            env={"GOOGLE_CLOUD_PROJECT": self.project},
+            install_stack=True,
+            power_off="shutdown -h now",
+        )

@@ -1,0 +1,120 @@
+"""Cloud in a box for GCP: the real `cloudtrain run --provider gcp` against the GCE fake and the
+GCS emulator.
+
+The adapter talks to the fake through the real google-cloud-compute client (CLOUDTRAIN_GCE_ENDPOINT
+with anonymous credentials). Every instance it inserts is booted by the harness, which runs the
+instance's own `startup-script` metadata as a local process session pointed at the emulator (as
+google-cloud-storage honours STORAGE_EMULATOR_HOST). The training is real TensorFlow; checkpoints
+and the model land in the emulated GCS; afterwards the fake holds no instance and no firewall rule
+of the run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.conftest import EXAMPLES, Env
+from tests.fakes.boot_harness import BootHarness, Vm
+from tests.fakes.gcp_cloud import GcpCloud, gcp_cloud, gcs_emulator, gcs_emulator_session
+
+__all__ = ["gcp_cloud", "gcs_emulator", "gcs_emulator_session"]  # fixtures, for pytest
+pytestmark = pytest.mark.e2e
+REGION = "us-central1"
+ALIVE = ("PROVISIONING", "STAGING", "RUNNING")
+JOB = EXAMPLES / "digits-multiworker" / "job.yaml"
+
+
+@dataclass
+class GcpBox:
+    ct: Env
+    harness: BootHarness
+    cloud: GcpCloud
+
+    @property
+    def bucket(self) -> str:
+        return f"cloudtrain-{self.cloud.project}-{REGION}"
+
+    def run(self, *args: str, timeout: float = 300) -> Any:
+        return self.ct.cli(*args, timeout=timeout)
+
+    def keys(self, prefix: str) -> list[str]:
+        from google.auth.credentials import AnonymousCredentials
+        from google.cloud import storage
+
+        client = storage.Client(credentials=AnonymousCredentials(), project=self.cloud.project)
+        return [b.name for b in client.list_blobs(self.bucket, prefix=prefix)]
+
+    def run_firewalls(self, run_id: str) -> list[dict[str, Any]]:
+        return [f for f in self.cloud.gce.firewalls() if run_id in f["name"]]
+
+    def assert_nothing_left(self, run_id: str) -> None:
+        assert self.cloud.gce.instances() == []
+        assert self.run_firewalls(run_id) == []
+        assert self.harness.live_sessions() == []
+        resources = self.ct.ledger().resources(run_id)
+        assert resources and all(r.state == "deleted" for r in resources)
+
+
+def _discover(cloud: GcpCloud) -> list[Vm]:
+    vms = []
+    for inst in cloud.gce.instances():
+        items = {i["key"]: i["value"] for i in inst.get("metadata", {}).get("items", [])}
+        script = items.get("startup-script", "")
+        vms.append(Vm(inst["name"], inst["name"], inst["status"] in ALIVE, lambda s=script: s))
+    return vms
+
+
+@pytest.fixture
+def gcp(ct: Env, gcp_cloud: GcpCloud, tmp_path: Path) -> Iterator[GcpBox]:
+    names = ("CLOUDTRAIN_GCE_ENDPOINT", "STORAGE_EMULATOR_HOST", "GOOGLE_CLOUD_PROJECT")
+    ct.env.update({k: os.environ[k] for k in (*names, "NO_PROXY") if k in os.environ})
+
+    def power_off(name: str) -> None:  # `shutdown -h now` on GCE stops the VM: TERMINATED
+        gcp_cloud.gce.set_instance_status(name, "TERMINATED")
+
+    harness = BootHarness(
+        tmp_path / "box", lambda: _discover(gcp_cloud), dict(ct.env), on_power_off=power_off
+    ).start()
+    try:
+        yield GcpBox(ct, harness, gcp_cloud)
+    finally:
+        harness.stop()
+
+
+def test_run_on_gcp_trains_for_real_and_leaves_nothing(gcp: GcpBox) -> None:
+    # the planned zone has no capacity (GCE's own operation error): the run lands in the next
+    gcp.cloud.gce.fail_next_insert("us-central1-a", "ZONE_RESOURCE_POOL_EXHAUSTED", count=2)
+    proc = gcp.run("run", "--provider", "gcp", "--region", REGION, str(JOB))
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert "zone us-central1-a: " in proc.stdout and "trying the next zone" in proc.stdout
+    (run_id,) = gcp.ct.run_ids()
+    inserts = [op for op in gcp.cloud.gce.operations() if op["operationType"] == "insert"]
+    zones = {op["zone"].rsplit("/", 1)[-1] for op in inserts if "zone" in op}
+    assert zones == {"us-central1-a", "us-central1-b"}, zones
+    prefix = f"cloudtrain/runs/{run_id}/"
+    keys = gcp.keys(prefix)
+    assert any(k.startswith(prefix + "checkpoints/") and k.endswith(".index") for k in keys)
+    assert prefix + "model/saved_model/saved_model.pb" in keys
+    assert len(gcp.harness.booted) == 2
+    gcp.assert_nothing_left(run_id)
+
+
+def test_detach_then_status_logs_and_down(gcp: GcpBox) -> None:
+    proc = gcp.run("run", "--detach", "--provider", "gcp", "--region", REGION, str(JOB))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    (run_id,) = gcp.ct.run_ids()
+    assert len(gcp.run_firewalls(run_id)) == 1
+    follow = gcp.run("logs", run_id, "--follow")
+    assert "cloudtrain: epoch 4/4 done" in follow.stdout, follow.stdout[-3000:]
+    status = json.loads(gcp.run("status", run_id, "--json").stdout)
+    assert status["nodes"]["worker-0"]["status"]["state"] == "succeeded"
+    down = gcp.run("down", run_id)
+    assert down.returncode == 0, down.stdout + down.stderr
+    gcp.assert_nothing_left(run_id)
