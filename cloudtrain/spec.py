@@ -46,6 +46,7 @@ _NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,29}$")
 _ACCELERATOR_RE = re.compile(r"^(?P<name>[A-Za-z0-9-]+)(?::(?P<count>[0-9]+))?$")
 _ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _PLACE = r"^[A-Za-z0-9-]{1,64}$"  # a region or zone name
+_PROJECT_RE = re.compile(r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$")  # a GCP project id
 _URI_RE = re.compile(r"^(?P<scheme>[a-z0-9]+)://(?P<rest>.+)$")
 
 
@@ -164,7 +165,6 @@ class JobSpec(BaseModel):
     zone: str | None = Field(None, pattern=_PLACE, description="a zone of the region")
     project: str | None = Field(
         None,
-        pattern=r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$",
         description="Google Cloud project id (gcp only; default: $GOOGLE_CLOUD_PROJECT or the"
         " gcloud project)",
     )
@@ -193,6 +193,16 @@ class JobSpec(BaseModel):
             raise ValueError(
                 "must be 1-30 lowercase letters, digits or '-', start with a letter and"
                 f" not end with '-' (got {_show(value)})"
+            )
+        return value
+
+    @field_validator("project")
+    @classmethod
+    def _check_project(cls, value: str | None) -> str | None:
+        if value is not None and not _PROJECT_RE.match(value):
+            raise ValueError(
+                "must be a Google Cloud project id: 6-30 lowercase letters, digits or '-',"
+                f" starting with a letter (got {_show(value)})"
             )
         return value
 

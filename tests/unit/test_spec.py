@@ -164,6 +164,7 @@ BAD_SPECS = [
     ("env-bad-key", HEAD + "env:\n  1BAD: x\n", 4, "env.1BAD", "not a valid environment variable"),
     ("env-int-value", HEAD + "env:\n  EPOCHS: 5\n", 4, "env.EPOCHS", "string (got 5); quote it"),
     ("env-not-mapping", HEAD + "env: [A, B]\n", 3, "env", "must be a mapping"),
+    ("project-bad-id", HEAD + "project: My_Project\n", 3, "project", "Google Cloud project id"),
     (
         "checkpoint-scheme",
         HEAD + "checkpoint: hdfs://x/y\n",
