@@ -81,6 +81,7 @@ class GcpProvider(Provider):
             project,
             location=self.region,
             signer_email=os.environ.get(SIGNER_ENV, "").strip() or None,
+            node_identity_fallback=True,  # nodes fetch with their own service account
         )
 
     def default_store_uri(self, run_id: str) -> str:

@@ -55,6 +55,22 @@ if [ -z "${CLOUDTRAIN_NODE_HOST:-}" ]; then
 fi
 export CLOUDTRAIN_NODE_HOST"""
 
+# A URL the controller could not sign (user credentials hold no key) is fetched with the VM's
+# own service account: a token from the metadata server, sent to GCS's XML API only.
+_STORAGE_HEADERS = """
+storage_headers() {
+  case "$1" in
+    https://storage.googleapis.com/*) ;;
+    *) return 0 ;;
+  esac
+  case "$1" in *X-Goog-Signature=*) return 0 ;; esac
+  local token md="${GCE_METADATA_HOST:-metadata.google.internal}"
+  token="$(curl -fsS --retry 3 -H "Metadata-Flavor: Google" \\
+    "http://$md/computeMetadata/v1/instance/service-accounts/default/token" |
+    sed -n 's/.*"access_token" *: *"\\([^"]*\\)".*/\\1/p')" || return 0
+  if [ -n "$token" ]; then printf 'Authorization: Bearer %s\\n' "$token"; fi
+}"""
+
 # Deep Learning VM images install the driver at first boot (install-nvidia-driver=True), in
 # parallel with this script: wait for it rather than install a second driver.
 _DLVM_DRIVER_WAIT = """
@@ -258,11 +274,12 @@ class GcpCompute(Compute):
 
     def startup_blocks(self, run: RunInfo, request: NodeRequest) -> StartupBlocks:
         """A venv Python (made by the script when the stack is missing), the address from the
-        metadata server (unless CLOUDTRAIN_NODE_HOST is set), a wait for the Deep Learning VM
+        metadata server (unless CLOUDTRAIN_NODE_HOST is set), the VM's own token for unsigned
+        GCS URLs, a wait for the Deep Learning VM
         driver install on such images, a `shutdown -h` at the deadline, and power-off when the
         agent exits. Pure."""
         gpu = has_gpus(request)
-        metadata = _METADATA
+        metadata = _METADATA + _STORAGE_HEADERS
         if gpu and resolve_image(gpu, request.image).dlvm:
             metadata += _DLVM_DRIVER_WAIT
         return StartupBlocks(

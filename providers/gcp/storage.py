@@ -47,6 +47,7 @@ RESUMABLE_THRESHOLD = 8 * MiB  # larger objects go up as resumable uploads...
 CHUNK_SIZE = 8 * MiB  # ...in chunks of this size (a multiple of 256 KiB), each retried alone
 DEFAULT_BUCKET_PREFIX = "cloudtrain-"
 MAX_PRESIGN_TTL_S = 3600
+XML_API = "https://storage.googleapis.com"  # GET/PUT of /{bucket}/{object}, signed or with OAuth
 DELETE_PARALLEL = 8  # concurrent single-object deletes in delete_prefix
 EMULATOR_ENV = "STORAGE_EMULATOR_HOST"  # read by google-cloud-storage itself, too
 OCTET = "application/octet-stream"
@@ -84,7 +85,8 @@ class GcsStore:
     project); `location` its location (default: the GCS default, multi-region US). Pass the
     compute region so nodes read their bucket in-region. `credentials` overrides ADC;
     `signer_email` names the service account that signs URLs through IAM when the credentials
-    hold no key (user ADC).
+    hold no key (user ADC). With `node_identity_fallback`, a URL that cannot be signed is the
+    plain XML API URL instead, for a node that authenticates as its own service account.
     """
 
     def __init__(
@@ -95,6 +97,7 @@ class GcsStore:
         location: str | None = None,
         credentials: Credentials | None = None,
         signer_email: str | None = None,
+        node_identity_fallback: bool = False,
     ) -> None:
         parsed = urllib.parse.urlparse(uri)
         bucket = parsed.netloc
@@ -109,6 +112,7 @@ class GcsStore:
         self.project = project
         self.location = location
         self.signer_email = signer_email
+        self.node_identity_fallback = node_identity_fallback
         self._root = f"{self.prefix}/" if self.prefix else ""
         self._given_credentials = credentials
         self._lock = threading.Lock()
@@ -361,6 +365,15 @@ class GcsStore:
     # --- presigned URLs --------------------------------------------------------------------
 
     def _presign(self, method: str, key: str, ttl_s: int) -> str:
+        try:
+            return self._sign(method, key, ttl_s)
+        except CredentialsError:
+            if not self.node_identity_fallback:
+                raise
+            # the node sends its own service account's token (see GcpCompute.startup_blocks)
+            return f"{XML_API}/{self.bucket}/{urllib.parse.quote(self._key(key), safe='/~')}"
+
+    def _sign(self, method: str, key: str, ttl_s: int) -> str:
         full = self._key(key)
         expiration = datetime.timedelta(seconds=max(1, min(int(ttl_s), MAX_PRESIGN_TTL_S)))
         what = f"presign {method} for {self._where(key)}"
@@ -415,7 +428,10 @@ class GcsStore:
         - other credentials (user ADC, a VM's metadata-server account): a V4 URL signed by IAM
           signBlob as `signer_email` or the credentials' own service account, after refreshing
           them. Raises CredentialsError if no service account is known or IAM refuses (the
-          caller needs roles/iam.serviceAccountTokenCreator on it).
+          caller needs roles/iam.serviceAccountTokenCreator on it), unless the store was made
+          with `node_identity_fallback`: then the unsigned URL
+          `https://storage.googleapis.com/{bucket}/{object}`, which a Compute Engine node
+          reads and writes with its service account's token.
         Blocks only for an IAM signBlob call or a credentials refresh.
         """
         return self._presign("GET", key, ttl_s)

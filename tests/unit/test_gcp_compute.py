@@ -9,6 +9,7 @@ shellcheck.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import time
@@ -317,3 +318,95 @@ def test_startup_blocks_pass_shellcheck(compute: GcpCompute, gpu: bool, tmp_path
         ["shellcheck", "-S", "warning", "-s", "bash", str(script)], capture_output=True, text=True
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+# --- URLs the controller cannot sign -----------------------------------------------------------
+
+CURL_SHIM = """#!/usr/bin/env bash
+# records its arguments; answers the metadata server's token request
+printf '%s\\n' "$*" >> "$SHIM_LOG"
+case "$*" in
+  *computeMetadata/v1/instance/service-accounts/default/token*)
+    if [ -n "${SHIM_FAIL:-}" ]; then exit 7; fi
+    echo '{"access_token":"ya29.node-token","expires_in":3599,"token_type":"Bearer"}' ;;
+esac
+"""
+
+
+def test_unsignable_urls_fall_back_to_the_node_identity(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from google.oauth2.credentials import Credentials
+
+    from cloudtrain.providers.gcp.storage import GcsStore
+
+    monkeypatch.delenv("STORAGE_EMULATOR_HOST", raising=False)
+    user = Credentials(token="user-token")  # user ADC: no key, no service account to sign as
+    strict = GcsStore("gs://cloudtrain-b/p", "proj", credentials=user)
+    with pytest.raises(CredentialsError, match="sign"):
+        strict.presign_get("bundle/x y.tar.gz")
+    lenient = GcsStore("gs://cloudtrain-b/p", "proj", credentials=user, node_identity_fallback=True)
+    assert lenient.presign_get("bundle/x y.tar.gz") == (
+        "https://storage.googleapis.com/cloudtrain-b/p/bundle/x%20y.tar.gz"
+    )
+    assert lenient.presign_put("log").endswith("/cloudtrain-b/p/log")
+    assert "user-token" not in lenient.presign_put("log")
+
+
+def _curl_run(tmp_path: Path, script: str, **env: str) -> tuple[str, list[str]]:
+    shims = tmp_path / "shims"
+    shims.mkdir(exist_ok=True)
+    (shims / "curl").write_text(CURL_SHIM)
+    (shims / "curl").chmod(0o755)
+    log = tmp_path / "curl.log"
+    log.write_text("")
+    proc = subprocess.run(
+        ["bash", "-c", "set -Eeuo pipefail\n" + script],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={**os.environ, "PATH": f"{shims}:{os.environ['PATH']}", "SHIM_LOG": str(log), **env},
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout, log.read_text().splitlines()
+
+
+def test_nodes_send_their_token_to_unsigned_gcs_urls_only(
+    compute: GcpCompute, tmp_path: Path
+) -> None:
+    blocks = compute.startup_blocks(run_info(), request(accelerator=None))
+    params = StartupParams(
+        run_id=RUN,
+        role="worker",
+        index=0,
+        node_name="n",
+        store_uri="gs://b",
+        bundle_url="u",
+        bundle_sha256="ab" * 32,
+        log_put_url="u",
+        version="0.1.0",
+        deadline_epoch=1767225600,
+    )
+    rendered = render_startup(params, blocks)
+    # the template's curl wrapper, then the provider's storage_headers (its metadata block)
+    start = rendered.index("storage_headers() { :; }")
+    wrapper = rendered[start : rendered.index("upload_log()")]
+    gcp = rendered[rendered.index("storage_headers() {\n  case") :]
+    gcp = gcp[: gcp.index("\n}\n") + 3]
+    script = wrapper + gcp + 'ct_curl -fsS -o out "$1"\n'
+    unsigned = "https://storage.googleapis.com/b/cloudtrain/runs/r/bundle.tar.gz"
+    for url, header in [
+        (unsigned, "-H Authorization: Bearer ya29.node-token"),
+        (unsigned + "?X-Goog-Signature=ab12", None),
+        ("http://127.0.0.1:4443/b/k", None),  # the emulator: no token
+    ]:
+        _, calls = _curl_run(tmp_path, f"set -- {url!r}\n" + script)
+        fetch = calls[-1]
+        assert fetch.endswith(url)
+        if header:
+            assert any("computeMetadata" in c and "Metadata-Flavor: Google" in c for c in calls)
+            assert fetch.startswith(header)
+        else:
+            assert len(calls) == 1 and "Authorization" not in fetch
+    _, calls = _curl_run(tmp_path, f"set -- {unsigned!r}\n" + script, SHIM_FAIL="1")
+    assert calls[-1] == f"-fsS -o out {unsigned}", "no metadata server: plain fetch"

@@ -39,7 +39,18 @@ phase() {
   printf '%s\n' "$line" >>"$BOOT_LOG"
   printf '%s\n' "$line" >&3
 }
-upload_log() { curl -fsS --retry 3 -T "$BOOT_LOG" "$CT_LOG_URL" >/dev/null 2>&1 || true; }
+# Extra HTTP headers a storage URL needs, one per line: none for a presigned URL. A provider's
+# block below may redefine it (say, a bearer token of the node's own identity).
+storage_headers() { :; }
+ct_curl() { # curl "$@", plus the storage headers of the URL, which is the last argument
+  local line
+  local -a extra=()
+  while IFS= read -r line; do
+    if [ -n "$line" ]; then extra+=(-H "$line"); fi
+  done < <(storage_headers "${*: -1}")
+  curl "${extra[@]}" "$@"
+}
+upload_log() { ct_curl -fsS --retry 3 -T "$BOOT_LOG" "$CT_LOG_URL" >/dev/null 2>&1 || true; }
 fail() {
   trap - ERR
   phase "FAILED: $*"
@@ -110,7 +121,7 @@ phase "python: done"
 
 # 4. The bundle: fetch, verify, unpack; install the wheel unless this version is there already.
 phase "bundle: fetching"
-curl -fsSL --retry 5 --retry-connrefused "$CT_BUNDLE_URL" -o bundle.tar.gz ||
+ct_curl -fsSL --retry 5 --retry-connrefused -o bundle.tar.gz "$CT_BUNDLE_URL" ||
   fail "bundle: download failed (curl exit $?); the presigned URL may have expired"
 echo "$CT_BUNDLE_SHA256  bundle.tar.gz" | sha256sum -c --quiet - ||
   fail "bundle: sha256 mismatch (expected $CT_BUNDLE_SHA256)"
