@@ -90,8 +90,9 @@ def gcp(ct: Env, gcp_cloud: GcpCloud, tmp_path: Path) -> Iterator[GcpBox]:
 
 def test_run_on_gcp_trains_for_real_and_leaves_nothing(gcp: GcpBox) -> None:
     # the planned zone has no capacity (GCE's own operation error): the run lands in the next
+    # (the user's own command: the planner picks the region, us-central1, and its zone a)
     gcp.cloud.gce.fail_next_insert("us-central1-a", "ZONE_RESOURCE_POOL_EXHAUSTED", count=2)
-    proc = gcp.run("run", "--provider", "gcp", "--region", REGION, str(JOB))
+    proc = gcp.run("run", "--provider", "gcp", str(JOB))
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     assert "zone us-central1-a: " in proc.stdout and "trying the next zone" in proc.stdout
     (run_id,) = gcp.ct.run_ids()
