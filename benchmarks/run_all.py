@@ -25,7 +25,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SCRIPTS: tuple[str, ...] = ("help_time", "plan_time", "fanout", "teardown_lag", "local_vs_plain")
+SCRIPTS: tuple[str, ...] = (
+    "help_time",
+    "plan_time",
+    "fanout",
+    "gce_fanout",
+    "teardown_lag",
+    "local_vs_plain",
+)
 TIMEOUT_S = 900
 
 LINE_RE = re.compile(

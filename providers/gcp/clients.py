@@ -28,6 +28,7 @@ ENDPOINT_ENV = "CLOUDTRAIN_GCE_ENDPOINT"
 PROJECT_ENVS = ("GOOGLE_CLOUD_PROJECT", "CLOUDSDK_CORE_PROJECT", "GCLOUD_PROJECT")
 SCOPES = ("https://www.googleapis.com/auth/cloud-platform",)
 OPERATION_TIMEOUT_S = 900.0  # GPU VM inserts can take minutes; deletes too
+POOL_SIZE = 64  # connections per client: the base class fans out up to 64 calls at once
 QUICK_POLL_S = 0.1  # a wait that answered at once without DONE is polled again this soon
 PROJECT_HINT = (
     "set project: in job.yaml, GOOGLE_CLOUD_PROJECT, or `gcloud config set project PROJECT`"
@@ -96,7 +97,9 @@ class ComputeClients:
                 from google.cloud import compute_v1
 
                 with gcp_errors("open a Compute Engine client"):
-                    self._clients[name] = getattr(compute_v1, name)(**self._kwargs())
+                    client = getattr(compute_v1, name)(**self._kwargs())
+                _widen_pool(client)
+                self._clients[name] = client
             return self._clients[name]
 
     @property
@@ -123,6 +126,19 @@ class ComputeClients:
     def global_operations(self) -> Any:
         """compute_v1.GlobalOperationsClient."""
         return self._get("GlobalOperationsClient")
+
+
+def _widen_pool(client: Any) -> None:
+    """Let one client keep POOL_SIZE connections open: its REST session's default of 10 would
+    make a 64-node fan-out reconnect for most calls. Best effort: the session is the
+    transport's private attribute, so a client without one is left as it is."""
+    session = getattr(getattr(client, "_transport", None), "_session", None)
+    if session is None or not hasattr(session, "mount"):
+        return
+    from requests.adapters import HTTPAdapter
+
+    for prefix in ("https://", "http://"):
+        session.mount(prefix, HTTPAdapter(pool_connections=4, pool_maxsize=POOL_SIZE))
 
 
 def _done(op: Any) -> bool:
