@@ -56,7 +56,7 @@ class GcpProvider(Provider):
 
     def _region(self) -> str:
         if not self.region:
-            raise ProviderError("no GCP region", hint="set region: in job.yaml")
+            raise ProviderError("no GCP region", hint="set region: in job.yaml, or pass --region")
         return self.region
 
     @property
