@@ -137,7 +137,7 @@ def run(
 
     if not as_json:
         console.print(plan_table(the_plan))
-    prov = _provider(spec.provider, the_plan.region, the_plan.zone, spec.project)
+    prov = _provider(spec.provider, the_plan.region, the_plan.zone, spec.account)
     from cloudtrain.orchestrator import Orchestrator
     from cloudtrain.runtypes import RunOptions
     from cloudtrain.ui import ConsoleObserver, summary
@@ -292,7 +292,10 @@ def down(
     region: RegionOpt = None,
     project: Annotated[
         str | None,
-        typer.Option("--project", help="GCP project, when the ledger has no record of RUN."),
+        typer.Option(
+            "--project",
+            help="GCP project / Azure subscription, when the ledger has no record of RUN.",
+        ),
     ] = None,
 ) -> None:
     """Tear a run down: stop its agents, delete its nodes, network and identity. Idempotent;

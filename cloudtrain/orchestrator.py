@@ -245,14 +245,15 @@ class Orchestrator:
                     self.ledger.event(self.run_id, "zone", f"landed in {zone} after {tried}")
                 return
             except NoCapacityError as exc:
-                tried.append(str(zone))
-                self.observer.event(f"zone {zone}: {exc.message}")
+                where = f"zone {zone}" if zone else "no zone"
+                tried.append(where)
+                self.observer.event(f"{where}: {exc.message}")
                 if len(tried) < len(candidates):
                     self.observer.event("deleting the nodes made there; trying the next zone")
                     self._delete_nodes()
         types = sorted({n.instance_type for n in self.plan.nodes})
         raise NoCapacityError(
-            f"no capacity for {', '.join(types)} in {self.plan.region}: tried zones "
+            f"no capacity for {', '.join(types)} in {self.plan.region}: tried "
             f"{', '.join(tried)}",
             hint="try another region, another accelerator, or spot: false",
         )

@@ -47,6 +47,7 @@ _ACCELERATOR_RE = re.compile(r"^(?P<name>[A-Za-z0-9-]+)(?::(?P<count>[0-9]+))?$"
 _ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _PLACE = r"^[A-Za-z0-9-]{1,64}$"  # a region or zone name
 _PROJECT_RE = re.compile(r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$")  # a GCP project id
+_UUID_RE = re.compile(r"^[0-9a-fA-F]{8}-([0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}$")
 _URI_RE = re.compile(r"^(?P<scheme>[a-z0-9]+)://(?P<rest>.+)$")
 
 
@@ -168,6 +169,10 @@ class JobSpec(BaseModel):
         description="Google Cloud project id (gcp only; default: $GOOGLE_CLOUD_PROJECT or the"
         " gcloud project)",
     )
+    subscription: str | None = Field(
+        None,
+        description="Azure subscription id (azure only; default: $AZURE_SUBSCRIPTION_ID)",
+    )
     cluster: ClusterSpec = Field(default_factory=ClusterSpec)
     workdir: str = Field(".", description="folder shipped to each node, relative to the spec")
     setup: str = Field("", description="shell run on each node before the entrypoint")
@@ -205,6 +210,19 @@ class JobSpec(BaseModel):
                 f" starting with a letter (got {_show(value)})"
             )
         return value
+
+    @field_validator("subscription")
+    @classmethod
+    def _check_subscription(cls, value: str | None) -> str | None:
+        if value is not None and not _UUID_RE.match(value):
+            raise ValueError(f"must be an Azure subscription id, a GUID (got {_show(value)})")
+        return value
+
+    @property
+    def account(self) -> str | None:
+        """The cloud account of the spec's provider: the GCP project or the Azure
+        subscription (None: the SDK's default)."""
+        return {"gcp": self.project, "azure": self.subscription}.get(self.provider)
 
     @field_validator("workdir")
     @classmethod

@@ -149,7 +149,7 @@ def test_a_full_zone_fails_over_and_all_full_fails_clearly(aws: AwsBox) -> None:
     )
     proc = aws.run("run", "--provider", "aws", "--region", REGION, str(job))
     assert proc.returncode == 3
-    assert "tried zones use1-az1, " in proc.stdout, proc.stdout[-3000:]
+    assert "tried zone use1-az1, zone " in proc.stdout, proc.stdout[-3000:]
     (run_id,) = aws.ct.run_ids()
     groups = aws.ec2.describe_security_groups(
         Filters=[{"Name": "group-name", "Values": [f"cloudtrain-{run_id}"]}]

@@ -165,6 +165,7 @@ BAD_SPECS = [
     ("env-int-value", HEAD + "env:\n  EPOCHS: 5\n", 4, "env.EPOCHS", "string (got 5); quote it"),
     ("env-not-mapping", HEAD + "env: [A, B]\n", 3, "env", "must be a mapping"),
     ("project-bad-id", HEAD + "project: My_Project\n", 3, "project", "Google Cloud project id"),
+    ("subscription-not-guid", HEAD + "subscription: my-sub\n", 3, "subscription", "a GUID"),
     (
         "checkpoint-scheme",
         HEAD + "checkpoint: hdfs://x/y\n",
