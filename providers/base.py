@@ -146,6 +146,24 @@ class StartupBlocks:
     power_off: str = ""  # bash run after the agent exits: stop the node's bill (shutdown -h now)
 
 
+def wait_for_driver(installer: str, timeout_s: int) -> str:
+    """Bash for a provider's metadata block: on a node with an NVIDIA device, wait up to
+    `timeout_s` for `installer` (an image's or extension's own driver install, running beside
+    the startup script) to make nvidia-smi work, rather than install a second driver. Pure."""
+    return f"""
+if grep -qsi '0x10de' /sys/bus/pci/devices/*/vendor && ! nvidia-smi >/dev/null 2>&1; then
+  phase "driver: waiting for {installer}"
+  ct_waited=0
+  until nvidia-smi >/dev/null 2>&1; do
+    if [ "$ct_waited" -ge {int(timeout_s)} ]; then
+      fail "driver: nvidia-smi still fails after ${{ct_waited}}s of waiting for {installer}"
+    fi
+    sleep 10
+    ct_waited=$((ct_waited + 10))
+  done
+fi"""
+
+
 @runtime_checkable
 class ObjectStore(Protocol):
     """A bucket (or a prefix of one). Keys are '/'-separated and relative to `uri`."""

@@ -25,6 +25,7 @@ from cloudtrain.providers.base import (
     Resource,
     RunInfo,
     StartupBlocks,
+    wait_for_driver,
 )
 from cloudtrain.providers.gcp import firewall
 from cloudtrain.providers.gcp.clients import (
@@ -73,18 +74,7 @@ storage_headers() {
 
 # Deep Learning VM images install the driver at first boot (install-nvidia-driver=True), in
 # parallel with this script: wait for it rather than install a second driver.
-_DLVM_DRIVER_WAIT = """
-if grep -qsi '0x10de' /sys/bus/pci/devices/*/vendor && ! nvidia-smi >/dev/null 2>&1; then
-  phase "driver: waiting for the Deep Learning VM driver install"
-  ct_waited=0
-  until nvidia-smi >/dev/null 2>&1; do
-    if [ "$ct_waited" -ge DRIVER_WAIT_S ]; then
-      fail "driver: nvidia-smi still fails after ${ct_waited}s on a Deep Learning VM image"
-    fi
-    sleep 10
-    ct_waited=$((ct_waited + 10))
-  done
-fi""".replace("DRIVER_WAIT_S", str(DRIVER_WAIT_S))
+_DLVM_DRIVER_WAIT = wait_for_driver("the Deep Learning VM driver install", DRIVER_WAIT_S)
 
 _SELF_SHUTDOWN = """\
 ct_minutes=$(( (DEADLINE_EPOCH - $(date +%s)) / 60 ))

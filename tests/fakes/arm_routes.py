@@ -92,6 +92,7 @@ _TABLE = (
     ("GET", rf"{RG}/providers/Microsoft\.Compute/disks", "list_disks"),
     ("GET", rf"{RG}/providers/Microsoft\.Compute/disks/(?P<name>{_SEG})", "get_disk"),
     ("DELETE", rf"{RG}/providers/Microsoft\.Compute/disks/(?P<name>{_SEG})", "delete_disk"),
+    ("GET", rf"{SUB}/providers/Microsoft\.Storage/storageAccounts", "list_all_storage_accounts"),
     ("GET", STORAGE, "list_storage_accounts"),
     ("PUT", rf"{STORAGE}/(?P<name>{_SEG})", "put_storage_account"),
     ("GET", rf"{STORAGE}/(?P<name>{_SEG})", "get_storage_account"),

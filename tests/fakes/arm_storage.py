@@ -115,6 +115,9 @@ class StorageMixin(ResourcesMixin):
         self._group(req.params["sub"], req.params["rg"])
         return self._value(self._listed(ACCOUNT, req.params["sub"], req.params["rg"]))
 
+    def _list_all_storage_accounts(self, req: Req) -> dict[str, Any]:
+        return self._value(self._listed(ACCOUNT, req.params["sub"]))
+
     # -- containers -------------------------------------------------------------------------
 
     def _container_names(self, req: Req) -> list[str]:

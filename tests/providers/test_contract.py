@@ -69,11 +69,13 @@ def fetch(url: str) -> bytes:
         return bytes(resp.read())
 
 
-def upload(url: str, path: Path) -> None:
-    """PUT a file to a presigned URL the way the bootstrap script does (`curl -T`)."""
+def upload(url: str, path: Path, *headers: str) -> None:
+    """PUT a file to a presigned URL the way the bootstrap script does (`curl -T`), with the
+    headers the provider's PUT needs (Azure: `x-ms-blob-type: BlockBlob`)."""
     if shutil.which("curl") is None:
         pytest.skip("curl is not on PATH")
-    subprocess.run(["curl", "-fsS", "-T", str(path), url], check=True, timeout=30)
+    extra = [arg for header in headers for arg in ("-H", header)]
+    subprocess.run(["curl", "-fsS", *extra, "-T", str(path), url], check=True, timeout=30)
 
 
 # --- ObjectStore -------------------------------------------------------------------------------
@@ -183,10 +185,11 @@ def test_presign_put_is_writable_by_curl(provider: Harness, tmp_path: Path) -> N
     log = tmp_path / "bootstrap.log"
     log.write_text("phase 1\nFAILED: something\n")
     url = store.presign_put("cloudtrain/runs/r/bootstrap/worker-0.log", ttl_s=600)
-    upload(url, log)
+    headers = getattr(provider.case, "put_headers", ())  # a bare case (unit tests) has none
+    upload(url, log, *headers)
     assert store.get("cloudtrain/runs/r/bootstrap/worker-0.log") == log.read_bytes()
     log.write_text("second upload replaces the first\n")
-    upload(url, log)
+    upload(url, log, *headers)
     assert store.get("cloudtrain/runs/r/bootstrap/worker-0.log") == log.read_bytes()
 
 

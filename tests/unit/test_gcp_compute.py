@@ -9,9 +9,6 @@ shellcheck.
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,6 +30,7 @@ from cloudtrain.providers.gcp.instances import (
 )
 from cloudtrain.startup import StartupParams, render_startup
 from tests.fakes.gce_fake import GceFake, gce_fake
+from tests.fakes.shell import check_script, run_with_curl_shim
 
 __all__ = ["gce_fake"]  # fixture, for pytest
 PROJECT = "ct-unit-project"
@@ -310,14 +308,7 @@ def test_startup_blocks_pass_shellcheck(compute: GcpCompute, gpu: bool, tmp_path
     )
     script = tmp_path / "startup.sh"
     script.write_text(render_startup(params, blocks))
-    proc = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
-    if shutil.which("shellcheck") is None:
-        pytest.skip("shellcheck is not on PATH (apt-get install shellcheck)")
-    proc = subprocess.run(
-        ["shellcheck", "-S", "warning", "-s", "bash", str(script)], capture_output=True, text=True
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    check_script(script)
 
 
 # --- URLs the controller cannot sign -----------------------------------------------------------
@@ -354,21 +345,9 @@ def test_unsignable_urls_fall_back_to_the_node_identity(
 
 
 def _curl_run(tmp_path: Path, script: str, **env: str) -> tuple[str, list[str]]:
-    shims = tmp_path / "shims"
-    shims.mkdir(exist_ok=True)
-    (shims / "curl").write_text(CURL_SHIM)
-    (shims / "curl").chmod(0o755)
-    log = tmp_path / "curl.log"
-    log.write_text("")
-    proc = subprocess.run(
-        ["bash", "-c", "set -Eeuo pipefail\n" + script],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        env={**os.environ, "PATH": f"{shims}:{os.environ['PATH']}", "SHIM_LOG": str(log), **env},
-    )
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout, log.read_text().splitlines()
+    rc, calls = run_with_curl_shim(tmp_path, CURL_SHIM, script, **env)
+    assert rc == 0
+    return "", calls
 
 
 def test_nodes_send_their_token_to_unsigned_gcs_urls_only(

@@ -1,0 +1,118 @@
+"""The storage account behind cloudtrain's default Azure bucket, and the scope of a container.
+
+The default bucket of a subscription and region is account `ct<hash>` (or
+$CLOUDTRAIN_AZURE_STORAGE_ACCOUNT) in resource group `cloudtrain-<region>`, which outlives every
+run (checkpoints and models are kept after teardown); each run gets its own container
+`ct-<run_id>`, so a node's identity can be given that container and nothing else. The account is
+HTTPS only, TLS 1.2, with no public blob access. A storage account the user names (`checkpoint:
+az://...`) is only looked up, never created or changed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Callable
+from typing import Any
+
+from cloudtrain.errors import NotFound
+from cloudtrain.providers.azure.clients import ArmClients
+from cloudtrain.providers.azure.errors import azure_errors
+from cloudtrain.providers.azure.storage import BlobStore
+
+ACCOUNT_ENV = "CLOUDTRAIN_AZURE_STORAGE_ACCOUNT"
+SHARED_TAG = "cloudtrain-shared"
+
+
+def default_account(subscription: str, region: str) -> str:
+    """The default storage account name of a subscription and region (3-24 of a-z0-9). Pure
+    apart from the environment."""
+    override = os.environ.get(ACCOUNT_ENV, "").strip()
+    if override:
+        return override
+    digest = hashlib.sha256(f"{subscription}/{region}".encode()).hexdigest()
+    return f"ct{digest[:20]}"
+
+
+def shared_group(region: str) -> str:
+    """The resource group that holds the default storage account of a region."""
+    return f"cloudtrain-{region}"
+
+
+def run_container(run_id: str) -> str:
+    """The run's own container in the default account (3-63 of a-z0-9 and single '-')."""
+    return f"ct-{run_id}"[:63].rstrip("-")
+
+
+def ensure_account(clients: ArmClients, account: str, region: str) -> str:
+    """Create the shared group and the account if missing (HTTPS only, TLS 1.2, no public blob
+    access); return the account's resource id. Idempotent; blocks until the account exists."""
+    from cloudtrain.providers.azure.bodies import storage_account_body
+
+    group = shared_group(region)
+    tags = {SHARED_TAG: "true"}
+    with azure_errors(f"create resource group {group} in {region}"):
+        clients.resource.resource_groups.create_or_update(group, {"location": region, "tags": tags})
+    found = find_account(clients, account)
+    if found is not None:
+        return found
+    with azure_errors(f"create storage account {account} in {group}"):
+        poller = clients.storage.storage_accounts.begin_create(
+            group, account, storage_account_body(region, tags)
+        )
+        return str(poller.result().id)
+
+
+def find_account(clients: ArmClients, account: str) -> str | None:
+    """The resource id of storage account `account` in the subscription, or None. Blocks."""
+    with azure_errors(f"look up storage account {account}"):
+        for item in clients.storage.storage_accounts.list():
+            if str(item.name).lower() == account.lower():
+                return str(item.id)
+    return None
+
+
+def account_id(subscription: str, region: str, account: str) -> str:
+    """The resource id of the default storage account `account` of a region. Pure."""
+    return (
+        f"/subscriptions/{subscription}/resourceGroups/{shared_group(region)}/providers/"
+        f"Microsoft.Storage/storageAccounts/{account}"
+    )
+
+
+def container_scope(clients: ArmClients, store: BlobStore, region: str) -> str:
+    """The ARM scope of the store's container (for a role assignment): known for the default
+    account, looked up for a user's. Raises NotFound when the subscription has no such storage
+    account. Blocks only for a user's account."""
+    subscription = clients.auth.subscription
+    if store.account == default_account(subscription, region):
+        found: str | None = account_id(subscription, region, store.account)
+    else:
+        found = find_account(clients, store.account)
+    return _scope_of(clients, store, found)
+
+
+def _scope_of(clients: ArmClients, store: BlobStore, account_id: str | None) -> str:
+    if account_id is None:
+        raise NotFound(
+            f"storage account {store.account} is not in subscription {clients.auth.subscription}",
+            hint="nodes get access to the run's container only in their own subscription",
+        )
+    return f"{account_id}/blobServices/default/containers/{store.container}"
+
+
+class ManagedBlobStore(BlobStore):
+    """A BlobStore whose `ensure_bucket` first makes the default storage account (a user's
+    account must exist). `clients` is called for the ArmClients only then."""
+
+    def __init__(
+        self, uri: str, clients: Callable[[], ArmClients], region: str, default: bool, **kw: Any
+    ) -> None:
+        super().__init__(uri, **kw)
+        self._arm, self._region, self._default = clients, region, default
+
+    def ensure_bucket(self) -> Any:
+        """The account (default bucket only), then the private container. Idempotent."""
+        if self._default:
+            ensure_account(self._arm(), self.account, self._region)
+        return super().ensure_bucket()

@@ -1,0 +1,323 @@
+"""Azure VMs for cloudtrain: `AzureCompute`, the Azure side of the `Compute` interface.
+
+A node is one VM named `ct-<run>-<role>-<index>` in the run's resource group (`network`), tagged
+`cloudtrain-run/role/index`, with a NIC (deleted with the VM), the startup script as cloud-init
+`customData`, and a system-assigned managed identity. That identity gets two roles right after
+the create: "Storage Blob Data Contributor" on the run's container only, and "Virtual Machine
+Contributor" on the VM itself, so the node can delete itself at the deadline (a stopped but
+allocated Azure VM still bills). Both assignments are deleted with the node. GPU nodes on the
+default image get the NvidiaGpuDriverLinux extension. SkuNotAvailable, AllocationFailed and
+ZonalAllocationFailed surface as NoCapacityError, so the orchestrator tries the next zone.
+"""
+
+from __future__ import annotations
+
+import ssl
+import threading
+import urllib.request
+from typing import Any
+
+from cloudtrain.errors import NotFound, ProviderError, TransientError
+from cloudtrain.providers.azure import network
+from cloudtrain.providers.azure.account import (
+    container_scope,
+    default_account,
+    ensure_account,
+    run_container,
+)
+from cloudtrain.providers.azure.clients import ArmClients
+from cloudtrain.providers.azure.errors import azure_errors, error_codes
+from cloudtrain.providers.azure.startup import startup_blocks
+from cloudtrain.providers.azure.storage import BlobStore
+from cloudtrain.providers.base import (
+    Compute,
+    Node,
+    NodeRequest,
+    NodeState,
+    Resource,
+    RunInfo,
+    StartupBlocks,
+    parse_node_name,
+    run_labels,
+)
+
+ZONES = ["1", "2", "3"]
+ROLE_DEFINITION = "/subscriptions/{sub}/providers/Microsoft.Authorization/roleDefinitions/{guid}"
+POWER: dict[str, NodeState] = {
+    "running": "running",
+    "starting": "pending",
+    "stopping": "stopped",
+    "stopped": "stopped",
+    "deallocating": "stopped",
+    "deallocated": "stopped",
+}
+
+
+def _state(vm: Any) -> NodeState:
+    """A VM's NodeState from its provisioning state and instance view."""
+    provisioning = str(vm.provisioning_state or "")
+    if provisioning in ("Failed", "Deleting"):
+        return "terminated"
+    view = getattr(vm, "instance_view", None)
+    for status in getattr(view, "statuses", None) or []:
+        code = str(status.code or "")
+        if code.startswith("PowerState/"):
+            return POWER.get(code.split("/", 1)[1], "terminated")
+    return "running" if provisioning == "Succeeded" else "pending"
+
+
+def _to_node(vm: Any, ips: dict[str, str]) -> Node | None:
+    """A Node from a listed VM, or None when its name and tags do not make it one of ours."""
+    tags = dict(vm.tags or {})
+    parsed = parse_node_name(str(vm.name))
+    if parsed is None or "cloudtrain-run" not in tags:
+        return None
+    nics = vm.network_profile.network_interfaces if vm.network_profile else []
+    ip = ips.get(str(nics[0].id).lower()) if nics else None
+    try:
+        index = int(tags.get("cloudtrain-index", parsed[2]))
+    except ValueError:
+        index = parsed[2]
+    return Node(
+        name=str(vm.name),
+        run_id=tags["cloudtrain-run"],
+        role=tags.get("cloudtrain-role", parsed[1]),
+        index=index,
+        state=_state(vm),
+        private_ip=ip,
+        spot=vm.priority == "Spot",  # a str enum: str() would give its class name
+        zone=(vm.zones or [None])[0],
+        instance_type=str(vm.hardware_profile.vm_size) if vm.hardware_profile else None,
+        cloud_id=str(vm.id),
+    )
+
+
+class AzureCompute(Compute):
+    """VMs, their network and identities, in one subscription and region. Thread-safe: the base
+    class fans `create_node` and `delete_node` out over a thread pool."""
+
+    provider_name = "azure"
+
+    def __init__(self, clients: ArmClients, region: str, zone: str | None = None) -> None:
+        self.clients = clients
+        self.region = region
+        self.default_zone = zone
+        self.subscription = clients.auth.subscription
+        self._lock = threading.Lock()
+        self._scopes: dict[str, str] = {}  # store URI -> its container's ARM scope
+        self._subnets: dict[str, str] = {}  # run id -> subnet id
+
+    # -- network ---------------------------------------------------------------------------
+
+    def planned_network(self, run: RunInfo) -> list[Resource]:
+        """The run's resource group (or, in a user's group, its NSG and VNet). Pure."""
+        return network.planned(run, self.region)
+
+    def ensure_network(self, run: RunInfo) -> list[Resource]:
+        """Group, NSG (TF ports from the VNet only; SSH from one CIDR when asked) and VNet.
+        Idempotent; blocks. The default storage account, whose container the nodes are
+        granted, is made too if missing (normally `ensure_bucket` made it already)."""
+        made = network.ensure(self.clients, run, self.region)
+        store = BlobStore(run.store_uri)
+        if store.account == default_account(self.subscription, self.region):
+            ensure_account(self.clients, store.account, self.region)
+        return made
+
+    def list_resources(self, run_id: str) -> list[Resource]:
+        """The run's group (or NSG and VNet) that exist. Blocks."""
+        return network.find(self.clients, run_id, self.region)
+
+    def delete_resources(self, resources: list[Resource]) -> None:
+        """Delete the run's group (everything left in it goes too), never a user's group.
+        Idempotent; blocks."""
+        network.delete(self.clients, resources)
+
+    # -- nodes -----------------------------------------------------------------------------
+
+    def _scope(self, store_uri: str) -> str:
+        with self._lock:
+            if store_uri in self._scopes:
+                return self._scopes[store_uri]
+        scope = container_scope(self.clients, BlobStore(store_uri), self.region)
+        with self._lock:
+            self._scopes[store_uri] = scope
+        return scope
+
+    def _subnet(self, run_id: str) -> str:
+        with self._lock:
+            if run_id in self._subnets:
+                return self._subnets[run_id]
+        subnet = network.subnet_id(self.clients, run_id)
+        with self._lock:
+            self._subnets[run_id] = subnet
+        return subnet
+
+    def _vm(self, group: str, name: str) -> Any | None:
+        try:
+            with azure_errors(f"describe VM {name} in {group}"):
+                return self.clients.compute.virtual_machines.get(group, name, expand="instanceView")
+        except NotFound:
+            return None
+
+    def create_node(self, run: RunInfo, request: NodeRequest) -> Node:
+        """Create one VM (NIC first) and wait for it, then grant its identity the run's
+        container and itself; a GPU node on the default image gets the driver extension (not
+        awaited). An existing live VM of that name is returned; a failed or stopped one is
+        deleted and made afresh. Raises NoCapacityError (with the zone) or QuotaError."""
+        from cloudtrain.providers.azure.bodies import (
+            driver_extension_body,
+            resolve_image,
+            throwaway_ssh_key,
+            vm_body,
+        )
+
+        group, name = network.group_name(run.run_id), request.name
+        zone = request.zone or run.zone or self.default_zone
+        existing = self._vm(group, name)
+        if existing is not None:
+            if _state(existing) in ("pending", "running"):
+                node = _to_node(existing, network.private_ips(self.clients, run.run_id))
+                if node is not None:
+                    return node
+            self.delete_node(Node(name, run.run_id, request.role, request.index, "stopped"))
+        gpu = request.accelerator_count > 0
+        image = resolve_image(gpu, request.image)
+        scope = self._scope(run.store_uri)
+        nic = network.ensure_nic(
+            self.clients, run, name, self.region, zone, self._subnet(run.run_id)
+        )
+        tags = run_labels(run.run_id, request.role, request.index)
+        body = vm_body(request, self.region, zone, nic, throwaway_ssh_key(), image, tags)
+        where = f"{self.region} zone {zone}" if zone else self.region
+        what = f"create VM {name} ({request.instance_type}) in {where}"
+        with azure_errors(what, zone=zone):
+            vm = self.clients.compute.virtual_machines.begin_create_or_update(
+                group, name, body
+            ).result()
+        principal = str(vm.identity.principal_id)
+        self._grant(scope, principal, name, "storage")
+        self._grant(str(vm.id), principal, name, "self")
+        if gpu and image.driver_extension:
+            with azure_errors(f"add the NVIDIA driver extension to {name}"):
+                self.clients.compute.virtual_machine_extensions.begin_create_or_update(
+                    group, name, "NvidiaGpuDriverLinux", driver_extension_body(self.region, tags)
+                )
+        node = _to_node(vm, network.private_ips(self.clients, run.run_id))
+        assert node is not None  # the tags above make it ours
+        return node
+
+    def _grant(self, scope: str, principal: str, node: str, what: str) -> None:
+        """One role assignment for the node's identity (idempotent: a deterministic name)."""
+        from cloudtrain.providers.azure.bodies import (
+            STORAGE_BLOB_DATA_CONTRIBUTOR,
+            VIRTUAL_MACHINE_CONTRIBUTOR,
+            role_assignment_body,
+            role_assignment_name,
+        )
+
+        guid = STORAGE_BLOB_DATA_CONTRIBUTOR if what == "storage" else VIRTUAL_MACHINE_CONTRIBUTOR
+        body = role_assignment_body(self.subscription, guid, principal)
+        name = role_assignment_name(self.subscription, node, what)
+        try:
+            with azure_errors(f"grant {node}'s identity its {what} role"):
+                self.clients.authorization.role_assignments.create(scope, name, body)
+        except ProviderError as err:
+            codes = error_codes(err)
+            if "RoleAssignmentExists" in codes:
+                return
+            if "PrincipalNotFound" in codes:  # a new identity takes seconds to replicate
+                raise TransientError(f"{err.message} (the identity is not replicated yet)") from err
+            raise
+
+    def list_nodes(self, run_id: str) -> list[Node]:
+        """The run's VMs (tags in its group) with their power state. Blocks."""
+        group = network.group_name(run_id)
+        try:
+            with azure_errors(f"list the VMs of run {run_id}"):
+                vms = list(self.clients.compute.virtual_machines.list(group, expand="instanceView"))
+        except NotFound:
+            return []
+        ips = network.private_ips(self.clients, run_id) if vms else {}
+        nodes = [n for vm in vms if (n := _to_node(vm, ips)) is not None and n.run_id == run_id]
+        return sorted(nodes, key=lambda n: n.name)
+
+    def delete_node(self, node: Node) -> None:
+        """Remove the node's role assignments, then delete the VM (its NIC, disk and public IP
+        go with it) and wait. Idempotent: a missing VM is fine. Blocks.
+
+        The assignments are found through the VM's identity (any scope), and by their
+        deterministic names at the VM and at the run's container in the default account, so
+        an evicted VM's grants go too."""
+        group = network.group_name(node.run_id)
+        for assignment_id in self._grants_of(node, group):
+            try:
+                with azure_errors(f"remove a role of {node.name}"):
+                    self.clients.authorization.role_assignments.delete_by_id(assignment_id)
+            except NotFound:
+                pass
+        try:
+            with azure_errors(f"delete VM {node.name} in {group}"):
+                self.clients.compute.virtual_machines.begin_delete(group, node.name).result()
+        except NotFound:
+            return
+
+    def _grants_of(self, node: Node, group: str) -> list[str]:
+        """Ids of the role assignments a node's identity may hold. Blocks."""
+        from cloudtrain.providers.azure.bodies import role_assignment_name
+
+        vm_id = (
+            f"/subscriptions/{self.subscription}/resourceGroups/{group}/providers/"
+            f"Microsoft.Compute/virtualMachines/{node.name}"
+        )
+        store = BlobStore(f"az://{default_account(self.subscription, self.region)}/ct-x")
+        default_container = container_scope(self.clients, store, self.region).replace(
+            "/containers/ct-x", f"/containers/{run_container(node.run_id)}"
+        )
+        suffix = "/providers/Microsoft.Authorization/roleAssignments/"
+        ids = {
+            vm_id + suffix + role_assignment_name(self.subscription, node.name, "self"),
+            default_container
+            + suffix
+            + role_assignment_name(self.subscription, node.name, "storage"),
+        }
+        vm = self._vm(group, node.name)
+        principal = getattr(getattr(vm, "identity", None), "principal_id", None)
+        if principal:
+            with azure_errors(f"list the roles of {node.name}"):
+                found = self.clients.authorization.role_assignments.list_for_scope(
+                    f"/subscriptions/{self.subscription}", filter=f"principalId eq '{principal}'"
+                )
+                ids.update(str(a.id) for a in found)
+        return sorted(ids)
+
+    def console_output(self, node: Node) -> str:
+        """The VM's serial log from boot diagnostics ('' if none or the VM is gone). Best
+        effort; blocks."""
+        group = network.group_name(node.run_id)
+        try:
+            with azure_errors(f"read the serial log of {node.name}"):
+                data = self.clients.compute.virtual_machines.retrieve_boot_diagnostics_data(
+                    group, node.name
+                )
+        except (NotFound, ProviderError):
+            return ""
+        url = getattr(data, "serial_console_log_blob_uri", None)
+        if not url:
+            return ""
+        context = ssl.create_default_context(cafile=self.clients.auth.verify)
+        try:
+            with urllib.request.urlopen(url, timeout=30, context=context) as resp:
+                return bytes(resp.read()).decode(errors="replace")
+        except OSError:
+            return ""
+
+    def zones(self) -> list[str]:
+        """Availability zones to fail over to when the region has no capacity."""
+        return list(ZONES)
+
+    def startup_blocks(self, run: RunInfo, request: NodeRequest) -> StartupBlocks:
+        """See `providers/azure/startup.py`. Pure."""
+        from cloudtrain.providers.azure.bodies import resolve_image
+
+        gpu = request.accelerator_count > 0
+        return startup_blocks(gpu and resolve_image(gpu, request.image).driver_extension)
