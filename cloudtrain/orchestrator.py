@@ -239,13 +239,14 @@ class Orchestrator:
         for zone in candidates:
             self.zone = zone
             self.info = dataclasses.replace(self.info, zone=zone)
+            where = f"zone {zone}" if zone else "no zone"
             try:
                 self.create_nodes(list(self.plan.nodes))
                 if tried:
-                    self.ledger.event(self.run_id, "zone", f"landed in {zone} after {tried}")
+                    landed = f"landed in {where} after trying {', '.join(tried)}"
+                    self.ledger.event(self.run_id, "zone", landed)
                 return
             except NoCapacityError as exc:
-                where = f"zone {zone}" if zone else "no zone"
                 tried.append(where)
                 self.observer.event(f"{where}: {exc.message}")
                 if len(tried) < len(candidates):
@@ -253,8 +254,7 @@ class Orchestrator:
                     self._delete_nodes()
         types = sorted({n.instance_type for n in self.plan.nodes})
         raise NoCapacityError(
-            f"no capacity for {', '.join(types)} in {self.plan.region}: tried "
-            f"{', '.join(tried)}",
+            f"no capacity for {', '.join(types)} in {self.plan.region}: tried {', '.join(tried)}",
             hint="try another region, another accelerator, or spot: false",
         )
 

@@ -181,5 +181,5 @@ def test_a_full_zone_fails_over_to_the_next(ct: Env) -> None:
     assert "zone local: " in proc.stdout and "trying the next zone" in proc.stdout
     (run_id,) = ct.run_ids()
     events = [e.message for e in ct.ledger().events(run_id)]
-    assert "landed in local-b after ['local']" in events
+    assert "landed in zone local-b after trying zone local" in events
     assert_clean(ct, run_id)
