@@ -30,6 +30,7 @@ SCRIPTS: tuple[str, ...] = (
     "plan_time",
     "fanout",
     "gce_fanout",
+    "azure_fanout",
     "teardown_lag",
     "local_vs_plain",
 )

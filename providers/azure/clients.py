@@ -24,6 +24,7 @@ from cloudtrain.providers.azure.errors import azure_errors
 ENDPOINT_ENV = "CLOUDTRAIN_ARM_ENDPOINT"
 CA_ENV = "CLOUDTRAIN_ARM_CA"
 SUBSCRIPTION_ENV = "AZURE_SUBSCRIPTION_ID"
+POOL_SIZE = 64  # connections kept open: the base class fans out up to 64 calls at once
 SUBSCRIPTION_HINT = (
     "set subscription: in job.yaml or AZURE_SUBSCRIPTION_ID (`az account show --query id`)"
 )
@@ -74,9 +75,10 @@ class ArmClients:
         self.auth = auth
         self._lock = threading.Lock()
         self._clients: dict[str, Any] = {}
+        self._shared: Any = None
 
     def _kwargs(self) -> dict[str, Any]:
-        kwargs: dict[str, Any] = {}
+        kwargs: dict[str, Any] = {"transport": self._transport()}
         if self.auth.endpoint:
             kwargs["base_url"] = self.auth.endpoint
             kwargs["polling_interval"] = 0  # an emulator answers Retry-After: 0
@@ -84,6 +86,27 @@ class ArmClients:
         if self.auth.verify:
             kwargs["connection_verify"] = self.auth.verify
         return kwargs
+
+    def _transport(self) -> Any:
+        """One HTTP transport for all clients, keeping POOL_SIZE connections open: azure-core's
+        own session keeps 10, so a 64-node fan-out would redo a TLS handshake for most calls.
+        Called under the lock."""
+        if self._shared is None:
+            import requests
+            from azure.core.pipeline.transport import RequestsTransport
+            from requests.adapters import HTTPAdapter
+            from urllib3.util.retry import Retry
+
+            session = requests.Session()
+            no_retries = Retry(total=False, redirect=False, raise_on_status=False)  # azure-core's
+            adapter = HTTPAdapter(
+                pool_connections=4, pool_maxsize=POOL_SIZE, max_retries=no_retries
+            )
+            for prefix in ("https://", "http://"):
+                session.mount(prefix, adapter)
+            options = {"connection_verify": self.auth.verify} if self.auth.verify else {}
+            self._shared = RequestsTransport(session=session, session_owner=False, **options)
+        return self._shared
 
     def _get(self, name: str) -> Any:
         with self._lock:

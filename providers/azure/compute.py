@@ -183,7 +183,7 @@ class AzureCompute(Compute):
         gpu = request.accelerator_count > 0
         image = resolve_image(gpu, request.image)
         scope = self._scope(run.store_uri)
-        nic = network.ensure_nic(
+        nic, private_ip = network.ensure_nic(
             self.clients, run, name, self.region, zone, self._subnet(run.run_id)
         )
         tags = run_labels(run.run_id, request.role, request.index)
@@ -202,7 +202,7 @@ class AzureCompute(Compute):
                 self.clients.compute.virtual_machine_extensions.begin_create_or_update(
                     group, name, "NvidiaGpuDriverLinux", driver_extension_body(self.region, tags)
                 )
-        node = _to_node(vm, network.private_ips(self.clients, run.run_id))
+        node = _to_node(vm, {nic.lower(): private_ip} if private_ip else {})
         assert node is not None  # the tags above make it ours
         return node
 

@@ -98,9 +98,9 @@ def subnet_id(clients: ArmClients, run_id: str) -> str:
 
 def ensure_nic(
     clients: ArmClients, run: RunInfo, node: str, region: str, zone: str | None, subnet: str
-) -> str:
-    """The node's NIC (and a public IP when the run asks for SSH); returns the NIC id.
-    Idempotent; blocks."""
+) -> tuple[str, str | None]:
+    """The node's NIC (and a public IP when the run asks for SSH); returns the NIC id and its
+    private IP. Idempotent; blocks."""
     from cloudtrain.providers.azure.bodies import nic_body, public_ip_body
 
     group, tags = group_name(run.run_id), run_labels(run.run_id)
@@ -118,7 +118,8 @@ def ensure_nic(
         nic = clients.network.network_interfaces.begin_create_or_update(
             group, nic_name(node), nic_body(region, subnet, public_ip, tags)
         ).result()
-    return str(nic.id)
+    configs = nic.ip_configurations or []
+    return str(nic.id), (str(configs[0].private_ip_address) if configs else None)
 
 
 def private_ips(clients: ArmClients, run_id: str) -> dict[str, str]:
