@@ -39,7 +39,7 @@ ROLES = ("chief", "worker", "ps", "evaluator")
 PROVIDER_SCHEMES: dict[str, str] = {"local": "file", "aws": "s3", "gcp": "gs", "azure": "az"}
 
 Strategy = Literal["one_device", "mirrored", "multi_worker_mirrored", "parameter_server"]
-ProviderName = Literal["local", "aws", "gcp", "azure"]
+ProviderName = Literal["local", "aws", "gcp", "azure", "cheapest"]
 Loc = tuple[str | int, ...]
 
 _NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,29}$")
@@ -161,7 +161,9 @@ class JobSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
     name: str = Field(description="job name, used in cloud resource names")
-    provider: ProviderName = Field("local", description="where to run")
+    provider: ProviderName = Field(
+        "local", description="where to run; 'cheapest': the cheapest of aws, gcp and azure"
+    )
     region: str | None = Field(None, pattern=_PLACE, description="default: the cheapest")
     zone: str | None = Field(None, pattern=_PLACE, description="a zone of the region")
     project: str | None = Field(
@@ -218,11 +220,29 @@ class JobSpec(BaseModel):
             raise ValueError(f"must be an Azure subscription id, a GUID (got {_show(value)})")
         return value
 
+    @field_validator("region", "zone")
+    @classmethod
+    def _check_place(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is not None and info.data.get("provider") == "cheapest":
+            field = info.field_name
+            raise ValueError(
+                f"cannot be set with provider 'cheapest' (got {_show(value)}): a {field} belongs"
+                f" to one cloud; remove {field}, or set provider to aws, gcp or azure"
+            )
+        return value
+
     @property
     def account(self) -> str | None:
         """The cloud account of the spec's provider: the GCP project or the Azure
-        subscription (None: the SDK's default)."""
-        return {"gcp": self.project, "azure": self.subscription}.get(self.provider)
+        subscription (None: the SDK's default, and always None for local, aws and cheapest;
+        with cheapest, use `account_for(plan.provider)` once the plan has chosen the cloud)."""
+        return self.account_for(self.provider)
+
+    def account_for(self, provider: str) -> str | None:
+        """The account to use on `provider` (a real cloud, e.g. the provider a plan chose): the
+        spec's GCP project for gcp, its Azure subscription for azure, else None (the SDK's
+        default). Pure."""
+        return {"gcp": self.project, "azure": self.subscription}.get(provider)
 
     @field_validator("workdir")
     @classmethod
@@ -242,6 +262,12 @@ class JobSpec(BaseModel):
         if value is not None and (not m or m["scheme"] not in PROVIDER_SCHEMES.values()):
             raise ValueError(f"must be a file://, s3://, gs:// or az:// URI (got {got})")
         provider = info.data.get("provider")
+        if value is not None and provider == "cheapest":
+            raise ValueError(
+                f"cannot be set with provider 'cheapest' (got {got}): a checkpoint URI belongs"
+                " to one cloud; remove it (the chosen cloud's run bucket is used), or set"
+                " provider to aws, gcp or azure"
+            )
         scheme = PROVIDER_SCHEMES.get(provider or "local")
         if m and provider not in (None, "local") and m["scheme"] != scheme:
             raise ValueError(
@@ -269,8 +295,8 @@ class JobSpec(BaseModel):
         """A validated copy with the given values replaced (None keeps the spec's value).
 
         Changing the provider also clears region and zone, and changing the region clears the
-        zone, unless they are given too: a region of one cloud means nothing to another.
-        Raises SpecError naming the field."""
+        zone, unless they are given too: a region of one cloud means nothing to another (and
+        provider 'cheapest' takes none). Raises SpecError naming the field."""
         updates: dict[str, Any] = {}
         if provider is not None and provider != self.provider:
             updates.update(provider=provider, region=None, zone=None)

@@ -69,7 +69,7 @@ BAD_SPECS = [
         "name: job\nprovider: gpc\nentrypoint: x\n",
         2,
         "provider",
-        "must be one of: local, aws, gcp, azure (got 'gpc')",
+        "must be one of: local, aws, gcp, azure, cheapest (got 'gpc')",
     ),
     (
         "strategy",
@@ -179,6 +179,27 @@ BAD_SPECS = [
         4,
         "checkpoint",
         "provider 'aws' keeps checkpoints at s3://",
+    ),
+    (
+        "cheapest-region",
+        HEAD + "provider: cheapest\nregion: us-east-1\n",
+        4,
+        "region",
+        "cannot be set with provider 'cheapest' (got 'us-east-1'): a region belongs to one cloud",
+    ),
+    (
+        "cheapest-zone",
+        HEAD + "provider: cheapest\nzone: us-east-1b\n",
+        4,
+        "zone",
+        "a zone belongs to one cloud; remove zone, or set provider to aws, gcp or azure",
+    ),
+    (
+        "cheapest-checkpoint",
+        HEAD + "provider: cheapest\ncheckpoint: s3://bucket/ckpt\n",
+        4,
+        "checkpoint",
+        "a checkpoint URI belongs to one cloud",
     ),
     ("max-hours-zero", HEAD + "max_hours: 0\n", 3, "max_hours", "must be more than 0"),
     ("max-hours-big", HEAD + "max_hours: 200\n", 3, "max_hours", "at most 168 (got 200)"),
@@ -416,6 +437,35 @@ def test_with_overrides(tmp_path: Path) -> None:
     assert (spec.provider, spec.region, spec.zone) == ("aws", "us-east-1", "us-east-1b")
     with pytest.raises(SpecError, match=r"job\.yaml: provider: must be one of: local, aws"):
         spec.with_overrides(provider="gpc")
+
+
+def test_with_overrides_to_and_from_cheapest(tmp_path: Path) -> None:
+    path = write(tmp_path, HEAD + "provider: aws\nregion: us-east-1\nzone: us-east-1b\n")
+    spec = load_spec(path)
+    cheapest = spec.with_overrides(provider="cheapest")
+    assert (cheapest.provider, cheapest.region, cheapest.zone) == ("cheapest", None, None)
+    back = cheapest.with_overrides(provider="gcp", region="us-central1")
+    assert (back.provider, back.region, back.zone) == ("gcp", "us-central1", None)
+    # a region given with cheapest comes from the command line: no line to name
+    with pytest.raises(SpecError, match=rf"^{path}: region: cannot be set with provider 'cheap"):
+        spec.with_overrides(provider="cheapest", region="us-east-1")
+    with pytest.raises(SpecError, match=rf"^{path}: zone: cannot be set with provider 'cheap"):
+        cheapest.with_overrides(zone="us-east-1b")
+    in_file = write(tmp_path, HEAD + "provider: cheapest\n", "cheap.yaml")
+    with pytest.raises(SpecError, match=r"cheap\.yaml: region: cannot be set"):
+        load_spec(in_file).with_overrides(region="eastus")
+
+
+def test_account_for_the_planned_provider(tmp_path: Path) -> None:
+    sub = "01234567-89ab-cdef-0123-456789abcdef"
+    text = HEAD + f"provider: cheapest\nproject: my-project\nsubscription: {sub}\n"
+    spec = load_spec(write(tmp_path, text))
+    assert spec.account is None  # the cloud is not known before planning
+    assert spec.account_for("gcp") == "my-project"
+    assert spec.account_for("azure") == sub
+    assert spec.account_for("aws") is None and spec.account_for("local") is None
+    gcp = spec.with_overrides(provider="gcp")
+    assert gcp.account == gcp.account_for(gcp.provider) == "my-project"
 
 
 def test_with_overrides_checks_cross_field_rules(tmp_path: Path) -> None:
