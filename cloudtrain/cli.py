@@ -45,7 +45,11 @@ OUTCOME_EXIT = {
 
 ProviderOpt = Annotated[
     str | None,
-    typer.Option("--provider", "-p", help="local, aws, gcp or azure (overrides the spec)"),
+    typer.Option(
+        "--provider",
+        "-p",
+        help="local, aws, gcp, azure, or cheapest of the clouds (overrides the spec)",
+    ),
 ]
 RegionOpt = Annotated[str | None, typer.Option("--region", help="Region (overrides the spec).")]
 ZoneOpt = Annotated[str | None, typer.Option("--zone", help="Zone (overrides the spec).")]
@@ -117,36 +121,74 @@ def plan(
     _console().print(plan_table(the_plan))
 
 
+DetachOpt = Annotated[bool, typer.Option("--detach", help="Return once the nodes are created.")]
+QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="Do not stream logs.")]
+
+
 @app.command()
 def run(
     job: JobArg,
     provider: ProviderOpt = None,
     region: RegionOpt = None,
     zone: ZoneOpt = None,
-    detach: Annotated[
-        bool, typer.Option("--detach", help="Return once the nodes are created.")
-    ] = False,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Do not stream logs.")] = False,
+    detach: DetachOpt = False,
+    quiet: QuietOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Plan, create, train, stream logs, and always tear down. Exit 0 only on success."""
-    spec = _load(job, provider, region, zone)
+    _execute(_load(job, provider, region, zone), detach, quiet, as_json)
+
+
+@app.command()
+def resume(
+    run_id: RunArg,
+    detach: DetachOpt = False,
+    quiet: QuietOpt = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Start a new run from an ended run's checkpoints (its job.yaml as it is now, on the same
+    provider and region). The training carries on at the epoch after the last checkpoint."""
+    from cloudtrain.errors import UsageError
+    from cloudtrain.resume import resume_source
+    from cloudtrain.spec import load_spec
+
+    ledger = _ledger()
+    rec = ledger.find_run(run_id)
+    if not rec.spec_path or not Path(rec.spec_path).is_file():
+        raise UsageError(
+            f"run {rec.run_id}'s job file {rec.spec_path or '(unknown)'} is gone",
+            hint="resume needs the job.yaml the run was started from",
+        )
+    spec = load_spec(Path(rec.spec_path)).with_overrides(
+        provider=rec.provider, region=rec.region, zone=rec.zone
+    )
+    prov = _provider(rec.provider, rec.region, rec.zone, rec.account)
+    _, source = resume_source(ledger, rec.run_id, prov.store(str(rec.store_uri)))
+    _execute(spec, detach, quiet, as_json, resume_from=source)
+
+
+def _execute(
+    spec: JobSpec, detach: bool, quiet: bool, as_json: bool, resume_from: Any = None
+) -> None:
+    """Plan, show, run and summarise a job (run and resume); exits with the outcome's code."""
     the_plan = _plan(spec)
     console = _console()
     from cloudtrain.ui import plan_table
 
     if not as_json:
         console.print(plan_table(the_plan))
-    prov = _provider(spec.provider, the_plan.region, the_plan.zone, spec.account)
+    # with provider: cheapest, the plan names the cloud it chose
+    name = the_plan.provider
+    prov = _provider(name, the_plan.region, the_plan.zone, spec.account_for(name))
     from cloudtrain.orchestrator import Orchestrator
     from cloudtrain.runtypes import RunOptions
     from cloudtrain.ui import ConsoleObserver, summary
 
-    options = RunOptions.for_provider(spec.provider, detach=detach)
+    options = RunOptions.for_provider(name, detach=detach)
     # with --json, stdout carries only the result; progress goes to stderr
     progress = _console(stderr=True) if as_json else console
     observer = ConsoleObserver(progress, show_logs=not quiet and not as_json)
-    orch = Orchestrator(spec, the_plan, prov, _ledger(), observer, options)
+    orch = Orchestrator(spec, the_plan, prov, _ledger(), observer, options, resume_from=resume_from)
     with observer:
         result = orch.run()
     if as_json:
@@ -159,6 +201,56 @@ def run(
                 f"{result.run_id} --follow`; stop with `cloudtrain down {result.run_id}`"
             )
     raise typer.Exit(OUTCOME_EXIT.get(result.outcome, 1))
+
+
+@app.command()
+def cost(
+    run_id: Annotated[str | None, typer.Argument(help="One run (or a unique prefix).")] = None,
+    since: Annotated[
+        str | None, typer.Option("--since", help="Only runs started within, e.g. 30d, 12h.")
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """What runs cost: node-hours and compute from the ledger, and the monthly storage cost of
+    the outputs each run keeps in its bucket."""
+    from cloudtrain.cost_report import parse_since, report, totals
+    from cloudtrain.ledger import RunRecord
+    from cloudtrain.runstate import run_prefix
+
+    def stored_bytes(rec: RunRecord) -> int:
+        store = _provider(rec.provider, rec.region, rec.zone, rec.account).store(str(rec.store_uri))
+        return sum(o.size for o in store.list(run_prefix(rec.run_id)))
+
+    since_s = parse_since(since) if since else None
+    rows = report(_ledger(), stored_bytes, run_id=run_id, since_s=since_s)
+    total = totals(rows)
+    if as_json:
+        _emit_json({"runs": [r.to_dict() for r in rows], "total": total})
+        return
+    from rich.table import Table
+
+    table = Table("run", "provider", "outcome", "started", "node-h", "compute", "kept", "$/month")
+    for r in rows:
+        started = time.strftime("%Y-%m-%d %H:%M", time.localtime(r.started))
+        kept = "?" if r.stored_gb is None else f"{r.stored_gb:.3f} GB"
+        month = "?" if r.storage_usd_month is None else f"${r.storage_usd_month:.4f}"
+        table.add_row(
+            r.run_id,
+            r.provider,
+            r.outcome,
+            started,
+            f"{r.node_hours:.3f}",
+            f"${r.compute_usd:.4f}",
+            kept,
+            month,
+        )
+    console = _console()
+    console.print(table)
+    console.print(
+        f"total: {int(total['runs'])} run(s), {total['node_hours']:.3f} node-hours, "
+        f"${total['compute_usd']:.4f} compute; {total['stored_gb']:.3f} GB kept, "
+        f"${total['storage_usd_month']:.4f}/month (storage: '?' = bucket not readable)"
+    )
 
 
 @app.command()

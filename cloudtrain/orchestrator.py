@@ -24,6 +24,7 @@ from cloudtrain.jobs.agent import FINAL_STATES
 from cloudtrain.ledger import Ledger
 from cloudtrain.paths import cloudtrain_home
 from cloudtrain.providers.base import Node, NodeRequest, Provider, Resource, RunInfo, node_name
+from cloudtrain.resume import ResumeSource, copy_checkpoints
 from cloudtrain.retry import retrying
 from cloudtrain.runstate import RunReader, Snapshot, run_prefix
 from cloudtrain.runtypes import NodeView, Observer, RunOptions, RunResult, RunView
@@ -76,6 +77,7 @@ class Orchestrator:
         observer: Observer,
         options: RunOptions | None = None,
         run_id: str | None = None,
+        resume_from: ResumeSource | None = None,
     ) -> None:
         self.spec, self.plan, self.provider, self.ledger = spec, plan, provider, ledger
         self.observer = observer
@@ -112,6 +114,7 @@ class Orchestrator:
             plan.hourly_usd,
         )
         self.job_end: float | None = None
+        self.resume_from = resume_from
         self._cost_at = 0.0
 
     # --- the whole run ---------------------------------------------------------------------
@@ -160,6 +163,8 @@ class Orchestrator:
         ledger = self.ledger
         if outcome in ("interrupted", "budget_exceeded", "deadline"):
             self._graceful_stop(outcome)
+            if self.job_end is None:  # the job ended when its agents had stopped
+                self.job_end = time.time()
         keep = self.spec.teardown == "keep-on-failure" and outcome == "failed"
         teardown_s = 0.0
         if keep:
@@ -185,11 +190,16 @@ class Orchestrator:
         base = self.store.uri.rstrip("/") + "/" + self.prefix
         outputs = {d for d in ("model", "checkpoints") if self.store.list(f"{self.prefix}{d}/")}
         by_node: dict[str, float] = {}
+        idle: dict[str, float] = {}
         now = time.time()
         for rec in self.ledger.resources(self.run_id):
             if rec.kind == "node" and rec.created_at:
                 end = rec.deleted_at or now
                 by_node[rec.resource_id] = rec.price_hourly * max(0.0, end - rec.created_at) / 3600
+                if self.job_end is not None and rec.deleted_at is not None:
+                    idle[rec.resource_id] = max(
+                        0.0, rec.deleted_at - max(self.job_end, rec.created_at)
+                    )
         return RunResult(
             run_id=self.run_id,
             outcome=outcome,
@@ -200,6 +210,7 @@ class Orchestrator:
             cost_usd=sum(by_node.values()),
             cost_by_node=by_node,
             attempts=self.attempt,
+            billed_idle_s=idle,
         )
 
     def _set_phase(self, phase: str) -> None:
@@ -220,6 +231,16 @@ class Orchestrator:
             f"bundle {self.bundle.sha256[:12]} ({self.bundle.files} files, "
             f"{self.bundle.size / 1024:.0f} KiB)"
         )
+        if self.resume_from is not None:
+            src = self.resume_from
+            source = (
+                self.store
+                if src.store_uri == self.store_uri
+                else self.provider.store(src.store_uri)
+            )
+            copied = copy_checkpoints(source, src.run_id, self.store, self.run_id)
+            self.ledger.event(self.run_id, "resume", f"from {src.run_id}: {copied} files")
+            self.observer.event(f"resuming {src.run_id}: copied {copied} checkpoint files")
         self.cluster = self._cluster_doc()
         self._write_cluster()
         self.ledger.set_status(self.run_id, "provisioning")
@@ -403,10 +424,23 @@ class Orchestrator:
                     return "failed", f"{name} failed ({why}); see `cloudtrain logs {self.run_id}`"
             if now > self.deadline:
                 raise _Stop("deadline", f"max_hours ({self.spec.max_hours} h) reached")
-            budget = self.spec.max_cost_usd
-            if budget is not None and self.view.cost_usd >= budget * 0.95:
-                raise _Stop("budget_exceeded", f"cost ${self.view.cost_usd:.2f} reached the budget")
+            if self._over_budget():
+                raise _Stop(
+                    "budget_exceeded",
+                    f"cost ${self.view.cost_usd:.2f} reached the budget "
+                    f"(${self.spec.max_cost_usd:.2f}, less the teardown margin)",
+                )
             time.sleep(opts.poll_s)
+
+    def _over_budget(self) -> bool:
+        """Whether the cost so far plus what the graceful stop and the teardown will cost (the
+        cluster's $/h for `stop_grace_s + teardown_margin_s`) reaches max_cost_usd."""
+        budget = self.spec.max_cost_usd
+        if budget is None:
+            return False
+        opts = self.options
+        margin = self.plan.hourly_usd * (opts.stop_grace_s + opts.teardown_margin_s) / 3600
+        return self.view.cost_usd + margin >= budget
 
     def _settle(self, reader: RunReader) -> None:
         """After the chief's success, give the other agents `settle_s` to report their end

@@ -25,6 +25,9 @@ class RunOptions:
     failure_grace_s: float = 5.0
     settle_s: float = 10.0
     linger_s: float = 600.0  # agents end this long after the job's end if nobody tears down
+    # the budget stop comes `stop_grace_s` plus this many seconds of the cluster's $/h early,
+    # so the graceful stop and the teardown are paid for within max_cost_usd
+    teardown_margin_s: float = 300.0
 
     @classmethod
     def for_provider(cls, name: str, **overrides: Any) -> RunOptions:
@@ -40,6 +43,7 @@ class RunOptions:
                 stop_grace_s=20.0,
                 failure_grace_s=3.0,
                 settle_s=3.0,
+                teardown_margin_s=10.0,
             )
         base.update(overrides)
         if base.get("detach") and "linger_s" not in overrides:
@@ -102,6 +106,8 @@ class RunResult:
     attempts: int = 1
     teardown_s: float = 0.0
     teardown_lag_s: float | None = None
+    # per node: seconds billed after the job ended (job end -> node deleted)
+    billed_idle_s: dict[str, float] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:

@@ -167,7 +167,16 @@ def summary(result: RunResult) -> Group:
         table = Table(show_header=True, box=None, padding=(0, 2))
         table.add_column("node")
         table.add_column("cost", justify="right")
+        table.add_column("billed idle", justify="right")
         for name, cost in sorted(result.cost_by_node.items()):
-            table.add_row(name, f"${cost:.4f}")
+            idle = result.billed_idle_s.get(name)
+            table.add_row(name, f"${cost:.4f}", "-" if idle is None else f"{idle:.1f}s")
         lines.append(table)
+        if result.billed_idle_s:
+            lines.append(
+                Text(
+                    f"  billed idle (job end -> node deleted): "
+                    f"{sum(result.billed_idle_s.values()):.1f} node-seconds"
+                )
+            )
     return Group(*lines)

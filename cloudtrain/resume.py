@@ -1,0 +1,74 @@
+"""Resuming a run: a new run that starts from an earlier run's checkpoints.
+
+`resume_source(ledger, run_id)` checks, before anything is created, that the earlier run is over
+and left checkpoints; `copy_checkpoints()` copies them into the new run's `checkpoints/` before
+its nodes start, where every agent restores from (the training's BackupAndRestore then carries
+on at the next epoch). The copy goes through this machine, file by file, in parallel.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from cloudtrain.errors import UsageError
+from cloudtrain.ledger import Ledger, RunRecord
+from cloudtrain.providers.base import ObjectStore, parallel_map
+from cloudtrain.retry import retrying
+from cloudtrain.runstate import run_prefix
+
+COPY_PARALLEL = 8
+
+
+@dataclass(frozen=True)
+class ResumeSource:
+    """Where the checkpoints of the run being resumed are."""
+
+    run_id: str
+    store_uri: str
+    files: int
+
+
+def resume_source(
+    ledger: Ledger, run_id: str, store: ObjectStore
+) -> tuple[RunRecord, ResumeSource]:
+    """The earlier run (a unique prefix of its id) and its checkpoints in `store` (the run's
+    own store). Raises UsageError while the run still runs or when it left no checkpoints.
+    Read-only; blocks for one listing."""
+    rec = ledger.find_run(run_id)
+    if rec.status != "done":
+        raise UsageError(
+            f"run {rec.run_id} is still {rec.status}",
+            hint=f"wait for it, or stop it with `cloudtrain down {rec.run_id}` first",
+        )
+    found = store.list(run_prefix(rec.run_id) + "checkpoints/")
+    if not found:
+        raise UsageError(
+            f"run {rec.run_id} left no checkpoints in {rec.store_uri} to resume from",
+            hint="only a run whose training saved checkpoints can be resumed",
+        )
+    return rec, ResumeSource(rec.run_id, str(rec.store_uri), len(found))
+
+
+def copy_checkpoints(
+    source: ObjectStore, source_run: str, target: ObjectStore, target_run: str
+) -> int:
+    """Copy `checkpoints/` of one run into another run's prefix (another store is fine), each
+    file retried on transient errors. Idempotent (files are replaced whole); blocks. Returns
+    how many files were copied."""
+    src, dst = run_prefix(source_run) + "checkpoints/", run_prefix(target_run) + "checkpoints/"
+    keys = [info.key for info in source.list(src)]
+    with tempfile.TemporaryDirectory(prefix="cloudtrain-resume-") as tmp:
+
+        def copy(key: str) -> None:
+            local = Path(tmp) / key
+            retrying(lambda: source.get_file(key, str(local)), what=f"read {key}")
+            rel = key[len(src) :]
+            retrying(lambda: target.put_file(dst + rel, str(local)), what=f"write {dst}{rel}")
+            local.unlink()
+
+        errors = [r for r in parallel_map(copy, keys, COPY_PARALLEL) if isinstance(r, Exception)]
+    if errors:
+        raise errors[0]
+    return len(keys)
