@@ -472,6 +472,25 @@ class Ledger:
                 total += r.price_hourly * max(0.0, end - r.created_at) / 3600.0
         return total
 
+    def node_bills(
+        self, run_id: str, job_end: float | None = None, now: float | None = None
+    ) -> dict[str, tuple[float, float | None]]:
+        """Per node: (USD billed, seconds billed after `job_end`). A node accrues from its
+        intent to its confirmed delete (or `now` while it lives), and never after; its idle
+        seconds are known only once it is deleted and the job's end is. Read-only."""
+        at = self.clock() if now is None else now
+        bills: dict[str, tuple[float, float | None]] = {}
+        for r in self.resources(run_id):
+            if r.kind != "node":
+                continue
+            end = r.deleted_at if r.deleted_at is not None else at
+            cost = r.price_hourly * max(0.0, end - r.created_at) / 3600.0
+            idle = None
+            if job_end is not None and r.deleted_at is not None:
+                idle = max(0.0, r.deleted_at - max(job_end, r.created_at))
+            bills[r.resource_id] = (cost, idle)
+        return bills
+
     # -- events -----------------------------------------------------------------------------------
 
     def event(self, run_id: str, kind: str, message: str) -> None:

@@ -189,17 +189,10 @@ class Orchestrator:
     def _result(self, outcome: str, detail: str) -> RunResult:
         base = self.store.uri.rstrip("/") + "/" + self.prefix
         outputs = {d for d in ("model", "checkpoints") if self.store.list(f"{self.prefix}{d}/")}
-        by_node: dict[str, float] = {}
-        idle: dict[str, float] = {}
         now = time.time()
-        for rec in self.ledger.resources(self.run_id):
-            if rec.kind == "node" and rec.created_at:
-                end = rec.deleted_at or now
-                by_node[rec.resource_id] = rec.price_hourly * max(0.0, end - rec.created_at) / 3600
-                if self.job_end is not None and rec.deleted_at is not None:
-                    idle[rec.resource_id] = max(
-                        0.0, rec.deleted_at - max(self.job_end, rec.created_at)
-                    )
+        bills = self.ledger.node_bills(self.run_id, self.job_end, now)
+        by_node = {name: cost for name, (cost, _) in bills.items()}
+        idle = {name: s for name, (_, s) in bills.items() if s is not None}
         return RunResult(
             run_id=self.run_id,
             outcome=outcome,

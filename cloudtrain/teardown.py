@@ -57,7 +57,8 @@ def teardown(
     if names:
         say(f"deleting {len(names)} node(s)")
         compute.delete_listed(nodes)
-    left = [n.name for n in compute.list_nodes(run_id) if n.alive]
+    listed = retrying(lambda: compute.list_nodes(run_id), what=f"check nodes of {run_id}")
+    left = [n.name for n in listed if n.alive]
     if left:
         raise ProviderError(
             f"run {run_id}: nodes {', '.join(left)} still exist after delete",
@@ -73,7 +74,8 @@ def teardown(
         for rec in ledger.resources(run_id, live_only=True):
             if rec.kind not in ("node", "bucket"):
                 found[(rec.kind, rec.resource_id)] = rec.to_resource()
-    for res in compute.list_resources(run_id):
+    tagged = retrying(lambda: compute.list_resources(run_id), what=f"list resources of {run_id}")
+    for res in tagged:
         found.setdefault((res.kind, res.id), res)
     resources = list(found.values())
     if resources:
