@@ -146,8 +146,9 @@ def resume(
     quiet: QuietOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Start a new run from an ended run's checkpoints (its job.yaml as it is now, on the same
-    provider and region). The training carries on at the epoch after the last checkpoint."""
+    """Start a new run from an ended run's checkpoints; training carries on from there.
+
+    The run's job.yaml is read as it is now; the provider and region are the run's."""
     from cloudtrain.errors import UsageError
     from cloudtrain.resume import resume_source
     from cloudtrain.spec import load_spec
@@ -211,8 +212,9 @@ def cost(
     ] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """What runs cost: node-hours and compute from the ledger, and the monthly storage cost of
-    the outputs each run keeps in its bucket."""
+    """What runs cost: compute from the ledger, and the storage their outputs keep.
+
+    Per run and in total; storage is priced per month at the provider's standard rate."""
     from cloudtrain.cost_report import parse_since, report, totals
     from cloudtrain.ledger import RunRecord
     from cloudtrain.runstate import run_prefix
@@ -390,8 +392,9 @@ def down(
         ),
     ] = None,
 ) -> None:
-    """Tear a run down: stop its agents, delete its nodes, network and identity. Idempotent;
-    works after a crash, and from the cloud's tags alone when the ledger lost the run."""
+    """Tear a run down: stop its agents, delete its nodes, network and identity.
+
+    Idempotent; works after a crash, and from the cloud's tags alone without a ledger."""
     from cloudtrain.errors import UsageError
     from cloudtrain.teardown import request_stop, teardown
 
@@ -422,6 +425,15 @@ def down(
         f"{len(report.resources_deleted)} other resource(s) deleted in {report.seconds:.1f}s; "
         "nothing of it is left"
     )
+
+
+def _register_catalog() -> None:
+    from cloudtrain.catalog_cli import catalog_app  # typer only: the SDKs load on refresh
+
+    app.add_typer(catalog_app, name="catalog", help="The price catalog; refresh it live.")
+
+
+_register_catalog()
 
 
 @app.command()
