@@ -280,6 +280,13 @@ def status(run_id: RunArg, as_json: JsonOpt = False) -> None:
         "nodes": {
             k: {"status": v, "heartbeat": snap.heartbeats.get(k)} for k, v in snap.statuses.items()
         },
+        "bootstrap": {
+            k: {
+                "phase": snap.bootstrap_phases.get(k),
+                "durations_s": snap.bootstrap_durations.get(k),
+            }
+            for k in sorted(set(snap.bootstrap_phases) | set(snap.bootstrap_durations))
+        },
         "cloud_nodes": {name: n.state for name, n in nodes.items()},
         "live_resources": [f"{r.kind}/{r.resource_id}" for r in live],
     }
@@ -317,9 +324,13 @@ def logs(
     reader = RunReader(prov.store(rec.store_uri), rec.run_id)
     out = sys.stdout
     if bootstrap:
+        from cloudtrain.bootlog import durations_text, parse
+
         for name in reader.bootstrap_nodes():
             if node is None or name == node:
-                out.write(f"== {name} ==\n{reader.bootstrap_log(name)}")
+                text = reader.bootstrap_log(name)
+                took = durations_text(parse(text).durations)
+                out.write(f"== {name} ==" + (f" ({took})" if took else "") + f"\n{text}")
         return
     while True:
         snap = reader.poll()

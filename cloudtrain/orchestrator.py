@@ -516,6 +516,8 @@ class Orchestrator:
             if status:
                 nv.agent_state = str(status.get("state"))
                 nv.attempt = int(status.get("attempt", 0))
+            elif short in snap.bootstrap_phases:  # still booting: show the bootstrap's phase
+                nv.agent_state = snap.bootstrap_phases[short]
             if beat:
                 nv.epoch, nv.epochs = beat.get("epoch"), beat.get("epochs")
                 nv.last_line = str(beat.get("last_line") or "")

@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from cloudtrain import bootlog
 from cloudtrain.errors import NotFound
 from cloudtrain.providers.base import ObjectStore
 
@@ -29,6 +30,8 @@ class Snapshot:
     new_lines: list[tuple[str, str]] = field(default_factory=list)
     stop_requested: bool = False
     bootstrap_failures: dict[str, str] = field(default_factory=dict)  # node -> the FAILED reason
+    bootstrap_phases: dict[str, str] = field(default_factory=dict)  # node -> "python: installing"
+    bootstrap_durations: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
 class RunReader:
@@ -73,11 +76,15 @@ class RunReader:
                     continue
                 self._seen[obj.key] = sig
                 node = rel.split("/", 1)[1].removesuffix(".log")
-                failed = [ln for ln in self.bootstrap_log(node).splitlines() if "FAILED:" in ln]
-                if failed:
-                    snap.bootstrap_failures[node] = failed[-1].split("FAILED:", 1)[1].strip()
+                boot = bootlog.parse(self.bootstrap_log(node))
+                if boot.failed is not None:
+                    snap.bootstrap_failures[node] = boot.failed
                 else:
                     snap.bootstrap_failures.pop(node, None)
+                if boot.phase:
+                    snap.bootstrap_phases[node] = boot.phase
+                if boot.durations:
+                    snap.bootstrap_durations[node] = boot.durations
             elif rel.startswith("logs/") and rel.endswith(".log") and obj.key not in self._log_done:
                 parts = rel.split("/")
                 if len(parts) != 3:

@@ -1,0 +1,51 @@
+"""Reading a node's bootstrap log (uploaded by jobs/startup.sh.j2 at each phase boundary and on
+failure): its current phase, the reason it failed, and how long each phase took.
+
+The script writes lines `<UTC time> cloudtrain-bootstrap[<role>-<index>]: <text>`, where text is
+`<phase>: <state>` (e.g. `python: installing tensorflow 2.21.0`, also with a leading `phase `),
+`FAILED: <reason>`, or `durations driver=12s python=95s ...`. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+PHASES = ("driver", "python", "bundle", "agent")
+_LINE_RE = re.compile(r"cloudtrain-bootstrap\[[^\]]*\]: (?P<text>.*)$")
+_PHASE_RE = re.compile(r"^(?:phase )?(?P<phase>[a-z]+): (?P<state>.+)$")
+_DURATION_RE = re.compile(r"(?P<phase>[a-z]+)=(?P<seconds>\d+(?:\.\d+)?)s")
+
+
+@dataclass
+class BootInfo:
+    """What a bootstrap log says so far."""
+
+    phase: str = ""  # e.g. "python: installing tensorflow 2.21.0"
+    failed: str | None = None  # the FAILED reason, if the bootstrap failed
+    durations: dict[str, float] = field(default_factory=dict)  # phase -> seconds
+
+
+def parse(text: str) -> BootInfo:
+    """The latest phase, the failure reason and the phase durations of a bootstrap log. Pure."""
+    info = BootInfo()
+    for raw in text.splitlines():
+        m = _LINE_RE.search(raw)
+        if not m:
+            continue
+        body = m["text"].strip()
+        if body.startswith("FAILED:"):
+            info.failed = body.split("FAILED:", 1)[1].strip()
+        elif body.startswith("durations "):
+            info.durations = {d["phase"]: float(d["seconds"]) for d in _DURATION_RE.finditer(body)}
+        else:
+            p = _PHASE_RE.match(body)
+            if p and p["phase"] in PHASES:
+                info.phase = f"{p['phase']}: {p['state']}"
+    return info
+
+
+def durations_text(durations: dict[str, float]) -> str:
+    """'driver 12s, python 95s, ...' in phase order ('' if none). Pure."""
+    order = [p for p in PHASES if p in durations] + sorted(set(durations) - set(PHASES))
+    return ", ".join(f"{p} {durations[p]:.0f}s" for p in order)

@@ -1,0 +1,42 @@
+"""The bootstrap log as the controller reads it: the current phase, the failure, the durations;
+and RunReader carrying them into each poll's snapshot."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from cloudtrain.bootlog import durations_text, parse
+from cloudtrain.providers.local import LocalStore
+from cloudtrain.runstate import RunReader, run_prefix
+
+LOG = """\
+2026-11-21T08:00:00Z cloudtrain-bootstrap[worker-0]: start (deadline 2026-11-21T09:00:00Z)
+2026-11-21T08:00:00Z cloudtrain-bootstrap[worker-0]: driver: checking
+Reading package lists...
+2026-11-21T08:00:01Z cloudtrain-bootstrap[worker-0]: phase driver: done
+2026-11-21T08:00:01Z cloudtrain-bootstrap[worker-0]: python: installing tensorflow 2.21.0
+"""
+
+
+def test_phase_failure_and_durations() -> None:
+    info = parse(LOG)
+    assert info.phase == "python: installing tensorflow 2.21.0" and info.failed is None
+    done = LOG + (
+        "2026-11-21T08:01:40Z cloudtrain-bootstrap[worker-0]: FAILED: tensorflow sees 0 GPUs\n"
+        "2026-11-21T08:01:40Z cloudtrain-bootstrap[worker-0]: durations driver=1s python=99s\n"
+    )
+    info = parse(done)
+    assert info.failed == "tensorflow sees 0 GPUs"
+    assert info.durations == {"driver": 1.0, "python": 99.0}
+    assert durations_text(info.durations) == "driver 1s, python 99s"
+    assert parse("no bootstrap lines here\n").phase == ""
+
+
+def test_run_reader_reports_phases(tmp_path: Path) -> None:
+    store = LocalStore(f"file://{tmp_path / 'bucket'}")
+    store.ensure_bucket()
+    reader = RunReader(store, "r1")
+    store.put(run_prefix("r1") + "bootstrap/worker-0.log", LOG.encode())
+    snap = reader.poll()
+    assert snap.bootstrap_phases == {"worker-0": "python: installing tensorflow 2.21.0"}
+    assert snap.bootstrap_failures == {}
