@@ -18,6 +18,9 @@ from cloudtrain.providers.base import StartupBlocks
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 TF_VERSION = "2.21.0"
 TF_KERAS_VERSION = "2.21.0"
+# The NVIDIA driver branch the script installs where no driver works (Ubuntu's
+# nvidia-driver-580-server, NVIDIA's cuda-drivers-580 on Debian 12); why 580: the template says.
+NVIDIA_BRANCH = "580"
 
 
 @dataclass(frozen=True)
@@ -37,6 +40,8 @@ class StartupParams:
     gpu_count: int = 0
     pip_extra: str = ""
     env: Mapping[str, str] = field(default_factory=dict)
+    # strategy: horovod: fail at bootstrap unless `import horovod.tensorflow` works
+    require_horovod: bool = False
 
 
 def quote(value: object) -> str:
@@ -69,6 +74,7 @@ def render_startup(params: StartupParams, blocks: StartupBlocks) -> str:
         **dataclasses.asdict(blocks),
         "tf_version": TF_VERSION,
         "tf_keras_version": TF_KERAS_VERSION,
+        "nvidia_branch": NVIDIA_BRANCH,
         "power_off": blocks.power_off or ":",
         "env": env,
     }

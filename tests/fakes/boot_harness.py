@@ -121,6 +121,7 @@ class BootHarness:
             CT_WORK=str(work),
             CT_PYTHON=sys.executable,
             CLOUDTRAIN_NODE_HOST="127.0.0.1",
+            CT_ALLOW_NO_GPU="1",  # GPU nodes boot on this machine, which has no GPU
             CLOUDTRAIN_NODE_PORT=str(_free_port()),
             HARNESS_VM_ID=vm.id,
             HARNESS_DIR=str(self.root),

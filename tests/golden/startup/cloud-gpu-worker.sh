@@ -1,7 +1,31 @@
 #!/usr/bin/env bash
 # cloudtrain node bootstrap for ct-golden-run-worker-0 (run golden-run), cloudtrain 0.1.0.
-# Runs as root at first boot (as the user on `local`). Every phase logs a timestamped line; a failure
-# before the agent starts uploads this log through a presigned PUT URL so the controller can say why.
+# Runs as root at boot (as the user on `local`). Phases: driver (NVIDIA kernel driver), python (venv,
+# pinned TensorFlow, GPU check), bundle (job code and wheel), agent (training). Supported for
+# installs: Ubuntu 22.04/24.04 and Debian 12; an image that already has everything boots on any OS.
+#
+# Re-runs: GCE runs its startup-script on every boot; cloud-init (AWS, Azure) runs user data on the
+# first boot only, so before the one reboot a driver install may need, the script copies itself into
+# cloud-init's per-boot folder (and removes that copy once the driver works).
+#
+# The bootstrap log ($CT_WORK/bootstrap.log) goes to the bucket through the presigned PUT URL at
+# every phase boundary, before a reboot and on failure. The controller parses these lines
+# (cloudtrain/bootlog.py), each `<UTC time> cloudtrain-bootstrap[<role>-<index>]: <text>`:
+#   phase <name>: <state>          a phase's progress; <name> is driver|python|bundle|agent, e.g.
+#                                  `phase python: installing tensorflow[and-cuda]==2.21.0`
+#   phase <name>: done in <N>s     the end of a phase (agent: `exited with <rc> in <N>s`)
+#   FAILED: <reason>               the bootstrap failed (one line; diagnostics come before it)
+#   durations driver=<N>s python=<N>s bundle=<N>s agent=<N>s
+#                                  whole seconds per phase so far (a failed phase: up to the
+#                                  failure; driver includes the time before a reboot); written
+#                                  after every phase end and after FAILED, so it is the log's
+#                                  last line whenever the log is uploaded
+# Provider blocks may also write `<name>: <state>` and `WARNING: <text>` lines.
+#
+# Paths the boot environment (or a test) may override: CT_PYTHON, CT_WORK, CT_OS_RELEASE
+# (/etc/os-release), CT_SYS_PCI (/sys/bus/pci/devices), CT_STATE_DIR ($CT_WORK/state: the reboot
+# marker), CT_PERBOOT_DIR (/var/lib/cloud/scripts/per-boot), CT_BOOT_ID (the kernel's boot id).
+# CT_ALLOW_NO_GPU=1 lets a GPU node without a GPU go on (test harnesses only).
 set -Eeuo pipefail
 umask 077
 
@@ -21,24 +45,45 @@ DEADLINE_EPOCH=1767225600
 # The boot environment may name another interpreter or folder (an image with its own Python).
 CT_PYTHON=${CT_PYTHON:-'/opt/cloudtrain/venv/bin/python'}
 CT_WORK="${CT_WORK:-/opt/cloudtrain}"
+CT_OS_RELEASE="${CT_OS_RELEASE:-/etc/os-release}"
+CT_SYS_PCI="${CT_SYS_PCI:-/sys/bus/pci/devices}"
+CT_STATE_DIR="${CT_STATE_DIR:-$CT_WORK/state}"
+CT_PERBOOT_DIR="${CT_PERBOOT_DIR:-/var/lib/cloud/scripts/per-boot}"
+CT_BOOT_ID="${CT_BOOT_ID:-$(cat /proc/sys/kernel/random/boot_id 2>/dev/null || echo unknown)}"
 export CT_RUN_ID CT_ROLE CT_INDEX CT_GPU_COUNT DEADLINE_EPOCH
 export CLOUDTRAIN_PROVIDER='aws'
 
-mkdir -p "$CT_WORK"
+mkdir -p "$CT_WORK" "$CT_STATE_DIR"
 cd "$CT_WORK"
 BOOT_LOG="$CT_WORK/bootstrap.log"
-: >"$BOOT_LOG"
-# Commands' output goes to the console and the log through tee; phase lines (and FAILED) are
-# written to both directly, so the log uploaded on failure always ends with the reason.
+REBOOT_MARKER="$CT_STATE_DIR/driver-reboot" # holds the driver seconds spent before the reboot
+PERBOOT_COPY="$CT_PERBOOT_DIR/cloudtrain-bootstrap.sh"
+
+# After the driver reboot both GCE's runner and the per-boot copy may start this script (GCE's
+# Ubuntu images have cloud-init too): the first to claim this boot continues, the other leaves.
+ct_continuing=""
+if [ -e "$REBOOT_MARKER" ] || [ -e "$CT_STATE_DIR/claimed-$CT_BOOT_ID" ]; then
+  if ! mkdir "$CT_STATE_DIR/claimed-$CT_BOOT_ID" 2>/dev/null; then
+    echo "cloudtrain-bootstrap: another copy already runs the bootstrap on this boot" >&2
+    exit 0
+  fi
+  if [ -e "$REBOOT_MARKER" ]; then ct_continuing=1; fi
+fi
+# After a reboot the log goes on, so the uploaded log tells the whole story.
+if [ -z "$ct_continuing" ]; then : >"$BOOT_LOG"; fi
+# Commands' output goes to the console and the log through tee; our own lines (phase, FAILED,
+# durations, diagnostics) are written to both directly, so they are in the log when it is uploaded.
 exec 3>&1
 exec > >(tee -a "$BOOT_LOG") 2>&1
+ct_tee_pid=$!
 
-phase() {
+phase() { # one timestamped line, straight to the log and the console
   local line
   line="$(date -u +%Y-%m-%dT%H:%M:%SZ) cloudtrain-bootstrap[$CT_ROLE-$CT_INDEX]: $*"
   printf '%s\n' "$line" >>"$BOOT_LOG"
   printf '%s\n' "$line" >&3
 }
+diag() { tee -a "$BOOT_LOG" >&3; } # stdin to the log and the console, before the next line
 # Extra HTTP headers a storage URL needs, one per line: none for a presigned URL. A provider's
 # block below may redefine it (say, a bearer token of the node's own identity).
 storage_headers() { :; }
@@ -51,14 +96,43 @@ ct_curl() { # curl "$@", plus the storage headers of the URL, which is the last 
   curl "${extra[@]}" "$@"
 }
 upload_log() { ct_curl -fsS --retry 3 -T "$BOOT_LOG" "$CT_LOG_URL" >/dev/null 2>&1 || true; }
+
+# Phase timing: `begin NAME STATE` ... `finish [STATE]`; ct_durations is the durations line.
+ct_phase="" ct_phase_start=0 ct_phase_extra=0 ct_durations=""
+begin() {
+  ct_phase=$1 ct_phase_start=$SECONDS ct_phase_extra=0
+  phase "phase $1: $2"
+}
+phase_seconds() { echo $((SECONDS - ct_phase_start + ct_phase_extra)); }
+finish() {
+  local secs
+  secs=$(phase_seconds)
+  ct_durations="${ct_durations:+$ct_durations }$ct_phase=${secs}s"
+  phase "phase $ct_phase: ${1:-done} in ${secs}s"
+  ct_phase=""
+  phase "durations $ct_durations"
+  upload_log
+}
 fail() {
   trap - ERR
+  # let tee write what commands printed, so the FAILED and durations lines end the log
+  exec 1>&3 2>&3
+  local waited=0
+  while kill -0 "$ct_tee_pid" 2>/dev/null && [ "$waited" -lt 10 ]; do
+    sleep 0.1
+    waited=$((waited + 1))
+  done
   phase "FAILED: $*"
+  if [ -n "$ct_phase" ]; then
+    ct_durations="${ct_durations:+$ct_durations }$ct_phase=$(phase_seconds)s"
+  fi
+  if [ -n "$ct_durations" ]; then phase "durations $ct_durations"; fi
   upload_log
   exit 1
 }
 trap 'fail "command failed at line $LINENO (exit $?)"' ERR
 
+if [ -n "$ct_continuing" ]; then phase "continuing after the driver reboot (boot $CT_BOOT_ID)"; fi
 phase "start (deadline $(date -u -d "@$DEADLINE_EPOCH" +%Y-%m-%dT%H:%M:%SZ 2>/dev/null || echo "$DEADLINE_EPOCH"))"
 
 # 1. The dead-man switch: the node stops its own bill at the deadline, laptop or not.
@@ -69,74 +143,213 @@ CLOUDTRAIN_NODE_HOST="$(hostname -I | cut -d' ' -f1)"
 export CLOUDTRAIN_NODE_HOST
 export CLOUDTRAIN_NODE_PORT=2222
 
-# 2. The GPU driver: only when there is an NVIDIA device and no working nvidia-smi.
-has_nvidia_gpu() {
+# --- helpers for the phases ----------------------------------------------------------------------
+has_nvidia_gpu() { # an NVIDIA PCI device (vendor 10de); minimal images may lack lspci
   if command -v lspci >/dev/null 2>&1 && lspci -nn 2>/dev/null | grep -qi '\[10de:'; then
     return 0
   fi
-  grep -qsi '0x10de' /sys/bus/pci/devices/*/vendor
+  grep -qsi '0x10de' "$CT_SYS_PCI"/*/vendor
 }
-os_id() { (. /etc/os-release 2>/dev/null && echo "${ID:-unknown}-${VERSION_ID:-}") || echo unknown; }
-install_driver() {
+driver_version() { nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -n 1; }
+os_field() { # os_field KEY: a value of $CT_OS_RELEASE, unquoted (read, never sourced)
+  local v
+  v="$(grep -m 1 "^$1=" "$CT_OS_RELEASE" 2>/dev/null)" || return 0
+  printf '%s' "${v#*=}" | tr -d "\"'"
+}
+os_id() { printf '%s-%s' "$(os_field ID)" "$(os_field VERSION_ID)"; }
+os_name() { local n; n="$(os_field PRETTY_NAME)"; printf '%s' "${n:-unknown}"; }
+require_supported_os() { # require_supported_os WHAT: installs use apt on tested OSes only
   case "$(os_id)" in
-    ubuntu-22.04 | ubuntu-24.04)
-      apt-get update -qq
-      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "linux-headers-$(uname -r)" nvidia-driver-570-server
+    ubuntu-22.04 | ubuntu-24.04 | debian-12) ;;
+    *)
+      fail "unsupported OS '$(os_name)' ($(os_id) from $CT_OS_RELEASE): cannot install $1; supported: Ubuntu 22.04, Ubuntu 24.04, Debian 12"
+      ;;
+  esac
+}
+ct_apt_updated=""
+apt_install() { # waits for a boot-time apt run (unattended-upgrades) rather than failing on its lock
+  if [ -z "$ct_apt_updated" ]; then
+    apt-get -o DPkg::Lock::Timeout=600 update -qq || fail "apt-get update failed (exit $?)"
+    ct_apt_updated=1
+  fi
+  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq "$@" ||
+    fail "apt-get install $* failed (exit $?)"
+}
+driver_diagnostics() {
+  {
+    echo "--- diagnostics: nvidia-smi"
+    nvidia-smi 2>&1 | head -n 30 || true
+    echo "--- diagnostics: kernel"
+    uname -r 2>&1 || true
+    cat /proc/driver/nvidia/version 2>&1 || true
+    if command -v mokutil >/dev/null 2>&1; then mokutil --sb-state 2>&1 || true; fi
+    dmesg 2>/dev/null | grep -i -e nvidia -e nouveau | tail -n 20 || true
+  } | diag
+}
+# The NVIDIA driver branch installed where none works. TensorFlow 2.21 is built with CUDA 12.5 (its
+# sm_90 kernels are PTX, which the driver must JIT: that needs >= 555) and `[and-cuda]` takes the
+# newest CUDA 12.x wheels (12.9: >= 575 runs them natively). R580 is NVIDIA's long-term branch
+# (supported into 2028), the last one that still drives Pascal and Volta (GCP's P100, P4, V100),
+# and the branch of GCP's Deep Learning VM images for CUDA 12.9.
+CT_NVIDIA_BRANCH='580'
+install_driver() { # the kernel driver only: CUDA and cuDNN come as pip wheels with TensorFlow
+  require_supported_os "the NVIDIA driver"
+  case "$(os_id)" in
+    ubuntu-*)
+      # Ubuntu's -server packages are NVIDIA's datacenter builds of the branch, built by DKMS
+      apt_install "linux-headers-$(uname -r)" "nvidia-driver-$CT_NVIDIA_BRANCH-server"
       ;;
     debian-12)
-      apt-get update -qq
-      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "linux-headers-$(uname -r)" nvidia-driver
+      # Debian 12's own driver (535) is too old for CUDA 12.5: use NVIDIA's repository, with its
+      # proprietary modules (the open ones do not drive Pascal or Volta), locked to the branch
+      local arch keyring="$CT_STATE_DIR/cuda-keyring.deb"
+      case "$(uname -m)" in
+        x86_64) arch=x86_64 ;;
+        aarch64) arch=sbsa ;;
+        *) fail "driver: no NVIDIA repository for the $(uname -m) architecture" ;;
+      esac
+      curl -fsSL --retry 5 -o "$keyring" \
+        "https://developer.download.nvidia.com/compute/cuda/repos/debian12/$arch/cuda-keyring_1.1-1_all.deb" ||
+        fail "driver: cannot download NVIDIA's cuda-keyring package"
+      dpkg -i "$keyring" || fail "driver: cannot install NVIDIA's cuda-keyring package"
+      ct_apt_updated="" # the new repository needs an update
+      apt_install "linux-headers-$(uname -r)"
+      if apt-cache show "cuda-drivers-$CT_NVIDIA_BRANCH" >/dev/null 2>&1; then
+        apt_install "cuda-drivers-$CT_NVIDIA_BRANCH"
+      else # newer repositories lock the branch with a pinning package instead
+        apt_install "nvidia-driver-pinning-$CT_NVIDIA_BRANCH"
+        apt_install cuda-drivers
+      fi
       ;;
-    *) fail "unsupported OS $(os_id) for the GPU driver install (supported: ubuntu-22.04, ubuntu-24.04, debian-12)" ;;
   esac
-  modprobe nvidia || fail "the nvidia kernel module does not load after the driver install"
 }
-phase "driver: checking"
-if has_nvidia_gpu && ! nvidia-smi >/dev/null 2>&1; then
-  phase "driver: installing"
+load_driver() { # load the module now, or reboot once (the script continues on the next boot)
+  # the packages blacklist nouveau, but a loaded nouveau holds the GPU until it is unloaded
+  modprobe -r nouveau >/dev/null 2>&1 || true
+  if modprobe nvidia && nvidia-smi >/dev/null 2>&1; then return 0; fi
+  if [ -n "$ct_continuing" ]; then
+    driver_diagnostics
+    fail "driver: the nvidia kernel module still does not load after a reboot (under Secure Boot an unsigned DKMS module is refused: see the diagnostics above)"
+  fi
+  phase_seconds >"$REBOOT_MARKER"
+  if [ -d "$CT_PERBOOT_DIR" ] && [ -f "$0" ]; then # cloud-init runs user data once: come back
+    cp "$0" "$PERBOOT_COPY"
+    chmod 700 "$PERBOOT_COPY"
+  fi
+  phase "phase driver: rebooting once to load the nvidia module"
+  phase "durations ${ct_durations:+$ct_durations }driver=$(phase_seconds)s"
+  upload_log
+  trap - ERR
+  reboot || fail "driver: cannot reboot to load the nvidia module"
+  exit 0
+}
+make_venv() { # make_venv [--system-site-packages]: the venv $CT_PYTHON belongs to
+  local venv
+  venv="$(dirname "$(dirname "$CT_PYTHON")")"
+  if command -v python3 >/dev/null 2>&1 && python3 -m venv "$@" "$venv"; then return 0; fi
+  # stock Ubuntu and Debian images lack ensurepip (python3-venv)
+  require_supported_os "python3-venv"
+  rm -rf "$venv"
+  apt_install python3 python3-venv
+  python3 -m venv "$@" "$venv" || fail "python: cannot make the venv $venv"
+}
+stack_ok() { # stack_ok PYTHON: the pinned tensorflow and tf-keras are installed for PYTHON
+  "$1" -c 'import importlib.metadata as m, sys
+sys.exit(m.version("tensorflow") != sys.argv[1] or m.version("tf-keras") != sys.argv[2])' \
+    "$CT_TF_VERSION" "$CT_TF_KERAS_VERSION" >/dev/null 2>&1
+}
+check_gpus() { # TensorFlow must see every GPU: a silent fallback to the CPU is refused
+  local out n
+  phase "phase python: checking that TensorFlow sees $CT_GPU_COUNT GPU(s)"
+  out="$("$CT_PYTHON" -c 'import os
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+import tensorflow as tf
+print("cloudtrain-gpus", len(tf.config.list_physical_devices("GPU")))' 2>&1)" || true
+  n="$(printf '%s\n' "$out" | sed -n 's/^cloudtrain-gpus //p' | tail -n 1)"
+  if [ "$n" = "$CT_GPU_COUNT" ]; then return 0; fi
+  {
+    echo "--- diagnostics: TensorFlow's GPU check"
+    printf '%s\n' "$out" | tail -n 40
+    echo "--- diagnostics: driver $(driver_version || true)"
+    echo "--- diagnostics: CUDA libraries found by pip"
+    "$CT_PYTHON" -m pip list 2>/dev/null | grep -i '^nvidia-' ||
+      echo "(no nvidia-* wheels: tensorflow[and-cuda] brings CUDA and cuDNN)"
+  } | diag
+  driver_diagnostics
+  fail "python: TensorFlow sees ${n:-no} GPU(s) but this node has $CT_GPU_COUNT (driver ${ct_driver:-none}); refusing to train on the CPU, see the diagnostics above"
+}
+
+# 2. The GPU driver: only when there is an NVIDIA device and no working nvidia-smi.
+begin driver "checking"
+ct_gpu="" ct_driver=""
+if has_nvidia_gpu; then ct_gpu=1; fi
+if [ -n "$ct_continuing" ]; then ct_phase_extra="$(cat "$REBOOT_MARKER" 2>/dev/null || echo 0)"; fi
+if [ -n "$ct_gpu" ] && ! nvidia-smi >/dev/null 2>&1; then
+  phase "phase driver: installing nvidia-driver $CT_NVIDIA_BRANCH for $(os_id)"
+  upload_log
   install_driver
+  load_driver
 fi
-phase "driver: done"
+if [ -n "$ct_gpu" ]; then
+  ct_driver="$(driver_version || true)"
+  phase "phase driver: nvidia-smi works (driver ${ct_driver:-unknown})"
+elif [ "$CT_GPU_COUNT" -gt 0 ]; then
+  # never a silent fallback to the CPU; only a test harness that boots GPU nodes on a machine
+  # without one (CT_ALLOW_NO_GPU=1 in its boot environment) goes on, with a warning
+  if [ "${CT_ALLOW_NO_GPU:-}" != 1 ]; then
+    fail "$CT_GPU_COUNT GPU(s) expected but no NVIDIA PCI device found (lspci, $CT_SYS_PCI)"
+  fi
+  phase "WARNING: $CT_GPU_COUNT GPU(s) expected but no NVIDIA PCI device found: TensorFlow will use the CPU"
+fi
+if [ -n "$ct_continuing" ]; then # the reboot is behind us: back to the platform's own re-runs
+  rm -f "$REBOOT_MARKER" "$PERBOOT_COPY"
+fi
+finish
 
 # 3. Python and TensorFlow: skipped when the pinned versions are already installed.
-stack_ok() {
-  "$CT_PYTHON" - <<PY 2>/dev/null
-import importlib.metadata as m, sys
-ok = m.version("tensorflow") == "$CT_TF_VERSION" and m.version("tf-keras") == "$CT_TF_KERAS_VERSION"
-sys.exit(0 if ok else 1)
-PY
-}
-phase "python: checking"
-if ! stack_ok; then
-  phase "python: installing tensorflow $CT_TF_VERSION"
-  if [ ! -x "$CT_PYTHON" ]; then
-    python3 -m venv "$(dirname "$(dirname "$CT_PYTHON")")"
+begin python "checking"
+if ! stack_ok "$CT_PYTHON"; then
+  if [ ! -x "$CT_PYTHON" ] && command -v python3 >/dev/null 2>&1 && stack_ok python3; then
+    # a Deep Learning image: its python3 has the stack; the venv builds on it
+    phase "phase python: making a venv over the image's python3, which has tensorflow $CT_TF_VERSION"
+    make_venv --system-site-packages
   fi
-  tf_pkg="tensorflow==$CT_TF_VERSION"
-  if has_nvidia_gpu; then tf_pkg="tensorflow[and-cuda]==$CT_TF_VERSION"; fi
-  "$CT_PYTHON" -m pip install -q "$tf_pkg" "tf-keras==$CT_TF_KERAS_VERSION"
-  stack_ok || fail "tensorflow $CT_TF_VERSION is still not importable after the install"
+  if ! stack_ok "$CT_PYTHON"; then
+    require_supported_os "tensorflow $CT_TF_VERSION"
+    if [ ! -x "$CT_PYTHON" ]; then make_venv; fi
+    tf_pkg="tensorflow==$CT_TF_VERSION"
+    if [ -n "$ct_gpu" ] || [ "$CT_GPU_COUNT" -gt 0 ]; then tf_pkg="tensorflow[and-cuda]==$CT_TF_VERSION"; fi
+    phase "phase python: installing $tf_pkg"
+    upload_log
+    "$CT_PYTHON" -m pip install -q --disable-pip-version-check "$tf_pkg" "tf-keras==$CT_TF_KERAS_VERSION" ||
+      fail "python: pip could not install $tf_pkg (exit $?)"
+    stack_ok "$CT_PYTHON" || fail "python: tensorflow $CT_TF_VERSION is still not importable after the install"
+  fi
 fi
-phase "python: done"
+if [ -n "$ct_gpu" ] && [ "$CT_GPU_COUNT" -gt 0 ]; then check_gpus; fi
+finish
 
 # 4. The bundle: fetch, verify, unpack; install the wheel unless this version is there already.
-phase "bundle: fetching"
+#    The job's `setup` commands are the agent's (once per node, before the entrypoint).
+begin bundle "fetching"
 ct_curl -fsSL --retry 5 --retry-connrefused -o bundle.tar.gz "$CT_BUNDLE_URL" ||
   fail "bundle: download failed (curl exit $?); the presigned URL may have expired"
 echo "$CT_BUNDLE_SHA256  bundle.tar.gz" | sha256sum -c --quiet - ||
   fail "bundle: sha256 mismatch (expected $CT_BUNDLE_SHA256)"
 rm -rf bundle && mkdir bundle && tar -xzf bundle.tar.gz -C bundle || fail "bundle: cannot unpack"
-if ! "$CT_PYTHON" -c "import sys, cloudtrain; sys.exit(cloudtrain.__version__ != '$CT_VERSION')" 2>/dev/null; then
-  phase "bundle: installing the cloudtrain wheel"
+if ! "$CT_PYTHON" -c 'import sys, cloudtrain; sys.exit(cloudtrain.__version__ != sys.argv[1])' \
+  "$CT_VERSION" 2>/dev/null; then
+  phase "phase bundle: installing the cloudtrain wheel"
   wheel=$(ls bundle/wheel/*.whl)
   if [ -n "$CT_PIP_EXTRA" ]; then wheel="${wheel}[${CT_PIP_EXTRA}]"; fi
-  "$CT_PYTHON" -m pip install -q "$wheel" || fail "bundle: pip could not install $wheel"
+  "$CT_PYTHON" -m pip install -q --disable-pip-version-check "$wheel" ||
+    fail "bundle: pip could not install $wheel"
 fi
-phase "bundle: done"
+finish
 
-# 5. The agent takes over (rendezvous, TF_CONFIG, training, logs, checkpoints). When it ends (run
-#    stopped, job over and nobody tore the node down, or the deadline), the node powers itself off.
-phase "agent: starting"
+# 5. The agent takes over (rendezvous, TF_CONFIG, setup, training, logs, checkpoints). When it ends
+#    (run stopped, job over and nobody tore the node down, or the deadline), the node powers off.
+begin agent "starting"
 upload_log
 trap - ERR
 set +e
@@ -144,7 +357,6 @@ set +e
   --run-id "$CT_RUN_ID" --role "$CT_ROLE" --index "$CT_INDEX" \
   --store-uri "$CT_STORE_URI" --work "$CT_WORK"
 agent_rc=$?
-phase "agent: exited with $agent_rc; powering off"
-upload_log
+finish "exited with $agent_rc"
 :
 exit "$agent_rc"
