@@ -60,6 +60,14 @@ def node_lost(
     return now - beat_time > opts.heartbeat_timeout_s
 
 
+def _port_range(spec: JobSpec) -> tuple[int, int]:
+    """The TCP ports the run's nodes open to each other: the run's small range, or for Horovod
+    every unprivileged port (Gloo and NCCL connect between processes on random ports)."""
+    if spec.cluster.strategy == "horovod":
+        return (1024, 65535)
+    return (spec.cluster.port, spec.cluster.port + 10)
+
+
 def new_run_id(name: str) -> str:
     """A short unique run id usable in every cloud's resource names."""
     return f"{name}-{secrets.token_hex(3)}"
@@ -97,7 +105,7 @@ class Orchestrator:
             run_id=self.run_id,
             region=plan.region,
             zone=plan.zone,
-            port_range=(spec.cluster.port, spec.cluster.port + 10),
+            port_range=_port_range(spec),
             ssh=spec.cluster.ssh,
             store_uri=self.store_uri,
             deadline=self.deadline,
@@ -338,6 +346,7 @@ class Orchestrator:
             deadline_epoch=int(self.deadline),
             gpu_count=node.accelerator_count,
             pip_extra=self.provider.name,
+            require_horovod=self.spec.cluster.strategy == "horovod",
         )
         blocks = self.provider.compute.startup_blocks(self.info, skeleton)
         script = render_startup(params, blocks)

@@ -38,7 +38,7 @@ SINGLE_NODE_STRATEGIES = ("one_device", "mirrored")
 ROLES = ("chief", "worker", "ps", "evaluator")
 PROVIDER_SCHEMES: dict[str, str] = {"local": "file", "aws": "s3", "gcp": "gs", "azure": "az"}
 
-Strategy = Literal["one_device", "mirrored", "multi_worker_mirrored", "parameter_server"]
+Strategy = Literal["one_device", "mirrored", "multi_worker_mirrored", "parameter_server", "horovod"]
 ProviderName = Literal["local", "aws", "gcp", "azure", "cheapest"]
 Loc = tuple[str | int, ...]
 
@@ -62,6 +62,11 @@ def _check_env_key(key: str) -> str:
 def _count_problem(strategy: str, field: str, value: int | None) -> str | None:
     """What is wrong with a role count (chief, workers, ps, evaluator) for the strategy, if any."""
     single, ps = strategy in SINGLE_NODE_STRATEGIES, strategy == "parameter_server"
+    hvd = strategy == "horovod"  # workers only: worker 0 hosts the rendezvous
+    if field == "chief" and hvd and value:
+        return "must be 0 or unset for strategy 'horovod' (worker 0 is the rendezvous host)"
+    if field == "evaluator" and hvd and value:
+        return "must be 0 for strategy 'horovod' (it has no evaluator node)"
     if field == "chief" and ps and value == 0:
         return "must be 1 or unset for strategy 'parameter_server' (it always has a chief)"
     if field == "chief" and single and value:
@@ -85,7 +90,9 @@ class ClusterSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    strategy: Strategy = Field("multi_worker_mirrored", description="tf.distribute strategy")
+    strategy: Strategy = Field(
+        "multi_worker_mirrored", description="tf.distribute strategy, or horovod (workers only)"
+    )
     chief: int | None = Field(None, ge=0, le=1, validate_default=True, description="0 or 1")
     workers: int = Field(1, ge=1, description="worker nodes (exactly 1 for single-node strategies)")
     ps: int = Field(0, ge=0, validate_default=True, description="parameter servers")

@@ -2,7 +2,8 @@
 
 It talks to the controller only through the run's bucket (see ARCHITECTURE.md, "Bucket layout"):
 registers its address for the current attempt, waits for the whole cluster, builds TF_CONFIG,
-restores checkpoints, runs setup and the entrypoint, streams logs in ordered chunks, beats a
+restores checkpoints, runs setup and the entrypoint (under strategy horovod: one process per GPU
+with Horovod's Gloo environment, see `jobs/horovod.py`), streams logs in ordered chunks, beats a
 heartbeat, syncs the chief's checkpoints as they change, obeys `control/stop` and the deadline,
 ends parameter servers and evaluators when the chief is done, and follows new attempts.
 
@@ -28,12 +29,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from cloudtrain.jobs import horovod
 from cloudtrain.jobs.tf_config import build_tf_config, chief_task, needs_tf_config
 
 FINAL_STATES = frozenset({"succeeded", "failed", "stopped"})
 _EPOCH_RES = (
     re.compile(r"cloudtrain: epoch (\d+)/(\d+) done"),
-    re.compile(r"^Epoch (\d+)/(\d+)"),
+    re.compile(r"^(?:\[rank \d+\] )?Epoch (\d+)/(\d+)"),
 )
 LOG_CHUNK_BYTES = 256 * 1024
 
@@ -101,13 +103,14 @@ class Agent:
         self.workdir = work / "bundle" / "workdir"
         self.cluster: dict[str, Any] = {}
         self.attempt = 0
-        self.child: subprocess.Popen[bytes] | None = None
+        self.child: subprocess.Popen[bytes] | horovod.ProcessGroup | None = None
         self.state = "bootstrapped"
         chunks = store.list(f"{self.prefix}logs/{self.me}/")
         start_seq = 1 + max((_seq_of(o.key) for o in chunks), default=-1)
         self.logs = LogPump(store, f"{self.prefix}logs/{self.me}/", start_seq)
         self._synced: dict[str, tuple[int, int]] = {}
-        self._pump: threading.Thread | None = None
+        self._pumps: list[threading.Thread] = []
+        self.start_horovod_server: horovod.ServerStarter = horovod.start_rendezvous_server
         self._last = {"heartbeat": 0.0, "flush": 0.0, "sync": 0.0, "control": 0.0}
 
     # --- bucket helpers -------------------------------------------------------------------
@@ -257,7 +260,10 @@ class Agent:
         """Register for this attempt and wait until every node has. Raises StopRequested,
         NewAttempt, or TimeoutError after `rendezvous_timeout_s`."""
         base = f"attempt-{self.attempt}/nodes/"
-        self._put_json(f"{base}{self.me}.json", {"address": self.address(), "time": time.time()})
+        registration: dict[str, Any] = {"address": self.address(), "time": time.time()}
+        if self.cluster.get("strategy") == horovod.STRATEGY:
+            registration["slots"] = horovod.local_slots()  # one process per GPU
+        self._put_json(f"{base}{self.me}.json", registration)
         roles: dict[str, int] = self.cluster["roles"]
         expected = {f"{r}-{i}" for r, n in roles.items() for i in range(n)}
         deadline = time.time() + float(self.cluster.get("rendezvous_timeout_s", 300))
@@ -289,6 +295,8 @@ class Agent:
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # TF's C++ INFO lines drown the job's output
         env.update({str(k): str(v) for k, v in self.cluster.get("env", {}).items()})
         tf_cluster = {r: a for r, a in cluster.items() if r != "evaluator"}
+        if self.cluster.get("strategy") == horovod.STRATEGY:
+            tf_cluster = {}  # its processes get HOROVOD_* (jobs/horovod.py), never TF_CONFIG
         if tf_cluster and (needs_tf_config(tf_cluster) or self.role == "evaluator"):
             env["TF_CONFIG"] = json.dumps(build_tf_config(tf_cluster, self.role, self.index))
         else:
@@ -308,8 +316,11 @@ class Agent:
         )
         return env
 
-    def start(self, command: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
-        """Run `command` with bash in the workdir, in its own process group, output pumped."""
+    def start(
+        self, command: str, env: dict[str, str], *, prefix: str = "", process_group: int = 0
+    ) -> subprocess.Popen[bytes]:
+        """Run `command` with bash in the workdir, output pumped into the logs with `prefix`
+        before each line; in a new process group (0), or in the existing group `process_group`."""
         proc = subprocess.Popen(
             ["bash", "-c", command],
             cwd=self.workdir,
@@ -317,18 +328,44 @@ class Agent:
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
-            process_group=0,
+            process_group=process_group,
         )
         assert proc.stdout is not None
         stream = proc.stdout
 
         def pump() -> None:
             for raw in iter(stream.readline, b""):
-                self.logs.add(raw.decode(errors="replace"))
+                self.logs.add(prefix + raw.decode(errors="replace"))
 
-        self._pump = threading.Thread(target=pump, daemon=True, name="log-pump")
-        self._pump.start()
+        thread = threading.Thread(target=pump, daemon=True, name="log-pump")
+        thread.start()
+        self._pumps.append(thread)
         return proc
+
+    def launch(
+        self, cluster: dict[str, list[str]]
+    ) -> subprocess.Popen[bytes] | horovod.ProcessGroup:
+        """Start the entrypoint: one process, or under strategy horovod one per GPU on this node
+        (`jobs/horovod.py`; worker 0 also starts the rendezvous server). Raises HorovodError."""
+        self._pumps = []
+        command, env = str(self.cluster["entrypoint"]), self.child_env(cluster)
+        if self.cluster.get("strategy") != horovod.STRATEGY:
+            return self.start(command, env)
+        workers = cluster.get(horovod.ROLE, [])
+        registrations = [
+            self._get_json(f"attempt-{self.attempt}/nodes/{horovod.ROLE}-{i}.json")
+            for i in range(len(workers))
+        ]
+        return horovod.launch_node(
+            command,
+            env,
+            workers,
+            registrations,
+            self.index,
+            start=self.start,
+            start_server=self.start_horovod_server,
+            say=self.say,
+        )
 
     def kill_child(self, grace_s: float = 0.0) -> None:
         """End the training process group: SIGTERM and `grace_s` to finish, then SIGKILL."""
@@ -381,7 +418,7 @@ class Agent:
         self.write_status("rendezvous")
         cluster = self.rendezvous()
         self.run_setup()
-        self.child = self.start(str(self.cluster["entrypoint"]), self.child_env(cluster))
+        self.child = self.launch(cluster)
         self.write_status("running", pid=self.child.pid)
         serving = self.role in ("ps", "evaluator") or (
             self.cluster.get("strategy") == "parameter_server" and not self.is_chief
@@ -403,8 +440,9 @@ class Agent:
 
     def finish(self, rc: int, reason: str = "") -> None:
         """Final sync, model upload on success, logs, then the final status (written last)."""
-        if self._pump is not None:
-            self._pump.join(timeout=5)  # every line of output is in the logs before the status
+        deadline = time.monotonic() + 5  # every line of output is in the logs before the status
+        for pump in self._pumps:
+            pump.join(timeout=max(0.0, deadline - time.monotonic()))
         if self.is_chief:
             self.sync_checkpoints()
             if rc == 0:

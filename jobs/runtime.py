@@ -27,6 +27,7 @@ STRATEGIES: tuple[str, ...] = (
     "mirrored",
     "multi_worker_mirrored",
     "parameter_server",
+    "horovod",
 )
 
 
@@ -121,7 +122,8 @@ def strategy() -> Any:
     requires it). Under ``parameter_server`` the worker and ps tasks never return from this
     call: they start a ``tf.distribute.Server`` and ``join()`` until the agent kills them, so
     the same script works on every role; the chief gets a ``ParameterServerStrategy`` with a
-    ``MinSizePartitioner`` over the ps tasks. An ``evaluator`` task gets the default strategy.
+    ``MinSizePartitioner`` over the ps tasks. An ``evaluator`` task gets the default strategy,
+    and so does every ``horovod`` process (Horovod distributes; each process sees one GPU).
     """
     name = strategy_name()
     role, _ = task()
@@ -129,7 +131,7 @@ def strategy() -> Any:
         os.environ.setdefault("GRPC_FAIL_FAST", "use_caller")
     import tensorflow as tf
 
-    if role == "evaluator":
+    if role == "evaluator" or name == "horovod":
         return tf.distribute.get_strategy()
     if name == "multi_worker_mirrored":
         return tf.distribute.MultiWorkerMirroredStrategy()

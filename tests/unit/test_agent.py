@@ -193,8 +193,10 @@ def child_groups(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[subprocess.Po
     started: list[subprocess.Popen[bytes]] = []
     original = Agent.start
 
-    def tracked_start(self: Agent, command: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
-        proc = original(self, command, env)
+    def tracked_start(
+        self: Agent, command: str, env: dict[str, str], **kwargs: Any
+    ) -> subprocess.Popen[bytes]:
+        proc = original(self, command, env, **kwargs)
         started.append(proc)
         return proc
 
@@ -306,6 +308,8 @@ def test_restarted_agent_continues_after_the_existing_chunks(store: LocalStore, 
         ("Epoch 3/10", (3, 10)),
         ("cloudtrain: epoch 3/10 done", (3, 10)),
         ("[worker 0] cloudtrain: epoch 7/12 done, loss 0.1", (7, 12)),
+        ("[rank 3] Epoch 4/9", (4, 9)),  # a horovod rank's Keras line
+        ("[rank x] Epoch 4/9", None),
         ("Epoch 11/200\n", (11, 200)),
         ("loss 0.2 - Epoch 3/10", None),  # Keras' "Epoch" is at the start of a line
         ("epoch 3/10", None),

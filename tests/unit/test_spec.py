@@ -73,10 +73,38 @@ BAD_SPECS = [
     ),
     (
         "strategy",
-        HEAD + "cluster:\n  strategy: horovod\n",
+        HEAD + "cluster:\n  strategy: tpu\n",
         4,
         "cluster.strategy",
-        "must be one of: one_device, mirrored, multi_worker_mirrored, parameter_server",
+        "must be one of: one_device, mirrored, multi_worker_mirrored, parameter_server, horovod",
+    ),
+    (
+        "horovod-chief",
+        HEAD + "cluster:\n  strategy: horovod\n  workers: 2\n  chief: 1\n",
+        6,
+        "cluster.chief",
+        "must be 0 or unset for strategy 'horovod' (worker 0 is the rendezvous host)",
+    ),
+    (
+        "horovod-ps",
+        HEAD + "cluster:\n  strategy: horovod\n  ps: 1\n",
+        5,
+        "cluster.ps",
+        "must be 0 for strategy 'horovod' (only parameter_server uses ps nodes)",
+    ),
+    (
+        "horovod-evaluator",
+        HEAD + "cluster:\n  strategy: horovod\n  evaluator: 1\n",
+        5,
+        "cluster.evaluator",
+        "must be 0 for strategy 'horovod' (it has no evaluator node)",
+    ),
+    (
+        "horovod-no-workers",
+        HEAD + "cluster:\n  strategy: horovod\n  workers: 0\n",
+        5,
+        "cluster.workers",
+        "must be at least 1 (got 0)",
     ),
     (
         "mirrored-workers",
@@ -402,6 +430,9 @@ def test_full_spec(tmp_path: Path) -> None:
             1,
         ),
         ({"workers": 63, "chief": 1}, {"chief": 1, "worker": 63}, 1),
+        ({"strategy": "horovod"}, {"worker": 1}, 0),
+        ({"strategy": "horovod", "workers": 4, "chief": 0}, {"worker": 4}, 0),
+        ({"strategy": "horovod", "workers": 2, "accelerator": "A100:8"}, {"worker": 2}, 0),
     ],
 )
 def test_roles(cluster: dict[str, object], roles: dict[str, int], chief: int) -> None:
