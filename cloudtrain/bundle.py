@@ -133,6 +133,11 @@ def _workdir_files(workdir: Path) -> list[tuple[str, Path]]:
             if fname.endswith(EXCLUDE_SUFFIXES):
                 continue
             path = Path(dirpath) / fname
+            if not path.is_file():  # a FIFO would block the read; a dangling link has no data
+                raise SpecError(
+                    f"workdir: {path.relative_to(root)} is not a regular file",
+                    hint="remove it from the workdir",
+                )
             out.append((path.relative_to(root).as_posix(), path))
     return out
 

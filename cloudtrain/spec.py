@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import re
 import stat
+import urllib.parse
 from collections.abc import Mapping
 from datetime import date
 from pathlib import Path
@@ -268,6 +269,8 @@ class JobSpec(BaseModel):
         m, got = _URI_RE.match(value or ""), _show(value)
         if value is not None and (not m or m["scheme"] not in PROVIDER_SCHEMES.values()):
             raise ValueError(f"must be a file://, s3://, gs:// or az:// URI (got {got})")
+        if m and ".." in urllib.parse.unquote(m["rest"]).split("/"):
+            raise ValueError(f"must not contain '..' path segments (got {got})")
         provider = info.data.get("provider")
         if value is not None and provider == "cheapest":
             raise ValueError(

@@ -38,7 +38,14 @@ def _load_class(name: str) -> type:
         )
     cls = None
     if _module_exists(module_name):
-        cls = getattr(importlib.import_module(module_name), class_name, None)
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:  # the SDK is there but does not import (a broken install)
+            raise UsageError(
+                f"provider {name!r} cannot load its SDK: {' '.join(str(exc).split())}",
+                hint=f"pip install --force-reinstall 'cloudtrain[{extra}]'" if extra else None,
+            ) from None
+        cls = getattr(module, class_name, None)
     if cls is None:  # the package is missing, or only partly there (an adapter in progress)
         raise UsageError(f"provider {name!r} is not available in this version of cloudtrain")
     return cls  # type: ignore[no-any-return]

@@ -65,9 +65,11 @@ class LocalStore:
         return self.root / key
 
     def ensure_bucket(self) -> Resource:
-        """Create the folder, private to this user. Idempotent."""
-        self.root.mkdir(parents=True, exist_ok=True)
-        self.root.chmod(0o700)
+        """Create the folder, private to this user. Idempotent; a folder that already exists
+        keeps its mode (a checkpoint URI may name any folder, even /etc)."""
+        if not self.root.is_dir():
+            self.root.mkdir(parents=True, exist_ok=True)
+            self.root.chmod(0o700)
         return Resource("local", "bucket", self.uri, "local", "")
 
     def put(self, key: str, data: bytes) -> None:
