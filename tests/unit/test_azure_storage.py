@@ -1,10 +1,8 @@
 """BlobStore (providers/azure/storage.py) against Azurite (the error mapping is in
 test_azure_errors.py).
 
-The ObjectStore contract suite (tests/providers/test_contract.py) runs here against BlobStore
-directly until an AzureProvider exists; its presigned PUT sends `x-ms-blob-type: BlockBlob`,
-without which Azure refuses a plain `curl -T` (tested below, both ways).
-Then the Azure specifics: URIs and keys, round trips, NotFound, listings, idempotent, batched
+The ObjectStore contract suite runs on Azure in tests/providers (its `azure` case); here are the
+Azure specifics: URIs and keys, round trips, NotFound, listings, idempotent, batched
 and failing deletes, 20 MB block uploads in 8 MiB blocks, the container's privacy, account-key
 SAS URLs used by curl, user delegation SAS through a token credential (Azurite over HTTPS with
 OAuth), and credentials errors that never show the account key.
@@ -19,7 +17,6 @@ import subprocess
 import time
 import urllib.parse
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -35,7 +32,6 @@ from cloudtrain.providers.azure.storage import BLOB_TYPE_HEADER, BlobStore
 from cloudtrain.providers.base import ObjectStore, Resource, parallel_map
 from tests.fakes import azurite as fake
 from tests.fakes.azurite import azurite, azurite_oauth, azurite_oauth_session, azurite_session
-from tests.providers import test_contract as contract
 
 __all__ = ["azurite", "azurite_oauth", "azurite_oauth_session", "azurite_session"]  # fixtures
 
@@ -74,41 +70,6 @@ def new_store(uri: str = URI, **kwargs: Any) -> BlobStore:
 
 def expiry(url: str) -> float:
     return datetime.datetime.fromisoformat(query(url)["se"].replace("Z", "+00:00")).timestamp()
-
-
-# --- the contract suite, on BlobStore ----------------------------------------------------------
-
-CONTRACT_STORE_TESTS = (
-    "test_ensure_bucket_is_idempotent",
-    "test_put_get_round_trip",
-    "test_get_of_a_missing_key_is_not_found",
-    "test_put_file_get_file_with_3mb",
-    "test_list_is_sorted_and_prefix_exact",
-    "test_delete_and_delete_prefix_are_idempotent",
-    "test_presign_get_is_readable_by_curl",
-    "test_presign_put_is_writable_by_curl",
-)
-
-
-@emulated
-@pytest.mark.parametrize("name", CONTRACT_STORE_TESTS)
-def test_object_store_contract(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each store test of the provider contract, with BlobStore as the provider's store. Its
-    `curl -T` upload gets the header Azure's Put Blob requires (see presign_put)."""
-    monkeypatch.setattr(
-        contract, "upload", lambda url, path: curl("-H", BLOB_TYPE_HEADER, "-T", str(path), url)
-    )
-    harness = SimpleNamespace(
-        name="azure",
-        provider=SimpleNamespace(store=lambda uri: BlobStore(uri)),
-        store_uri=f"az://{ACCOUNT}/cloudtrain-contract/pfx",
-        case=SimpleNamespace(fetchable_urls=True),
-    )
-    test = getattr(contract, name)
-    if "tmp_path" in test.__code__.co_varnames[: test.__code__.co_argcount]:
-        test(harness, tmp_path)
-    else:
-        test(harness)
 
 
 # --- URIs and keys -----------------------------------------------------------------------------
