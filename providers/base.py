@@ -146,6 +146,18 @@ class StartupBlocks:
     power_off: str = ""  # bash run after the agent exits: stop the node's bill (shutdown -h now)
 
 
+def shutdown_at_deadline(why: str) -> str:
+    """Bash for a provider's self_shutdown block: power the node off at `$DEADLINE_EPOCH` (at
+    least a minute from now); `why` is a comment saying what that shutdown does on the cloud.
+    Pure."""
+    return f"""\
+ct_minutes=$(( (DEADLINE_EPOCH - $(date +%s)) / 60 ))
+if [ "$ct_minutes" -lt 1 ]; then ct_minutes=1; fi
+# {why}
+shutdown -h "+$ct_minutes" "cloudtrain: run deadline reached" ||
+  phase "WARNING: could not arm the self-shutdown in $ct_minutes min\""""
+
+
 def wait_for_driver(installer: str, timeout_s: int) -> str:
     """Bash for a provider's metadata block: on a node with an NVIDIA device, wait up to
     `timeout_s` for `installer` (an image's or extension's own driver install, running beside

@@ -46,6 +46,7 @@ from cloudtrain.providers.base import (
     RunInfo,
     StartupBlocks,
     parse_node_name,
+    shutdown_at_deadline,
 )
 
 GPU_IMAGE_PARAM = (
@@ -87,12 +88,9 @@ if [ -z "${CLOUDTRAIN_NODE_HOST:-}" ]; then
 fi
 export CLOUDTRAIN_NODE_HOST"""
 
-_SELF_SHUTDOWN = """\
-ct_minutes=$(( (DEADLINE_EPOCH - $(date +%s)) / 60 ))
-if [ "$ct_minutes" -lt 1 ]; then ct_minutes=1; fi
-# InstanceInitiatedShutdownBehavior=terminate: this shutdown deletes the instance
-shutdown -h "+$ct_minutes" "cloudtrain: run deadline reached" ||
-  phase "WARNING: could not arm the self-shutdown in $ct_minutes min\""""
+_SELF_SHUTDOWN = shutdown_at_deadline(
+    "InstanceInitiatedShutdownBehavior=terminate: this shutdown deletes the instance"
+)
 
 
 def clear_image_cache() -> None:

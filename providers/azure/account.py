@@ -72,11 +72,13 @@ def find_account(clients: ArmClients, account: str) -> str | None:
     return None
 
 
-def account_id(subscription: str, region: str, account: str) -> str:
-    """The resource id of the default storage account `account` of a region. Pure."""
-    return (
-        f"/subscriptions/{subscription}/resourceGroups/{shared_group(region)}/providers/"
-        f"Microsoft.Storage/storageAccounts/{account}"
+def default_container_scope(subscription: str, region: str, container: str) -> str:
+    """The ARM scope of a container in the default account of a region. Pure apart from the
+    environment (the account's name)."""
+    from cloudtrain.providers.azure.bodies import container_scope as scope
+
+    return scope(
+        subscription, shared_group(region), default_account(subscription, region), container
     )
 
 
@@ -86,19 +88,14 @@ def container_scope(clients: ArmClients, store: BlobStore, region: str) -> str:
     account. Blocks only for a user's account."""
     subscription = clients.auth.subscription
     if store.account == default_account(subscription, region):
-        found: str | None = account_id(subscription, region, store.account)
-    else:
-        found = find_account(clients, store.account)
-    return _scope_of(clients, store, found)
-
-
-def _scope_of(clients: ArmClients, store: BlobStore, account_id: str | None) -> str:
-    if account_id is None:
+        return default_container_scope(subscription, region, store.container)
+    found = find_account(clients, store.account)
+    if found is None:
         raise NotFound(
-            f"storage account {store.account} is not in subscription {clients.auth.subscription}",
+            f"storage account {store.account} is not in subscription {subscription}",
             hint="nodes get access to the run's container only in their own subscription",
         )
-    return f"{account_id}/blobServices/default/containers/{store.container}"
+    return f"{found}/blobServices/default/containers/{store.container}"
 
 
 class ManagedBlobStore(BlobStore):

@@ -22,6 +22,7 @@ from cloudtrain.providers.azure import network
 from cloudtrain.providers.azure.account import (
     container_scope,
     default_account,
+    default_container_scope,
     ensure_account,
     run_container,
 )
@@ -269,9 +270,8 @@ class AzureCompute(Compute):
             f"/subscriptions/{self.subscription}/resourceGroups/{group}/providers/"
             f"Microsoft.Compute/virtualMachines/{node.name}"
         )
-        store = BlobStore(f"az://{default_account(self.subscription, self.region)}/ct-x")
-        default_container = container_scope(self.clients, store, self.region).replace(
-            "/containers/ct-x", f"/containers/{run_container(node.run_id)}"
+        default_container = default_container_scope(
+            self.subscription, self.region, run_container(node.run_id)
         )
         suffix = "/providers/Microsoft.Authorization/roleAssignments/"
         ids = {

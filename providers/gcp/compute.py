@@ -25,6 +25,7 @@ from cloudtrain.providers.base import (
     Resource,
     RunInfo,
     StartupBlocks,
+    shutdown_at_deadline,
     wait_for_driver,
 )
 from cloudtrain.providers.gcp import firewall
@@ -76,12 +77,9 @@ storage_headers() {
 # parallel with this script: wait for it rather than install a second driver.
 _DLVM_DRIVER_WAIT = wait_for_driver("the Deep Learning VM driver install", DRIVER_WAIT_S)
 
-_SELF_SHUTDOWN = """\
-ct_minutes=$(( (DEADLINE_EPOCH - $(date +%s)) / 60 ))
-if [ "$ct_minutes" -lt 1 ]; then ct_minutes=1; fi
-# the instance's maxRunDuration deletes it a little later; this stops the GPU bill on time
-shutdown -h "+$ct_minutes" "cloudtrain: run deadline reached" ||
-  phase "WARNING: could not arm the self-shutdown in $ct_minutes min\""""
+_SELF_SHUTDOWN = shutdown_at_deadline(
+    "the instance's maxRunDuration deletes it a little later; this stops the GPU bill on time"
+)
 
 
 def _json(message: Any) -> dict[str, Any]:
