@@ -19,6 +19,7 @@ import os
 import stat
 import tarfile
 import zipfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -152,8 +153,10 @@ def _add(tar: tarfile.TarFile, name: str, data: bytes, mode: int = 0o644) -> Non
     tar.addfile(info, io.BytesIO(data))
 
 
-def build_bundle(workdir: Path, out_dir: Path) -> Bundle:
-    """Pack `workdir` and the wheel into `out_dir/<sha256>.tar.gz`. Deterministic; idempotent."""
+def build_bundle(workdir: Path, out_dir: Path, leave_out: Sequence[Path] = ()) -> Bundle:
+    """Pack `workdir` and the wheel into `out_dir/<sha256>.tar.gz`, without the files in
+    `leave_out` (the job spec: it may hold inline secrets, and the nodes get cluster.json
+    instead). Deterministic; idempotent."""
     if not workdir.is_dir():
         raise SpecError(f"workdir {workdir} does not exist or is not a folder")
     wheel_name, wheel = build_wheel()
@@ -161,7 +164,8 @@ def build_bundle(workdir: Path, out_dir: Path) -> Bundle:
     total = len(wheel)
     with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
         _add(tar, f"wheel/{wheel_name}", wheel)
-        files = _workdir_files(workdir)
+        skip = {p.resolve() for p in leave_out}
+        files = [(rel, path) for rel, path in _workdir_files(workdir) if path.resolve() not in skip]
         for rel, path in files:
             data = path.read_bytes()
             total += len(data)

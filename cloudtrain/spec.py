@@ -1,28 +1,36 @@
-"""The job spec: pydantic models, a safe YAML loader, one-line `FILE:LINE: FIELD: problem` errors.
+"""The job spec: pydantic models and one-line `FILE:LINE: FIELD: problem` errors.
 
-Imports only the stdlib, pydantic and PyYAML, so `cloudtrain validate` stays fast. The loader
-refuses anchors/aliases (no "billion laughs"), non-plain tags, duplicate keys and files over 1 MiB,
-and remembers the line of every key so that each error names the line the user must edit.
+Imports only the stdlib, pydantic and PyYAML, so `cloudtrain validate` stays fast. The safe YAML
+loader (no anchors/aliases, plain tags only, no duplicate keys, at most 1 MiB, the line of every
+key) is `cloudtrain.spec_yaml`; every error names the line the user must edit.
+
+`env` values are plain strings or `{from_env: NAME | value: TEXT, secret: BOOL}` (`EnvVar`): a
+`from_env` value is read from this process's environment when the spec is validated (a missing
+variable is a SpecError), so a secret need not be written in job.yaml. `JobSpec.env_values()` is
+what the nodes get (through cluster.json only); `secret_values()` is what must be redacted. No
+repr, dump or error message of a spec shows an `EnvVar`'s value.
 """
 
 from __future__ import annotations
 
 import difflib
+import os
 import re
-import stat
 import urllib.parse
 from collections.abc import Mapping
 from datetime import date
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
-import yaml
 from pydantic import (
     AfterValidator,
     BaseModel,
     ConfigDict,
+    Discriminator,
     Field,
     PrivateAttr,
+    SecretStr,
+    Tag,
     ValidationError,
     ValidationInfo,
     field_validator,
@@ -31,17 +39,39 @@ from pydantic import (
 from pydantic_core import ErrorDetails
 
 from cloudtrain.errors import SpecError
+from cloudtrain.spec_yaml import (
+    MAX_DEPTH,
+    MAX_SPEC_BYTES,
+    Loc,
+    one_line,
+    parse_yaml,
+    path_text,
+    read_spec_file,
+    show,
+)
 
-MAX_SPEC_BYTES = 1024 * 1024
+__all__ = [
+    "MAX_DEPTH",
+    "MAX_NODES",
+    "MAX_SPEC_BYTES",
+    "PROVIDER_SCHEMES",
+    "ROLES",
+    "ClusterSpec",
+    "EnvKey",
+    "EnvVar",
+    "JobSpec",
+    "json_schema",
+    "load_spec",
+    "load_spec_text",
+]
+
 MAX_NODES = 64
-MAX_DEPTH = 32
 SINGLE_NODE_STRATEGIES = ("one_device", "mirrored")
 ROLES = ("chief", "worker", "ps", "evaluator")
 PROVIDER_SCHEMES: dict[str, str] = {"local": "file", "aws": "s3", "gcp": "gs", "azure": "az"}
 
 Strategy = Literal["one_device", "mirrored", "multi_worker_mirrored", "parameter_server", "horovod"]
 ProviderName = Literal["local", "aws", "gcp", "azure", "cheapest"]
-Loc = tuple[str | int, ...]
 
 _NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,29}$")
 _ACCELERATOR_RE = re.compile(r"^(?P<name>[A-Za-z0-9-]+)(?::(?P<count>[0-9]+))?$")
@@ -86,6 +116,64 @@ def _count_problem(strategy: str, field: str, value: int | None) -> str | None:
 EnvKey = Annotated[str, AfterValidator(_check_env_key)]
 
 
+class EnvVar(BaseModel):
+    """An env value given as a mapping: `{from_env: NAME}` (read from the controller's
+    environment at load time) or `{value: TEXT}`, plus `secret: true` to redact it from logs.
+    The value never appears in a repr, a dump (SecretStr) or an error message."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    from_env: str | None = Field(
+        None, description="read the value from this variable of the controller's environment"
+    )
+    value: SecretStr | None = Field(
+        None, description="the value itself (for a secret, prefer from_env: job.yaml is shared)"
+    )
+    secret: bool = Field(False, description="redact the value from the logs and never show it")
+    _resolved: str = PrivateAttr("")
+
+    @field_validator("from_env")
+    @classmethod
+    def _check_from_env(cls, name: str | None) -> str | None:
+        if name is None:
+            return None
+        if not _ENV_KEY_RE.match(name):
+            raise ValueError("is not a valid environment variable name (letters, digits and '_')")
+        if name not in os.environ:
+            raise ValueError(
+                f"environment variable {name} is not set here; export it before running"
+                " (the value is read from the controller's environment, never from job.yaml)"
+            )
+        return name
+
+    @model_validator(mode="after")
+    def _resolve(self) -> EnvVar:
+        if (self.from_env is None) == (self.value is None):
+            raise ValueError("give exactly one of from_env and value")
+        if self.from_env is not None:
+            self._resolved = os.environ[self.from_env]
+        else:
+            assert self.value is not None
+            self._resolved = self.value.get_secret_value()
+        return self
+
+    @property
+    def resolved(self) -> str:
+        """The value the nodes get (from the environment at validation time, or `value`)."""
+        return self._resolved
+
+
+def _env_kind(value: Any) -> str:
+    return "ref" if isinstance(value, dict | EnvVar) else "text"
+
+
+# the tags appear in pydantic error locations; `_spec_error` drops them (see _ENV_TAGS)
+EnvValue = Annotated[
+    Annotated[str, Tag("text")] | Annotated[EnvVar, Tag("ref")], Discriminator(_env_kind)
+]
+_ENV_TAGS = frozenset({"text", "ref"})
+
+
 class ClusterSpec(BaseModel):
     """The nodes of the job: the distribution strategy, role counts and the machine to use."""
 
@@ -124,9 +212,9 @@ class ClusterSpec(BaseModel):
             return None
         m = _ACCELERATOR_RE.match(value)
         if not m:
-            raise ValueError(f"must look like 'V100' or 'V100:2' (got {_show(value)})")
+            raise ValueError(f"must look like 'V100' or 'V100:2' (got {show(value)})")
         if m["count"] is not None and not 1 <= int(m["count"]) <= 16:
-            raise ValueError(f"count must be 1 to 16 (got {_show(value)})")
+            raise ValueError(f"count must be 1 to 16 (got {show(value)})")
         return value
 
     @model_validator(mode="after")
@@ -187,7 +275,10 @@ class JobSpec(BaseModel):
     workdir: str = Field(".", description="folder shipped to each node, relative to the spec")
     setup: str = Field("", description="shell run on each node before the entrypoint")
     entrypoint: str = Field(description="shell command run in the workdir on each node")
-    env: dict[EnvKey, str] = Field(default_factory=dict, description="extra environment")
+    env: dict[EnvKey, EnvValue] = Field(
+        default_factory=dict,
+        description="extra environment: NAME: text, or NAME: {from_env: VAR, secret: true}",
+    )
     checkpoint: str | None = Field(None, description="storage URI for checkpoints")
     max_hours: float = Field(1.0, gt=0, le=168, description="wall-clock limit of the run")
     max_cost_usd: float | None = Field(None, gt=0, allow_inf_nan=False, description="cost cap")
@@ -207,7 +298,7 @@ class JobSpec(BaseModel):
         if info.field_name == "name" and (not _NAME_RE.match(value) or value.endswith("-")):
             raise ValueError(
                 "must be 1-30 lowercase letters, digits or '-', start with a letter and"
-                f" not end with '-' (got {_show(value)})"
+                f" not end with '-' (got {show(value)})"
             )
         return value
 
@@ -217,7 +308,7 @@ class JobSpec(BaseModel):
         if value is not None and not _PROJECT_RE.match(value):
             raise ValueError(
                 "must be a Google Cloud project id: 6-30 lowercase letters, digits or '-',"
-                f" starting with a letter (got {_show(value)})"
+                f" starting with a letter (got {show(value)})"
             )
         return value
 
@@ -225,7 +316,7 @@ class JobSpec(BaseModel):
     @classmethod
     def _check_subscription(cls, value: str | None) -> str | None:
         if value is not None and not _UUID_RE.match(value):
-            raise ValueError(f"must be an Azure subscription id, a GUID (got {_show(value)})")
+            raise ValueError(f"must be an Azure subscription id, a GUID (got {show(value)})")
         return value
 
     @field_validator("region", "zone")
@@ -234,7 +325,7 @@ class JobSpec(BaseModel):
         if value is not None and info.data.get("provider") == "cheapest":
             field = info.field_name
             raise ValueError(
-                f"cannot be set with provider 'cheapest' (got {_show(value)}): a {field} belongs"
+                f"cannot be set with provider 'cheapest' (got {show(value)}): a {field} belongs"
                 f" to one cloud; remove {field}, or set provider to aws, gcp or azure"
             )
         return value
@@ -266,7 +357,7 @@ class JobSpec(BaseModel):
     @field_validator("checkpoint")
     @classmethod
     def _check_checkpoint(cls, value: str | None, info: ValidationInfo) -> str | None:
-        m, got = _URI_RE.match(value or ""), _show(value)
+        m, got = _URI_RE.match(value or ""), show(value)
         if value is not None and (not m or m["scheme"] not in PROVIDER_SCHEMES.values()):
             raise ValueError(f"must be a file://, s3://, gs:// or az:// URI (got {got})")
         if m and ".." in urllib.parse.unquote(m["rest"]).split("/"):
@@ -284,6 +375,26 @@ class JobSpec(BaseModel):
                 f"provider {provider!r} keeps checkpoints at {scheme}:// URIs (got {got})"
             )
         return value
+
+    def env_values(self) -> dict[str, str]:
+        """Every env entry's value as the nodes get it (from_env values resolved). Pure.
+        Contains secrets: only for cluster.json in the private run bucket."""
+        return {
+            key: value.resolved if isinstance(value, EnvVar) else value
+            for key, value in self.env.items()
+        }
+
+    def secret_names(self) -> list[str]:
+        """The env names marked `secret: true`, sorted. Pure; safe to show."""
+        return sorted(k for k, v in self.env.items() if isinstance(v, EnvVar) and v.secret)
+
+    def secret_values(self) -> list[str]:
+        """The resolved values of the secret env entries, non-empty and without repeats, for
+        redaction (`cloudtrain.redact.Redactor`). Pure."""
+        values = (self.env[name] for name in self.secret_names())
+        return list(
+            dict.fromkeys(v.resolved for v in values if isinstance(v, EnvVar) and v.resolved)
+        )
 
     @property
     def source_path(self) -> Path | None:
@@ -330,31 +441,10 @@ def json_schema() -> dict[str, Any]:
 
 
 def load_spec(path: str | Path) -> JobSpec:
-    """Read and validate a YAML spec file. Raises SpecError (`FILE:LINE: FIELD: problem`)."""
-    shown = str(path)
+    """Read and validate a YAML spec file. Raises SpecError (`FILE:LINE: FIELD: problem`); an
+    env entry's `from_env` variable missing from this process's environment is one too."""
     file = Path(path)
-    try:
-        st = file.stat()
-    except FileNotFoundError:
-        raise SpecError(f"{shown}: no such file") from None
-    except OSError as exc:
-        raise SpecError(f"{shown}: cannot read the spec ({exc.strerror or exc})") from None
-    if not stat.S_ISREG(st.st_mode):
-        kind = "a folder" if stat.S_ISDIR(st.st_mode) else "a special file"
-        raise SpecError(f"{shown}: is {kind}, not a spec file")
-    try:
-        with file.open("rb") as fh:
-            raw = fh.read(MAX_SPEC_BYTES + 1)
-    except OSError as exc:
-        raise SpecError(f"{shown}: cannot read the spec ({exc.strerror or exc})") from None
-    if len(raw) > MAX_SPEC_BYTES:  # read at most this much, whatever stat said
-        raise SpecError(f"{shown}: too large (a spec may be at most 1 MiB)")
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = raw[: exc.start].count(b"\n") + 1
-        raise SpecError(f"{shown}:{line}: the spec is not UTF-8 text") from None
-    spec = load_spec_text(text, filename=shown, base_dir=file.absolute().parent)
+    spec = load_spec_text(read_spec_file(file), filename=str(path), base_dir=file.absolute().parent)
     spec._source_path = file.absolute()
     return spec
 
@@ -365,7 +455,7 @@ def load_spec_text(text: str, filename: str = "<string>", base_dir: Path | None 
     `filename` is only used in error messages. Raises SpecError."""
     if len(text.encode("utf-8", "surrogatepass")) > MAX_SPEC_BYTES:
         raise SpecError(f"{filename}: too large (a spec may be at most 1 MiB)")
-    data, lines = _parse_yaml(text, filename)
+    data, lines = parse_yaml(text, filename)
     return _validate(data, filename, lines, Path(base_dir or Path.cwd()).absolute(), frozenset())
 
 
@@ -382,104 +472,6 @@ def _validate(
     return spec
 
 
-# --- YAML: text -> plain data plus the line of every key ---------------------------------------
-
-_TAG = "tag:yaml.org,2002:"
-_SCALAR_TAGS = frozenset(_TAG + t for t in ("null", "bool", "int", "float", "str", "timestamp"))
-_TEXT_TAGS = frozenset({_TAG + "value", _TAG + "merge"})  # the odd implicit tags of '=' and '<<'
-
-
-class _Refused(Exception):
-    """Raised while composing, for input refused outright; args: (mark, message)."""
-
-
-class _SpecLoader(yaml.SafeLoader):
-    """SafeLoader that refuses anchors and aliases while composing (before anything expands)."""
-
-    def compose_node(self, parent: Any, index: Any) -> Any:
-        event = self.peek_event()
-        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
-            raise _Refused(event.start_mark, "YAML anchors and aliases are not allowed")
-        return super().compose_node(parent, index)
-
-
-def _parse_yaml(text: str, filename: str) -> tuple[Any, dict[Loc, int]]:
-    """Parse `text` into plain data and a map from key path to 1-based line. Raises SpecError."""
-    loader: _SpecLoader | None = None
-    try:
-        loader = _SpecLoader(text)
-        root = loader.get_single_node()
-        if root is None:
-            raise SpecError(f"{filename}: the spec is empty; it needs at least name and entrypoint")
-        if not isinstance(root, yaml.MappingNode):
-            got = "a list" if isinstance(root, yaml.SequenceNode) else _show(root.value)
-            line = root.start_mark.line + 1
-            raise SpecError(f"{filename}:{line}: the spec must be a mapping of fields (got {got})")
-        return _build(loader, root, filename)
-    except _Refused as exc:
-        raise SpecError(f"{filename}:{exc.args[0].line + 1}: {exc.args[1]}") from None
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        where = f"{filename}:{mark.line + 1}" if mark else filename
-        what = ", ".join(p for p in (exc.context, exc.problem) if p)
-        raise SpecError(f"{where}: invalid YAML: {_one_line(what)}") from None
-    except yaml.YAMLError as exc:  # a ReaderError: a control character at `position`
-        line = text.count("\n", 0, getattr(exc, "position", 0)) + 1
-        what = str(exc).partition("\n")[0]
-        raise SpecError(f"{filename}:{line}: invalid YAML: {what}") from None
-    except RecursionError:
-        raise SpecError(f"{filename}: the spec is nested too deeply") from None
-    finally:
-        if loader is not None:
-            loader.dispose()
-
-
-def _build(loader: yaml.SafeLoader, root: yaml.Node, filename: str) -> tuple[Any, dict[Loc, int]]:
-    """Turn a composed node tree into dicts/lists/scalars, recording each key's 1-based line."""
-    lines: dict[Loc, int] = {}
-
-    def fail(node: yaml.Node, path: Loc, message: str) -> SpecError:
-        field = f" {_path_text(path)}:" if path else ""
-        return SpecError(f"{filename}:{node.start_mark.line + 1}:{field} {message}")
-
-    def check_tag(node: yaml.Node, allowed: frozenset[str], path: Loc) -> None:
-        if node.tag not in allowed:
-            raise fail(node, path, f"YAML tag {node.tag.replace(_TAG, '!!')!r} is not allowed")
-
-    def build(node: yaml.Node, path: Loc, depth: int) -> Any:
-        if depth > MAX_DEPTH:
-            raise fail(node, path, "nested too deeply")
-        if isinstance(node, yaml.MappingNode):
-            check_tag(node, frozenset({_TAG + "map"}), path)
-            out: dict[str, Any] = {}
-            for key_node, value_node in node.value:
-                if not isinstance(key_node, yaml.ScalarNode):
-                    raise fail(key_node, path, "keys must be plain names, not lists/mappings")
-                key = str(key_node.value)
-                here = (*path, key)
-                if key in out:
-                    raise fail(key_node, here, f"duplicate key (first at line {lines[here]})")
-                lines[here] = key_node.start_mark.line + 1
-                out[key] = build(value_node, here, depth + 1)
-            return out
-        if isinstance(node, yaml.SequenceNode):
-            check_tag(node, frozenset({_TAG + "seq"}), path)
-            items: list[Any] = []
-            for index, item in enumerate(node.value):
-                lines[(*path, index)] = item.start_mark.line + 1
-                items.append(build(item, (*path, index), depth + 1))
-            return items
-        if node.tag in _TEXT_TAGS:
-            return str(node.value)
-        check_tag(node, _SCALAR_TAGS, path)
-        try:
-            return loader.construct_object(node, deep=True)
-        except (yaml.YAMLError, ValueError, TypeError):
-            raise fail(node, path, f"cannot read {_show(node.value)} as a value") from None
-
-    return build(root, (), 0), lines
-
-
 # --- pydantic errors -> one line -------------------------------------------------------------
 
 
@@ -490,9 +482,11 @@ def _spec_error(
     found: list[tuple[int, str, str]] = []  # (line, or 0 when there is none; path; problem)
     for err in exc.errors(include_url=False):
         loc = tuple(p for p in err["loc"] if p != "[key]")
+        if len(loc) >= 3 and loc[0] == "env" and loc[2] in _ENV_TAGS:
+            loc = loc[:2] + loc[3:]  # env.KEY.ref.from_env -> env.KEY.from_env
         from_file = bool(lines) and not (loc and loc[0] in overridden)  # else: no line to show
         line = _line_of(loc, lines) if from_file else 0
-        found.append((line, _path_text(loc), _describe(err, loc)))
+        found.append((line, path_text(loc), _describe(err, loc)))
     found.sort(key=lambda f: f[0])
     line, path, problem = found[0]
     text = f"{filename}:{line}" if line else filename
@@ -511,12 +505,10 @@ def _line_of(loc: Loc, lines: Mapping[Loc, int]) -> int:
     return 1  # a top-level field: the document
 
 
-def _path_text(loc: Loc) -> str:
-    return ".".join(map(str, loc))  # cluster.workers, env.KEY; list items as .0, .1
-
-
 def _model_at(loc: Loc) -> type[BaseModel]:
     """The model that holds the field at the end of `loc`."""
+    if len(loc) > 2 and loc[0] == "env":
+        return EnvVar
     return ClusterSpec if len(loc) > 1 and loc[0] == "cluster" else JobSpec
 
 
@@ -540,17 +532,19 @@ _TEMPLATES = {  # pydantic error type -> plain words
 def _describe(err: ErrorDetails, loc: Loc) -> str:
     """The error in plain words, with the offending value."""
     kind, ctx, value = err["type"], err.get("ctx") or {}, err.get("input")
-    got = _show(value)
+    got = show(value)
     if kind == "missing":
         return "is required"
     if kind == "extra_forbidden":
         return _unknown_field(loc)
     if kind == "value_error":
-        return _one_line(str(ctx.get("error", err["msg"])))
+        return one_line(str(ctx.get("error", err["msg"])))
     template = _TEMPLATES.get(kind)
     if template:
         nums = {k: f"{v:g}" for k, v in ctx.items() if isinstance(v, int | float)}
         return template.format(got=got, **nums)
+    if kind == "string_type" and len(loc) == 2 and loc[0] == "env" and isinstance(value, list):
+        return "must be a string, or a mapping like {from_env: NAME, secret: true} (got a list)"
     if kind == "string_type":
         quote = "; quote it" if isinstance(value, int | float | date) else ""
         return f"must be a string (got {got}){quote}"
@@ -558,7 +552,7 @@ def _describe(err: ErrorDetails, loc: Loc) -> str:
         field = _model_at(loc).model_fields.get(str(loc[-1]))
         allowed = get_args(field.annotation) if field else (ctx.get("expected", ""),)
         return f"must be one of: {', '.join(map(str, allowed))} (got {got})"
-    msg = _one_line(err["msg"])
+    msg = one_line(err["msg"])
     return msg[:1].lower() + msg[1:]
 
 
@@ -568,24 +562,3 @@ def _unknown_field(loc: Loc) -> str:
         return f"unknown field; did you mean 'cluster.{key}'?"
     close = difflib.get_close_matches(key, list(model.model_fields), n=1)
     return f"unknown field; did you mean {close[0]!r}?" if close else "unknown field"
-
-
-def _show(value: Any) -> str:
-    """A value as the user wrote it, shortened: 'text', 3, true, null, a list, a mapping."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return repr(value if len(value) <= 40 else value[:37] + "...")
-    if isinstance(value, dict):
-        return "a mapping"
-    if isinstance(value, list | tuple):
-        return "a list"
-    if isinstance(value, date):
-        return value.isoformat()
-    return repr(value)
-
-
-def _one_line(text: str) -> str:
-    return " ".join(str(text).split())
