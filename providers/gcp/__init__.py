@@ -1,13 +1,16 @@
-"""The GCP provider: Compute Engine GPU nodes, a per-run firewall rule, and a GCS bucket.
+"""The GCP provider: Compute Engine GPU nodes, a per-run firewall rule and service account, and a
+GCS bucket.
 
 Credentials come from Application Default Credentials only (`google.auth.default()`); none is
 ever in the spec, the ledger or the logs. The project comes from the spec (`project:`), else the
 environment (GOOGLE_CLOUD_PROJECT), else ADC; the region from the plan. Modules: `errors` (SDK
 exceptions -> cloudtrain errors), `clients` (credentials, endpoint, operation waits),
-`instances` (insert bodies), `firewall`, `compute` (GcpCompute), `storage` (GcsStore).
+`instances` (insert bodies), `firewall`, `identity` (the run's service account, bound to the
+run's bucket prefix only), `compute` (GcpCompute), `storage` (GcsStore).
 
 Building a GcpProvider reads no credentials: a node's agent builds one only to open its store,
-where google-cloud-storage finds the VM's service account (or STORAGE_EMULATOR_HOST) itself.
+where google-cloud-storage finds the VM's service account (the run's own, or
+$CLOUDTRAIN_GCP_SERVICE_ACCOUNT) or STORAGE_EMULATOR_HOST itself.
 """
 
 from __future__ import annotations

@@ -25,10 +25,11 @@ from cloudtrain.providers.base import (
     Resource,
     RunInfo,
     StartupBlocks,
+    Tagged,
     shutdown_at_deadline,
     wait_for_driver,
 )
-from cloudtrain.providers.gcp import firewall
+from cloudtrain.providers.gcp import firewall, identity
 from cloudtrain.providers.gcp.clients import (
     ComputeClients,
     GcpAuth,
@@ -38,12 +39,12 @@ from cloudtrain.providers.gcp.clients import (
 from cloudtrain.providers.gcp.errors import already_exists, gcp_errors
 from cloudtrain.providers.gcp.instances import (
     DEADLINE_GRACE_S,
-    DEFAULT_SERVICE_ACCOUNT,
     has_gpus,
     instance_body,
     resolve_image,
     to_node,
 )
+from cloudtrain.retry import backoff_s
 
 VENV_PYTHON = "/opt/cloudtrain/venv/bin/python"
 SERVICE_ACCOUNT_ENV = "CLOUDTRAIN_GCP_SERVICE_ACCOUNT"
@@ -58,7 +59,8 @@ fi
 export CLOUDTRAIN_NODE_HOST"""
 
 # A URL the controller could not sign (user credentials hold no key) is fetched with the VM's
-# own service account: a token from the metadata server, sent to GCS's XML API only.
+# own service account (the run's: it reaches the run's prefix only): a token from the metadata
+# server, sent to GCS's XML API only.
 _STORAGE_HEADERS = """
 storage_headers() {
   case "$1" in
@@ -101,36 +103,93 @@ class GcpCompute(Compute):
         self.clients = ComputeClients(auth)
         self._zones: list[str] | None = None
         self._lock = threading.Lock()
+        self._iam: identity.IamClient | None = None
+        self._storage_client: Any = None
+        self._emails: dict[str, str] = {}  # run id -> its service account, once ensured
 
-    # -- network ---------------------------------------------------------------------------
+    # -- network and identity --------------------------------------------------------------
 
     def planned_network(self, run: RunInfo) -> list[Resource]:
-        """The firewall rule(s) `ensure_network` makes. Pure."""
-        return [
+        """The firewall rule(s) and, unless $CLOUDTRAIN_GCP_SERVICE_ACCOUNT names the nodes'
+        account, the run's service account that `ensure_network` makes. Pure apart from the
+        environment."""
+        planned = [
             Resource("gcp", firewall.KIND_FIREWALL, name, "global", run.run_id)
             for name in firewall.rule_names(run)
         ]
+        if _user_account() is None:
+            planned.append(identity.as_resource(self.project, run.run_id))
+        return planned
 
     def ensure_network(self, run: RunInfo) -> list[Resource]:
-        """The run's firewall: its TF ports from its network tag to its network tag, and SSH
-        from $CLOUDTRAIN_SSH_CIDR only if asked. Idempotent; blocks until in force."""
-        return firewall.ensure_firewalls(self.clients, run)
+        """The run's firewall (its TF ports from its network tag to its network tag, SSH from
+        $CLOUDTRAIN_SSH_CIDR only if asked), then the run's service account with its one
+        binding on the run's bucket: objects under the run's prefix only (see `identity`). A
+        bucket that does not exist yet gets no binding (the account then reaches nothing).
+        Idempotent; blocks until in force (a new account is waited for up to a minute)."""
+        made = firewall.ensure_firewalls(self.clients, run)
+        if _user_account() is not None:
+            return made
+        store = _store_of(run.store_uri)
+        bucket, root = (store.bucket, store.prefix) if store else (None, "")
+        account = self.iam.create(run.run_id, bucket)
+        email = identity.as_resource(self.project, run.run_id, account).id
+        with self._lock:
+            self._emails[run.run_id] = email
+        if bucket is not None:
+            identity.grant(self._storage(), email, bucket, f"{root}/" if root else "", run.run_id)
+        return [*made, identity.as_resource(self.project, run.run_id, account)]
 
     def list_resources(self, run_id: str) -> list[Resource]:
-        """The run's firewall rules (by name: GCE firewalls carry no labels). Blocks."""
-        return firewall.find_firewalls(self.clients, run_id)
+        """The run's firewall rules (by name: GCE firewalls carry no labels) and its service
+        account (by its derived id, checked against its display name). Blocks."""
+        found = firewall.find_firewalls(self.clients, run_id)
+        account = self.iam.get(identity.service_account_email(self.project, run_id))
+        if account is not None and identity.run_of(account) == run_id:
+            found.append(identity.as_resource(self.project, run_id, account))
+        return found
 
     def delete_resources(self, resources: list[Resource]) -> None:
-        """Delete the run's firewall rules. Idempotent: missing ones are fine; other kinds are
-        ignored. Blocks."""
+        """Delete the run's firewall rules, then each run service account: its bindings on the
+        bucket its description names first, then the account. Idempotent: missing ones are
+        fine; other kinds are ignored. Blocks."""
         for res in resources:
             if res.kind == firewall.KIND_FIREWALL:
                 firewall.delete_firewall(self.clients, res.id)
+        for res in resources:
+            if res.kind == identity.KIND_SERVICE_ACCOUNT:
+                account = self.iam.get(res.id)
+                if account is None:
+                    continue
+                bucket = identity.bucket_of(account)
+                if bucket is not None:
+                    identity.revoke(self._storage(), res.id, bucket)
+                self.iam.delete(res.id)
+
+    @property
+    def iam(self) -> identity.IamClient:
+        """The IAM service-account client (built on first use; makes no call)."""
+        with self._lock:
+            if self._iam is None:
+                self._iam = identity.IamClient(self.auth)
+            return self._iam
+
+    def _storage(self) -> Any:
+        with self._lock:
+            if self._storage_client is None:
+                self._storage_client = identity.storage_client(self.auth)
+            return self._storage_client
 
     # -- nodes -----------------------------------------------------------------------------
 
-    def _service_account(self) -> str:
-        return os.environ.get(SERVICE_ACCOUNT_ENV, "").strip() or DEFAULT_SERVICE_ACCOUNT
+    def _service_account(self, run_id: str) -> str:
+        """The nodes' account: $CLOUDTRAIN_GCP_SERVICE_ACCOUNT, else the run's own."""
+        user = _user_account()
+        if user is not None:
+            return user
+        with self._lock:
+            known = self._emails.get(run_id)
+        return known or identity.service_account_email(self.project, run_id)
 
     def _zone_of(self, run: RunInfo, request: NodeRequest) -> str:
         zone = request.zone or run.zone or self.default_zone
@@ -149,6 +208,7 @@ class GcpCompute(Compute):
         from google.cloud import compute_v1
 
         zone = self._zone_of(run, request)
+        account = self._service_account(run.run_id)
         run_seconds = None
         if run.deadline is not None:
             run_seconds = run.deadline - time.time() + DEADLINE_GRACE_S
@@ -159,16 +219,13 @@ class GcpCompute(Compute):
             firewall.network_url(self.project),
             firewall.run_tag(run.run_id),
             run_seconds,
-            self._service_account(),
+            account,
         )
         what = f"create instance {request.name} ({request.instance_type}) in {zone}"
         resource = compute_v1.Instance.from_json(json.dumps(body))
+        waits_for = None if _user_account() is not None else account
         try:
-            with gcp_errors(what, zone=zone):
-                op = self.clients.instances.insert(
-                    project=self.project, zone=zone, instance_resource=resource
-                )
-            wait_zone_operation(self.clients, zone, operation_name(op), what)
+            self._insert(zone, resource, what, waits_for)
         except ProviderError as err:
             if not already_exists(err):
                 raise
@@ -184,6 +241,32 @@ class GcpCompute(Compute):
         if node is None:
             raise ProviderError(f"{what}: the instance vanished right after its create")
         return node
+
+    def _insert(self, zone: str, resource: Any, what: str, new_account: str | None) -> None:
+        """Insert and wait for the operation. While GCE does not know `new_account` yet (a
+        run's account just made: IAM is eventually consistent) the insert is tried again, for
+        up to `identity.PROPAGATION_S`; then TransientError. Blocks."""
+        deadline = time.monotonic() + identity.PROPAGATION_S
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                with gcp_errors(what, zone=zone):
+                    op = self.clients.instances.insert(
+                        project=self.project, zone=zone, instance_resource=resource
+                    )
+                wait_zone_operation(self.clients, zone, operation_name(op), what)
+                return
+            except ProviderError as err:
+                if new_account is None or not identity.not_visible_yet(err, new_account):
+                    raise
+                pause = backoff_s(attempt, 0.5, 8.0)
+                if time.monotonic() + pause > deadline:
+                    raise TransientError(
+                        f"{what}: service account {new_account} is still unknown to Compute "
+                        f"Engine after {identity.PROPAGATION_S:.0f}s"
+                    ) from err
+                time.sleep(pause)
 
     def _get(self, zone: str, name: str) -> Node | None:
         """The node of that name in `zone`, or None. Blocks."""
@@ -209,6 +292,29 @@ class GcpCompute(Compute):
                     if node is not None and node.run_id == run_id:
                         nodes.append(node)
         return sorted(nodes, key=lambda n: n.name)
+
+    def inventory(self) -> list[Tagged]:
+        """Every instance of the project labelled `cloudtrain-run`, in every zone (as
+        `list_nodes` and so teardown reach them), every firewall rule cloudtrain made, of
+        every run, with GCE's creationTimestamp, and every run's service account. Project-wide,
+        not only this region. Blocks; read-only."""
+        out: list[Tagged] = []
+        with gcp_errors("list cloudtrain's instances"):
+            pager = self.clients.instances.aggregated_list(
+                request={"project": self.project, "filter": "labels.cloudtrain-run:*"}
+            )
+            for _scope, scoped in pager:
+                for inst in scoped.instances:
+                    data = _json(inst)
+                    node = to_node(data)
+                    if node is None:
+                        continue
+                    region = node.zone.rsplit("-", 1)[0] if node.zone else None
+                    created = firewall.rfc3339_epoch(data.get("creationTimestamp"))
+                    out.append(
+                        Tagged(node.run_id, "node", node.name, created, node.instance_type, region)
+                    )
+        return out + firewall.tagged_firewalls(self.clients) + identity.tagged(self.iam)
 
     def delete_node(self, node: Node) -> None:
         """Delete one instance and wait until it is gone. Idempotent: a missing instance is
@@ -278,3 +384,17 @@ class GcpCompute(Compute):
             install_stack=True,
             power_off="shutdown -h now",
         )
+
+
+def _user_account() -> str | None:
+    """$CLOUDTRAIN_GCP_SERVICE_ACCOUNT: the user's own account for the nodes, or None."""
+    return os.environ.get(SERVICE_ACCOUNT_ENV, "").strip() or None
+
+
+def _store_of(store_uri: str) -> Any:
+    """The run's GcsStore (its bucket and prefix), or None for no gs:// store. Makes no call."""
+    if not store_uri.startswith("gs://"):
+        return None
+    from cloudtrain.providers.gcp.storage import GcsStore
+
+    return GcsStore(store_uri)

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import json
 import os
+from datetime import datetime
 from typing import Any
 
 from cloudtrain.errors import NotFound, ProviderError
 from cloudtrain.providers.access import check_port_range, ssh_cidr
-from cloudtrain.providers.base import Resource, RunInfo
+from cloudtrain.providers.base import Resource, RunInfo, Tagged
 from cloudtrain.providers.gcp.clients import (
     ComputeClients,
     operation_name,
@@ -123,6 +124,39 @@ def find_firewalls(clients: ComputeClients, run_id: str) -> list[Resource]:
         for r in rules
         if r.name in wanted
     ]
+
+
+def rfc3339_epoch(value: str | None) -> float | None:
+    """Epoch seconds of a GCE timestamp such as `2024-05-01T12:00:00.000-07:00`, or None. Pure."""
+    if not value:
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def tagged_firewalls(clients: ComputeClients) -> list[Tagged]:
+    """Every firewall rule of the project that cloudtrain made for some run, as Tagged (region
+    `global`, with GCE's creationTimestamp). Rules carry no labels, so a rule counts only when
+    its name, its target tag and its description all name the same run. Blocks; read-only."""
+    project = clients.auth.project
+    with gcp_errors("list cloudtrain's firewall rules"):
+        request = {"project": project, "filter": 'name eq "cloudtrain-.*"'}
+        rules = list(clients.firewalls.list(request=request))
+    out = []
+    for rule in rules:
+        tags = [str(t) for t in rule.target_tags if str(t).startswith(run_tag(""))]
+        if len(tags) != 1:
+            continue
+        run_id = tags[0][len(run_tag("")) :]
+        if not run_id or rule.name not in (tags[0], tags[0] + SSH_SUFFIX):
+            continue
+        if not str(rule.description or "").startswith(f"cloudtrain run {run_id}:"):
+            continue
+        created = rfc3339_epoch(rule.creation_timestamp or None)
+        out.append(Tagged(run_id, KIND_FIREWALL, str(rule.name), created, region="global"))
+    return out
 
 
 def delete_firewall(clients: ComputeClients, name: str) -> None:

@@ -38,6 +38,7 @@ from google.cloud import storage
 from google.cloud.storage.constants import PUBLIC_ACCESS_PREVENTION_ENFORCED
 from google.cloud.storage.retry import DEFAULT_RETRY
 
+from cloudtrain.crashpoints import crash_point
 from cloudtrain.errors import CredentialsError, NotFound, ProviderError, TransientError
 from cloudtrain.providers.base import ObjectInfo, Resource, parallel_map
 from cloudtrain.providers.gcp.errors import already_exists, gcp_errors
@@ -181,6 +182,7 @@ class GcsStore:
         bucket = self._existing_bucket()
         if bucket is None:
             bucket = self._create()
+            crash_point("bucket")
             self._secure(bucket)
         elif self._is_default():
             self._secure(bucket)

@@ -5,8 +5,8 @@ The adapter talks to the fake through the real google-cloud-compute client (CLOU
 with anonymous credentials). Every instance it inserts is booted by the harness, which runs the
 instance's own `startup-script` metadata as a local process session pointed at the emulator (as
 google-cloud-storage honours STORAGE_EMULATOR_HOST). The training is real TensorFlow; checkpoints
-and the model land in the emulated GCS; afterwards the fake holds no instance and no firewall rule
-of the run.
+and the model land in the emulated GCS; afterwards the fake holds no instance, firewall rule or
+service account of the run, and the bucket policy no binding of it.
 """
 
 from __future__ import annotations
@@ -54,9 +54,24 @@ class GcpBox:
     def run_firewalls(self, run_id: str) -> list[dict[str, Any]]:
         return [f for f in self.cloud.gce.firewalls() if run_id in f["name"]]
 
+    def run_accounts(self, run_id: str) -> list[dict[str, Any]]:
+        """The run's service accounts in the fake's IAM (display name `cloudtrain run <id>`)."""
+        return [
+            a
+            for a in self.cloud.gce.service_accounts()
+            if a["displayName"] == f"cloudtrain run {run_id}"
+        ]
+
+    def run_bindings(self, run_id: str) -> list[dict[str, Any]]:
+        """The bucket policy's bindings that name the run (its account or its prefix)."""
+        policy = self.cloud.gcs.iam_policy(self.bucket)
+        return [b for b in policy.get("bindings") or [] if run_id in json.dumps(b)]
+
     def assert_nothing_left(self, run_id: str) -> None:
         assert self.cloud.gce.instances() == []
         assert self.run_firewalls(run_id) == []
+        assert self.run_accounts(run_id) == []
+        assert self.run_bindings(run_id) == []
         assert self.harness.live_sessions() == []
         resources = self.ct.ledger().resources(run_id)
         assert resources and all(r.state == "deleted" for r in resources)
@@ -73,7 +88,12 @@ def _discover(cloud: GcpCloud) -> list[Vm]:
 
 @pytest.fixture
 def gcp(ct: Env, gcp_cloud: GcpCloud, tmp_path: Path) -> Iterator[GcpBox]:
-    names = ("CLOUDTRAIN_GCE_ENDPOINT", "STORAGE_EMULATOR_HOST", "GOOGLE_CLOUD_PROJECT")
+    names = (
+        "CLOUDTRAIN_GCE_ENDPOINT",
+        "CLOUDTRAIN_IAM_ENDPOINT",
+        "STORAGE_EMULATOR_HOST",
+        "GOOGLE_CLOUD_PROJECT",
+    )
     ct.env.update({k: os.environ[k] for k in (*names, "NO_PROXY") if k in os.environ})
 
     def power_off(name: str) -> None:  # `shutdown -h now` on GCE stops the VM: TERMINATED

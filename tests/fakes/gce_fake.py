@@ -26,6 +26,11 @@ Served, under `/compute/v1/projects/{project}` (camelCase JSON, int64 fields as 
   `-f` for us-central1, or what `set_region_zones(region, zones)` scripted; else 404).
 - `zones`: GET list (`filter`, paging) of the zones of a few default and all scripted regions.
 
+and, on the same server, IAM's `/v1/projects/{project}/serviceAccounts` (create, list, get,
+delete: see gce_iam; point CLOUDTRAIN_IAM_ENDPOINT at `fake.url`). Instances keep the
+`serviceAccounts` they were inserted with; with `require_known_service_accounts` on, an insert
+naming an account the fake's IAM does not hold is refused (400) as on GCE.
+
 Instance and firewall insert and delete honour `requestId` (a UUID, else 400) like GCE: a repeat
 within the project answers the first request's operation as it stands and does nothing again.
 
@@ -125,6 +130,7 @@ class GceFake(InstancesMixin, FirewallsMixin, RegionsMixin):
         self._lock = threading.RLock()
         self._state = State()
         self.operation_polls_to_done = DEFAULT_POLLS_TO_DONE
+        self.require_known_service_accounts = False
         self._server: FakeServer | None = None
         self._thread: threading.Thread | None = None
         self.url = ""
@@ -160,6 +166,7 @@ class GceFake(InstancesMixin, FirewallsMixin, RegionsMixin):
         with self._lock:
             self._state = State()
             self.operation_polls_to_done = DEFAULT_POLLS_TO_DONE
+            self.require_known_service_accounts = False
 
     def client_kwargs(self) -> dict[str, Any]:
         """Keyword arguments that point a google-cloud-compute client at this fake."""

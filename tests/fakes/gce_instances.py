@@ -2,12 +2,13 @@
 
 Serves insert, list (`filter`: see gce_listing), aggregated list, get, delete and serial port
 output of instances. An insert is checked like GCE does (`validate_instance()`, then
-`validate_instance_extras()`: scheduling, accelerators, tags, disk URLs), stored PROVISIONING
-with GCE's defaults (absolute URLs, ids, fingerprints of labels, metadata and tags, scheduling,
-the project's account for `default`, NICs and IPs, disk names, sizes and modes), and turns
-RUNNING when its operation is DONE, or vanishes then if a scripted fault of its zone was pending;
-a delete leaves the instance STOPPING until its operation is DONE. A repeated `requestId`
-answers its first operation and does nothing. Methods run under the fake's lock.
+`validate_instance_extras()`: scheduling, accelerators, tags, disk URLs; then the service
+accounts it names, see gce_iam), stored PROVISIONING with GCE's defaults (absolute URLs, ids,
+fingerprints of labels, metadata and tags, scheduling, the project's account for `default`,
+NICs and IPs, disk names, sizes and modes), and turns RUNNING when its operation is DONE, or
+vanishes then if a scripted fault of its zone was pending; a delete leaves the instance
+STOPPING until its operation is DONE. A repeated `requestId` answers its first operation and
+does nothing. Methods run under the fake's lock.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from tests.fakes.gce_errors import GceApiError, invalid, invalid_field, not_foun
 from tests.fakes.gce_faults import Fault, fault_error
 from tests.fakes.gce_filters import matches_filter, parse_filter
 from tests.fakes.gce_formats import API_ROOT, NAME_RE, expand, now, validate_instance
+from tests.fakes.gce_iam import IamMixin
 from tests.fakes.gce_listing import page
 from tests.fakes.gce_operations import OperationsMixin
 
@@ -102,7 +104,7 @@ def validate_instance_extras(body: dict[str, Any]) -> None:
                 )
 
 
-class InstancesMixin(OperationsMixin):
+class InstancesMixin(IamMixin, OperationsMixin):
     """The `zones/{zone}/instances` and `aggregated/instances` routes."""
 
     def _instance_key(self, params: dict[str, str]) -> tuple[str, str, str]:
@@ -124,6 +126,7 @@ class InstancesMixin(OperationsMixin):
             return replay
         validate_instance(body)
         validate_instance_extras(body)
+        self._check_instance_accounts(project, body)
         name = body["name"]
         key = (project, zone, name)
         resource = f"projects/{project}/zones/{zone}/instances/{name}"

@@ -1,6 +1,7 @@
 """The GCE fake's routing table: which handler serves a request's method and path.
 
-Each `Route` maps an HTTP method and a path pattern under `/compute/v1/projects/{project}` to
+Each `Route` maps an HTTP method and a path pattern under `/compute/v1/projects/{project}` (or,
+for IAM service accounts, `/v1/projects/{project}/serviceAccounts`) to
 an action, the name of the fake's handler method without its leading underscore (e.g.
 `insert_instance` -> `GceFake._insert_instance`). `match_route()` picks the route and its
 URL-decoded path parameters, answering like GCE 405 for a known path with another method and
@@ -27,6 +28,7 @@ class Route:
 
 _PROJECT = r"/compute/v1/projects/(?P<project>[^/]+)"
 _ZONE = _PROJECT + r"/zones/(?P<zone>[^/]+)"
+_IAM = r"/v1/projects/(?P<project>[^/]+)/serviceAccounts"
 ROUTES = [
     Route(m, re.compile(p), a)
     for m, p, a in (
@@ -46,6 +48,10 @@ ROUTES = [
         ("DELETE", _PROJECT + r"/global/firewalls/(?P<name>[^/]+)", "delete_firewall"),
         ("GET", _PROJECT + r"/global/operations/(?P<op>[^/]+)", "get_operation"),
         ("POST", _PROJECT + r"/global/operations/(?P<op>[^/]+)/wait", "wait_operation"),
+        ("POST", _IAM, "create_account"),
+        ("GET", _IAM, "list_accounts"),
+        ("GET", _IAM + r"/(?P<account>[^/]+)", "get_account"),
+        ("DELETE", _IAM + r"/(?P<account>[^/]+)", "delete_account"),
     )
 ]
 

@@ -3,7 +3,8 @@
 It holds the instances (by project, zone and name), firewall rules (by project and name) and
 operations (by project, scope and name, in creation order), the operation each `requestId` of a
 project started, the scripted zones of regions, the serial port text per instance name, the
-scripted insert faults per zone, the log of served requests, and the counters that hand out
+scripted insert faults per zone, the log of served requests, the IAM service accounts (by
+project and email) and the scripted IAM propagation lag, and the counters that hand out
 resource ids and internal IPs. `Operation` is one zonal or global operation with the
 callback that applies its effect when it is DONE. Every access goes through the fake's lock.
 """
@@ -45,5 +46,7 @@ class State:
     serial: dict[str, str] = field(default_factory=dict)
     faults: dict[str, list[Fault]] = field(default_factory=dict)
     requests: list[str] = field(default_factory=list)
+    service_accounts: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    account_lag: int = 0  # instance inserts naming a non-default account still to refuse
     ids: Iterator[int] = field(default_factory=lambda: itertools.count(4_611_686_018_427_387_904))
     hosts: Iterator[int] = field(default_factory=lambda: host_numbers())

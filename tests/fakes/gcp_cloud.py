@@ -3,9 +3,11 @@
     from tests.fakes.gcp_cloud import gcp_cloud  # noqa: F401  (and its dependencies)
 
 The `gcp_cloud` fixture gives a fresh GCE fake and the session's (wiped) GCS emulator, and sets
-CLOUDTRAIN_GCE_ENDPOINT (cloudtrain's Compute Engine clients then use the fake with anonymous
-credentials), STORAGE_EMULATOR_HOST and GOOGLE_CLOUD_PROJECT for this process and its children
-(the CLI, and nodes booted by a boot harness). It skips when an SDK or the emulator is missing.
+CLOUDTRAIN_GCE_ENDPOINT and CLOUDTRAIN_IAM_ENDPOINT (cloudtrain's Compute Engine and IAM calls
+then use the fake, which serves both, with anonymous credentials), STORAGE_EMULATOR_HOST and
+GOOGLE_CLOUD_PROJECT for this process and its children (the CLI, and nodes booted by a boot
+harness). The fake refuses instances naming a service account its IAM does not hold, as GCE
+does. It skips when an SDK or the emulator is missing.
 """
 
 from __future__ import annotations
@@ -24,8 +26,17 @@ from tests.fakes.gcs_emulator import (
     gcs_emulator_session,
 )
 
-__all__ = ["GcpCloud", "gcp_available", "gcp_cloud", "gcs_emulator", "gcs_emulator_session"]
+__all__ = [
+    "ENDPOINT_ENV",
+    "IAM_ENDPOINT_ENV",
+    "GcpCloud",
+    "gcp_available",
+    "gcp_cloud",
+    "gcs_emulator",
+    "gcs_emulator_session",
+]
 ENDPOINT_ENV = "CLOUDTRAIN_GCE_ENDPOINT"
+IAM_ENDPOINT_ENV = "CLOUDTRAIN_IAM_ENDPOINT"
 
 
 @dataclass
@@ -48,7 +59,10 @@ def gcp_cloud(gcs_emulator: GcsEmulator, monkeypatch: pytest.MonkeyPatch) -> Ite
     if not gcp_available():
         pytest.skip("google-cloud-compute is not installed: pip install 'cloudtrain[gcp]'")
     fake = start_gce_fake()
+    fake.require_known_service_accounts = True
     monkeypatch.setenv(ENDPOINT_ENV, fake.url)
+    monkeypatch.setenv(IAM_ENDPOINT_ENV, fake.url)
+    monkeypatch.delenv("CLOUDTRAIN_GCP_SERVICE_ACCOUNT", raising=False)
     try:
         yield GcpCloud(fake, gcs_emulator)
     finally:

@@ -13,15 +13,24 @@ What the emulator (2026.7.19) serves, as far as cloudtrain cares:
   to start, PUT chunks), media downloads (`/download/storage/v1/...?alt=media`), batch;
 - `GET` and `PUT` on `/{bucket}/{object}`: the path of a V4 signed URL. Query parameters
   (signatures) are ignored, so signed and unsigned URLs both work, and never expire;
-- bucket `iamConfiguration` is stored and reported, but only through PATCH: an insert ignores it.
+- bucket `iamConfiguration` is stored and reported, but only through PATCH: an insert ignores it;
+- bucket IAM policies (`GET`/`PUT /storage/v1/b/{bucket}/iam`): stored, never enforced. The
+  emulator's own handlers keep the client's etag and accept any write; `install_iam_policy()`
+  (called by `start_gcs_emulator`) replaces them, in process, with GCS's behaviour: every write
+  gets a new etag, a write with a stale etag is refused 412, conditions need policy version 3
+  and uniform bucket-level access (else 400). `race_iam_policy(bucket, n)` makes the next `n`
+  writes lose a race with another writer (412), and `iam_policy(bucket)` reads the policy.
 Not served: `PUT` on the upload endpoint without an `upload_id` (the handler crashes, curl gets
 an empty reply), the XML multipart API. The server handles one request at a time.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import importlib.util
+import itertools
+import json
 import logging
 import os
 import socket
@@ -29,6 +38,7 @@ import threading
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
+from http import HTTPStatus
 from typing import Any
 
 import pytest
@@ -38,6 +48,99 @@ TEST_PROJECT = "cloudtrain-test"
 START_TIMEOUT_S = 10.0
 # Anything that could take precedence over the emulator or send loopback through a proxy.
 CLEARED_ENV = ("API_ENDPOINT_OVERRIDE", "GOOGLE_CLOUD_UNIVERSE_DOMAIN")
+_IAM_LOCK = threading.Lock()
+_IAM_RACES: dict[str, int] = {}  # bucket -> writes still to lose to "another writer"
+_ETAGS = itertools.count(1)
+NO_BUCKET = "The specified bucket does not exist."
+
+
+def _etag() -> str:
+    return base64.b64encode(f"etag-{next(_ETAGS)}".encode()).decode()
+
+
+def _gcs_error(response: Any, status: HTTPStatus, reason: str, message: str) -> None:
+    response.status = status
+    detail = {"domain": "global", "reason": reason, "message": message}
+    response.json({"error": {"code": status.value, "message": message, "errors": [detail]}})
+
+
+def _stored_policy(storage: Any, name: str) -> dict[str, Any]:
+    policy = storage.get_bucket_iam_policy(name)
+    if policy is None or not policy.get("etag") or policy.get("etag") == "CAE=":
+        policy = {"version": 1, "bindings": [], **(policy or {}), "etag": _etag()}
+        storage.set_bucket_iam_policy(name, policy)
+    return dict(policy)
+
+
+def _answer(response: Any, name: str, policy: dict[str, Any]) -> None:
+    response.json(
+        {
+            "kind": "storage#policy",
+            "resourceId": f"projects/_/buckets/{name}",
+            "version": policy.get("version", 1),
+            "etag": policy["etag"],
+            "bindings": policy.get("bindings") or [],
+        }
+    )
+
+
+def _get_iam_policy(request: Any, response: Any, storage: Any, *args: Any, **kw: Any) -> None:
+    """GET /b/{bucket}/iam: the stored policy with its etag (404 without the bucket)."""
+    name = request.params.get("bucket_name")
+    if not name or name not in storage.buckets:
+        _gcs_error(response, HTTPStatus.NOT_FOUND, "notFound", NO_BUCKET)
+        return
+    _answer(response, name, _stored_policy(storage, name))
+
+
+def _set_iam_policy(request: Any, response: Any, storage: Any, *args: Any, **kw: Any) -> None:
+    """PUT /b/{bucket}/iam: GCS's checks (etag, version 3 for conditions, uniform access)."""
+    name = request.params.get("bucket_name")
+    if not name or name not in storage.buckets:
+        _gcs_error(response, HTTPStatus.NOT_FOUND, "notFound", NO_BUCKET)
+        return
+    body = request.data if isinstance(request.data, dict) else {}
+    current = _stored_policy(storage, name)
+    with _IAM_LOCK:
+        racing = _IAM_RACES.get(name, 0) > 0
+        if racing:
+            _IAM_RACES[name] -= 1
+    if racing:  # another writer got in first
+        storage.set_bucket_iam_policy(name, {**current, "etag": _etag()})
+        current = _stored_policy(storage, name)
+    if body.get("etag") and body["etag"] != current["etag"]:
+        _gcs_error(
+            response, HTTPStatus.PRECONDITION_FAILED, "conditionNotMet", "Precondition Failed"
+        )
+        return
+    bindings = list(body.get("bindings") or [])
+    version = int(body.get("version") or 1)
+    if any(b.get("condition") for b in bindings):
+        uniform = (storage.buckets[name].get("iamConfiguration") or {}).get(
+            "uniformBucketLevelAccess"
+        ) or {}
+        if version < 3 or not uniform.get("enabled"):
+            _gcs_error(
+                response,
+                HTTPStatus.BAD_REQUEST,
+                "invalid",
+                "IAM conditions need policy version 3 and uniform bucket-level access.",
+            )
+            return
+    policy = {"version": version, "bindings": json.loads(json.dumps(bindings)), "etag": _etag()}
+    storage.set_bucket_iam_policy(name, policy)
+    _answer(response, name, policy)
+
+
+def install_iam_policy() -> None:
+    """Serve bucket IAM policies as GCS does (see the module docstring), in this process's
+    emulator. Idempotent."""
+    from gcp_storage_emulator import server
+
+    for regex, handlers in server.HANDLERS:
+        if regex.endswith("/iam$"):
+            handlers[server.GET] = _get_iam_policy
+            handlers[server.PUT] = _set_iam_policy
 
 
 @dataclass
@@ -61,8 +164,20 @@ class GcsEmulator:
 
     def wipe(self) -> None:
         """Forget every bucket, object and pending upload (GET /wipe, so it is serialized with
-        requests in flight). Blocks."""
+        requests in flight) and every scripted policy race. Blocks."""
         self._get("/wipe")
+        with _IAM_LOCK:
+            _IAM_RACES.clear()
+
+    def iam_policy(self, bucket: str) -> dict[str, Any]:
+        """The bucket's IAM policy as GCS answers it (version 3 asked). Blocks."""
+        data = self._get(f"/storage/v1/b/{bucket}/iam?optionsRequestedPolicyVersion=3")
+        return dict(json.loads(data))
+
+    def race_iam_policy(self, bucket: str, count: int = 1) -> None:
+        """Make the next `count` policy writes of `bucket` lose a race (412 conditionNotMet)."""
+        with _IAM_LOCK:
+            _IAM_RACES[bucket] = _IAM_RACES.get(bucket, 0) + count
 
     def stop(self) -> None:
         """Shut the server down. Idempotent."""
@@ -93,6 +208,7 @@ def start_gcs_emulator(attempts: int = 3) -> GcsEmulator:
     not finish in time is retried on another port (the stuck helper is a daemon)."""
     from gcp_storage_emulator.server import create_server
 
+    install_iam_policy()
     # Every 404 is logged as an error; handler crashes (gcp_storage_emulator.server) still show.
     for name in ("gcp_storage_emulator.storage", "api.object", "api.bucket"):
         logging.getLogger(name).setLevel(logging.CRITICAL)

@@ -42,9 +42,12 @@ RUN = "unit-abc123"
 @pytest.fixture
 def compute(gce_fake: GceFake, monkeypatch: pytest.MonkeyPatch) -> Iterator[GcpCompute]:
     monkeypatch.setenv("CLOUDTRAIN_GCE_ENDPOINT", gce_fake.url)
+    monkeypatch.setenv("CLOUDTRAIN_IAM_ENDPOINT", gce_fake.url)
     monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", PROJECT)
     monkeypatch.delenv("CLOUDTRAIN_SSH_CIDR", raising=False)
+    monkeypatch.delenv("CLOUDTRAIN_GCP_SERVICE_ACCOUNT", raising=False)
     gce_fake.operation_polls_to_done = 2
+    gce_fake.require_known_service_accounts = True
     yield GcpProvider(ProviderConfig(name="gcp", region=REGION, zone=ZONE)).compute
 
 
@@ -188,7 +191,8 @@ def test_ssh_needs_a_cidr_and_opens_22_to_it_only(
         firewall_bodies(run_info(ssh=True), PROJECT)
     monkeypatch.setenv("CLOUDTRAIN_SSH_CIDR", "203.0.113.7")
     made = compute.ensure_network(run_info(ssh=True))
-    assert {r.id for r in made} == {f"cloudtrain-{RUN}", f"cloudtrain-{RUN}-ssh"}
+    rules = {r.id for r in made if r.kind == "firewall"}
+    assert rules == {f"cloudtrain-{RUN}", f"cloudtrain-{RUN}-ssh"}
     ssh = next(r for r in gce_fake.firewalls() if r["name"].endswith("-ssh"))
     assert ssh["sourceRanges"] == ["203.0.113.7/32"]
     assert ssh["allowed"] == [{"IPProtocol": "tcp", "ports": ["22"]}]
@@ -196,7 +200,7 @@ def test_ssh_needs_a_cidr_and_opens_22_to_it_only(
     found = compute.list_resources(RUN)
     assert {r.id for r in found} == {r.id for r in made}
     compute.delete_resources(found)
-    assert gce_fake.firewalls() == []
+    assert gce_fake.firewalls() == [] and gce_fake.service_accounts() == []
 
 
 # --- operations, listing, deletion -------------------------------------------------------------
@@ -225,7 +229,9 @@ def test_nodes_are_listed_by_label_across_zones_and_deleted(
     reqs = [request(index=i) for i in range(3)]
     other = NodeRequest("other-run", "worker", 0, "n1-standard-4", "x", zone="us-central1-b")
     compute.create_nodes(run_info(), reqs)
-    compute.create_node(RunInfo("other-run", REGION, None, (2222, 2223)), other)
+    other_run = RunInfo("other-run", REGION, None, (2222, 2223))
+    compute.ensure_network(other_run)  # its own service account
+    compute.create_node(other_run, other)
     nodes = compute.list_nodes(RUN)
     assert [n.name for n in nodes] == [r.name for r in reqs]
     assert all(n.run_id == RUN and n.role == "worker" for n in nodes)

@@ -1,0 +1,398 @@
+"""The run's node identity: a service account per run that reaches only the run's bucket prefix.
+
+Each run gets its own service account, made through the IAM REST API
+(`POST {IAM}/v1/projects/{project}/serviceAccounts`). Its account id is derived from the run id
+alone (`account_id()`: `ct-` + a readable part of the run id + a short hash, 6-30 characters),
+so a retry or a `down` from a fresh process finds the same account; its display name is
+`cloudtrain run <run_id>` and its description names the run's bucket, so `find()` and
+`tagged()` recognise it from the cloud alone (no ledger) and `delete()` knows which bucket
+policy to clean.
+
+On the run's bucket (uniform bucket-level access) the account gets one binding,
+`roles/storage.objectAdmin` with the IAM condition (policy version 3)
+
+    resource.name.startsWith("projects/_/buckets/B/objects/P")
+      || api.getAttribute("storage.googleapis.com/objectListPrefix", "").startsWith("P")
+
+where P is `<store prefix>cloudtrain/runs/<run_id>/`. The first half scopes object reads,
+writes and deletes to the run's prefix; the second admits `storage.objects.list` (a
+bucket-level permission that a condition on `resource.name` cannot narrow) only for listings
+whose `prefix` lies inside the run's prefix. That is the documented way to grant a prefix
+listing with IAM Conditions (the `objectListPrefix` API attribute,
+https://cloud.google.com/iam/docs/conditions-attribute-reference, "API attributes").
+
+`CLOUDTRAIN_IAM_ENDPOINT=http://host:port` points the IAM calls at another endpoint with
+anonymous credentials, as CLOUDTRAIN_GCE_ENDPOINT does for Compute Engine. The bucket policy is
+read and written with google-cloud-storage, which honours STORAGE_EMULATOR_HOST itself.
+Every error is translated by `errors.translate`: 429/5xx become TransientError, which the
+callers (orchestrator, teardown, `create_nodes`) retry through `cloudtrain.retry`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from cloudtrain.errors import NotFound, ProviderError, TransientError
+from cloudtrain.providers.base import Resource, Tagged
+from cloudtrain.providers.gcp.clients import GcpAuth
+from cloudtrain.providers.gcp.errors import already_exists, error_codes, gcp_errors, translate
+from cloudtrain.retry import backoff_s
+
+KIND_SERVICE_ACCOUNT = "service_account"
+IAM_ENDPOINT_ENV = "CLOUDTRAIN_IAM_ENDPOINT"
+IAM_API = "https://iam.googleapis.com"
+DISPLAY_PREFIX = "cloudtrain run "
+OBJECT_ADMIN = "roles/storage.objectAdmin"
+LIST_PREFIX_ATTRIBUTE = "storage.googleapis.com/objectListPrefix"
+PROPAGATION_S = 60.0  # how long a new account may stay invisible to GCE and GCS (IAM is eventual)
+POLICY_ATTEMPTS = 8  # read-modify-write rounds of a bucket policy before giving up on conflicts
+REQUEST_TIMEOUT_S = 60.0
+DESCRIPTION_MAX = 256  # IAM's limits on a service account's description and display name
+DISPLAY_MAX = 100
+_ACCOUNT_ID_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])$")
+_BUCKET_IN_DESCRIPTION = re.compile(r"gs://([a-z0-9][a-z0-9._-]*[a-z0-9])")
+_NOT_VISIBLE = ("does not exist", "not found", "was not found")
+_CONFLICT_CODES = frozenset({"409", "412"})
+
+
+def account_id(run_id: str) -> str:
+    """The run's service account id: `ct-<up to 18 chars of the run id>-<8 hex>`, always 6-30
+    characters of `[a-z]([-a-z0-9]*[a-z0-9])`, the same for the same run id. Pure."""
+    readable = re.sub(r"[^a-z0-9-]+", "-", run_id.lower())[:18].strip("-")
+    digest = hashlib.sha256(run_id.encode()).hexdigest()[:8]
+    value = f"ct-{readable}-{digest}" if readable else f"ct-{digest}"
+    assert _ACCOUNT_ID_RE.match(value) and 6 <= len(value) <= 30, value
+    return value
+
+
+def service_account_email(project: str, run_id: str) -> str:
+    """The email of the run's service account in `project` (a domain-scoped project
+    `example.com:proj` has `...@proj.example.com.iam.gserviceaccount.com`). Pure."""
+    domain, _, name = project.rpartition(":")
+    host = f"{name}.{domain}" if domain else project
+    return f"{account_id(run_id)}@{host}.iam.gserviceaccount.com"
+
+
+def display_name(run_id: str) -> str:
+    """The account's display name, `cloudtrain run <run_id>` (how listings recognise it). Pure."""
+    return (DISPLAY_PREFIX + run_id)[:DISPLAY_MAX]
+
+
+def description(run_id: str, bucket: str | None) -> str:
+    """The account's description: the run and the bucket its binding is on. Raises
+    ProviderError when it would not fit IAM's 256 characters (a very long bucket name). Pure."""
+    text = f"{DISPLAY_PREFIX}{run_id}: node identity"
+    if bucket:
+        text += f", objects of gs://{bucket} under cloudtrain/runs/{run_id}/ only"
+    if len(text) > DESCRIPTION_MAX:
+        raise ProviderError(
+            f"run {run_id}: the bucket name gs://{bucket} is too long to record on the run's "
+            "service account",
+            hint="use a shorter bucket name, or set CLOUDTRAIN_GCP_SERVICE_ACCOUNT",
+        )
+    return text
+
+
+def bucket_of(account: dict[str, Any]) -> str | None:
+    """The bucket a listed account's description names, or None. Pure."""
+    match = _BUCKET_IN_DESCRIPTION.search(str(account.get("description") or ""))
+    return match.group(1) if match else None
+
+
+def run_of(account: dict[str, Any]) -> str | None:
+    """The run a listed account belongs to, or None when it is not one cloudtrain made: its
+    display name must name a run whose derived account id is the account's own. Pure."""
+    shown = str(account.get("displayName") or "")
+    if not shown.startswith(DISPLAY_PREFIX):
+        return None
+    run_id = shown[len(DISPLAY_PREFIX) :]
+    local = str(account.get("email") or "").split("@", 1)[0]
+    return run_id if run_id and local == account_id(run_id) else None
+
+
+def run_prefix(root: str, run_id: str) -> str:
+    """The object-name prefix of the run in its bucket (`root` is the store's own prefix, empty
+    or ending in '/'). Pure."""
+    return f"{root}cloudtrain/runs/{run_id}/"
+
+
+def prefix_condition(bucket: str, root: str, run_id: str) -> dict[str, str]:
+    """The IAM condition (title, description, CEL expression) of the run's bucket binding: the
+    run's objects, and listings inside the run's prefix (see the module docstring). Pure."""
+    prefix = run_prefix(root, run_id)
+    objects = json.dumps(f"projects/_/buckets/{bucket}/objects/{prefix}")
+    listing = f'api.getAttribute({json.dumps(LIST_PREFIX_ATTRIBUTE)}, "")'
+    expression = (
+        f"resource.name.startsWith({objects}) || {listing}.startsWith({json.dumps(prefix)})"
+    )
+    return {
+        "title": f"cloudtrain-{run_id}"[:100],
+        "description": f"cloudtrain run {run_id}: gs://{bucket}/{prefix} only"[:256],
+        "expression": expression,
+    }
+
+
+def prefix_binding(email: str, bucket: str, root: str, run_id: str) -> dict[str, Any]:
+    """The run's bucket binding: objectAdmin for the account, under `prefix_condition`. Pure."""
+    return {
+        "role": OBJECT_ADMIN,
+        "members": {f"serviceAccount:{email}"},
+        "condition": prefix_condition(bucket, root, run_id),
+    }
+
+
+def not_visible_yet(err: BaseException, email: str) -> bool:
+    """Whether a translated error says the new account `email` does not exist (yet): what GCE
+    and GCS answer while IAM propagates a new account. Pure."""
+    text = str(getattr(err, "message", err)).lower()
+    return email.lower() in text and any(s in text for s in _NOT_VISIBLE)
+
+
+# --- the IAM REST API --------------------------------------------------------------------------
+
+
+class IamClient:
+    """The IAM service-account calls cloudtrain makes, over `AuthorizedSession` with the
+    adapter's credentials (anonymous with CLOUDTRAIN_IAM_ENDPOINT). Thread-safe."""
+
+    def __init__(self, auth: GcpAuth) -> None:
+        self.project = auth.project
+        self._credentials = auth.credentials
+        self._lock = threading.Lock()
+        self._session: Any = None
+
+    def _base(self) -> str:
+        endpoint = os.environ.get(IAM_ENDPOINT_ENV, "").strip()
+        return (endpoint or IAM_API).rstrip("/") + "/v1"
+
+    def _open(self) -> Any:
+        with self._lock:
+            if self._session is None:
+                from google.auth.credentials import AnonymousCredentials
+                from google.auth.transport.requests import AuthorizedSession
+
+                overridden = bool(os.environ.get(IAM_ENDPOINT_ENV, "").strip())
+                credentials = AnonymousCredentials() if overridden else self._credentials
+                self._session = AuthorizedSession(credentials)
+            return self._session
+
+    def call(
+        self,
+        method: str,
+        path: str,
+        what: str,
+        body: dict[str, Any] | None = None,
+        params: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """One IAM request; the JSON answer. HTTP errors are translated (`errors.translate`):
+        404 NotFound, 409 a ProviderError with `already_exists`, 429/5xx TransientError.
+        Blocks."""
+        from google.api_core import exceptions as api
+
+        session = self._open()
+        with gcp_errors(what):
+            response = session.request(
+                method,
+                f"{self._base()}/{path}",
+                json=body,
+                params=params,
+                timeout=REQUEST_TIMEOUT_S,
+            )
+        if response.status_code >= 400:
+            exc = api.from_http_response(response)
+            raise translate(exc, what) from exc
+        return dict(response.json()) if response.content else {}
+
+    def _path(self, email: str) -> str:
+        return f"projects/{self.project}/serviceAccounts/{email}"
+
+    def create(self, run_id: str, bucket: str | None) -> dict[str, Any]:
+        """Create the run's account, or return it if it exists (409: a retry, or a concurrent
+        create). Raises ProviderError if an account of that id belongs to something else.
+        Idempotent; blocks."""
+        email = service_account_email(self.project, run_id)
+        body = {
+            "accountId": account_id(run_id),
+            "serviceAccount": {
+                "displayName": display_name(run_id),
+                "description": description(run_id, bucket),
+            },
+        }
+        what = f"create service account {email}"
+        try:
+            return self.call("POST", f"projects/{self.project}/serviceAccounts", what, body)
+        except ProviderError as err:
+            if not already_exists(err):
+                raise
+        account = self.get(email)
+        if account is None:  # it exists, but reads lag behind (IAM is eventually consistent)
+            raise TransientError(f"{what}: it exists but cannot be read yet")
+        if run_of(account) != run_id:
+            raise ProviderError(
+                f"{what}: an account of that id exists and is not cloudtrain's for run {run_id}",
+                hint="delete it, or set CLOUDTRAIN_GCP_SERVICE_ACCOUNT",
+            )
+        return account
+
+    def get(self, email: str) -> dict[str, Any] | None:
+        """The account, or None if it does not exist. Blocks."""
+        try:
+            return self.call("GET", self._path(email), f"read service account {email}")
+        except NotFound:
+            return None
+
+    def list(self) -> list[dict[str, Any]]:
+        """Every service account of the project (all pages). Blocks."""
+        out: list[dict[str, Any]] = []
+        token = ""
+        while True:
+            params: dict[str, Any] = {"pageSize": 100}
+            if token:
+                params["pageToken"] = token
+            page = self.call(
+                "GET",
+                f"projects/{self.project}/serviceAccounts",
+                f"list the service accounts of project {self.project}",
+                params=params,
+            )
+            out += list(page.get("accounts") or [])
+            token = str(page.get("nextPageToken") or "")
+            if not token:
+                return out
+
+    def delete(self, email: str) -> None:
+        """Delete the account. Idempotent: a missing one is fine. Blocks."""
+        try:
+            self.call("DELETE", self._path(email), f"delete service account {email}")
+        except NotFound:
+            return
+
+
+# --- the bucket policy -------------------------------------------------------------------------
+
+
+def _update_policy(
+    client: Any, bucket_name: str, change: Callable[[list[dict[str, Any]]], bool], what: str
+) -> None:
+    """Read-modify-write the bucket's IAM policy (version 3) with its etag: `change` edits the
+    bindings in place and says whether anything changed (nothing changed: no write). A
+    concurrent writer (409/412) makes it read again, up to POLICY_ATTEMPTS times, then it
+    raises TransientError. Raises NotFound for a missing bucket. Blocks."""
+    for attempt in range(1, POLICY_ATTEMPTS + 1):
+        bucket = client.bucket(bucket_name)
+        with gcp_errors(f"read the IAM policy of gs://{bucket_name}"):
+            policy = bucket.get_iam_policy(requested_policy_version=3)
+        bindings = [dict(b) for b in policy.bindings]
+        if not change(bindings):
+            return
+        policy.version = 3
+        policy.bindings = bindings
+        try:
+            with gcp_errors(what):
+                bucket.set_iam_policy(policy)
+            return
+        except ProviderError as err:
+            if not error_codes(err) & _CONFLICT_CODES:
+                raise
+            if attempt == POLICY_ATTEMPTS:
+                raise TransientError(f"{what}: the policy kept changing underneath") from err
+            time.sleep(backoff_s(attempt, 0.05, 1.0))
+
+
+def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    return a.get("role") == b.get("role") and a.get("condition") == b.get("condition")
+
+
+def grant(client: Any, email: str, bucket: str, root: str, run_id: str) -> bool:
+    """Give the account the run's prefix binding on `bucket` (and no other binding there).
+    Returns False, granting nothing, when the bucket does not exist (yet): the account then
+    reaches no object at all. A new account that GCS does not know yet is waited for up to
+    PROPAGATION_S. Idempotent; blocks."""
+    wanted = prefix_binding(email, bucket, root, run_id)
+    member = f"serviceAccount:{email}"
+
+    def change(bindings: list[dict[str, Any]]) -> bool:
+        before = [(b["role"], sorted(b.get("members") or ()), b.get("condition")) for b in bindings]
+        for b in bindings:
+            if not _same(b, wanted):
+                b["members"] = set(b.get("members") or ()) - {member}
+        kept = [b for b in bindings if b.get("members")]
+        mine = next((b for b in kept if _same(b, wanted)), None)
+        if mine is None:
+            kept.append(dict(wanted))
+        else:
+            mine["members"] = set(mine.get("members") or ()) | {member}
+        bindings[:] = kept
+        after = [(b["role"], sorted(b.get("members") or ()), b.get("condition")) for b in kept]
+        return sorted(before, key=repr) != sorted(after, key=repr)
+
+    what = f"grant {email} the prefix {run_prefix(root, run_id)} of gs://{bucket}"
+    deadline = time.monotonic() + PROPAGATION_S
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            _update_policy(client, bucket, change, what)
+            return True
+        except NotFound:
+            return False
+        except ProviderError as err:
+            if not not_visible_yet(err, email) or time.monotonic() > deadline:
+                raise
+            time.sleep(backoff_s(attempt, 0.5, 8.0))
+
+
+def revoke(client: Any, email: str, bucket: str) -> None:
+    """Remove the account from every binding of `bucket` (bindings left empty go). Idempotent:
+    no such binding, or no bucket, is fine. Blocks."""
+    member = f"serviceAccount:{email}"
+
+    def change(bindings: list[dict[str, Any]]) -> bool:
+        if not any(member in (b.get("members") or ()) for b in bindings):
+            return False
+        for b in bindings:
+            b["members"] = set(b.get("members") or ()) - {member}
+        bindings[:] = [b for b in bindings if b["members"]]
+        return True
+
+    try:
+        _update_policy(client, bucket, change, f"remove {email} from gs://{bucket}")
+    except NotFound:
+        return
+
+
+def storage_client(auth: GcpAuth) -> Any:
+    """A google-cloud-storage client for bucket policies: the adapter's credentials, or
+    anonymous ones on the emulator (STORAGE_EMULATOR_HOST). Makes no call."""
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import storage
+
+    emulated = bool(os.environ.get("STORAGE_EMULATOR_HOST"))
+    credentials = AnonymousCredentials() if emulated else auth.credentials
+    with gcp_errors("open a Cloud Storage client for bucket policies"):
+        return storage.Client(project=auth.project, credentials=credentials)
+
+
+def as_resource(project: str, run_id: str, account: dict[str, Any] | None = None) -> Resource:
+    """The account as a Resource (id = its email, region `global`). Pure."""
+    email = str((account or {}).get("email") or service_account_email(project, run_id))
+    unique = (account or {}).get("uniqueId")
+    return Resource("gcp", KIND_SERVICE_ACCOUNT, email, "global", run_id, unique and str(unique))
+
+
+def tagged(iam: IamClient) -> list[Tagged]:
+    """Every run's service account in the project (see `run_of`), as Tagged (IAM reports no
+    creation time; region None: global). Blocks; read-only."""
+    out = []
+    for account in iam.list():
+        run_id = run_of(account)
+        if run_id is not None:
+            out.append(Tagged(run_id, KIND_SERVICE_ACCOUNT, str(account["email"]), None))
+    return out
