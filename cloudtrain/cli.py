@@ -92,6 +92,13 @@ def _provider(
     return wrap(provider, faults) if faults else provider
 
 
+def _store(prov: Any, uri: str) -> Any:
+    """The provider's store at `uri`, every call through the one retry policy."""
+    from cloudtrain.providers.retrying import RetryingStore
+
+    return RetryingStore(prov.store(uri))
+
+
 def _ledger() -> Ledger:
     from cloudtrain.ledger import Ledger
 
@@ -263,7 +270,7 @@ def status(run_id: RunArg, as_json: JsonOpt = False) -> None:
     from cloudtrain.runstate import RunReader
 
     prov = _provider(rec.provider, rec.region, rec.zone, rec.account)
-    snap = RunReader(prov.store(rec.store_uri), rec.run_id).poll()
+    snap = RunReader(_store(prov, rec.store_uri), rec.run_id).poll()
     nodes = {n.name: n for n in prov.compute.list_nodes(rec.run_id)}
     live = [r for r in ledger.resources(rec.run_id, live_only=True) if r.kind != "bucket"]
     data = {
@@ -321,7 +328,7 @@ def logs(
     from cloudtrain.runstate import RunReader
 
     prov = _provider(rec.provider, rec.region, rec.zone, rec.account)
-    reader = RunReader(prov.store(rec.store_uri), rec.run_id)
+    reader = RunReader(_store(prov, rec.store_uri), rec.run_id)
     out = sys.stdout
     if bootstrap:
         from cloudtrain.bootlog import durations_text, parse
@@ -407,7 +414,7 @@ def down(
 
     Idempotent; works after a crash, and from the cloud's tags alone without a ledger."""
     from cloudtrain.errors import UsageError
-    from cloudtrain.teardown import request_stop, teardown
+    from cloudtrain.teardown import request_stop, scrub_secrets, teardown
 
     ledger = _ledger()
     rec = ledger.get_run(run_id)
@@ -429,6 +436,7 @@ def down(
     report = teardown(
         prov, ledger if rec else None, rid, lambda m: console.print(f"cloudtrain {m}")
     )
+    scrub_secrets(prov, store_uri, rid)
     if rec is not None:
         ledger.set_status(rid, "done", rec.outcome or "crashed", rec.detail)
     console.print(
@@ -436,6 +444,58 @@ def down(
         f"{len(report.resources_deleted)} other resource(s) deleted in {report.seconds:.1f}s; "
         "nothing of it is left"
     )
+
+
+@app.command()
+def gc(
+    provider: Annotated[
+        str | None,
+        typer.Option(
+            "--provider",
+            "-p",
+            help="Where to look; default: every provider the ledger has runs for.",
+        ),
+    ] = None,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Delete what is found.")] = False,
+    region: Annotated[
+        str | None,
+        typer.Option("--region", help="Where to look; default: the regions of the ledger's runs."),
+    ] = None,
+    project: Annotated[
+        str | None, typer.Option("--project", help="GCP project / Azure subscription.")
+    ] = None,
+) -> None:
+    """Find resources of finished or unknown runs left in the cloud; delete them with --yes.
+
+    Runs the ledger says are live are left alone until past their deadline. Idempotent."""
+    from cloudtrain import gc as gc_mod
+    from cloudtrain.catalog import Catalog
+
+    ledger = _ledger()
+    console = _console()
+    catalog = Catalog.bundled()
+    pending = 0
+    failed: list[gc_mod.GcReport] = []
+    for scope in gc_mod.scopes(ledger.list_runs(limit=gc_mod.ALL_RUNS), provider, region, project):
+        prov = _provider(scope.provider, scope.region, None, scope.account)
+        found = gc_mod.survey(prov, ledger, scope)
+        for run in found.live:
+            console.print(f"left alone: run {run.run_id} ({run.reason})")
+        if not found.leaked:
+            console.print(f"no leaked cloudtrain resources in {found.where}")
+            continue
+        console.print(gc_mod.table(found, gc_mod.rows(found, catalog)))
+        if not yes:
+            pending += len(found.leaked)
+            continue
+        report = gc_mod.collect(prov, ledger, found, lambda m: console.print(f"cloudtrain {m}"))
+        console.print(report.summary())
+        if report.failed:
+            failed.append(report)
+    if pending:
+        console.print(f"{pending} run(s) would be deleted; pass --yes to delete them")
+    for report in failed:
+        report.raise_for_errors()
 
 
 def _register_catalog() -> None:

@@ -8,6 +8,7 @@ Each method's docstring states whether it is idempotent and whether it blocks.
 from __future__ import annotations
 
 import re
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -67,6 +68,18 @@ class Resource:
     region: str | None
     run_id: str
     cloud_id: str | None = None  # the id the cloud assigned (sg-..., i-...), once known
+
+
+@dataclass(frozen=True)
+class Tagged:
+    """One resource of any run, found by cloudtrain's tags (for `cloudtrain gc`)."""
+
+    run_id: str
+    kind: str  # "node", or the Resource kind (security-group, firewall, resource-group, ...)
+    id: str  # the node name, or the Resource id (what `list_nodes`/`list_resources` report)
+    created: float | None  # epoch seconds from the cloud, None if it does not say
+    instance_type: str | None = None
+    region: str | None = None  # None: a global resource (IAM) that does not say its run's region
 
 
 @dataclass(frozen=True)
@@ -263,16 +276,28 @@ class Compute(ABC):
     def delete_resources(self, resources: list[Resource]) -> None:
         """Delete network/identity resources. Idempotent: missing ones are fine. Blocks."""
 
+    @abstractmethod
+    def inventory(self) -> list[Tagged]:
+        """Every cloudtrain-tagged node and network/identity resource in this compute's
+        region/account, of every run; deleted ones excluded. For each run, the same nodes and
+        resources `list_nodes`/`list_resources` report. Blocks; read-only."""
+
     def create_nodes(self, run: RunInfo, requests: list[NodeRequest]) -> list[Node]:
         """Create all nodes in parallel (see `create_node`), each retried on transient errors
         by the one retry policy. Idempotent; does not wait for boot.
 
         Every request is attempted; if any failed, the first error is raised after all have
         finished, so the caller knows the full set that may exist (the ledger has them all)."""
+        from cloudtrain.crashpoints import crash_point
         from cloudtrain.retry import retrying
 
+        done = _Counter()
+
         def create(req: NodeRequest) -> Node:
-            return retrying(lambda: self.create_node(run, req), what=f"create node {req.name}")
+            node = retrying(lambda: self.create_node(run, req), what=f"create node {req.name}")
+            if done.bump() == 1 and len(requests) > 1:
+                crash_point("between-creates")
+            return node
 
         return _unwrap(parallel_map(create, requests, self.max_parallel))
 
@@ -286,10 +311,15 @@ class Compute(ABC):
     def delete_listed(self, nodes: list[Node]) -> None:
         """Delete nodes the caller has just listed, in parallel, each retried on transient
         errors; wait until they are gone. Idempotent."""
+        from cloudtrain.crashpoints import crash_point
         from cloudtrain.retry import retrying
+
+        done = _Counter()
 
         def delete(node: Node) -> None:
             retrying(lambda: self.delete_node(node), what=f"delete node {node.name}")
+            if done.bump() == 1:
+                crash_point("teardown-half")
 
         _unwrap(parallel_map(delete, nodes, self.max_parallel))
 
@@ -305,6 +335,20 @@ class Compute(ABC):
     def startup_blocks(self, run: RunInfo, request: NodeRequest) -> StartupBlocks:
         """The provider's pieces of the startup script for one node."""
         return StartupBlocks()
+
+
+class _Counter:
+    """A thread-safe counter for the fan-outs."""
+
+    def __init__(self) -> None:
+        self._n = 0
+        self._lock = threading.Lock()
+
+    def bump(self) -> int:
+        """Add one; returns the new count."""
+        with self._lock:
+            self._n += 1
+            return self._n
 
 
 def parallel_map(

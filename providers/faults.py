@@ -33,6 +33,7 @@ from cloudtrain.providers.base import (
     Resource,
     RunInfo,
     StartupBlocks,
+    Tagged,
 )
 
 FAULTS_ENV = "CLOUDTRAIN_FAULTS"
@@ -50,6 +51,9 @@ class FaultPlan:
     lost_reply_rate: float = 0.0  # fraction of create_node calls that succeed, then raise
     capacity_errors: dict[str, int] = field(default_factory=dict)  # zone -> failing creates
     preempt_after_s: dict[str, float] = field(default_factory=dict)  # node name -> s after create
+    # node -> extra seconds its create takes (a VM that is slow to provision; keys as
+    # preempt_after_s: a node name, or its "role-index" suffix such as "worker-1")
+    slow_create_s: dict[str, float] = field(default_factory=dict)
     seed: int = 0  # seeds the random draws of the *_rate faults
 
     @property
@@ -71,7 +75,7 @@ class FaultPlan:
         plan = cls()
         try:
             for key, value in data.items():
-                if key in ("capacity_errors", "preempt_after_s"):
+                if key in ("capacity_errors", "preempt_after_s", "slow_create_s"):
                     if not isinstance(value, Mapping):
                         raise TypeError(f"{key} must be an object")
                     conv = int if key == "capacity_errors" else float
@@ -113,8 +117,19 @@ class FaultPlan:
         negative = [n for n in ("latency_s", "store_latency_s") if getattr(self, n) < 0]
         negative += [f"capacity_errors[{z}]" for z, n in self.capacity_errors.items() if n < 0]
         negative += [f"preempt_after_s[{k}]" for k, s in self.preempt_after_s.items() if s < 0]
+        negative += [f"slow_create_s[{k}]" for k, s in self.slow_create_s.items() if s < 0]
         if negative:
             raise UsageError(f"{source}: {', '.join(negative)} must not be negative")
+
+
+def _for_node(per_node: Mapping[str, float], name: str) -> float | None:
+    """The value for node `name` in a per-node plan keyed by full name or "role-index". Pure."""
+    if name in per_node:
+        return per_node[name]
+    for key, value in per_node.items():
+        if name.endswith("-" + key):
+            return value
+    return None
 
 
 class _Injector:
@@ -124,6 +139,7 @@ class _Injector:
         self.latency_s = latency_s
         self.error_rate = error_rate
         self.calls: Counter[str] = Counter()
+        self.throttled: Counter[str] = Counter()  # calls failed by `gate`, per method
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
 
@@ -143,6 +159,8 @@ class _Injector:
         if self.latency_s > 0:
             time.sleep(self.latency_s)
         if self.roll(self.error_rate):
+            with self._lock:
+                self.throttled[method] += 1
             raise TransientError(THROTTLED)
 
 
@@ -164,6 +182,7 @@ class FaultyCompute(Compute):
         self.provider_name = inner.provider_name
         self.max_parallel = inner.max_parallel
         self.created: list[str] = []
+        self.lost_replies = 0  # creates that succeeded but answered with an error
         self._faults = _Injector(plan.latency_s, plan.error_rate, plan.seed)
         self._lock = threading.Lock()
         self._capacity_left = dict(plan.capacity_errors)
@@ -200,6 +219,9 @@ class FaultyCompute(Compute):
             raise NoCapacityError(
                 f"no capacity for {request.instance_type} in zone {zone} (injected)", zone=zone
             )
+        slow = _for_node(self.plan.slow_create_s, request.name)
+        if slow:
+            time.sleep(slow)
         node = self.inner.create_node(run, request)
         with self._lock:
             if node.name not in self._live:
@@ -208,6 +230,8 @@ class FaultyCompute(Compute):
                 self.created.append(node.name)
                 self._born[node.name] = self.clock()
         if self._faults.roll(self.plan.lost_reply_rate):
+            with self._lock:
+                self.lost_replies += 1
             raise TransientError(f"{THROTTLED}: reply to create {request.name} lost")
         return node
 
@@ -221,7 +245,7 @@ class FaultyCompute(Compute):
         due: list[Node] = []
         with self._lock:
             for n in nodes:
-                after = self.plan.preempt_after_s.get(n.name)
+                after = _for_node(self.plan.preempt_after_s, n.name)
                 born = self._born.setdefault(n.name, now)
                 if (
                     after is not None
@@ -261,6 +285,12 @@ class FaultyCompute(Compute):
         """The inner `delete_resources` with latency and throttling. Idempotent; blocks."""
         self._faults.gate("delete_resources")
         self.inner.delete_resources(resources)
+
+    def inventory(self) -> list[Tagged]:
+        """The inner `inventory` with latency and throttling (preemption is not applied: a
+        preempted node is deleted from the inner compute already). Blocks; read-only."""
+        self._faults.gate("inventory")
+        return self.inner.inventory()
 
     def console_output(self, node: Node) -> str:
         """Passed through without faults (best effort anyway)."""

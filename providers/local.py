@@ -23,6 +23,7 @@ import time
 import urllib.parse
 from pathlib import Path
 
+from cloudtrain.crashpoints import crash_point
 from cloudtrain.errors import NotFound, ProviderError
 from cloudtrain.paths import cloudtrain_home
 from cloudtrain.providers.base import (
@@ -35,6 +36,7 @@ from cloudtrain.providers.base import (
     Resource,
     RunInfo,
     StartupBlocks,
+    Tagged,
     run_labels,
 )
 
@@ -69,6 +71,7 @@ class LocalStore:
         keeps its mode (a checkpoint URI may name any folder, even /etc)."""
         if not self.root.is_dir():
             self.root.mkdir(parents=True, exist_ok=True)
+            crash_point("bucket")
             self.root.chmod(0o700)
         return Resource("local", "bucket", self.uri, "local", "")
 
@@ -371,6 +374,28 @@ class LocalCompute(Compute):
             if not meta or meta.get("deleted"):
                 continue
             out.append(self._to_node(meta, "running" if self._alive(meta) else "terminated"))
+        return out
+
+    def inventory(self) -> list[Tagged]:
+        """Every node of every run under this root that is not deleted (live or not: a node
+        whose session ended still has its folder), from its node.json. Read-only; blocks
+        only on the disk."""
+        out: list[Tagged] = []
+        for meta_path in sorted(self.root.glob("runs/*/nodes/*/node.json")):
+            meta = self._read_meta(meta_path)
+            if not meta or meta.get("deleted") or "run_id" not in meta or "name" not in meta:
+                continue
+            created = meta.get("created_at")
+            out.append(
+                Tagged(
+                    run_id=str(meta["run_id"]),
+                    kind="node",
+                    id=str(meta["name"]),
+                    created=float(created) if isinstance(created, int | float) else None,
+                    instance_type=str(meta.get("instance_type", "local")),
+                    region="local",
+                )
+            )
         return out
 
     def delete_node(self, node: Node) -> None:

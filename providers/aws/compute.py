@@ -19,10 +19,12 @@ import hashlib
 import json
 import threading
 import time
+from datetime import datetime
 from typing import Any
 
 from botocore.exceptions import ClientError
 
+from cloudtrain.crashpoints import crash_point
 from cloudtrain.errors import ProviderError, TransientError
 from cloudtrain.providers.aws import identity, network
 from cloudtrain.providers.aws.errors import aws_errors, error_code
@@ -45,6 +47,7 @@ from cloudtrain.providers.base import (
     Resource,
     RunInfo,
     StartupBlocks,
+    Tagged,
     parse_node_name,
     shutdown_at_deadline,
 )
@@ -323,6 +326,34 @@ class AwsCompute(Compute):
         as terminated or preempted, stopped ones as stopped). Blocks."""
         return self._nodes(run_id)
 
+    def inventory(self) -> list[Tagged]:
+        """Every instance in this region tagged `cloudtrain:run` and not terminated (with its
+        LaunchTime), every security group so tagged, and the account's cloudtrain IAM roles and
+        instance profiles (global: region None, with their CreateDate), of every run. Blocks;
+        read-only."""
+        filters = [
+            {"Name": "tag-key", "Values": [TAG_RUN]},
+            {"Name": "instance-state-name", "Values": LISTED_STATES},
+        ]
+        out: list[Tagged] = []
+        for inst in self._describe(filters, f"list cloudtrain's instances in {self.region}"):
+            node = _to_node(inst)
+            if node is None:
+                continue
+            launched = inst.get("LaunchTime")
+            out.append(
+                Tagged(
+                    node.run_id,
+                    "node",
+                    node.name,
+                    launched.timestamp() if isinstance(launched, datetime) else None,
+                    node.instance_type,
+                    self.region,
+                )
+            )
+        out += network.tagged_groups(self.ec2, self.region)
+        return out + identity.tagged_identities(self.iam)
+
     def create_nodes(self, run: RunInfo, requests: list[NodeRequest]) -> list[Node]:
         """Resolve what all requests share (zone names, AMIs, the group id) once, then create
         the nodes in parallel (see `create_node`). Idempotent; does not wait for boot."""
@@ -445,6 +476,7 @@ class AwsCompute(Compute):
         if not ids:
             return
         retrying(lambda: self._terminate(ids), what=f"terminate {len(ids)} instance(s)")
+        crash_point("teardown-half")  # the terminations are requested, not yet confirmed
         deadline = time.monotonic() + TERMINATE_TIMEOUT_S
         polls = 0
         while True:

@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import json
 import urllib.parse
+from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 from cloudtrain.errors import ProviderError
 from cloudtrain.providers.aws.errors import aws_errors
-from cloudtrain.providers.aws.network import TAG_RUN, call, resource_name, tag_list
-from cloudtrain.providers.base import Resource
+from cloudtrain.providers.aws.network import TAG_RUN, call, resource_name, tag_dict, tag_list
+from cloudtrain.providers.base import Resource, Tagged
 
 KIND_ROLE, KIND_PROFILE = "iam-role", "instance-profile"
+NAME_PREFIX = resource_name("")  # every role and profile cloudtrain makes starts so
 GONE = {"NoSuchEntity"}
 TRUST_POLICY = {
     "Version": "2012-10-17",
@@ -221,3 +224,58 @@ def delete_identity(iam: Any, resources: list[Resource]) -> None:
     for res in resources:
         if res.kind == KIND_ROLE:
             delete_role(iam, res.id)
+
+
+def _created(entity: dict[str, Any]) -> float | None:
+    value = entity.get("CreateDate")
+    return value.timestamp() if isinstance(value, datetime) else None
+
+
+def tagged_identities(iam: Any) -> list[Tagged]:
+    """Every cloudtrain IAM role and instance profile of the account (IAM is global, so their
+    region is None), of any run: named `cloudtrain-<run_id>` *and* tagged `cloudtrain:run` with
+    that run id, so a user's own `cloudtrain-...` role is never taken for a run's. Listings
+    omit tags, so each candidate is read once. Carries IAM's CreateDate. Blocks; read-only."""
+    return _tagged(
+        iam, KIND_ROLE, "list_roles", "Roles", "RoleName", "Role", iam.get_role
+    ) + _tagged(
+        iam,
+        KIND_PROFILE,
+        "list_instance_profiles",
+        "InstanceProfiles",
+        "InstanceProfileName",
+        "InstanceProfile",
+        iam.get_instance_profile,
+    )
+
+
+def _tagged(
+    iam: Any,
+    kind: str,
+    lister: str,
+    items: str,
+    name_key: str,
+    item_key: str,
+    read: Callable[..., Any],
+) -> list[Tagged]:
+    """One IAM kind's cloudtrain entries (see `tagged_identities`). Blocks; read-only."""
+    out: list[Tagged] = []
+    with aws_errors(f"list IAM {items}"):
+        found = [
+            r
+            for page in iam.get_paginator(lister).paginate()
+            for r in page[items]
+            if str(r.get(name_key, "")).startswith(NAME_PREFIX)
+        ]
+    for item in found:
+        name = str(item[name_key])
+        tags = item.get("Tags")
+        if tags is None:  # listings omit tags: read the entry once
+            full = call(f"read IAM {kind} {name}", lambda n=name: read(**{name_key: n}), ok=GONE)
+            if full is None:
+                continue
+            tags = full[item_key].get("Tags")
+        run_id = tag_dict(tags).get(TAG_RUN)
+        if run_id and resource_name(run_id) == name:
+            out.append(Tagged(run_id, kind, name, _created(item), region=None))
+    return out

@@ -19,7 +19,7 @@ from cloudtrain.errors import ProviderError, TransientError
 from cloudtrain.providers.access import SSH_CIDR_ENV as SSH_CIDR_ENV  # re-exported
 from cloudtrain.providers.access import check_port_range, ssh_cidr
 from cloudtrain.providers.aws.errors import aws_errors, error_code
-from cloudtrain.providers.base import Resource, RunInfo
+from cloudtrain.providers.base import Resource, RunInfo, Tagged
 
 T = TypeVar("T")
 
@@ -197,3 +197,20 @@ def delete_group_resource(ec2: Any, res: Resource) -> None:
         ids = [str(g["GroupId"]) for g in groups]
     for group_id in ids:
         delete_security_group(ec2, group_id, res.id)
+
+
+def tagged_groups(ec2: Any, region: str) -> list[Tagged]:
+    """Every security group in the region with a `cloudtrain:run` tag, of any run, as Tagged
+    (id: the group name, as `group_resources` reports it; EC2 gives no creation time). Blocks;
+    read-only."""
+    with aws_errors(f"list cloudtrain's security groups in {region}"):
+        pages = ec2.get_paginator("describe_security_groups").paginate(
+            Filters=[{"Name": "tag-key", "Values": [TAG_RUN]}]
+        )
+        groups = [g for page in pages for g in page["SecurityGroups"]]
+    out = []
+    for group in groups:
+        run_id = tag_dict(group.get("Tags")).get(TAG_RUN)
+        if run_id:
+            out.append(Tagged(run_id, KIND_GROUP, str(group["GroupName"]), None, region=region))
+    return out

@@ -24,6 +24,7 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 from s3transfer.exceptions import RetriesExceededError
 
+from cloudtrain.crashpoints import crash_point
 from cloudtrain.errors import CloudtrainError, NotFound, ProviderError, TransientError
 from cloudtrain.providers.aws.errors import TRANSIENT_CODES, aws_errors, error_code
 from cloudtrain.providers.aws.session import client
@@ -108,6 +109,7 @@ class S3Store:
         """
         if self._is_default():
             self._create()
+            crash_point("bucket")
             self._configure()
         else:
             try:
@@ -116,6 +118,7 @@ class S3Store:
                 self._bucket_region = head.get("BucketRegion") or self.region
             except NotFound:
                 self._create()
+                crash_point("bucket")
                 self._configure()
         return Resource(provider="aws", kind="bucket", id=self.uri, region=self.region, run_id="")
 

@@ -15,6 +15,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from cloudtrain.crashpoints import crash_point
 from cloudtrain.errors import NotFound
 from cloudtrain.providers.azure.clients import ArmClients
 from cloudtrain.providers.azure.errors import azure_errors
@@ -112,4 +113,5 @@ class ManagedBlobStore(BlobStore):
         """The account (default bucket only), then the private container. Idempotent."""
         if self._default:
             ensure_account(self._arm(), self.account, self._region)
+            crash_point("bucket")  # the account exists, the run's container not yet
         return super().ensure_bucket()

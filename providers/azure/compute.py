@@ -15,6 +15,7 @@ from __future__ import annotations
 import ssl
 import threading
 import urllib.request
+from datetime import datetime
 from typing import Any
 
 from cloudtrain.errors import NotFound, ProviderError, TransientError
@@ -38,6 +39,7 @@ from cloudtrain.providers.base import (
     Resource,
     RunInfo,
     StartupBlocks,
+    Tagged,
     parse_node_name,
     run_labels,
 )
@@ -241,6 +243,27 @@ class AzureCompute(Compute):
         ips = network.private_ips(self.clients, run_id) if vms else {}
         nodes = [n for vm in vms if (n := _to_node(vm, ips)) is not None and n.run_id == run_id]
         return sorted(nodes, key=lambda n: n.name)
+
+    def inventory(self) -> list[Tagged]:
+        """Every run's VMs in this region and subscription (tagged `cloudtrain-run`, in the
+        group `list_nodes` looks in; with ARM's timeCreated) and network resources (see
+        `network.tagged`). Blocks; read-only."""
+        with azure_errors("list the subscription's VMs"):
+            vms = list(self.clients.compute.virtual_machines.list_all())
+        out: list[Tagged] = []
+        for vm in vms:
+            node = _to_node(vm, {})
+            parts = str(vm.id or "").split("/")
+            group = parts[4] if len(parts) > 4 and parts[3].lower() == "resourcegroups" else ""
+            if node is None or group.lower() != network.group_name(node.run_id).lower():
+                continue
+            if not network.same_region(vm.location, self.region):
+                continue
+            created = getattr(vm, "time_created", None)
+            when = created.timestamp() if isinstance(created, datetime) else None
+            itype = node.instance_type
+            out.append(Tagged(node.run_id, "node", node.name, when, itype, self.region))
+        return out + network.tagged(self.clients, self.region)
 
     def delete_node(self, node: Node) -> None:
         """Remove the node's role assignments, then delete the VM (its NIC, disk and public IP

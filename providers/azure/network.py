@@ -16,10 +16,11 @@ from typing import Any
 from cloudtrain.errors import NotFound, ProviderError
 from cloudtrain.providers.azure.clients import ArmClients
 from cloudtrain.providers.azure.errors import azure_errors
-from cloudtrain.providers.base import Resource, RunInfo, run_labels
+from cloudtrain.providers.base import Resource, RunInfo, Tagged, run_labels
 
 GROUP_ENV = "CLOUDTRAIN_AZURE_RESOURCE_GROUP"
 KIND_GROUP, KIND_NSG, KIND_VNET = "resource-group", "nsg", "vnet"
+TAG_RUN = "cloudtrain-run"
 SUBNET = "nodes"
 
 
@@ -157,6 +158,42 @@ def find(clients: ArmClients, run_id: str, region: str) -> list[Resource]:
         except NotFound:
             continue
     return found
+
+
+def same_region(location: object, region: str) -> bool:
+    """Whether an ARM `location` is `region` (ARM spells them with or without spaces). Pure."""
+    return str(location or "").replace(" ", "").lower() == region.replace(" ", "").lower()
+
+
+def tagged(clients: ArmClients, region: str) -> list[Tagged]:
+    """Every run's network resources in `region`, as `find` reports them: resource groups
+    tagged `cloudtrain-run` and named after that run, or in a user's group its runs' NSGs and
+    VNets (so tagged and named). ARM gives none of them a creation time. Blocks; read-only."""
+    out: list[Tagged] = []
+    group = user_group()
+    if group is None:
+        with azure_errors("list cloudtrain's resource groups"):
+            groups = list(clients.resource.resource_groups.list(filter=f"tagName eq '{TAG_RUN}'"))
+        for g in groups:
+            run_id = (g.tags or {}).get(TAG_RUN)
+            ours = run_id and str(g.name).lower() == group_name(run_id).lower()
+            if ours and same_region(g.location, region):
+                out.append(Tagged(str(run_id), KIND_GROUP, str(g.name), None, region=region))
+        return out
+    for kind, name_of, ops in (
+        (KIND_NSG, nsg_name, clients.network.network_security_groups),
+        (KIND_VNET, vnet_name, clients.network.virtual_networks),
+    ):
+        try:
+            with azure_errors(f"list the {kind}s in {group}"):
+                listed = list(ops.list(group))
+        except NotFound:
+            continue
+        for res in listed:
+            run_id = (res.tags or {}).get(TAG_RUN)
+            if run_id and res.name == name_of(run_id) and same_region(res.location, region):
+                out.append(Tagged(run_id, kind, str(res.name), None, region=region))
+    return out
 
 
 def delete(clients: ArmClients, resources: list[Resource]) -> None:

@@ -22,6 +22,7 @@ from cloudtrain.providers.base import (
     ProviderConfig,
     Resource,
     RunInfo,
+    Tagged,
 )
 
 Objects = dict[str, tuple[bytes, float]]  # key -> (data, updated)
@@ -32,11 +33,14 @@ class MemoryCompute(Compute):
 
     provider_name = "memory"
 
-    def __init__(self) -> None:
+    def __init__(self, region: str = "mem-1") -> None:
+        self.region = region
         self.nodes: dict[str, Node] = {}
         self.networks: dict[str, list[Resource]] = {}
         self.calls: Counter[str] = Counter()
         self.creations: Counter[str] = Counter()
+        self.born: dict[str, float] = {}  # node name or run id (network) -> when it was made
+        self.clock = time.time  # what `born` is stamped with (tests may replace it)
         self._lock = threading.Lock()
         self._next_ip = 0
 
@@ -52,6 +56,7 @@ class MemoryCompute(Compute):
         """Record the run's firewall. Idempotent."""
         self._count("ensure_network")
         with self._lock:
+            self.born.setdefault(f"net:{run.run_id}", self.clock())
             return list(self.networks.setdefault(run.run_id, self.planned_network(run)))
 
     def create_node(self, run: RunInfo, request: NodeRequest) -> Node:
@@ -75,6 +80,7 @@ class MemoryCompute(Compute):
                 cloud_id=f"mem-{request.name}",
             )
             self.nodes[node.name] = node
+            self.born[node.name] = self.clock()
             self.creations[node.name] += 1
             return node
 
@@ -103,6 +109,23 @@ class MemoryCompute(Compute):
         with self._lock:
             for r in resources:
                 self.networks.pop(r.run_id, None)
+                self.born.pop(f"net:{r.run_id}", None)
+
+    def inventory(self) -> list[Tagged]:
+        """Every node and network resource of every run, with when it was made."""
+        self._count("inventory")
+        region = self.region
+        with self._lock:
+            out = [
+                Tagged(n.run_id, "node", n.name, self.born.get(n.name), n.instance_type, region)
+                for n in self.nodes.values()
+            ]
+            for run_id, resources in self.networks.items():
+                born = self.born.get(f"net:{run_id}")
+                out += [
+                    Tagged(run_id, r.kind, r.id, born, None, r.region or region) for r in resources
+                ]
+        return sorted(out, key=lambda t: (t.run_id, t.kind, t.id))
 
 
 class MemoryStore:
@@ -174,7 +197,7 @@ class MemoryProvider(Provider):
 
     def __init__(self, config: ProviderConfig | None = None) -> None:
         super().__init__(config or ProviderConfig("memory", region="mem-1", zone="mem-1a"))
-        self._compute = MemoryCompute()
+        self._compute = MemoryCompute(self.config.region or "mem-1")
         self.buckets: dict[str, Objects] = {}
         self._lock = threading.Lock()
 
