@@ -27,6 +27,7 @@ class Snapshot:
 
     statuses: dict[str, dict[str, Any]] = field(default_factory=dict)
     heartbeats: dict[str, dict[str, Any]] = field(default_factory=dict)
+    notices: dict[str, dict[str, Any]] = field(default_factory=dict)  # preemption notices
     new_lines: list[tuple[str, str]] = field(default_factory=list)
     stop_requested: bool = False
     bootstrap_failures: dict[str, str] = field(default_factory=dict)  # node -> the FAILED reason
@@ -61,7 +62,7 @@ class RunReader:
         for obj in objects:
             rel = obj.key[len(self.prefix) :]
             sig = (obj.size, obj.updated)
-            if rel.startswith(("status/", "heartbeat/")) and rel.endswith(".json"):
+            if rel.startswith(("status/", "heartbeat/", "notice/")) and rel.endswith(".json"):
                 if self._seen.get(obj.key) == sig:
                     continue
                 self._seen[obj.key] = sig
@@ -69,7 +70,10 @@ class RunReader:
                 if body is None:
                     continue
                 node = rel.split("/", 1)[1].removesuffix(".json")
-                target = snap.statuses if rel.startswith("status/") else snap.heartbeats
+                kind = rel.split("/", 1)[0]
+                target = {"status": snap.statuses, "heartbeat": snap.heartbeats}.get(
+                    kind, snap.notices
+                )
                 target[node] = body
             elif rel.startswith("bootstrap/") and rel.endswith(".log"):
                 if self._seen.get(obj.key) == sig:

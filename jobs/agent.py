@@ -30,7 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from cloudtrain.jobs import horovod
+from cloudtrain.jobs.preemption import Notice, PreemptionWatcher, cloud_of_store
 from cloudtrain.jobs.tf_config import build_tf_config, chief_task, needs_tf_config
+from cloudtrain.redact import Redactor
 
 FINAL_STATES = frozenset({"succeeded", "failed", "stopped"})
 _EPOCH_RES = (
@@ -55,18 +57,26 @@ class NewAttempt(Exception):
 
 
 class LogPump:
-    """Collects the node's output lines and uploads them as ordered chunks. Thread-safe."""
+    """Collects the node's output lines and uploads them as ordered chunks. Thread-safe.
 
-    def __init__(self, store: Any, prefix: str, start_seq: int) -> None:
+    Every line goes through `redactor` (the run's secret env values become `***`) before it is
+    echoed, buffered, uploaded or kept as `last_line` for the heartbeat. `redactor` may be
+    replaced later (the agent knows the secrets only once it has read cluster.json)."""
+
+    def __init__(
+        self, store: Any, prefix: str, start_seq: int, redactor: Redactor | None = None
+    ) -> None:
         self.store, self.prefix, self.seq = store, prefix, start_seq
+        self.redactor = redactor or Redactor()
         self._lines: list[str] = []
         self._lock = threading.Lock()
         self.last_line = ""
         self.epoch: tuple[int, int] | None = None
 
     def add(self, line: str) -> None:
-        """Buffer one line (echoed to this process's stdout, the node's console)."""
-        line = line.rstrip("\n")
+        """Buffer one line, secrets redacted (echoed to this process's stdout, the node's
+        console)."""
+        line = self.redactor.redact(line.rstrip("\n"))
         sys.stdout.write(line + "\n")
         sys.stdout.flush()
         with self._lock:
@@ -111,6 +121,9 @@ class Agent:
         self._synced: dict[str, tuple[int, int]] = {}
         self._pumps: list[threading.Thread] = []
         self.start_horovod_server: horovod.ServerStarter = horovod.start_rendezvous_server
+        vm_name = f"ct-{run_id}-{role}-{index}"  # providers.base.node_name: the VM's name
+        self.watcher = PreemptionWatcher(cloud_of_store(str(getattr(store, "uri", ""))), vm_name)
+        self.notice: Notice | None = None
         self._last = {"heartbeat": 0.0, "flush": 0.0, "sync": 0.0, "control": 0.0}
 
     # --- bucket helpers -------------------------------------------------------------------
@@ -168,6 +181,32 @@ class Agent:
         if now - self._last["control"] >= float(self.cluster.get("control_s", 1.0)):
             self._last["control"] = now
             self.check_control()
+        if self.notice is None:
+            notice = self.watcher.poll()  # rate-limited by the watcher itself
+            if notice is not None:
+                self.on_notice(notice)
+
+    def on_notice(self, notice: Notice) -> None:
+        """The cloud is taking this VM back: flush the chief's checkpoints now, inside the
+        notice window, and write `notice/<me>.json` so the controller replaces this node at
+        once (instead of when the cloud reports it gone). Keeps training until the end."""
+        self.notice = notice
+        left = max(0.0, notice.deadline - time.time())
+        self.say(f"preemption notice ({notice.detail}); about {left:.0f}s left")
+        if self.is_chief:
+            n = self.sync_checkpoints()
+            self.say(f"checkpoints flushed on the notice ({n} new files)")
+        self.logs.flush()
+        self._put_json(
+            f"notice/{self.me}.json",
+            {
+                "attempt": self.attempt,
+                "time": time.time(),
+                "cloud": notice.cloud,
+                "action": notice.action,
+                "deadline": notice.deadline,
+            },
+        )
 
     def check_control(self) -> None:
         """Raise StopRequested on control/stop or the deadline; NewAttempt on a new attempt."""
@@ -481,6 +520,7 @@ class Agent:
             print("cloudtrain-agent: cluster.json is missing", file=sys.stderr)
             return 2
         self.attempt = int(self.cluster["attempt"])
+        self.logs.redactor = Redactor.from_cluster(self.cluster)
         self.write_status("bootstrapped")
         try:
             while True:
@@ -537,8 +577,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work", required=True, type=Path)
     args = parser.parse_args(argv)
     from cloudtrain.providers import open_store
+    from cloudtrain.providers.retrying import RetryingStore
 
-    store = open_store(args.store_uri)
+    store = RetryingStore(open_store(args.store_uri))  # a throttled call never ends the node
     agent = Agent(args.run_id, args.role, args.index, store, args.work)
 
     def on_sigterm(_signum: int, _frame: object) -> None:
