@@ -8,35 +8,39 @@ tear down on every path. Every resource is in the ledger before its create call.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
-import secrets
-import signal
 import time
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from cloudtrain import __version__
 from cloudtrain.bundle import Bundle, build_bundle
+from cloudtrain.crashpoints import crash_point
 from cloudtrain.errors import CloudtrainError, NoCapacityError
 from cloudtrain.jobs.agent import FINAL_STATES
 from cloudtrain.ledger import Ledger
 from cloudtrain.paths import cloudtrain_home
 from cloudtrain.providers.base import Node, NodeRequest, Provider, Resource, RunInfo, node_name
+from cloudtrain.providers.retrying import RetryingStore
 from cloudtrain.resume import ResumeSource, copy_checkpoints
 from cloudtrain.retry import retrying
+from cloudtrain.runrules import (
+    RESTARTABLE_REASONS,
+    new_run_id,
+    node_lost,
+    port_range_for,
+    sigint_deferred,
+)
 from cloudtrain.runstate import RunReader, Snapshot, run_prefix
 from cloudtrain.runtypes import NodeView, Observer, RunOptions, RunResult, RunView
 from cloudtrain.startup import StartupParams, render_startup
-from cloudtrain.teardown import request_stop, teardown
+from cloudtrain.teardown import request_stop, scrub_secrets, teardown
 
 if TYPE_CHECKING:
     from cloudtrain.plan import NodePlan, Plan
     from cloudtrain.spec import JobSpec
 
 PRESIGN_TTL_S = 3600
-RESTARTABLE_REASONS = frozenset({"rendezvous timeout"})
 
 
 class _Stop(Exception):
@@ -45,32 +49,6 @@ class _Stop(Exception):
     def __init__(self, outcome: str, detail: str) -> None:
         super().__init__(detail)
         self.outcome, self.detail = outcome, detail
-
-
-def node_lost(
-    alive: bool, beat_time: float | None, attempt_started: float, now: float, opts: RunOptions
-) -> bool:
-    """Whether a node counts as lost: gone from the cloud, silent past the heartbeat timeout,
-    or not yet heard from in this attempt within the boot timeout. A heartbeat older than the
-    attempt is a re-created node's predecessor's, so the new node still has its boot time."""
-    if not alive:
-        return True
-    if beat_time is None or beat_time < attempt_started:
-        return now - attempt_started > opts.boot_timeout_s
-    return now - beat_time > opts.heartbeat_timeout_s
-
-
-def _port_range(spec: JobSpec) -> tuple[int, int]:
-    """The TCP ports the run's nodes open to each other: the run's small range, or for Horovod
-    every unprivileged port (Gloo and NCCL connect between processes on random ports)."""
-    if spec.cluster.strategy == "horovod":
-        return (1024, 65535)
-    return (spec.cluster.port, spec.cluster.port + 10)
-
-
-def new_run_id(name: str) -> str:
-    """A short unique run id usable in every cloud's resource names."""
-    return f"{name}-{secrets.token_hex(3)}"
 
 
 class Orchestrator:
@@ -92,7 +70,7 @@ class Orchestrator:
         self.options = options or RunOptions.for_provider(provider.name)
         self.run_id = run_id or new_run_id(spec.name)
         self.store_uri = spec.checkpoint or provider.default_store_uri(self.run_id)
-        self.store = provider.store(self.store_uri)
+        self.store = RetryingStore(provider.store(self.store_uri))
         self.prefix = run_prefix(self.run_id)
         self.started = time.time()
         self.deadline = self.started + spec.max_hours * 3600
@@ -105,7 +83,7 @@ class Orchestrator:
             run_id=self.run_id,
             region=plan.region,
             zone=plan.zone,
-            port_range=_port_range(spec),
+            port_range=port_range_for(spec),
             ssh=spec.cluster.ssh,
             store_uri=self.store_uri,
             deadline=self.deadline,
@@ -130,7 +108,10 @@ class Orchestrator:
         """Provision, watch, stop, tear down. Blocks. Tears down on every exit path."""
         ledger = self.ledger
         # the workdir is user input: check and pack it before anything exists
-        self.bundle = build_bundle(self.spec.workdir_path(), cloudtrain_home() / "bundles")
+        spec_file = [self.spec.source_path] if self.spec.source_path else []
+        self.bundle = build_bundle(
+            self.spec.workdir_path(), cloudtrain_home() / "bundles", leave_out=spec_file
+        )
         ledger.create_run(
             self.run_id,
             self.spec.name,
@@ -143,6 +124,7 @@ class Orchestrator:
             account=self.provider.account(),
         )
         self.observer.event(f"run {self.run_id} on {self.provider.name}")
+        crash_point("ledger-row")
         outcome, detail = "failed", ""
         detached = False
         try:
@@ -163,7 +145,7 @@ class Orchestrator:
             outcome, detail = "failed", str(exc)
         finally:
             if not detached:
-                with _sigint_deferred(self.observer):
+                with sigint_deferred(self.observer):
                     result = self._finish(outcome, detail)
         return result
 
@@ -186,6 +168,7 @@ class Orchestrator:
             ledger.set_status(self.run_id, "tearing_down")
             report = teardown(self.provider, ledger, self.run_id, self.observer.event)
             teardown_s = report.seconds
+            scrub_secrets(self.provider, self.store_uri, self.run_id)
             ledger.set_status(self.run_id, "done", outcome, detail)
         result = self._result(outcome, detail)
         result.teardown_s = teardown_s
@@ -237,18 +220,22 @@ class Orchestrator:
             source = (
                 self.store
                 if src.store_uri == self.store_uri
-                else self.provider.store(src.store_uri)
+                else RetryingStore(self.provider.store(src.store_uri))
             )
             copied = copy_checkpoints(source, src.run_id, self.store, self.run_id)
             self.ledger.event(self.run_id, "resume", f"from {src.run_id}: {copied} files")
             self.observer.event(f"resuming {src.run_id}: copied {copied} checkpoint files")
+        crash_point("bundle")
         self.cluster = self._cluster_doc()
         self._write_cluster()
         self.ledger.set_status(self.run_id, "provisioning")
         compute = self.provider.compute
         for res in compute.planned_network(self.info):
             self.ledger.record_intent(res)
-        for res in retrying(lambda: compute.ensure_network(self.info), what="network"):
+        crash_point("network-ledger")
+        network = retrying(lambda: compute.ensure_network(self.info), what="network")
+        crash_point("network")
+        for res in network:
             self.ledger.mark_created(self.run_id, res.kind, res.id, res.cloud_id)
         self.create_in_some_zone()
 
@@ -256,7 +243,8 @@ class Orchestrator:
         """Create every node, all in one zone: the planned one, then the region's other zones
         while a zone has no capacity (the nodes made in a full zone are deleted first).
         Raises NoCapacityError naming every zone tried."""
-        candidates = [self.zone, *(z for z in self.provider.compute.zones() if z != self.zone)]
+        zones = retrying(self.provider.compute.zones, what="list zones")
+        candidates = [self.zone, *(z for z in zones if z != self.zone)]
         tried: list[str] = []
         for zone in candidates:
             self.zone = zone
@@ -280,10 +268,18 @@ class Orchestrator:
             hint="try another region, another accelerator, or spot: false",
         )
 
+    def _list_nodes(self) -> list[Node]:
+        """The run's nodes from the cloud, through the one retry policy. Blocks."""
+        compute = self.provider.compute
+        return retrying(
+            lambda: compute.list_nodes(self.run_id), what=f"list nodes of {self.run_id}"
+        )
+
     def _delete_nodes(self) -> None:
         """Delete every node of the run (not its network) and mark them in the ledger."""
         compute = self.provider.compute
-        compute.delete_listed(compute.list_nodes(self.run_id))
+        listed = self._list_nodes()
+        compute.delete_listed(listed)
         for rec in self.ledger.resources(self.run_id, live_only=True):
             if rec.kind == "node":
                 self.ledger.mark_deleted(self.run_id, "node", rec.resource_id)
@@ -299,7 +295,8 @@ class Orchestrator:
             "deadline": self.deadline,
             "entrypoint": spec.entrypoint,
             "setup": spec.setup,
-            "env": dict(spec.env),
+            "env": spec.env_values(),  # secrets included: cluster.json is their only channel
+            "secrets": spec.secret_names(),  # names only; agents redact their values
             "heartbeat_s": 2.0,
             "log_flush_s": 1.0,
             "sync_s": 2.0,
@@ -363,15 +360,17 @@ class Orchestrator:
                 prices[req.name],
             )
         self.observer.event(f"creating {len(requests)} node(s)")
+        crash_point("nodes-ledger")
         try:
             created = self.provider.compute.create_nodes(self.info, requests)
         except CloudtrainError as exc:
             # some nodes may exist: the cloud says which, so the ledger matches it
-            live = self.provider.compute.list_nodes(self.run_id)
+            live = self._list_nodes()
             self._mark_created([n for n in live if n.name in {r.name for r in requests}])
             if isinstance(exc, NoCapacityError) and exc.hint is None:
                 exc.hint = "try another region or zone, another accelerator, or spot: false"
             raise
+        crash_point("after-creates")
         self._mark_created(created)
 
     def _mark_created(self, nodes: list[Node]) -> None:
@@ -395,10 +394,10 @@ class Orchestrator:
             for node, line in snap.new_lines:
                 self.observer.log_line(node, line)
             now = time.time()
-            lost: list[str] = []
+            lost = self._noticed(snap)  # the cloud told the node it is being taken back
             if now - last_list >= opts.list_nodes_s:
                 last_list = now
-                lost = self._lost_nodes(snap, attempt_started)
+                lost = sorted(set(lost) | set(self._lost_nodes(snap, attempt_started)))
             self._check_bootstrap(snap)
             self._refresh_view(snap)
             statuses = {k: v for k, v in snap.statuses.items() if v.get("attempt") == self.attempt}
@@ -465,11 +464,20 @@ class Orchestrator:
         roles = self.plan.roles()
         return "chief-0" if roles.get("chief") else "worker-0"
 
+    def _noticed(self, snap: Snapshot) -> list[str]:
+        """Nodes whose agent reported a preemption notice in this attempt: replaced at once,
+        not when the cloud finally reports them gone."""
+        noticed = [k for k, v in snap.notices.items() if v.get("attempt") == self.attempt]
+        for short in noticed:
+            self.observer.event(f"{short}: preemption notice from the cloud")
+        return sorted(noticed)
+
     def _lost_nodes(self, snap: Snapshot, attempt_started: float) -> list[str]:
         """Nodes gone from the cloud, preempted, silent past the heartbeat timeout, or never
         booted within the boot timeout."""
         opts = self.options
-        live = {n.name: n for n in self.provider.compute.list_nodes(self.run_id)}
+        listed = self._list_nodes()
+        live = {n.name: n for n in listed}
         lost = []
         now = time.time()
         for nv in self.view.nodes:
@@ -511,7 +519,7 @@ class Orchestrator:
             by_short = {f"{n.role}-{n.index}": n for n in self.plan.nodes}
             names = [node_name(self.run_id, by_short[s].role, by_short[s].index) for s in lost]
             compute = self.provider.compute
-            compute.delete_nodes(self.run_id, names)
+            retrying(lambda: compute.delete_nodes(self.run_id, names), what=f"delete {what}")
             for name in names:
                 self.ledger.mark_deleted(self.run_id, "node", name)
             self.create_nodes([by_short[s] for s in lost])
@@ -524,11 +532,15 @@ class Orchestrator:
             beat = snap.heartbeats.get(short)
             if status:
                 nv.agent_state = str(status.get("state"))
+                if nv.agent_state == "rendezvous":
+                    crash_point("rendezvous")
                 nv.attempt = int(status.get("attempt", 0))
             elif short in snap.bootstrap_phases:  # still booting: show the bootstrap's phase
                 nv.agent_state = snap.bootstrap_phases[short]
             if beat:
                 nv.epoch, nv.epochs = beat.get("epoch"), beat.get("epochs")
+                if nv.epoch is not None:
+                    crash_point("training")
                 nv.last_line = str(beat.get("last_line") or "")
         now = time.time()
         if now - self._cost_at >= 1.0:  # a ledger query: once a second is enough for the meter
@@ -543,10 +555,10 @@ class Orchestrator:
         if not request_stop(self.provider, self.store_uri, self.run_id, reason):
             return
         self.observer.event("stop requested: agents flush a checkpoint")
+        crash_point("stop")
         reader = RunReader(self.store, self.run_id)
-        live = {
-            f"{n.role}-{n.index}" for n in self.provider.compute.list_nodes(self.run_id) if n.alive
-        }
+        listed = self._list_nodes()
+        live = {f"{n.role}-{n.index}" for n in listed if n.alive}
         end = time.time() + self.options.stop_grace_s
         while time.time() < end and live:
             snap = reader.poll()
@@ -556,21 +568,3 @@ class Orchestrator:
             if live <= done:
                 break
             time.sleep(min(0.5, self.options.poll_s))
-
-
-@contextlib.contextmanager
-def _sigint_deferred(observer: Observer) -> Iterator[None]:
-    """While tearing down, Ctrl-C only warns: an interrupted teardown is how VMs leak."""
-
-    def warn(_signum: int, _frame: object) -> None:
-        observer.event("teardown in progress; it finishes first (cloudtrain down RUN also works)")
-
-    try:
-        previous = signal.signal(signal.SIGINT, warn)
-    except ValueError:  # not the main thread
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)

@@ -8,13 +8,16 @@ a controller crash and even with the ledger file gone. Blocks until everything i
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from cloudtrain.crashpoints import crash_point
 from cloudtrain.errors import CloudtrainError, ProviderError
 from cloudtrain.ledger import Ledger
 from cloudtrain.providers.base import Provider, Resource
+from cloudtrain.providers.retrying import RetryingStore
 from cloudtrain.retry import retrying
 from cloudtrain.runstate import run_prefix
 
@@ -33,8 +36,28 @@ def request_stop(provider: Provider, store_uri: str | None, run_id: str, reason:
     if not store_uri:
         return False
     with contextlib.suppress(CloudtrainError, OSError):
-        provider.store(store_uri).put(f"{run_prefix(run_id)}control/stop", reason.encode())
+        store = RetryingStore(provider.store(store_uri))
+        store.put(f"{run_prefix(run_id)}control/stop", reason.encode())
         return True
+    return False
+
+
+def scrub_secrets(provider: Provider, store_uri: str | None, run_id: str) -> bool:
+    """Blank the secret env values in the run's `cluster.json` once no node needs them (after
+    teardown): the bucket keeps the outputs, not the secrets. Best effort; idempotent. Returns
+    whether a value was blanked."""
+    if not store_uri:
+        return False
+    key = f"{run_prefix(run_id)}cluster.json"
+    with contextlib.suppress(CloudtrainError, OSError, ValueError):
+        store = RetryingStore(provider.store(store_uri))
+        doc = json.loads(store.get(key))
+        env = doc.get("env") or {}
+        names = [n for n in doc.get("secrets") or [] if env.get(n) not in (None, "***")]
+        if names:
+            doc["env"] = {k: ("***" if k in names else v) for k, v in env.items()}
+            store.put(key, json.dumps(doc, indent=1).encode())
+            return True
     return False
 
 
@@ -68,6 +91,7 @@ def teardown(
         for rec in ledger.resources(run_id, live_only=True):
             if rec.kind == "node":
                 ledger.mark_deleted(run_id, "node", rec.resource_id)
+    crash_point("nodes-deleted")
     # network and identity: the ledger's record and the cloud's tags, deduplicated
     found: dict[tuple[str, str], Resource] = {}
     if ledger is not None:
@@ -81,6 +105,7 @@ def teardown(
     if resources:
         say(f"deleting {len(resources)} network/identity resource(s)")
         retrying(lambda: compute.delete_resources(resources), what=f"delete resources of {run_id}")
+        crash_point("network-deleted")
         if ledger is not None:
             for res in resources:
                 ledger.mark_deleted(run_id, res.kind, res.id)

@@ -77,6 +77,12 @@ class BootHarness:
             (self._shims / name).write_text(SHIM)
             (self._shims / name).chmod(0o755)
         self._power_seen = 0
+        # VMs for which this returns True are not booted (yet): a VM slow to come up
+        self.hold: Callable[[Vm], bool] = lambda _vm: False
+        # the instance metadata service the VMs' agents poll for preemption notices: each VM
+        # gets `<metadata_url>/vm/<id>` (tests/fakes/metadata_server.py); None = nothing
+        # listens (the discard port), never the real link-local address
+        self.metadata_url: str | None = None
 
     def start(self) -> BootHarness:
         self._thread.start()
@@ -93,7 +99,7 @@ class BootHarness:
     def _tick(self) -> None:
         vms = self.discover()
         for vm in vms:
-            if vm.alive and vm.id not in self.sessions:
+            if vm.alive and vm.id not in self.sessions and not self.hold(vm):
                 self.boot(vm)
             elif not vm.alive and vm.id in self.sessions:
                 self.kill(vm.id)
@@ -123,6 +129,9 @@ class BootHarness:
             CLOUDTRAIN_NODE_HOST="127.0.0.1",
             CT_ALLOW_NO_GPU="1",  # GPU nodes boot on this machine, which has no GPU
             CLOUDTRAIN_NODE_PORT=str(_free_port()),
+            CLOUDTRAIN_METADATA_URL=(
+                f"{self.metadata_url}/vm/{vm.id}" if self.metadata_url else "http://127.0.0.1:9"
+            ),
             HARNESS_VM_ID=vm.id,
             HARNESS_DIR=str(self.root),
         )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cloudtrain.orchestrator import node_lost
+from cloudtrain.runrules import node_lost
 from cloudtrain.runtypes import RunOptions
 
 OPTS = RunOptions(heartbeat_timeout_s=180, boot_timeout_s=1200)
