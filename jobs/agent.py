@@ -32,6 +32,7 @@ from typing import Any
 from cloudtrain.jobs import horovod
 from cloudtrain.jobs.preemption import Notice, PreemptionWatcher, cloud_of_store
 from cloudtrain.jobs.tf_config import build_tf_config, chief_task, needs_tf_config
+from cloudtrain.providers.base import node_name
 from cloudtrain.redact import Redactor
 
 FINAL_STATES = frozenset({"succeeded", "failed", "stopped"})
@@ -121,8 +122,8 @@ class Agent:
         self._synced: dict[str, tuple[int, int]] = {}
         self._pumps: list[threading.Thread] = []
         self.start_horovod_server: horovod.ServerStarter = horovod.start_rendezvous_server
-        vm_name = f"ct-{run_id}-{role}-{index}"  # providers.base.node_name: the VM's name
-        self.watcher = PreemptionWatcher(cloud_of_store(str(getattr(store, "uri", ""))), vm_name)
+        cloud = cloud_of_store(str(getattr(store, "uri", "")))
+        self.watcher = PreemptionWatcher(cloud, node_name(run_id, role, index))  # the VM's name
         self.notice: Notice | None = None
         self._last = {"heartbeat": 0.0, "flush": 0.0, "sync": 0.0, "control": 0.0}
 
