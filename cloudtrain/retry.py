@@ -57,12 +57,15 @@ def retrying(
     max_attempts: int = 8,
     initial_s: float | None = None,
     max_s: float | None = None,
+    retry_on: Callable[[BaseException], bool] = is_retryable,
 ) -> T:
     """Call `fn` until it returns, retrying retryable errors with backoff. Blocks.
 
     Stops after `max_attempts` calls, or before a sleep that would pass `deadline_s` from the
-    first call; then re-raises the last error. Non-retryable errors propagate at once. `what`
-    names the operation in log lines. Thread-safe; `fn` must be safe to call again (idempotent).
+    first call; then re-raises the last error. Errors `retry_on` rejects (by default: those not
+    marked retryable) propagate at once; a narrower `retry_on` retries one condition only (the
+    caller's caller retries the rest). `what` names the operation in log lines. Thread-safe;
+    `fn` must be safe to call again (idempotent).
     """
 
     def wait(state: RetryCallState) -> float:
@@ -80,7 +83,7 @@ def retrying(
         )
 
     policy = Retrying(
-        retry=retry_if_exception(is_retryable),
+        retry=retry_if_exception(retry_on),
         wait=wait,
         stop=stop_after_attempt(max_attempts) | _stop_at_deadline(deadline_s),
         before_sleep=before_sleep,

@@ -44,7 +44,6 @@ from cloudtrain.providers.gcp.instances import (
     resolve_image,
     to_node,
 )
-from cloudtrain.retry import backoff_s
 
 VENV_PYTHON = "/opt/cloudtrain/venv/bin/python"
 SERVICE_ACCOUNT_ENV = "CLOUDTRAIN_GCP_SERVICE_ACCOUNT"
@@ -244,29 +243,25 @@ class GcpCompute(Compute):
 
     def _insert(self, zone: str, resource: Any, what: str, new_account: str | None) -> None:
         """Insert and wait for the operation. While GCE does not know `new_account` yet (a
-        run's account just made: IAM is eventually consistent) the insert is tried again, for
-        up to `identity.PROPAGATION_S`; then TransientError. Blocks."""
-        deadline = time.monotonic() + identity.PROPAGATION_S
-        attempt = 0
-        while True:
-            attempt += 1
+        run's account just made: IAM is eventually consistent) the insert is tried again
+        (`identity.while_propagating`); then NotVisibleYet, a TransientError. Blocks."""
+
+        def once() -> None:
             try:
                 with gcp_errors(what, zone=zone):
                     op = self.clients.instances.insert(
                         project=self.project, zone=zone, instance_resource=resource
                     )
                 wait_zone_operation(self.clients, zone, operation_name(op), what)
-                return
             except ProviderError as err:
                 if new_account is None or not identity.not_visible_yet(err, new_account):
                     raise
-                pause = backoff_s(attempt, 0.5, 8.0)
-                if time.monotonic() + pause > deadline:
-                    raise TransientError(
-                        f"{what}: service account {new_account} is still unknown to Compute "
-                        f"Engine after {identity.PROPAGATION_S:.0f}s"
-                    ) from err
-                time.sleep(pause)
+                raise identity.NotVisibleYet(
+                    f"{what}: service account {new_account} is still unknown to Compute Engine "
+                    f"(IAM takes up to {identity.PROPAGATION_S:.0f}s to propagate a new account)"
+                ) from err
+
+        identity.while_propagating(once, what)
 
     def _get(self, zone: str, name: str) -> Node | None:
         """The node of that name in `zone`, or None. Blocks."""

@@ -35,15 +35,14 @@ import json
 import os
 import re
 import threading
-import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from cloudtrain.errors import NotFound, ProviderError, TransientError
 from cloudtrain.providers.base import Resource, Tagged
 from cloudtrain.providers.gcp.clients import GcpAuth
 from cloudtrain.providers.gcp.errors import already_exists, error_codes, gcp_errors, translate
-from cloudtrain.retry import backoff_s
+from cloudtrain.retry import retrying
 
 KIND_SERVICE_ACCOUNT = "service_account"
 IAM_ENDPOINT_ENV = "CLOUDTRAIN_IAM_ENDPOINT"
@@ -52,7 +51,9 @@ DISPLAY_PREFIX = "cloudtrain run "
 OBJECT_ADMIN = "roles/storage.objectAdmin"
 LIST_PREFIX_ATTRIBUTE = "storage.googleapis.com/objectListPrefix"
 PROPAGATION_S = 60.0  # how long a new account may stay invisible to GCE and GCS (IAM is eventual)
-POLICY_ATTEMPTS = 8  # read-modify-write rounds of a bucket policy before giving up on conflicts
+# read-modify-write rounds of a bucket policy (a concurrent writer, or GCS not knowing a new
+# account yet) before giving up; PROPAGATION_S bounds them too
+POLICY_ATTEMPTS = 16
 REQUEST_TIMEOUT_S = 60.0
 DESCRIPTION_MAX = 256  # IAM's limits on a service account's description and display name
 DISPLAY_MAX = 100
@@ -60,6 +61,7 @@ _ACCOUNT_ID_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])$")
 _BUCKET_IN_DESCRIPTION = re.compile(r"gs://([a-z0-9][a-z0-9._-]*[a-z0-9])")
 _NOT_VISIBLE = ("does not exist", "not found", "was not found")
 _CONFLICT_CODES = frozenset({"409", "412"})
+T = TypeVar("T")
 
 
 def account_id(run_id: str) -> str:
@@ -146,6 +148,32 @@ def prefix_binding(email: str, bucket: str, root: str, run_id: str) -> dict[str,
         "members": {f"serviceAccount:{email}"},
         "condition": prefix_condition(bucket, root, run_id),
     }
+
+
+class NotVisibleYet(TransientError):
+    """A new service account is not known yet where it was used (IAM propagates it within
+    about a minute): the call is tried again for up to PROPAGATION_S."""
+
+
+class PolicyConflict(TransientError):
+    """The bucket policy changed between its read and its write (409/412): read it again."""
+
+
+def while_propagating(
+    fn: Callable[[], T], what: str, retry_on: tuple[type[BaseException], ...] = (NotVisibleYet,)
+) -> T:
+    """`fn` through the one retry policy, retrying only `retry_on` (by default: a new account
+    not visible yet), for up to PROPAGATION_S and POLICY_ATTEMPTS calls. Other errors propagate
+    at once (the caller's own retry handles throttling). Blocks."""
+    return retrying(
+        fn,
+        what=what,
+        deadline_s=PROPAGATION_S,
+        max_attempts=POLICY_ATTEMPTS,
+        initial_s=0.05,
+        max_s=8.0,
+        retry_on=lambda exc: isinstance(exc, retry_on),
+    )
 
 
 def not_visible_yet(err: BaseException, email: str) -> bool:
@@ -279,13 +307,19 @@ class IamClient:
 
 
 def _update_policy(
-    client: Any, bucket_name: str, change: Callable[[list[dict[str, Any]]], bool], what: str
+    client: Any,
+    bucket_name: str,
+    change: Callable[[list[dict[str, Any]]], bool],
+    what: str,
+    new_account: str | None = None,
 ) -> None:
     """Read-modify-write the bucket's IAM policy (version 3) with its etag: `change` edits the
     bindings in place and says whether anything changed (nothing changed: no write). A
-    concurrent writer (409/412) makes it read again, up to POLICY_ATTEMPTS times, then it
-    raises TransientError. Raises NotFound for a missing bucket. Blocks."""
-    for attempt in range(1, POLICY_ATTEMPTS + 1):
+    concurrent writer (409/412), or GCS not knowing `new_account` yet, makes it read again
+    (`while_propagating`); then the last such error, a TransientError. Raises NotFound for a
+    missing bucket. Blocks."""
+
+    def once() -> None:
         bucket = client.bucket(bucket_name)
         with gcp_errors(f"read the IAM policy of gs://{bucket_name}"):
             policy = bucket.get_iam_policy(requested_policy_version=3)
@@ -297,13 +331,14 @@ def _update_policy(
         try:
             with gcp_errors(what):
                 bucket.set_iam_policy(policy)
-            return
         except ProviderError as err:
-            if not error_codes(err) & _CONFLICT_CODES:
-                raise
-            if attempt == POLICY_ATTEMPTS:
-                raise TransientError(f"{what}: the policy kept changing underneath") from err
-            time.sleep(backoff_s(attempt, 0.05, 1.0))
+            if error_codes(err) & _CONFLICT_CODES:
+                raise PolicyConflict(f"{what}: the policy kept changing underneath") from err
+            if new_account is not None and not_visible_yet(err, new_account):
+                raise NotVisibleYet(f"{what}: {new_account} is unknown to Cloud Storage") from err
+            raise
+
+    while_propagating(once, what, (PolicyConflict, NotVisibleYet))
 
 
 def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:
@@ -334,19 +369,11 @@ def grant(client: Any, email: str, bucket: str, root: str, run_id: str) -> bool:
         return sorted(before, key=repr) != sorted(after, key=repr)
 
     what = f"grant {email} the prefix {run_prefix(root, run_id)} of gs://{bucket}"
-    deadline = time.monotonic() + PROPAGATION_S
-    attempt = 0
-    while True:
-        attempt += 1
-        try:
-            _update_policy(client, bucket, change, what)
-            return True
-        except NotFound:
-            return False
-        except ProviderError as err:
-            if not not_visible_yet(err, email) or time.monotonic() > deadline:
-                raise
-            time.sleep(backoff_s(attempt, 0.5, 8.0))
+    try:
+        _update_policy(client, bucket, change, what, new_account=email)
+    except NotFound:
+        return False
+    return True
 
 
 def revoke(client: Any, email: str, bucket: str) -> None:

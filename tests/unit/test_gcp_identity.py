@@ -38,8 +38,7 @@ RUN = "digits-multiworker-20250101-abc123"
 @pytest.fixture
 def provider(gcp_cloud: GcpCloud, monkeypatch: pytest.MonkeyPatch) -> GcpProvider:
     monkeypatch.delenv("CLOUDTRAIN_SSH_CIDR", raising=False)
-    monkeypatch.setattr("cloudtrain.providers.gcp.compute.backoff_s", lambda *a, **k: 0.01)
-    monkeypatch.setattr("cloudtrain.providers.gcp.identity.backoff_s", lambda *a, **k: 0.01)
+    monkeypatch.setattr("cloudtrain.retry.backoff_s", lambda *a, **k: 0.01)
     gcp_cloud.gce.operation_polls_to_done = 0
     made = GcpProvider(ProviderConfig(name="gcp", region=REGION, zone=ZONE))
     made.store(STORE).ensure_bucket()

@@ -119,3 +119,22 @@ def test_decorator_form() -> None:
     assert ensure("b", region="eu") == "ok:b:eu"
     assert fn.calls == 2
     assert ensure.__name__ == "ensure" and ensure.__doc__ == "Docstring kept."
+
+
+def test_retry_on_narrows_what_is_retried(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(retry, "BACKOFF_INITIAL_S", 0.001)
+
+    class Narrow(TransientError):
+        pass
+
+    calls: list[int] = []
+
+    def flaky() -> str:
+        calls.append(1)
+        if len(calls) < 3:
+            raise Narrow("not yet")
+        raise TransientError("throttled")
+
+    with pytest.raises(TransientError, match="throttled"):
+        retry.retrying(flaky, what="x", retry_on=lambda e: isinstance(e, Narrow), initial_s=0.001)
+    assert len(calls) == 3  # two Narrow retried; the plain TransientError left to the caller
