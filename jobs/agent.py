@@ -122,7 +122,7 @@ class Agent:
         self._synced: dict[str, tuple[int, int]] = {}
         self._pumps: list[threading.Thread] = []
         self.start_horovod_server: horovod.ServerStarter = horovod.start_rendezvous_server
-        cloud = cloud_of_store(str(getattr(store, "uri", "")))
+        cloud = cloud_of_store(store.uri)
         self.watcher = PreemptionWatcher(cloud, node_name(run_id, role, index))  # the VM's name
         self.notice: Notice | None = None
         self._last = {"heartbeat": 0.0, "flush": 0.0, "sync": 0.0, "control": 0.0}

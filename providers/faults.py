@@ -196,6 +196,11 @@ class FaultyCompute(Compute):
         """Calls per method name, throttled ones included (a live Counter; read, don't write)."""
         return self._faults.calls
 
+    @property
+    def throttled(self) -> Counter[str]:
+        """Calls per method name that were throttled (a live Counter; read, don't write)."""
+        return self._faults.throttled
+
     def planned_network(self, run: RunInfo) -> list[Resource]:
         """Pure: passed through without faults."""
         self._faults.count("planned_network")

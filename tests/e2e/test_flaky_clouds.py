@@ -74,9 +74,7 @@ def test_local_run_absorbs_throttling_and_lost_replies(
     compute = provider.compute
     wanted = sorted(node_name(orch.run_id, n.role, n.index) for n in plan.nodes)
     assert sorted(compute.created) == wanted  # each node made once, none twice
-    throttled = sum(compute._faults.throttled.values()) + sum(
-        provider.store_faults.throttled.values()
-    )
+    throttled = sum(compute.throttled.values()) + sum(provider.store_faults.throttled.values())
     calls = sum(compute.calls.values()) + sum(provider.store_faults.calls.values())
     assert throttled > 0 and compute.lost_replies >= 0
     assert ct.live_processes() == []
