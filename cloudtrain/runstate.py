@@ -69,12 +69,10 @@ class RunReader:
                 body = self._read_json(obj.key)
                 if body is None:
                     continue
-                node = rel.split("/", 1)[1].removesuffix(".json")
-                kind = rel.split("/", 1)[0]
-                target = {"status": snap.statuses, "heartbeat": snap.heartbeats}.get(
-                    kind, snap.notices
-                )
-                target[node] = body
+                kind, _, name = rel.partition("/")
+                by_kind = {"status": snap.statuses, "heartbeat": snap.heartbeats}
+                by_kind["notice"] = snap.notices
+                by_kind[kind][name.removesuffix(".json")] = body
             elif rel.startswith("bootstrap/") and rel.endswith(".log"):
                 if self._seen.get(obj.key) == sig:
                     continue
