@@ -216,7 +216,7 @@ def _local_world(ct: Env) -> World:
         def stopper() -> None:
             deadline = time.time() + 120
             while time.time() < deadline:
-                pattern = f"local/runs/{job_name}-*/nodes/*worker-1*/node.json"
+                pattern = f"local/runs/{job_name}-*/nodes/*-worker-1/node.json"
                 for meta in ct.home.glob(pattern):
                     with contextlib.suppress(ValueError, OSError):
                         for pid in session_pids(int(json.loads(meta.read_text())["pid"])):

@@ -56,7 +56,7 @@ def _check_recovery(ct: Env, run_id: str, lost_during: int, provider: str) -> No
     for node in ("worker-0", "worker-1"):
         assert re.search(rf"^\[{node}\] cloudtrain: epoch {EPOCHS}/{EPOCHS} done", out, re.M)
     created = _created(ct, run_id)
-    assert len(created) == 3 and sum("worker-1" in c for c in created) == 2, created
+    assert len(created) == 3 and sum(c.endswith("-worker-1") for c in created) == 2, created
     reliability_report.record(
         "preemption",
         provider,
@@ -73,7 +73,7 @@ def test_local_worker_lost_mid_epoch_is_replaced_alone(ct: Env) -> None:
         done = int(ct.wait_for(DONE_RE, timeout=240)[1])
         (run_id,) = ct.run_ids()
         time.sleep(2.5)  # mid-epoch; the last epoch's checkpoint is synced (every 2 s)
-        meta = next(ct.home.glob(f"local/runs/{run_id}/nodes/*worker-1*/node.json"))
+        meta = next(ct.home.glob(f"local/runs/{run_id}/nodes/*-worker-1/node.json"))
         for pid in session_pids(int(json.loads(meta.read_text())["pid"])):
             os.kill(pid, signal.SIGKILL)  # the whole node is gone, not just its training
         assert cli.wait(timeout=300) == 0, ct.output()[-4000:]
