@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import os
 import re
@@ -368,7 +369,8 @@ class Agent:
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
-            process_group=process_group,
+            # what Popen(process_group=) does, which is 3.11+: the nodes' Pythons start at 3.10
+            preexec_fn=functools.partial(os.setpgid, 0, process_group),
         )
         assert proc.stdout is not None
         stream = proc.stdout

@@ -30,7 +30,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -92,11 +92,13 @@ def _one_line(text: str) -> str:
 def _iso_to_epoch(value: str) -> float | None:
     """`2017-09-18T08:22:00Z` -> epoch seconds (naive times are UTC); None if unreadable."""
     try:
-        moment = datetime.fromisoformat(value.strip())
+        text = value.strip()
+        # Python 3.10's fromisoformat takes no "Z" (3.11's does): spell it as an offset
+        moment = datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith("Z") else text)
     except (ValueError, AttributeError):
         return None
     if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
+        moment = moment.replace(tzinfo=timezone.utc)
     return moment.timestamp()
 
 
@@ -109,7 +111,7 @@ def _http_date_to_epoch(value: str) -> float | None:
     except (TypeError, ValueError, IndexError):
         return None
     if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
+        moment = moment.replace(tzinfo=timezone.utc)
     return moment.timestamp()
 
 

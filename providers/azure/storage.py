@@ -107,7 +107,7 @@ def default_credential() -> Any:
 
 
 def _now() -> datetime.datetime:
-    return datetime.datetime.now(datetime.UTC).replace(microsecond=0)
+    return datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
 
 
 class BlobStore:
