@@ -21,6 +21,9 @@ TF_KERAS_VERSION = "2.21.0"
 # The NVIDIA driver branch the script installs where no driver works (Ubuntu's
 # nvidia-driver-580-server, NVIDIA's cuda-drivers-580 on Debian 12); why 580: the template says.
 NVIDIA_BRANCH = "580"
+# The oldest Python a node runs on: the images' (Ubuntu 22.04: 3.10). pyproject's requires-python
+# says the same, so pip refuses the wheel on anything older; the script says so first, clearly.
+NODE_MIN_PYTHON = (3, 10)
 
 
 @dataclass(frozen=True)
@@ -75,6 +78,7 @@ def render_startup(params: StartupParams, blocks: StartupBlocks) -> str:
         "tf_version": TF_VERSION,
         "tf_keras_version": TF_KERAS_VERSION,
         "nvidia_branch": NVIDIA_BRANCH,
+        "min_python": ".".join(map(str, NODE_MIN_PYTHON)),
         "power_off": blocks.power_off or ":",
         "env": env,
     }

@@ -44,6 +44,17 @@ VGA_LSPCI = "00:02.0 VGA compatible controller [0300]: Device [1234:1111] (rev 0
 PREFIX = "cloudtrain/runs/shim-run/"
 
 _RECORD = 'printf \'%s %s\\n\' "$(basename "$0")" "${*//$\'\\n\'/ }" >>"$SHIM_CALLS"\n'
+# An interpreter's answers to the script's version checks (require_python), from the knob.
+_PY_VERSION = """\
+if [ "${1:-}" = -c ]; then
+  case "$2" in
+    *python_version*) echo "$SHIM_PYTHON_VERSION"; exit 0 ;;
+    *version_info*)
+      [ "$(printf '%s\\n%s\\n' "$3" "$SHIM_PYTHON_VERSION" | sort -V | head -n 1)" = "$3" ]
+      exit ;;
+  esac
+fi
+"""
 _SHIMS: dict[str, str] = {
     "lspci": 'if [ "$SHIM_GPU" = 1 ]; then echo "$SHIM_LSPCI_GPU"; fi\necho "$SHIM_LSPCI_OTHER"\n',
     "nvidia-smi": """\
@@ -106,7 +117,8 @@ if [ -n "$out" ]; then echo "fake download of $url" >"$out"; fi
 """,
     "pip": 'echo "pip shim: the script must use \\"$CT_PYTHON -m pip\\"" >&2\nexit 97\n',
     # the image's interpreter: makes venvs (whose python is the venv shim) and may have TF
-    "python3": """\
+    "python3": _PY_VERSION
+    + """\
 if [ "${1:-}" = -m ] && [ "${2:-}" = venv ]; then
   if [ "$SHIM_ENSUREPIP" != 1 ] && [ ! -e "$SHIM_STATE/python3-venv" ]; then
     echo "The virtual environment was not created successfully because ensurepip is not" \
@@ -129,7 +141,9 @@ esac
 """,
 }
 # The venv's interpreter ($CT_PYTHON): answers the script's checks from the knobs and state.
-VENV_PYTHON = """\
+VENV_PYTHON = (
+    _PY_VERSION
+    + """\
 tf_present() {
   [ "$SHIM_TF" = 1 ] || [ -e "$SHIM_STATE/tf-installed" ] || [ -e "$SHIM_STATE/tf-system" ]
 }
@@ -171,6 +185,7 @@ if [ "${1:-}" = -c ]; then
 fi
 exit 0
 """
+)
 
 
 @dataclass
@@ -188,6 +203,7 @@ class Machine:
     apt_fails: bool = False  # apt-get install fails (apt-get update works)
     tf_gpus: int | None = None  # GPUs TensorFlow sees; default: 1 with a GPU, else 0
     horovod: bool = False
+    python: str = "3.10.12"  # the image's python3 (Ubuntu 22.04's), and so the venv's
 
 
 @dataclass
@@ -315,6 +331,7 @@ class FakeNode:
             "SHIM_HOROVOD": flag[machine.horovod],
             "SHIM_ENSUREPIP": flag[machine.ensurepip],
             "SHIM_APT": "fail" if machine.apt_fails else "ok",
+            "SHIM_PYTHON_VERSION": machine.python,
             **self.extra_env,
         }
         script = self.root / "startup.sh"

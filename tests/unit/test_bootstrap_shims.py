@@ -246,6 +246,24 @@ def test_any_os_boots_when_nothing_needs_installing(node: FakeNode) -> None:
     assert_agent_started(boot, node)
 
 
+@pytest.mark.parametrize("venv_exists", [False, True])
+def test_a_python_older_than_the_agent_needs_fails_naming_it(
+    node: FakeNode, venv_exists: bool
+) -> None:
+    # Ubuntu 20.04's python3 is 3.8: pip would refuse the wheel (requires-python) with a riddle;
+    # the script says which interpreter and what it needs, before installing anything
+    boot = node.boot(Machine(gpu=True, driver=True, venv_exists=venv_exists, python="3.8.10"))
+    assert_failed(boot, node, "is Python 3.8.10", "needs Python >= 3.10")
+    assert not [c for c in boot.called("python") if "pip install" in c]
+    assert not [c for c in boot.called("python3") if "venv" in c]
+
+
+def test_the_images_python_is_named_in_the_log(node: FakeNode) -> None:
+    boot = node.boot(Machine(gpu=True, driver=True, tf=True, python="3.12.3"))
+    assert_agent_started(boot, node)
+    assert "is Python 3.12.3" in boot.boot_log
+
+
 def test_deep_learning_image_python_is_reused_through_the_venv(node: FakeNode) -> None:
     boot = node.boot(Machine(gpu=True, driver=True, venv_exists=False, system_tf=True))
     assert_agent_started(boot, node)

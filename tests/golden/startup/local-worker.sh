@@ -41,6 +41,7 @@ CT_TF_VERSION='2.21.0'
 CT_TF_KERAS_VERSION='2.21.0'
 CT_GPU_COUNT='0'
 CT_PIP_EXTRA=''
+CT_MIN_PYTHON='3.10'
 DEADLINE_EPOCH=1767225600
 # The boot environment may name another interpreter or folder (an image with its own Python).
 CT_PYTHON=${CT_PYTHON:-'/usr/bin/python3'}
@@ -186,6 +187,16 @@ driver_diagnostics() {
     dmesg 2>/dev/null | grep -i -e nvidia -e nouveau | tail -n 20 || true
   } | diag
 }
+require_python() { # require_python PYTHON: the node's agent runs on $CT_MIN_PYTHON or newer
+  local version
+  version="$("$1" -c 'import platform; print(platform.python_version())' 2>/dev/null)" ||
+    fail "python: $1 does not run"
+  if ! "$1" -c 'import sys; sys.exit(sys.version_info[:2] < tuple(map(int, sys.argv[1].split("."))))' \
+    "$CT_MIN_PYTHON"; then
+    fail "python: $(command -v "$1" || echo "$1") is Python $version, but cloudtrain's node agent needs Python >= $CT_MIN_PYTHON: use an image with a newer python3 (Ubuntu 22.04 or later, Debian 12)"
+  fi
+  phase "phase python: $(command -v "$1" || echo "$1") is Python $version"
+}
 stack_ok() { # stack_ok PYTHON: the pinned tensorflow and tf-keras are installed for PYTHON
   "$1" -c 'import importlib.metadata as m, sys
 sys.exit(m.version("tensorflow") != sys.argv[1] or m.version("tf-keras") != sys.argv[2])' \
@@ -239,6 +250,12 @@ finish
 
 # 3. Python and TensorFlow: skipped when the pinned versions are already installed.
 begin python "checking"
+# the interpreter the node will run: the venv's, or the image's python3 it will be made from
+if [ -x "$CT_PYTHON" ]; then
+  require_python "$CT_PYTHON"
+elif command -v python3 >/dev/null 2>&1; then
+  require_python python3
+fi
 if ! stack_ok "$CT_PYTHON"; then
   fail "python: tensorflow $CT_TF_VERSION and tf-keras $CT_TF_KERAS_VERSION are not installed for $CT_PYTHON (pip install 'cloudtrain[tf]')"
 fi
