@@ -5,7 +5,9 @@ A node is one VM named `ct-<run>-<role>-<index>` in the run's resource group (`n
 `customData`, and a system-assigned managed identity. That identity gets two roles right after
 the create: "Storage Blob Data Contributor" on the run's container only, and "Virtual Machine
 Contributor" on the VM itself, so the node can delete itself at the deadline (a stopped but
-allocated Azure VM still bills). Both assignments are deleted with the node. GPU nodes on the
+allocated Azure VM still bills). Both assignments are deleted with the node, and an evicted
+VM's (Azure deletes the VM, never its role assignments) when the node is re-created or the
+run torn down (`grants`). GPU nodes on the
 default image get the NvidiaGpuDriverLinux extension. SkuNotAvailable, AllocationFailed and
 ZonalAllocationFailed surface as NoCapacityError, so the orchestrator tries the next zone.
 """
@@ -18,8 +20,8 @@ import urllib.request
 from datetime import datetime
 from typing import Any
 
-from cloudtrain.errors import NotFound, ProviderError, TransientError
-from cloudtrain.providers.azure import network
+from cloudtrain.errors import NotFound, ProviderError
+from cloudtrain.providers.azure import grants, network
 from cloudtrain.providers.azure.account import (
     container_scope,
     default_account,
@@ -28,7 +30,7 @@ from cloudtrain.providers.azure.account import (
     run_container,
 )
 from cloudtrain.providers.azure.clients import ArmClients
-from cloudtrain.providers.azure.errors import azure_errors, error_codes
+from cloudtrain.providers.azure.errors import azure_errors
 from cloudtrain.providers.azure.startup import startup_blocks
 from cloudtrain.providers.azure.storage import BlobStore
 from cloudtrain.providers.base import (
@@ -45,7 +47,6 @@ from cloudtrain.providers.base import (
 )
 
 ZONES = ["1", "2", "3"]
-ROLE_DEFINITION = "/subscriptions/{sub}/providers/Microsoft.Authorization/roleDefinitions/{guid}"
 POWER: dict[str, NodeState] = {
     "running": "running",
     "starting": "pending",
@@ -131,9 +132,30 @@ class AzureCompute(Compute):
         return network.find(self.clients, run_id, self.region)
 
     def delete_resources(self, resources: list[Resource]) -> None:
-        """Delete the run's group (everything left in it goes too), never a user's group.
-        Idempotent; blocks."""
+        """Remove what is left of the run's node grants (an evicted node's, which nothing else
+        removes), then delete the run's group (everything left in it goes too), never a user's
+        group. Idempotent; blocks; run after the nodes are deleted."""
+        for run_id in sorted({r.run_id for r in resources}):
+            self._revoke_run_grants(run_id)
         network.delete(self.clients, resources)
+
+    def _revoke_run_grants(self, run_id: str) -> None:
+        """Remove every grant cloudtrain made for a node of run `run_id` at its containers (and
+        the same identities' grants on their VMs). Idempotent; blocks."""
+
+        def of_run(node: str) -> bool:
+            parsed = parse_node_name(node)
+            return parsed is not None and parsed[0] == run_id
+
+        group = network.group_name(run_id)
+        grants.revoke_stale(self.clients, self._containers(run_id), group, of_run)
+
+    def _containers(self, run_id: str) -> set[str]:
+        """Scopes that may hold the grants of run `run_id`'s nodes: its container in the default
+        account, and the containers this process has granted on."""
+        default = default_container_scope(self.subscription, self.region, run_container(run_id))
+        with self._lock:
+            return {default, *self._scopes.values()}
 
     # -- nodes -----------------------------------------------------------------------------
 
@@ -180,7 +202,8 @@ class AzureCompute(Compute):
         if existing is not None:
             if _state(existing) in ("pending", "running"):
                 node = _to_node(existing, network.private_ips(self.clients, run.run_id))
-                if node is not None:
+                if node is not None:  # a retried create: its grants may not have been made
+                    self._grant(run, existing, self._scope(run.store_uri))
                     return node
             self.delete_node(Node(name, run.run_id, request.role, request.index, "stopped"))
         gpu = request.accelerator_count > 0
@@ -197,9 +220,7 @@ class AzureCompute(Compute):
             vm = self.clients.compute.virtual_machines.begin_create_or_update(
                 group, name, body
             ).result()
-        principal = str(vm.identity.principal_id)
-        self._grant(scope, principal, name, "storage")
-        self._grant(str(vm.id), principal, name, "self")
+        self._grant(run, vm, scope)
         if gpu and image.driver_extension:
             with azure_errors(f"add the NVIDIA driver extension to {name}"):
                 self.clients.compute.virtual_machine_extensions.begin_create_or_update(
@@ -209,28 +230,20 @@ class AzureCompute(Compute):
         assert node is not None  # the tags above make it ours
         return node
 
-    def _grant(self, scope: str, principal: str, node: str, what: str) -> None:
-        """One role assignment for the node's identity (idempotent: a deterministic name)."""
+    def _grant(self, run: RunInfo, vm: Any, scope: str) -> None:
+        """Grant VM `vm`'s identity the run's container (`scope`) and the VM itself, after
+        removing the grants of the node's earlier identities (an evicted VM's: Azure leaves
+        them). Idempotent; blocks."""
         from cloudtrain.providers.azure.bodies import (
             STORAGE_BLOB_DATA_CONTRIBUTOR,
             VIRTUAL_MACHINE_CONTRIBUTOR,
-            role_assignment_body,
-            role_assignment_name,
         )
 
-        guid = STORAGE_BLOB_DATA_CONTRIBUTOR if what == "storage" else VIRTUAL_MACHINE_CONTRIBUTOR
-        body = role_assignment_body(self.subscription, guid, principal)
-        name = role_assignment_name(self.subscription, node, what)
-        try:
-            with azure_errors(f"grant {node}'s identity its {what} role"):
-                self.clients.authorization.role_assignments.create(scope, name, body)
-        except ProviderError as err:
-            codes = error_codes(err)
-            if "RoleAssignmentExists" in codes:
-                return
-            if "PrincipalNotFound" in codes:  # a new identity takes seconds to replicate
-                raise TransientError(f"{err.message} (the identity is not replicated yet)") from err
-            raise
+        name, principal = str(vm.name), str(vm.identity.principal_id)
+        group = network.group_name(run.run_id)
+        grants.revoke_stale(self.clients, [scope], group, name.__eq__, keep=[principal])
+        grants.grant(self.clients, scope, STORAGE_BLOB_DATA_CONTRIBUTOR, principal, name)
+        grants.grant(self.clients, str(vm.id), VIRTUAL_MACHINE_CONTRIBUTOR, principal, name)
 
     def list_nodes(self, run_id: str) -> list[Node]:
         """The run's VMs (tags in its group) with their power state. Blocks."""
@@ -269,9 +282,9 @@ class AzureCompute(Compute):
         """Remove the node's role assignments, then delete the VM (its NIC, disk and public IP
         go with it) and wait. Idempotent: a missing VM is fine. Blocks.
 
-        The assignments are found through the VM's identity (any scope), and by their
-        deterministic names at the VM and at the run's container in the default account, so
-        an evicted VM's grants go too."""
+        The assignments are found through the VM's identity (any scope), and by their names
+        (derived from scope, role and principal) at the VM and the run's containers; an evicted
+        VM's, whose identity is gone, are found by `delete_resources` and `create_node`."""
         group = network.group_name(node.run_id)
         for assignment_id in self._grants_of(node, group):
             try:
@@ -286,31 +299,22 @@ class AzureCompute(Compute):
             return
 
     def _grants_of(self, node: Node, group: str) -> list[str]:
-        """Ids of the role assignments a node's identity may hold. Blocks."""
-        from cloudtrain.providers.azure.bodies import role_assignment_name
+        """Ids of the role assignments the node's current identity holds (none once its VM is
+        gone). Blocks."""
+        from cloudtrain.providers.azure.bodies import STORAGE_BLOB_DATA_CONTRIBUTOR
 
-        vm_id = (
-            f"/subscriptions/{self.subscription}/resourceGroups/{group}/providers/"
-            f"Microsoft.Compute/virtualMachines/{node.name}"
-        )
-        default_container = default_container_scope(
-            self.subscription, self.region, run_container(node.run_id)
-        )
-        suffix = "/providers/Microsoft.Authorization/roleAssignments/"
-        ids = {
-            vm_id + suffix + role_assignment_name(self.subscription, node.name, "self"),
-            default_container
-            + suffix
-            + role_assignment_name(self.subscription, node.name, "storage"),
-        }
         vm = self._vm(group, node.name)
         principal = getattr(getattr(vm, "identity", None), "principal_id", None)
-        if principal:
-            with azure_errors(f"list the roles of {node.name}"):
-                found = self.clients.authorization.role_assignments.list_for_scope(
-                    f"/subscriptions/{self.subscription}", filter=f"principalId eq '{principal}'"
-                )
-                ids.update(str(a.id) for a in found)
+        if not principal:
+            return []
+        ids = {grants.vm_grant_id(self.subscription, group, node.name, str(principal))}
+        for scope in self._containers(node.run_id):
+            ids.add(grants.assignment_id(scope, STORAGE_BLOB_DATA_CONTRIBUTOR, str(principal)))
+        with azure_errors(f"list the roles of {node.name}"):
+            found = self.clients.authorization.role_assignments.list_for_scope(
+                f"/subscriptions/{self.subscription}", filter=f"principalId eq '{principal}'"
+            )
+            ids.update(str(a.id) for a in found)
         return sorted(ids)
 
     def console_output(self, node: Node) -> str:

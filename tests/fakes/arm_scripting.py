@@ -5,7 +5,8 @@ write-only fields such as customData included), `groups()`, `role_assignments()`
 (`METHOD /path?query` of every request served) and `vm_power_state(name)`. Scripting changes
 what the fake will answer: `set_serial`/`append_serial` (a VM's serial console log),
 `set_vm_power_state` (e.g. deallocated, as a Spot eviction with policy Deallocate leaves it),
-`remove_vm` (a Spot eviction with policy Delete), `fail_next_vm_create`, `fail_next_extension`,
+`remove_vm` (the VM vanishes with what it owns), `evict` (Azure takes a Spot VM back, as its
+evictionPolicy says), `fail_next_vm_create`, `fail_next_extension`,
 `fail_next_role_assignment` (see arm_faults) and `throttle_next` (429 TooManyRequests or 503
 ServiceUnavailable with `Retry-After: 0`, before any other check). Methods that name a VM raise
 KeyError if there is none.
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import threading
+from collections.abc import Callable
 
 from tests.fakes.arm_faults import ExtensionFault, VmFault
 from tests.fakes.arm_resources import ResourcesMixin
@@ -31,6 +33,7 @@ class ScriptingMixin(ResourcesMixin):
     """Inspection and scripting (see the module docstring)."""
 
     _lock: threading.RLock
+    _evict: Callable[[Resource], None]  # arm_vm_actions: what an eviction does to a VM
 
     # -- inspection -----------------------------------------------------------------------
 
@@ -104,6 +107,22 @@ class ScriptingMixin(ResourcesMixin):
         with deleteOption Delete go too)."""
         with self._lock:
             self._remove(self._vm_named(name, group))
+
+    def evict(self, name: str, group: str | None = None) -> None:
+        """Evict Spot VM `name` as Azure does, not as a user's delete: with evictionPolicy Delete
+        the VM is gone, and with it, as on a VM delete, its NICs, OS disk and public IPs whose
+        deleteOption is Delete (others stay: for disks stricter than Azure, whose evicted VMs
+        "are deleted together with their underlying disks"); with Deallocate it is deallocated.
+        Its role assignments stay: Azure never removes them with their principal. ValueError for
+        a regular VM (Azure's simulateEviction answers OperationNotAllowed). Sources:
+        MicrosoftDocs/azure-compute-docs virtual-machines/spot-vms.md and delete.md;
+        MicrosoftDocs/azure-docs role-based-access-control/role-assignments.md ("Role
+        assignments with identity not found")."""
+        with self._lock:
+            vm = self._vm_named(name, group)
+            if vm.body["properties"].get("priority") not in ("Spot", "Low"):
+                raise ValueError(f"VM {name!r} is not a Spot VM: Azure never evicts it")
+            self._evict(vm)
 
     def fail_next_vm_create(
         self,

@@ -1,0 +1,155 @@
+"""The role assignments of an Azure node's managed identity: its two grants and their removal.
+
+A node's system-assigned identity gets "Storage Blob Data Contributor" on the run's container and
+"Virtual Machine Contributor" on its own VM (`grant`). A role assignment's name must be a GUID;
+ARM refuses to reuse one for another principal (409 RoleAssignmentUpdateNotPermitted: "Tenant
+ID, application ID, principal ID, and scope are not allowed to be updated"). So the name is
+derived from the scope, the role AND the principal (`assignment_name`): a retried create makes
+one assignment, and a re-created VM of the same name (a new identity) gets assignments of its
+own.
+
+Azure removes no role assignment when their principal goes (MicrosoftDocs/azure-docs,
+articles/role-based-access-control/role-assignments.md, "Role assignments with identity not
+found": "The role assignments aren't removed automatically"), and a Spot VM with evictionPolicy
+Delete is deleted by Azure, not by cloudtrain, so nothing would remove its grants. Each
+assignment's description therefore names its node (`cloudtrain node NAME: ROLE`), and `stale()`
+finds, at the run's container, the assignments of a node's earlier identities; the same
+identity's assignment on the VM has a name computed from it (`vm_grant_id`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from cloudtrain.errors import NotFound, ProviderError, TransientError
+from cloudtrain.providers.azure.bodies import (
+    ROLE_NAMES,
+    VIRTUAL_MACHINE_CONTRIBUTOR,
+    role_assignment_body,
+    role_assignment_name,
+)
+from cloudtrain.providers.azure.clients import ArmClients
+from cloudtrain.providers.azure.errors import azure_errors, error_codes
+
+SUFFIX = "/providers/Microsoft.Authorization/roleAssignments/"
+MARK_RE = re.compile(r"cloudtrain node (?P<node>[a-z0-9-]+): ")
+
+
+@dataclass(frozen=True)
+class Grant:
+    """A role assignment cloudtrain made for a node: its id, principal and node name."""
+
+    id: str
+    principal: str
+    node: str
+
+
+def assignment_name(scope: str, role_guid: str, principal: str) -> str:
+    """The GUID name of the assignment of `role_guid` at `scope` to `principal`: the same for the
+    same three (case-insensitive, as Azure's ids are), another for a new principal. Pure."""
+    return role_assignment_name(scope.rstrip("/"), role_guid, principal)
+
+
+def assignment_id(scope: str, role_guid: str, principal: str) -> str:
+    """The full id of that assignment. Pure."""
+    return scope.rstrip("/") + SUFFIX + assignment_name(scope, role_guid, principal)
+
+
+def vm_scope(subscription: str, group: str, node: str) -> str:
+    """The resource id of node `node`'s VM: the scope of its self grant. Pure."""
+    return (
+        f"/subscriptions/{subscription}/resourceGroups/{group}/providers/"
+        f"Microsoft.Compute/virtualMachines/{node}"
+    )
+
+
+def vm_grant_id(subscription: str, group: str, node: str, principal: str) -> str:
+    """The id of the self grant of `principal` on node `node`'s VM. Pure."""
+    scope = vm_scope(subscription, group, node)
+    return assignment_id(scope, VIRTUAL_MACHINE_CONTRIBUTOR, principal)
+
+
+def assignment_body(subscription: str, role_guid: str, principal: str, node: str) -> dict[str, Any]:
+    """The assignment of `role_guid` to node `node`'s identity (a service principal; saying so
+    lets Azure assign to an identity its directory has not replicated yet), its description
+    naming the node. Pure."""
+    body = role_assignment_body(subscription, role_guid, principal)
+    role = ROLE_NAMES.get(role_guid, f"role {role_guid}")
+    body["properties"]["description"] = f"cloudtrain node {node}: {role} for the node's identity"
+    return body
+
+
+def grant(clients: ArmClients, scope: str, role_guid: str, principal: str, node: str) -> None:
+    """Assign `role_guid` at `scope` to node `node`'s identity `principal`. Idempotent (the name
+    is derived from the three); blocks. Raises TransientError while Azure's directory has not
+    replicated a new identity yet (PrincipalNotFound), ProviderError otherwise."""
+    body = assignment_body(clients.auth.subscription, role_guid, principal, node)
+    name = assignment_name(scope, role_guid, principal)
+    role = ROLE_NAMES.get(role_guid, role_guid)
+    try:
+        with azure_errors(f"grant {node}'s identity {role}"):
+            clients.authorization.role_assignments.create(scope, name, body)
+    except ProviderError as err:
+        codes = error_codes(err)
+        if "RoleAssignmentExists" in codes:
+            return
+        if "PrincipalNotFound" in codes:
+            raise TransientError(f"{err.message} (the identity is not replicated yet)") from err
+        raise
+
+
+def stale(
+    clients: ArmClients, scope: str, wanted: Callable[[str], bool], keep: Iterable[str] = ()
+) -> list[Grant]:
+    """The assignments at exactly `scope` that cloudtrain made for a node `wanted(name)` accepts,
+    held by a principal not in `keep`. A missing scope has none. Blocks; read-only."""
+    kept = {p.lower() for p in keep}
+    try:
+        with azure_errors(f"list the role assignments at {scope}"):
+            found = list(
+                clients.authorization.role_assignments.list_for_scope(scope, filter="atScope()")
+            )
+    except NotFound:
+        return []
+    out = []
+    for assignment in found:
+        mark = MARK_RE.match(str(getattr(assignment, "description", None) or ""))
+        principal = str(assignment.principal_id or "")
+        if (
+            mark is not None
+            and str(assignment.scope or "").rstrip("/").lower() == scope.rstrip("/").lower()
+            and wanted(mark["node"])
+            and principal.lower() not in kept
+        ):
+            out.append(Grant(str(assignment.id), principal, mark["node"]))
+    return out
+
+
+def revoke(clients: ArmClients, ids: Iterable[str]) -> None:
+    """Delete the role assignments `ids`. Idempotent (a missing one is fine); blocks."""
+    for assignment_id_ in sorted(set(ids)):
+        try:
+            with azure_errors("remove a node's role assignment"):
+                clients.authorization.role_assignments.delete_by_id(assignment_id_)
+        except NotFound:
+            continue
+
+
+def revoke_stale(
+    clients: ArmClients,
+    containers: Iterable[str],
+    group: str,
+    wanted: Callable[[str], bool],
+    keep: Iterable[str] = (),
+) -> list[Grant]:
+    """Remove the grants of node identities `wanted` accepts, other than `keep`: those found at
+    the container scopes, and the same identities' grants on their VMs. Idempotent; blocks.
+    Returns what was found at the containers."""
+    found = [g for scope in sorted(set(containers)) for g in stale(clients, scope, wanted, keep)]
+    subscription = clients.auth.subscription
+    vm_ids = [vm_grant_id(subscription, group, g.node, g.principal) for g in found]
+    revoke(clients, [g.id for g in found] + vm_ids)
+    return found
