@@ -237,6 +237,54 @@ class GceFake(InstancesMixin, FirewallsMixin, RegionsMixin):
             for inst in hits:
                 inst["status"] = status
 
+    def preempt(self, name: str, zone: str | None = None) -> dict[str, Any]:
+        """Preempt SPOT (or preemptible) instance `name` as GCE does, not as a user's delete: a
+        zone operation `compute.instances.preempted` (DONE at once, by `system`) targets it, and
+        its `instanceTerminationAction` decides: DELETE deletes it (its autoDelete disks and
+        ephemeral IPs with it: the fake stores neither apart), STOP leaves it TERMINATED.
+        Returns the operation; ValueError for a standard instance, KeyError if there is none.
+        Sources: compute.v1 discovery doc, Scheduling.instanceTerminationAction ("DELETE: Delete
+        the VM"); docs.cloud.google.com/compute/docs/instances/create-use-spot (detecting
+        preemption) and its "List preemption history" sample, which lists the zone's operations
+        with `operationType="compute.instances.preempted"`. The 30 s notice before is the
+        metadata server's `instance/preempted` (tests/fakes/metadata_server.py), not this."""
+        with self._lock:
+            hits = [
+                (key, inst)
+                for key, inst in self._state.instances.items()
+                if key[2] == name and zone in (None, key[1])
+            ]
+            if not hits:
+                raise KeyError(f"no instance {name!r} in the fake")
+            (project, where, _), inst = hits[0]
+            scheduling = inst.get("scheduling") or {}
+            if not (scheduling.get("provisioningModel") == "SPOT" or scheduling.get("preemptible")):
+                raise ValueError(f"instance {name!r} is not SPOT: GCE never preempts it")
+            key, inst_id = hits[0][0], inst["id"]
+
+            def taken() -> None:
+                current = self._state.instances.get(key)
+                if current is None or current["id"] != inst_id:
+                    return
+                if scheduling.get("instanceTerminationAction") == "DELETE":
+                    del self._state.instances[key]
+                else:
+                    current["status"] = "TERMINATED"
+
+            body = self._new_operation(
+                project,
+                f"zones/{where}",
+                "compute.instances.preempted",
+                inst["selfLink"],
+                inst_id,
+                taken,
+            )
+            op = self._state.operations[(project, f"zones/{where}", body["name"])]
+            op.body.update(user="system", statusMessage="Instance was preempted.")
+            op.polls_needed = 0
+            self._settle(op)
+            return copy.deepcopy(op.body)
+
     def set_region_zones(self, region: str, zones: Iterable[str] | None) -> None:
         """Script the zones (names like `us-east1-b`) that `regions/{region}` answers and the
         zone list shows; None restores the defaults. ValueError unless `region` is like GCE's."""

@@ -6,7 +6,9 @@ RUNNING to DONE, 0 making it DONE at once; its effect (the `on_done` callback, w
 error fields) lands when it is DONE. An insert or delete given a `requestId` query parameter (a
 UUID) records its operation under it; `_replayed()` answers a later request of the same project
 with that `requestId` the recorded operation as it stands, so its handler does not act again, as
-GCE does. The mixin also serves the operation GET and wait routes and hands out resource ids.
+GCE does. The mixin also serves the operation GET and wait routes, the zone's operation list
+(`filter`, paging: as `gcloud compute operations list --filter=operationType=...` reads it) and
+hands out resource ids.
 It relies on the fake's `_state` and `operation_polls_to_done`, and its methods run under the
 fake's lock.
 """
@@ -21,6 +23,7 @@ from typing import Any
 
 from tests.fakes.gce_errors import invalid_field, not_found
 from tests.fakes.gce_formats import API_ROOT, now
+from tests.fakes.gce_listing import page
 from tests.fakes.gce_state import Operation, State
 
 FAKE_USER = "cloudtrain-tests@fake.invalid"
@@ -115,6 +118,16 @@ class OperationsMixin:
         self, params: dict[str, str], query: dict[str, str], body: Any
     ) -> dict[str, Any]:
         return self._poll(params)
+
+    def _list_operations(
+        self, params: dict[str, str], query: dict[str, str], body: Any
+    ) -> dict[str, Any]:
+        """The zone's operations in creation order, as they stand (listing polls none)."""
+        project, scope = params["project"], f"zones/{params['zone']}"
+        ops = self._state.operations.items()
+        items = [op.body for (p, s, _), op in ops if (p, s) == (project, scope)]
+        link = f"{API_ROOT}/projects/{project}/{scope}/operations"
+        return page(items, query, link, "compute#operationList")
 
 
 def _request_key(request_id: str) -> str:

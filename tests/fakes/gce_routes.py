@@ -37,6 +37,7 @@ ROUTES = [
         ("GET", _ZONE + r"/instances/(?P<name>[^/]+)", "get_instance"),
         ("DELETE", _ZONE + r"/instances/(?P<name>[^/]+)", "delete_instance"),
         ("GET", _ZONE + r"/instances/(?P<name>[^/]+)/serialPort", "serial_port"),
+        ("GET", _ZONE + r"/operations", "list_operations"),
         ("GET", _ZONE + r"/operations/(?P<op>[^/]+)", "get_operation"),
         ("POST", _ZONE + r"/operations/(?P<op>[^/]+)/wait", "wait_operation"),
         ("GET", _PROJECT + r"/aggregated/instances", "aggregated_instances"),
