@@ -29,6 +29,7 @@ from cloudtrain.errors import ProviderError, TransientError
 from cloudtrain.providers.aws import identity, network
 from cloudtrain.providers.aws.errors import aws_errors, error_code
 from cloudtrain.providers.aws.identity import KIND_PROFILE, KIND_ROLE
+from cloudtrain.providers.aws.images import image_for, resolve_ami
 from cloudtrain.providers.aws.network import (
     KIND_GROUP,
     TAG_INDEX,
@@ -52,20 +53,6 @@ from cloudtrain.providers.base import (
     shutdown_at_deadline,
 )
 
-GPU_IMAGE_PARAM = (
-    "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-ubuntu-22.04/latest/ami-id"
-)
-CPU_IMAGE_PARAM = (
-    "/aws/service/canonical/ubuntu/server/22.04/stable/current/amd64/hvm/ebs-gp2/ami-id"
-)
-IMAGE_ALIASES = {  # `image:` names resolved through AWS's public SSM parameters
-    "dlami": GPU_IMAGE_PARAM,
-    "dlami-ubuntu-22.04": GPU_IMAGE_PARAM,
-    "dlami-ubuntu-24.04": GPU_IMAGE_PARAM.replace("ubuntu-22.04", "ubuntu-24.04"),
-    "ubuntu-22.04": CPU_IMAGE_PARAM,  # plain Ubuntu: the bootstrap installs the GPU driver
-    "ubuntu-24.04": "/aws/service/canonical/ubuntu/server/24.04/stable/current/amd64/hvm/"
-    "ebs-gp3/ami-id",
-}
 USER_DATA_GZIP_OVER = 14 * 1024  # larger scripts are gzipped (cloud-init unpacks them)
 USER_DATA_MAX = 16 * 1024  # EC2's limit on raw user data
 LISTED_STATES = ["pending", "running", "stopping", "stopped", "shutting-down"]
@@ -74,9 +61,6 @@ TERMINATE_TIMEOUT_S = 600.0
 TERMINATE_AGAIN_EVERY = 30  # polls between repeated terminate calls for stragglers
 SPOT_INTERRUPTION = "Server.SpotInstanceTermination"
 VENV_PYTHON = "/opt/cloudtrain/venv/bin/python"
-
-_IMAGES: dict[tuple[str, str], str] = {}  # (region, SSM parameter) -> AMI id, for this process
-_IMAGES_LOCK = threading.Lock()
 
 _METADATA = """\
 if [ -z "${CLOUDTRAIN_NODE_HOST:-}" ]; then
@@ -94,12 +78,6 @@ export CLOUDTRAIN_NODE_HOST"""
 _SELF_SHUTDOWN = shutdown_at_deadline(
     "InstanceInitiatedShutdownBehavior=terminate: this shutdown deletes the instance"
 )
-
-
-def clear_image_cache() -> None:
-    """Forget the AMI ids resolved so far (tests; a long-lived process after an AMI release)."""
-    with _IMAGES_LOCK:
-        _IMAGES.clear()
 
 
 def user_data(script: str) -> bytes | str:
@@ -268,37 +246,12 @@ class AwsCompute(Compute):
 
     # -- images ----------------------------------------------------------------------------
 
-    def resolve_image(self, gpu: bool, name: str | None = None) -> str:
-        """The AMI id for `name` (an `ami-` id as is, or one of IMAGE_ALIASES), else the default
-        for a GPU node (Base OSS NVIDIA Driver AMI, Ubuntu 22.04) or a CPU node (Ubuntu 22.04),
-        from AWS's public SSM parameters; cached per process. Blocks once. Raises
-        ProviderError naming the parameter when the region lacks it, or an unknown name."""
-        if name and name.startswith("ami-"):
-            return name
-        if name and name not in IMAGE_ALIASES:
-            raise ProviderError(
-                f"unknown image {name!r} for AWS",
-                hint=f"use an ami-... id or one of: {', '.join(IMAGE_ALIASES)}",
-            )
-        param = IMAGE_ALIASES[name] if name else GPU_IMAGE_PARAM if gpu else CPU_IMAGE_PARAM
-        key = (self.region, param)
-        with _IMAGES_LOCK:
-            if key in _IMAGES:
-                return _IMAGES[key]
-        answer = call(
-            f"resolve the {'GPU' if gpu else 'CPU'} image ({param})",
-            lambda: self.ssm.get_parameter(Name=param),
-            ok={"ParameterNotFound"},
-        )
-        if answer is None:
-            raise ProviderError(
-                f"no SSM parameter {param} in {self.region}: cannot pick an AMI",
-                hint="set image: ami-... under cluster: in job.yaml",
-            )
-        image = str(answer["Parameter"]["Value"])
-        with _IMAGES_LOCK:
-            _IMAGES[key] = image
-        return image
+    def resolve_image(self, request: NodeRequest) -> str:
+        """The AMI id a node boots: `images.image_for` picks the image, its public SSM parameter
+        names the AMI (cached per process). Blocks once. Raises ProviderError for an unknown
+        image name, or naming the parameter when the region lacks it."""
+        image = image_for(request.instance_type, request.accelerator_count > 0, request.image)
+        return resolve_ami(self.ssm, self.region, image)
 
     # -- nodes -----------------------------------------------------------------------------
 
@@ -362,8 +315,8 @@ class AwsCompute(Compute):
         def prepare() -> None:
             for wanted in {r.zone or run.zone for r in requests}:
                 zone_name(self.region, wanted)
-            for gpu, name in {(r.accelerator_count > 0, r.image) for r in requests}:
-                self.resolve_image(gpu, name)
+            for r in requests:
+                self.resolve_image(r)
             self._group_id(run.run_id)
 
         if requests:
@@ -380,7 +333,7 @@ class AwsCompute(Compute):
             return live[-1]
         wanted = request.zone or run.zone  # the catalog's naming: a zone ID or a zone name
         zone = zone_name(self.region, wanted)
-        image = self.resolve_image(request.accelerator_count > 0, request.image)
+        image = self.resolve_image(request)
         group_id = self._group_id(run.run_id)
         tags = network.tag_list(
             {

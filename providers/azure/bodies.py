@@ -3,10 +3,10 @@
 Every body is a plain dict in ARM's camelCase REST JSON shape (the azure-mgmt clients accept
 dicts): the run's network security group (the TensorFlow port range from inside the virtual
 network only, SSH from the caller's CIDR when asked), its virtual network with one subnet, a
-node's public IP and NIC, and `vm_body()`, a node's whole VM create body: size, image, OS disk,
-cloud-init `customData`, a throwaway SSH key (password login is off), Spot, boot diagnostics,
-the VM's system-assigned identity and the run's tags. Then the NVIDIA driver extension, the
-storage account, and role assignments for the VMs' identities.
+node's public IP and NIC, and `vm_body()`, a node's whole VM create body: size, image (chosen by
+`images.image_for`), OS disk, cloud-init `customData`, a throwaway SSH key (password login is
+off), Spot, boot diagnostics, the VM's system-assigned identity and the run's tags. Then the
+NVIDIA driver extension, the storage account, and role assignments for the VMs' identities.
 """
 
 from __future__ import annotations
@@ -16,12 +16,13 @@ import functools
 import re
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from cloudtrain.errors import ProviderError
 from cloudtrain.providers.access import check_port_range, ssh_cidr
+from cloudtrain.providers.azure.images import UBUNTU_2204, UBUNTU_2404, reference
 from cloudtrain.providers.base import NodeRequest, RunInfo, run_labels
+from cloudtrain.providers.images import ImageInfo
 
 VNET_CIDR = "10.0.0.0/16"
 SUBNET_CIDR = "10.0.0.0/24"
@@ -46,77 +47,17 @@ TF_RULE, TF_PRIORITY = "cloudtrain-tf", 100
 SSH_RULE, SSH_PRIORITY = "cloudtrain-ssh", 110
 DENY_RULE, DENY_PRIORITY = "cloudtrain-deny-vnet", 4000
 
-UBUNTU_2204 = {
-    "publisher": "Canonical",
-    "offer": "0001-com-ubuntu-server-jammy",
-    "sku": "22_04-lts-gen2",
-    "version": "latest",
-}
-UBUNTU_2404 = {
-    "publisher": "Canonical",
-    "offer": "ubuntu-24_04-lts",
-    "sku": "server",
-    "version": "latest",
-}
-UBUNTU_HPC = {  # Microsoft's Ubuntu-HPC image: the NVIDIA driver and CUDA ship with it
-    "publisher": "microsoft-dsvm",
-    "offer": "ubuntu-hpc",
-    "sku": "2204",
-    "version": "latest",
-}
-
-
-@dataclass(frozen=True)
-class Image:
-    """A resolved image reference and whether GPU nodes get the NVIDIA driver extension."""
-
-    reference: dict[str, str]
-    driver_extension: bool
-
-
-IMAGE_ALIASES = {  # `image:` names
-    "ubuntu-22.04": Image(UBUNTU_2204, False),  # plain images: the bootstrap installs the driver
-    "ubuntu-24.04": Image(UBUNTU_2404, False),
-    "ubuntu-hpc": Image(UBUNTU_HPC, False),
-    "ubuntu-22.04-nvidia": Image(UBUNTU_2204, True),  # the default for GPU nodes
-}
-
 # Trusted Launch with Secure Boot off (the NVIDIA driver extension refuses Secure Boot) and a
 # vTPM, only where Azure documents it: Gen2 images below, on the size families its Trusted Launch
 # table lists (NCasT4_v3, NCv3, NC A100 v4, Dsv5; ND A100 v4 is listed as unsupported). Any other
 # image or size gets no securityProfile, i.e. securityType Standard, which every size accepts.
 _TRUSTED_LAUNCH_IMAGES = frozenset(
     (r["publisher"].lower(), r["offer"].lower(), r["sku"].lower())
-    for r in (UBUNTU_2204, UBUNTU_2404)
+    for r in (reference(UBUNTU_2204), reference(UBUNTU_2404))
 )
 _TRUSTED_LAUNCH_SIZE = re.compile(
     r"^standard_(nc\d+as_t4_v3|nc\d+s_v3|nc\d+ads_a100_v4|d\d+s_v5)$", re.IGNORECASE
 )
-_URN = re.compile(
-    r"^(?P<publisher>[^:\s]+):(?P<offer>[^:\s]+):(?P<sku>[^:\s]+):(?P<version>[^:\s]+)$"
-)
-
-
-def resolve_image(gpu: bool, name: str | None) -> Image:
-    """The image for `name`: an alias of IMAGE_ALIASES, a `publisher:offer:sku:version` URN, or
-    an image resource id (`/subscriptions/...`), else the default: Canonical's Ubuntu 22.04
-    (Gen2), with the NVIDIA driver extension on GPU nodes. The extension is never asked for CPU
-    nodes. Raises ProviderError for an unknown name. Pure."""
-    if name is None:
-        return Image(dict(UBUNTU_2204), gpu)
-    if name in IMAGE_ALIASES:
-        alias = IMAGE_ALIASES[name]
-        return Image(dict(alias.reference), alias.driver_extension and gpu)
-    m = _URN.match(name)
-    if m:
-        return Image(m.groupdict(), False)
-    if name.startswith("/subscriptions/"):
-        return Image({"id": name}, False)
-    raise ProviderError(
-        f"unknown image {name!r} for Azure",
-        hint="use PUBLISHER:OFFER:SKU:VERSION, an image id /subscriptions/..., or one of: "
-        + ", ".join(IMAGE_ALIASES),
-    )
 
 
 def custom_data(script: str) -> str:
@@ -235,10 +176,10 @@ def computer_name(name: str) -> str:
     return f"{name[: COMPUTER_NAME_MAX - 9].rstrip('-.')}-{digest}"
 
 
-def security_profile(vm_size: str, image: Image) -> dict[str, Any] | None:
+def security_profile(vm_size: str, image: ImageInfo) -> dict[str, Any] | None:
     """Trusted Launch with Secure Boot off and a vTPM where Azure documents it for the size and
     the image (see _TRUSTED_LAUNCH_SIZE), else None (securityType Standard). Pure."""
-    ref = image.reference
+    ref = reference(image)
     key = tuple(str(ref.get(k, "")).lower() for k in ("publisher", "offer", "sku"))
     if key not in _TRUSTED_LAUNCH_IMAGES or not _TRUSTED_LAUNCH_SIZE.match(vm_size):
         return None
@@ -254,7 +195,7 @@ def vm_body(
     zone: str | None,
     nic_id: str,
     ssh_public_key: str,
-    image: Image,
+    image: ImageInfo,
     tags: dict[str, str],
 ) -> dict[str, Any]:
     """The VM create body of one node (see the module docstring). Raises ProviderError when the
@@ -266,7 +207,7 @@ def vm_body(
     props: dict[str, Any] = {
         "hardwareProfile": {"vmSize": request.instance_type},
         "storageProfile": {
-            "imageReference": dict(image.reference),
+            "imageReference": reference(image),
             "osDisk": {
                 "createOption": "FromImage",
                 "deleteOption": "Delete",

@@ -7,9 +7,9 @@ the create: "Storage Blob Data Contributor" on the run's container only, and "Vi
 Contributor" on the VM itself, so the node can delete itself at the deadline (a stopped but
 allocated Azure VM still bills). Both assignments are deleted with the node, and an evicted
 VM's (Azure deletes the VM, never its role assignments) when the node is re-created or the
-run torn down (`grants`). GPU nodes on the
-default image get the NvidiaGpuDriverLinux extension. SkuNotAvailable, AllocationFailed and
-ZonalAllocationFailed surface as NoCapacityError, so the orchestrator tries the next zone.
+run torn down (`grants`). GPU nodes get the
+NvidiaGpuDriverLinux extension where `images.image_for` says so. SkuNotAvailable, AllocationFailed
+and ZonalAllocationFailed surface as NoCapacityError, so the orchestrator tries the next zone.
 """
 
 from __future__ import annotations
@@ -191,10 +191,10 @@ class AzureCompute(Compute):
         deleted and made afresh. Raises NoCapacityError (with the zone) or QuotaError."""
         from cloudtrain.providers.azure.bodies import (
             driver_extension_body,
-            resolve_image,
             throwaway_ssh_key,
             vm_body,
         )
+        from cloudtrain.providers.azure.images import image_for
 
         group, name = network.group_name(run.run_id), request.name
         zone = request.zone or run.zone or self.default_zone
@@ -207,7 +207,7 @@ class AzureCompute(Compute):
                     return node
             self.delete_node(Node(name, run.run_id, request.role, request.index, "stopped"))
         gpu = request.accelerator_count > 0
-        image = resolve_image(gpu, request.image)
+        image = image_for(request.instance_type, gpu, request.image)
         scope = self._scope(run.store_uri)
         nic, private_ip = network.ensure_nic(
             self.clients, run, name, self.region, zone, self._subnet(run.run_id)
@@ -221,7 +221,7 @@ class AzureCompute(Compute):
                 group, name, body
             ).result()
         self._grant(run, vm, scope)
-        if gpu and image.driver_extension:
+        if image.driver_extension:  # only ever on a GPU size its manifest lists
             with azure_errors(f"add the NVIDIA driver extension to {name}"):
                 self.clients.compute.virtual_machine_extensions.begin_create_or_update(
                     group, name, "NvidiaGpuDriverLinux", driver_extension_body(self.region, tags)
@@ -344,7 +344,7 @@ class AzureCompute(Compute):
 
     def startup_blocks(self, run: RunInfo, request: NodeRequest) -> StartupBlocks:
         """See `providers/azure/startup.py`. Pure."""
-        from cloudtrain.providers.azure.bodies import resolve_image
+        from cloudtrain.providers.azure.images import image_for
 
         gpu = request.accelerator_count > 0
-        return startup_blocks(gpu and resolve_image(gpu, request.image).driver_extension)
+        return startup_blocks(image_for(request.instance_type, gpu, request.image).driver_extension)

@@ -37,11 +37,11 @@ from cloudtrain.providers.gcp.clients import (
     wait_zone_operation,
 )
 from cloudtrain.providers.gcp.errors import already_exists, gcp_errors
+from cloudtrain.providers.gcp.images import image_for
 from cloudtrain.providers.gcp.instances import (
     DEADLINE_GRACE_S,
     has_gpus,
     instance_body,
-    resolve_image,
     to_node,
 )
 
@@ -369,7 +369,7 @@ class GcpCompute(Compute):
         agent exits. Pure."""
         gpu = has_gpus(request)
         metadata = _METADATA + _STORAGE_HEADERS
-        if gpu and resolve_image(gpu, request.image).dlvm:
+        if gpu and image_for(request.accelerator, gpu, request.image).driver_by == "first-boot":
             metadata += _DLVM_DRIVER_WAIT
         return StartupBlocks(
             python=VENV_PYTHON,

@@ -3,8 +3,9 @@
 `instance_body()` is the whole `instances.insert` request body (GCE's camelCase JSON) for one
 node: machine type, GPUs (attached on n1, built in on a2/a3/g2), scheduling (TERMINATE on host
 maintenance, spot, and `maxRunDuration` with DELETE as the node-side dead-man switch), labels,
-the run's network tag, the `startup-script` metadata, the boot disk image, and the VM's service
-account with the storage read-write scope. `to_node()` reads a listed instance back.
+the run's network tag, the `startup-script` metadata, the boot disk image (`images.image_for`),
+and the VM's service account with the storage read-write scope. `to_node()` reads a listed
+instance back.
 """
 
 from __future__ import annotations
@@ -12,11 +13,11 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from cloudtrain.errors import ProviderError
 from cloudtrain.providers.base import Node, NodeRequest, NodeState, parse_node_name, run_labels
+from cloudtrain.providers.gcp.images import image_for
 
 STORAGE_RW_SCOPE = "https://www.googleapis.com/auth/devstorage.read_write"
 DEFAULT_SERVICE_ACCOUNT = "default"  # the project's Compute Engine default service account
@@ -25,20 +26,6 @@ DEADLINE_GRACE_S = 600  # maxRunDuration outlives the controller's own deadline 
 MIN_RUN_DURATION_S = 30  # GCE's minimum maxRunDuration
 METADATA_VALUE_MAX = 256 * 1024  # GCE's limit on one metadata value
 
-DLVM_PROJECT = "deeplearning-platform-release"
-DLVM_22 = f"projects/{DLVM_PROJECT}/global/images/family/common-cu128-ubuntu-2204-nvidia-570"
-DLVM_24 = f"projects/{DLVM_PROJECT}/global/images/family/common-cu129-ubuntu-2404-nvidia-580"
-UBUNTU_22 = "projects/ubuntu-os-cloud/global/images/family/ubuntu-2204-lts"
-UBUNTU_24 = "projects/ubuntu-os-cloud/global/images/family/ubuntu-2404-lts-amd64"
-DEBIAN_12 = "projects/debian-cloud/global/images/family/debian-12"
-IMAGE_ALIASES = {  # `image:` names; a Deep Learning VM image pins its driver in the family name
-    "dlvm": DLVM_22,
-    "dlvm-ubuntu-22.04": DLVM_22,
-    "dlvm-ubuntu-24.04": DLVM_24,
-    "ubuntu-22.04": UBUNTU_22,  # plain images: the bootstrap installs the driver and TensorFlow
-    "ubuntu-24.04": UBUNTU_24,
-    "debian-12": DEBIAN_12,
-}
 # catalog accelerator name -> GCE accelerator type (attached to n1 machine types)
 ACCELERATOR_TYPES = {
     "T4": "nvidia-tesla-t4",
@@ -60,34 +47,6 @@ STATES: dict[str, NodeState] = {
 }
 _LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 _LABEL_VALUE = re.compile(r"^[a-z0-9_-]{0,63}$")
-
-
-@dataclass(frozen=True)
-class Image:
-    """A resolved boot image and whether it is a Deep Learning VM image (driver on board)."""
-
-    source: str
-    dlvm: bool
-
-
-def resolve_image(gpu: bool, name: str | None) -> Image:
-    """The boot image for `name` (an alias of IMAGE_ALIASES, or a `projects/...` or https URL
-    path as is), else the default: the Deep Learning VM family pinning CUDA 12.8 and driver 570
-    (Ubuntu 22.04) for GPU nodes, Ubuntu 22.04 for CPU nodes. Raises ProviderError for an
-    unknown name. Pure."""
-    if name is None:
-        source = DLVM_22 if gpu else UBUNTU_22
-    elif name in IMAGE_ALIASES:
-        source = IMAGE_ALIASES[name]
-    elif name.startswith(("projects/", "https://")) and "/global/images/" in name:
-        source = name
-    else:
-        raise ProviderError(
-            f"unknown image {name!r} for GCP",
-            hint="use projects/PROJECT/global/images/[family/]NAME or one of: "
-            + ", ".join(IMAGE_ALIASES),
-        )
-    return Image(source, f"/{DLVM_PROJECT}/" in source)
 
 
 def has_built_in_gpus(machine_type: str) -> bool:
@@ -168,14 +127,14 @@ def instance_body(
     """The `instances.insert` body of one node (see the module docstring). Raises
     ProviderError for an unknown image, a GPU that does not fit the machine type, or a startup
     script over GCE's 256 KiB metadata limit. Pure."""
-    image = resolve_image(has_gpus(request), request.image)
+    image = image_for(request.accelerator, has_gpus(request), request.image)
     if len(request.startup_script.encode()) > METADATA_VALUE_MAX:
         raise ProviderError(
             f"the startup script of {request.name} is over GCE's 256 KiB metadata limit",
             hint="keep job env values short; large files belong in the bundle",
         )
     metadata = [{"key": "startup-script", "value": request.startup_script}]
-    if image.dlvm and has_gpus(request):
+    if image.driver_by == "first-boot" and has_gpus(request):
         metadata.append({"key": "install-nvidia-driver", "value": "True"})
     body: dict[str, Any] = {
         "name": request.name,
@@ -189,7 +148,7 @@ def instance_body(
                 "boot": True,
                 "autoDelete": True,
                 "initializeParams": {
-                    "sourceImage": image.source,
+                    "sourceImage": image.ref,
                     "diskSizeGb": str(request.disk_gb),
                     "diskType": f"zones/{zone}/diskTypes/{DISK_TYPE}",
                     "labels": run_labels(request.run_id, request.role, request.index),

@@ -29,9 +29,15 @@ from typing import Any
 import pytest
 
 HOST = "127.0.0.1"
-PUBLIC_IMAGE_PARAMS = (  # AWS's public AMI parameters (see shared/reference/offline-clouds.md)
-    "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-ubuntu-22.04/latest/ami-id",
-    "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-ubuntu-24.04/latest/ami-id",
+# AWS's public AMI parameters, written here from AWS's sources, not from cloudtrain's code (a
+# name the adapter gets wrong must then fail as it would on AWS, with ParameterNotFound):
+# - DLAMI: /aws/service/deeplearning/ami/<arch>/<DLAMI name minus "Deep", "Learning", "AMI">/
+#   latest/ami-id (docs.aws.amazon.com/dlami/latest/devguide/find-dlami-id.html), for "Deep
+#   Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 22.04|24.04)" (DLAMI release notes);
+# - Ubuntu: Canonical's /aws/service/canonical/ubuntu/server/<release>/stable/current/...
+PUBLIC_IMAGE_PARAMS = (
+    "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id",
+    "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-24.04/latest/ami-id",
     "/aws/service/canonical/ubuntu/server/22.04/stable/current/amd64/hvm/ebs-gp2/ami-id",
     "/aws/service/canonical/ubuntu/server/24.04/stable/current/amd64/hvm/ebs-gp3/ami-id",
 )

@@ -38,10 +38,8 @@ from cloudtrain.errors import (  # noqa: E402
     TransientError,
 )
 from cloudtrain.providers.aws import compute as compute_mod  # noqa: E402
-from cloudtrain.providers.aws import network, zones  # noqa: E402
+from cloudtrain.providers.aws import images, network, zones  # noqa: E402
 from cloudtrain.providers.aws.compute import (  # noqa: E402
-    CPU_IMAGE_PARAM,
-    GPU_IMAGE_PARAM,
     AwsCompute,
     client_token,
     user_data,
@@ -55,6 +53,8 @@ GPU_AMI = "ami-0a1b2c3d4e5f60001"
 CPU_AMI = "ami-0a1b2c3d4e5f60002"
 STORE = "s3://ct-test-bucket/team/a"
 RUN = "r1"
+GPU_IMAGE_PARAM = images.DLAMI_2204.ref
+CPU_IMAGE_PARAM = images.UBUNTU_2204.ref
 
 
 def _clear_caches() -> None:
@@ -62,7 +62,7 @@ def _clear_caches() -> None:
     session_module = importlib.import_module("cloudtrain.providers.aws.session")
     session_module.clear_clients()
     zones._zones.cache_clear()
-    compute_mod.clear_image_cache()
+    images.clear_image_cache()
 
 
 def _seed_ssm(params: dict[str, str]) -> None:
@@ -423,6 +423,16 @@ def test_cpu_nodes_get_the_ubuntu_image_and_a_given_image_wins(ct: AwsCompute) -
     assert [c["Name"] for c in ssm_calls] == [CPU_IMAGE_PARAM]  # cached per process
 
 
+def test_v100_nodes_boot_plain_ubuntu_the_oss_driver_ami_does_not_drive_volta(
+    ct: AwsCompute,
+) -> None:
+    ct.ensure_network(run_info())
+    calls = counter(ct.ec2, "RunInstances")
+    ct.create_node(run_info(), request("worker", 0, instance_type="p3.2xlarge"))
+    ct.create_node(run_info(), request("worker", 1, instance_type="g4dn.xlarge"))
+    assert [c["ImageId"] for c in calls] == [CPU_AMI, GPU_AMI]
+
+
 def test_a_missing_image_parameter_says_what_to_do(ct: AwsCompute) -> None:
     from moto.core import DEFAULT_ACCOUNT_ID
     from moto.ssm.models import ssm_backends
@@ -752,12 +762,13 @@ def test_resource_kinds_of_other_providers_are_ignored(ct: AwsCompute) -> None:
 
 def test_image_names_resolve_through_public_parameters() -> None:
     from cloudtrain.errors import ProviderError
-    from cloudtrain.providers.aws.compute import IMAGE_ALIASES
 
-    assert set(IMAGE_ALIASES) >= {"dlami", "ubuntu-22.04", "ubuntu-24.04"}
-    assert IMAGE_ALIASES["ubuntu-24.04"].startswith("/aws/service/canonical/ubuntu/server/24.04/")
-    assert "base-oss-nvidia-driver-ubuntu-24.04" in IMAGE_ALIASES["dlami-ubuntu-24.04"]
+    aliases = images.IMAGE_ALIASES
+    assert set(aliases) >= {"dlami", "ubuntu-22.04", "ubuntu-24.04"}
+    assert aliases["ubuntu-24.04"].ref.startswith("/aws/service/canonical/ubuntu/server/24.04/")
+    assert "base-oss-nvidia-driver-gpu-ubuntu-24.04" in aliases["dlami-ubuntu-24.04"].ref
     compute = AwsCompute("us-east-1")
-    assert compute.resolve_image(True, "ami-0123456789abcdef0") == "ami-0123456789abcdef0"
+    ami = request(image="ami-0123456789abcdef0")
+    assert compute.resolve_image(ami) == "ami-0123456789abcdef0"
     with pytest.raises(ProviderError, match="unknown image 'centos'"):
-        compute.resolve_image(False, "centos")
+        compute.resolve_image(request(gpus=0, image="centos"))

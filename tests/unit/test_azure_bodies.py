@@ -17,12 +17,9 @@ from cloudtrain.providers.azure.bodies import (
     ADMIN_USER,
     CUSTOM_DATA_MAX,
     DRIVER_EXTENSION,
-    IMAGE_ALIASES,
     STORAGE_BLOB_DATA_CONTRIBUTOR,
     SUBNET_CIDR,
-    UBUNTU_2204,
     VNET_CIDR,
-    Image,
     computer_name,
     container_scope,
     custom_data,
@@ -30,7 +27,6 @@ from cloudtrain.providers.azure.bodies import (
     nic_body,
     nsg_body,
     public_ip_body,
-    resolve_image,
     role_assignment_body,
     role_assignment_name,
     storage_account_body,
@@ -38,6 +34,7 @@ from cloudtrain.providers.azure.bodies import (
     vm_body,
     vnet_body,
 )
+from cloudtrain.providers.azure.images import IMAGE_ALIASES, image_for, reference
 from cloudtrain.providers.base import NodeRequest, RunInfo
 from tests.fakes.arm_fake import ArmFake, arm_fake
 from tests.fakes.arm_testkit import LOCATION, RG, SUB, ArmClients, az, loopback_only
@@ -49,6 +46,12 @@ TAGS = {"cloudtrain-run": "run-1", "owner": "me"}
 NIC = "/subscriptions/s/resourceGroups/ct-run-1/providers/Microsoft.Network/networkInterfaces/n"
 KEY = "ssh-rsa AAAAB3NzaC1yc2EAAAADAQABAAABAQC0 test"
 T4 = "Standard_NC4as_T4_v3"
+JAMMY = {  # Canonical's Ubuntu 22.04 Gen2
+    "publisher": "Canonical",
+    "offer": "0001-com-ubuntu-server-jammy",
+    "sku": "22_04-lts-gen2",
+    "version": "latest",
+}
 
 
 def request(**kw: Any) -> NodeRequest:
@@ -70,7 +73,7 @@ def run_info(ssh: bool = False, ports: tuple[int, int] = (2222, 2229)) -> RunInf
 
 
 def body(**kw: Any) -> dict[str, Any]:
-    image = kw.pop("image", resolve_image(True, None))
+    image = kw.pop("image", image_for(T4, True))
     zone = kw.pop("zone", "2")
     return vm_body(request(**kw), "eastus", zone, NIC, KEY, image, TAGS)
 
@@ -83,7 +86,7 @@ def test_vm_body_is_the_whole_create() -> None:
     props = b["properties"]
     assert b["location"] == "eastus" and b["zones"] == ["2"]
     assert props["hardwareProfile"] == {"vmSize": T4}
-    assert props["storageProfile"]["imageReference"] == UBUNTU_2204
+    assert props["storageProfile"]["imageReference"] == JAMMY
     assert props["storageProfile"]["osDisk"] == {
         "createOption": "FromImage",
         "deleteOption": "Delete",
@@ -126,13 +129,13 @@ def test_security_profile_trusted_launch_without_secure_boot_where_documented() 
         "uefiSettings": {"secureBootEnabled": False, "vTpmEnabled": True},
     }
     assert body()["properties"]["securityProfile"] == trusted  # NCasT4_v3 + Ubuntu 22.04 Gen2
-    cpu = body(instance_type="Standard_D4s_v5", image=resolve_image(False, None))
+    cpu = body(instance_type="Standard_D4s_v5", image=image_for("Standard_D4s_v5", False))
     assert cpu["properties"]["securityProfile"] == trusted
     for kw in (
         {"instance_type": "Standard_ND96asr_v4"},  # not in Azure's Trusted Launch table
-        {"image": resolve_image(True, "ubuntu-hpc")},
-        {"image": resolve_image(True, "/subscriptions/s/resourceGroups/g/images/mine")},
-        {"image": resolve_image(True, "Canonical:0001-com-ubuntu-server-jammy:22_04-lts:latest")},
+        {"image": image_for(T4, True, "ubuntu-hpc")},
+        {"image": image_for(T4, True, "/subscriptions/s/resourceGroups/g/images/mine")},
+        {"image": image_for(T4, True, "Canonical:0001-com-ubuntu-server-jammy:22_04-lts:latest")},
     ):
         assert "securityProfile" not in body(**kw)["properties"], kw
 
@@ -163,8 +166,13 @@ def test_custom_data_limit() -> None:
 
 
 def test_default_images() -> None:
-    assert resolve_image(True, None) == Image(UBUNTU_2204, True)
-    assert resolve_image(False, None) == Image(UBUNTU_2204, False)
+    t4 = image_for(T4, True)
+    assert (reference(t4), t4.driver_extension) == (JAMMY, True)
+    cpu = image_for("Standard_D4s_v5", False)
+    assert (reference(cpu), cpu.driver_extension) == (JAMMY, False)
+    nd = image_for("Standard_ND96asr_v4", True)  # the extension's manifest does not list ND
+    assert (nd.key, nd.driver_extension, nd.ships_driver) == ("ubuntu-hpc", False, True)
+    assert image_for("Standard_NC40ads_H100_v5", True).key == "ubuntu-hpc"
 
 
 def test_image_aliases() -> None:
@@ -174,19 +182,21 @@ def test_image_aliases() -> None:
         "ubuntu-hpc",
         "ubuntu-22.04-nvidia",
     }
-    assert resolve_image(True, "ubuntu-22.04") == Image(UBUNTU_2204, False)
-    assert resolve_image(True, "ubuntu-22.04-nvidia") == Image(UBUNTU_2204, True)
-    assert resolve_image(False, "ubuntu-22.04-nvidia") == Image(UBUNTU_2204, False)  # no GPU
-    noble = resolve_image(True, "ubuntu-24.04")
-    assert noble.reference == {
+    plain = image_for(T4, True, "ubuntu-22.04")
+    assert (reference(plain), plain.driver_extension) == (JAMMY, False)
+    assert image_for(T4, True, "ubuntu-22.04-nvidia").driver_extension
+    cpu = image_for("Standard_D4s_v5", False, "ubuntu-22.04-nvidia")
+    assert (reference(cpu), cpu.driver_extension) == (JAMMY, False)  # no GPU
+    noble = image_for(T4, True, "ubuntu-24.04")
+    assert reference(noble) == {
         "publisher": "Canonical",
         "offer": "ubuntu-24_04-lts",
         "sku": "server",
         "version": "latest",
     }
     assert not noble.driver_extension
-    hpc = resolve_image(True, "ubuntu-hpc")
-    assert hpc.reference == {
+    hpc = image_for(T4, True, "ubuntu-hpc")
+    assert reference(hpc) == {
         "publisher": "microsoft-dsvm",
         "offer": "ubuntu-hpc",
         "sku": "2204",
@@ -196,28 +206,27 @@ def test_image_aliases() -> None:
 
 
 def test_explicit_images_and_unknown_names() -> None:
-    urn = resolve_image(True, "Canonical:ubuntu-24_04-lts:server:24.04.202601010")
-    assert urn == Image(
-        {
-            "publisher": "Canonical",
-            "offer": "ubuntu-24_04-lts",
-            "sku": "server",
-            "version": "24.04.202601010",
-        },
-        False,
-    )
+    urn = image_for(T4, True, "Canonical:ubuntu-24_04-lts:server:24.04.202601010")
+    assert reference(urn) == {
+        "publisher": "Canonical",
+        "offer": "ubuntu-24_04-lts",
+        "sku": "server",
+        "version": "24.04.202601010",
+    }
+    assert not urn.driver_extension
     image_id = "/subscriptions/s/resourceGroups/g/providers/Microsoft.Compute/images/mine"
-    assert resolve_image(True, image_id) == Image({"id": image_id}, False)
+    mine = image_for(T4, True, image_id)
+    assert (reference(mine), mine.driver_extension) == ({"id": image_id}, False)
     for name in ("ubuntu", "dlvm", "a:b:c", "a:b:c:d:e", "a::c:d"):
         with pytest.raises(ProviderError) as caught:
-            resolve_image(True, name)
+            image_for(T4, True, name)
         assert "ubuntu-hpc" in str(caught.value.hint)
 
 
 def test_aliases_are_not_shared_mutable_state() -> None:
-    image = resolve_image(True, "ubuntu-22.04")
-    image.reference["version"] = "changed"
-    assert resolve_image(True, "ubuntu-22.04").reference["version"] == "latest"
+    ref = reference(image_for(T4, True, "ubuntu-22.04"))
+    ref["version"] = "changed"
+    assert reference(image_for(T4, True, "ubuntu-22.04"))["version"] == "latest"
 
 
 # -- network ---------------------------------------------------------------------------------
@@ -400,7 +409,7 @@ def test_the_arm_fake_accepts_the_bodies(
     assert nic.ip_configurations[0].private_ip_address.startswith("10.0.0.")
 
     req = request(index=0, spot=True)
-    image = resolve_image(True, req.image)
+    image = image_for(req.instance_type, True, req.image)
     vm_create = vm_body(req, LOCATION, "1", nic.id, throwaway_ssh_key(), image, tags)
     vm = az.compute.virtual_machines.begin_create_or_update(RG, req.name, vm_create).result()
     assert vm.provisioning_state == "Succeeded"

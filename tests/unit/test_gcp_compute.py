@@ -21,13 +21,8 @@ from cloudtrain.providers.base import NodeRequest, ProviderConfig, RunInfo
 from cloudtrain.providers.gcp import GcpProvider
 from cloudtrain.providers.gcp.compute import GcpCompute
 from cloudtrain.providers.gcp.firewall import firewall_bodies
-from cloudtrain.providers.gcp.instances import (
-    DLVM_22,
-    STORAGE_RW_SCOPE,
-    UBUNTU_22,
-    instance_body,
-    resolve_image,
-)
+from cloudtrain.providers.gcp.images import DLVM_2204, image_for
+from cloudtrain.providers.gcp.instances import STORAGE_RW_SCOPE, instance_body
 from cloudtrain.startup import StartupParams, render_startup
 from tests.fakes.gce_fake import GceFake, gce_fake
 from tests.fakes.shell import check_script, run_with_curl_shim
@@ -113,7 +108,8 @@ def test_n1_gpu_insert_body_as_gce_receives_it(compute: GcpCompute, gce_fake: Gc
     assert items == {"startup-script": "#!/bin/bash\necho boot\n", "install-nvidia-driver": "True"}
     (disk,) = inst["disks"]
     assert disk["boot"] and disk["autoDelete"]
-    assert disk["initializeParams"]["sourceImage"].endswith(DLVM_22.split("projects/", 1)[1])
+    assert disk["initializeParams"]["sourceImage"].endswith(DLVM_2204.ref.split("projects/", 1)[1])
+    assert DLVM_2204.ref.endswith("/family/common-cu129-ubuntu-2204-nvidia-580")
     assert int(disk["initializeParams"]["diskSizeGb"]) == 120
     (sa,) = inst["serviceAccounts"]
     assert sa["scopes"] == [STORAGE_RW_SCOPE]
@@ -146,7 +142,8 @@ def test_spot_built_in_gpus_and_cpu_nodes() -> None:
     assert cpu["scheduling"]["maxRunDuration"] == {"seconds": "120"}
     keys = [i["key"] for i in cpu["metadata"]["items"]]
     assert keys == ["startup-script"], "no driver install on a CPU node"
-    assert cpu["disks"][0]["initializeParams"]["sourceImage"] == UBUNTU_22
+    ubuntu = "projects/ubuntu-os-cloud/global/images/family/ubuntu-2204-lts"
+    assert cpu["disks"][0]["initializeParams"]["sourceImage"] == ubuntu
 
 
 def test_gpus_only_attach_to_n1_and_images_are_checked() -> None:
@@ -155,11 +152,11 @@ def test_gpus_only_attach_to_n1_and_images_are_checked() -> None:
     with pytest.raises(ProviderError, match="cannot be attached"):
         instance_body(request(accelerator="H100"), PROJECT, ZONE, "n", "t", None)
     with pytest.raises(ProviderError, match="unknown image"):
-        resolve_image(True, "my-image")
-    assert resolve_image(True, "ubuntu-24.04").dlvm is False
-    assert resolve_image(True, "dlvm-ubuntu-24.04").source.endswith("nvidia-580")
+        image_for("T4", True, "my-image")
+    assert image_for("T4", True, "ubuntu-24.04").driver_by == "bootstrap"
+    assert image_for("T4", True, "dlvm-ubuntu-24.04").ref.endswith("cu129-ubuntu-2404-nvidia-580")
     explicit = "projects/acme/global/images/family/tf-gpu"
-    assert resolve_image(True, explicit).source == explicit
+    assert image_for("T4", True, explicit).ref == explicit
     plain = instance_body(request(image="debian-12"), PROJECT, ZONE, "n", "t", None)
     keys = [i["key"] for i in plain["metadata"]["items"]]
     assert keys == ["startup-script"], "plain images get the bootstrap's driver install"
