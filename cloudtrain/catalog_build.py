@@ -12,6 +12,7 @@ build:
 - turns GCP `a2-*`, `a3-*` and `g2-*` rows into whole-VM prices. The upstream catalog lists only the
   host part (vCPU + memory) for these machine types and prices the built-in GPUs as separate
   accelerator-only rows, so the VM costs host + the accelerator-only row for its GPU count;
+- drops machines their cloud has retired (`cloudtrain.pricing.retired`, e.g. Azure NCv3);
 - keeps GCP accelerator-only rows for GPUs that attach to n1 machines (T4, V100, ...): the catalog
   module combines them with an n1 host at load time. Other accelerator-only rows are dropped;
 - writes `aws.csv`, `gcp.csv`, `azure.csv` and `local.csv`, sorted, with the catalog header.
@@ -29,6 +30,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from cloudtrain.catalog import COLUMNS
+from cloudtrain.pricing.retired import is_retired
 
 PRICES_DATE = "2026-11-21"
 CLOUDS = ("aws", "gcp", "azure")
@@ -154,7 +156,8 @@ def build_rows(
             raise BuildError(f"row {number}: {exc}") from None
         if row["provider"] not in CLOUDS:
             raise BuildError(f"row {number}: unknown provider {row['provider']!r}")
-        rows.append(row)
+        if not is_retired(row["provider"], row["instance_type"]):
+            rows.append(row)
 
     seen: set[tuple[str, ...]] = set()
     unique: list[dict[str, str]] = []

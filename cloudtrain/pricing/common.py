@@ -9,8 +9,10 @@ error, an HTTP error, malformed JSON, or a response without a single usable GPU 
 
 What is written: the rows priced by the API, stamped with today's date in `prices_date`, plus the
 bundled rows the API did not price (for example a zone or machine type it does not list), which keep
-their bundled price and date so they stay visibly older. GPU model names, vCPUs and memory come from
-the bundled catalog where an API does not say them (GCP and Azure never do, AWS not the GPU model).
+their bundled price and date so they stay visibly older; never a machine its cloud has retired
+(`cloudtrain.pricing.retired`), whatever the API or an older bundle says. GPU model names, vCPUs
+and memory come from the bundled catalog where an API does not say them (GCP and Azure never do,
+AWS not the GPU model).
 
 Endpoint overrides (tests, proxies): `CLOUDTRAIN_PRICING_GCP_URL` and `CLOUDTRAIN_PRICING_AZURE_URL`
 replace the base URL (`https://cloudbilling.googleapis.com`, `https://prices.azure.com`); for AWS
@@ -39,6 +41,7 @@ from typing import Any
 from cloudtrain import __version__
 from cloudtrain.catalog import Offer, read_offers, user_catalog_dir
 from cloudtrain.errors import CloudtrainError, CredentialsError, ProviderError, TransientError
+from cloudtrain.pricing.retired import is_retired
 
 PRICED_PROVIDERS = ("aws", "gcp", "azure")
 GCP_URL_ENV = "CLOUDTRAIN_PRICING_GCP_URL"
@@ -216,12 +219,13 @@ def validate(provider: str, api: str, fresh: list[Offer]) -> None:
 
 
 def merge(fresh: list[Offer], bundled: list[Offer]) -> list[Offer]:
-    """Fresh rows (first of each key) plus the bundled rows none replaces, sorted. Pure."""
+    """Fresh rows (first of each key) plus the bundled rows none replaces, sorted, without
+    machines their cloud has retired (`cloudtrain.pricing.retired`). Pure."""
     unique: dict[tuple[str, str, int, str, str], Offer] = {}
     for offer in fresh:
         unique.setdefault(offer_key(offer), offer)
     rows = list(unique.values()) + [o for o in bundled if offer_key(o) not in unique]
-    return sorted(rows, key=offer_key)
+    return sorted((o for o in rows if not is_retired(o.provider, o.instance_type)), key=offer_key)
 
 
 def _write_atomic(path: Path, provider: str, offers: list[Offer]) -> None:
@@ -294,7 +298,7 @@ def refresh_result(
             f"cannot write the user catalog {path}: {exc}",
             hint="check that $CLOUDTRAIN_HOME is writable",
         ) from None
-    priced = len({offer_key(o) for o in fresh})
+    priced = len({offer_key(o) for o in fresh if not is_retired(o.provider, o.instance_type)})
     return RefreshResult(provider, path, len(rows), priced, len(rows) - priced, date)
 
 

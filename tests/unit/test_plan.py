@@ -307,6 +307,7 @@ def test_bundled_catalog_plans_every_cloud(tmp_path: Path, monkeypatch: pytest.M
     catalog = Catalog.bundled()
     for provider in ("aws", "gcp", "azure"):
         for spot in (False, True):
-            plan = make_plan(make_spec(provider, spot=spot), catalog)
-            assert plan.hourly_usd > 0 and plan.nodes[0].accelerator == "V100"
+            # T4: the GPU all three bundled catalogs hold (Azure's V100s, NCv3, are retired)
+            plan = make_plan(make_spec(provider, accelerator="T4", spot=spot), catalog)
+            assert plan.hourly_usd > 0 and plan.nodes[0].accelerator == "T4"
             assert plan.nodes[3].role == "ps" and plan.nodes[3].accelerator is None

@@ -282,10 +282,13 @@ def test_bundled_catalog_plans_cheapest(tmp_path: Path, monkeypatch: pytest.Monk
     monkeypatch.setenv("CLOUDTRAIN_HOME", str(tmp_path))
     catalog = Catalog.bundled()
     for spot in (False, True):
-        plan = make_plan(make_spec("cheapest", spot=spot), catalog)
-        per_cloud = [make_plan(make_spec(cloud, spot=spot), catalog) for cloud in CLOUDS]
+        # T4: the GPU all three bundled catalogs hold (Azure's V100s, NCv3, are retired)
+        plan = make_plan(make_spec("cheapest", accelerator="T4", spot=spot), catalog)
+        per_cloud = [
+            make_plan(make_spec(cloud, accelerator="T4", spot=spot), catalog) for cloud in CLOUDS
+        ]
         assert plan.hourly_usd == pytest.approx(min(p.hourly_usd for p in per_cloud))
-        assert plan.provider in CLOUDS and plan.nodes[0].accelerator == "V100"
+        assert plan.provider in CLOUDS and plan.nodes[0].accelerator == "T4"
         assert {a.description.split(" on ")[1].split()[0] for a in plan.alternatives} >= (
             set(CLOUDS) - {plan.provider}
         )

@@ -197,7 +197,7 @@ def test_azure_rows_take_the_shape_from_the_bundle() -> None:
     t4 = rows[("Standard_NC4as_T4_v3", "eastus", None)]
     assert (t4.accelerator, t4.accelerator_count, t4.vcpus, t4.memory_gib) == ("T4", 1, 4.0, 28.0)
     assert (t4.price_hourly, t4.spot_price_hourly) == (0.5, 0.0627)
-    assert rows[("Standard_NC24s_v3", "eastus", None)].spot_price_hourly is None
+    assert ("Standard_NC24s_v3", "eastus", None) not in rows  # retired (NCv3): not in the bundle
     assert rows[("Standard_D4s_v5", "westus2", None)].spot_price_hourly is None
     assert ("Standard_NC64as_T4_v3", "eastus", None) not in rows  # not in the responses
 
