@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install everything the test suite needs, then run the whole suite. CI runs exactly this.
 #   pip extras (.[dev]: TensorFlow, tf-keras, the cloud SDKs, moto, the GCS emulator, pytest, ruff),
-#   Azurite (the Azure Blob emulator) from npm into tests/.azurite, and shellcheck from Debian.
+#   Azurite (the Azure Blob emulator) from npm into tests/.azurite, and shellcheck from Debian;
+#   venvs for Python 3.10 and 3.12 (pyenv's) in tests/.venvs, for the node-side tests.
 # Extra arguments go to pytest, e.g. `bash tests/run.sh tests/unit -x`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,4 +23,9 @@ if ! command -v shellcheck >/dev/null 2>&1; then
 fi
 
 python3 -m ruff check .
+# The node-side tests under the other Pythons the clouds' images ship (the suite below is 3.11's)
+if [ "$#" -eq 0 ]; then
+  bash tests/node_pythons.sh 3.10
+  bash tests/node_pythons.sh 3.12
+fi
 exec python3 -m pytest -q "$@"

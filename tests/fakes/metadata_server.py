@@ -44,7 +44,7 @@ import sys
 import threading
 import time
 import uuid
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -232,7 +232,7 @@ class MetadataServer:
             return 401, {}, b"Unauthorized"
         if path != EC2_ACTION_PATH or notice_at is None or time.time() < notice_at:
             return 404, {"Content-Type": "text/html"}, b"<title>404 - Not Found</title>"
-        when = datetime.fromtimestamp(notice_at + EC2_NOTICE_S, UTC)
+        when = datetime.fromtimestamp(notice_at + EC2_NOTICE_S, timezone.utc)
         return _json(200, {"action": action, "time": when.strftime("%Y-%m-%dT%H:%M:%SZ")})
 
     def _gce(self, method: str, path: str, headers: dict[str, str], asker: str = "") -> Answer:
