@@ -3,7 +3,9 @@ failure): its current phase, the reason it failed, and how long each phase took.
 
 The script writes lines `<UTC time> cloudtrain-bootstrap[<role>-<index>]: <text>`, where text is
 `<phase>: <state>` (e.g. `python: installing tensorflow 2.21.0`, also with a leading `phase `),
-`FAILED: <reason>`, or `durations driver=12s python=95s ...`. Pure: no I/O.
+`FAILED: <reason>`, or `durations driver=12s python=95s ...`; the agent's end is
+`phase agent: exited with <rc> in <N>s`. Other lines are what the commands and the agent printed
+(a crashed agent's traceback among them). Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ PHASES = ("driver", "python", "bundle", "agent")
 _LINE_RE = re.compile(r"cloudtrain-bootstrap\[[^\]]*\]: (?P<text>.*)$")
 _PHASE_RE = re.compile(r"^(?:phase )?(?P<phase>[a-z]+): (?P<state>.+)$")
 _DURATION_RE = re.compile(r"(?P<phase>[a-z]+)=(?P<seconds>\d+(?:\.\d+)?)s")
+_AGENT_EXIT_RE = re.compile(r"^exited with (?P<rc>-?\d+)\b")
+TAIL_LINES = 20
 
 
 @dataclass
@@ -24,24 +28,36 @@ class BootInfo:
     phase: str = ""  # e.g. "python: installing tensorflow 2.21.0"
     failed: str | None = None  # the FAILED reason, if the bootstrap failed
     durations: dict[str, float] = field(default_factory=dict)  # phase -> seconds
+    agent_exit: int | None = None  # the agent's exit code, once it has exited
+    tail: list[str] = field(default_factory=list)  # the last other lines before the end
 
 
 def parse(text: str) -> BootInfo:
     """The latest phase, the failure reason and the phase durations of a bootstrap log. Pure."""
     info = BootInfo()
+    others: list[str] = []  # output lines, up to the FAILED line or the agent's exit
+    ended = False
     for raw in text.splitlines():
         m = _LINE_RE.search(raw)
         if not m:
+            if not ended and raw.strip():
+                others.append(raw.rstrip())
             continue
         body = m["text"].strip()
         if body.startswith("FAILED:"):
             info.failed = body.split("FAILED:", 1)[1].strip()
+            ended = True
         elif body.startswith("durations "):
             info.durations = {d["phase"]: float(d["seconds"]) for d in _DURATION_RE.finditer(body)}
         else:
             p = _PHASE_RE.match(body)
             if p and p["phase"] in PHASES:
                 info.phase = f"{p['phase']}: {p['state']}"
+                exited = _AGENT_EXIT_RE.match(p["state"]) if p["phase"] == "agent" else None
+                if exited:
+                    info.agent_exit = int(exited["rc"])
+                    ended = True
+    info.tail = others[-TAIL_LINES:]
     return info
 
 

@@ -267,10 +267,13 @@ def status(run_id: RunArg, as_json: JsonOpt = False) -> None:
     """The run's state from the ledger, its bucket and the cloud's node list."""
     ledger = _ledger()
     rec = ledger.find_run(run_id)
+    from cloudtrain.failures import read_reports
     from cloudtrain.runstate import RunReader
 
     prov = _provider(rec.provider, rec.region, rec.zone, rec.account)
     snap = RunReader(_store(prov, rec.store_uri), rec.run_id).poll()
+    attempt = max((int(s.get("attempt", 0)) for s in snap.statuses.values()), default=0)
+    failures = read_reports(snap, attempt).failed  # the newest attempt's
     nodes = {n.name: n for n in prov.compute.list_nodes(rec.run_id)}
     live = [r for r in ledger.resources(rec.run_id, live_only=True) if r.kind != "bucket"]
     data = {
@@ -294,6 +297,9 @@ def status(run_id: RunArg, as_json: JsonOpt = False) -> None:
             }
             for k in sorted(set(snap.bootstrap_phases) | set(snap.bootstrap_durations))
         },
+        "failures": {
+            k: {"reason": f.reason, "tail": list(f.tail)} for k, f in sorted(failures.items())
+        },
         "cloud_nodes": {name: n.state for name, n in nodes.items()},
         "live_resources": [f"{r.kind}/{r.resource_id}" for r in live],
     }
@@ -310,6 +316,16 @@ def status(run_id: RunArg, as_json: JsonOpt = False) -> None:
         epoch = f"epoch {beat.get('epoch')}/{beat.get('epochs')}" if beat.get("epoch") else ""
         console.print(f"  {node}: {st.get('state')} (attempt {st.get('attempt')}) {epoch}")
     console.print(f"  live resources: {len(live)}  cloud nodes: {len(nodes)}")
+    from cloudtrain.failures import describe
+
+    if rec.detail and rec.outcome not in (None, "succeeded"):
+        console.print(_indented(rec.detail), markup=False)
+    elif failures:  # a live run: what its nodes report so far
+        console.print(_indented(describe(list(failures.values()))), markup=False)
+
+
+def _indented(text: str) -> str:
+    return "\n".join(f"  {line}" for line in text.splitlines())
 
 
 @app.command()
@@ -345,12 +361,11 @@ def logs(
             if node is None or name == node:
                 out.write(f"[{name}] {line}\n")
         out.flush()
-        if not follow:
-            return
         current = _ledger().get_run(rec.run_id)
-        if current is not None and current.status == "done":
-            return
-        if _job_over(snap.statuses):
+        ended = current is not None and current.status == "done"
+        if not follow or ended or _job_over(snap.statuses):
+            if current is not None and current.outcome not in (None, "succeeded"):
+                out.write(f"== run {rec.run_id} {current.outcome}:\n{current.detail or ''}\n")
             return
         time.sleep(1.0)
 

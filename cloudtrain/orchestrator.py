@@ -17,20 +17,16 @@ from cloudtrain import __version__
 from cloudtrain.bundle import Bundle, build_bundle
 from cloudtrain.crashpoints import crash_point
 from cloudtrain.errors import CloudtrainError, NoCapacityError
+from cloudtrain.failures import read_reports
 from cloudtrain.jobs.agent import FINAL_STATES
 from cloudtrain.ledger import Ledger
 from cloudtrain.paths import cloudtrain_home
 from cloudtrain.providers.base import Node, NodeRequest, Provider, Resource, RunInfo, node_name
 from cloudtrain.providers.retrying import RetryingStore
+from cloudtrain.recovery import Recovery, Stop
 from cloudtrain.resume import ResumeSource, copy_checkpoints
 from cloudtrain.retry import retrying
-from cloudtrain.runrules import (
-    RESTARTABLE_REASONS,
-    new_run_id,
-    node_lost,
-    port_range_for,
-    sigint_deferred,
-)
+from cloudtrain.runrules import judge_attempt, new_run_id, port_range_for, sigint_deferred
 from cloudtrain.runstate import RunReader, Snapshot, run_prefix
 from cloudtrain.runtypes import NodeView, Observer, RunOptions, RunResult, RunView
 from cloudtrain.startup import StartupParams, render_startup
@@ -43,15 +39,7 @@ if TYPE_CHECKING:
 PRESIGN_TTL_S = 3600
 
 
-class _Stop(Exception):
-    """Internal: end the watch with an outcome."""
-
-    def __init__(self, outcome: str, detail: str) -> None:
-        super().__init__(detail)
-        self.outcome, self.detail = outcome, detail
-
-
-class Orchestrator:
+class Orchestrator(Recovery):
     """Runs one job spec through its whole lifecycle on one provider. Not reusable."""
 
     def __init__(
@@ -75,7 +63,8 @@ class Orchestrator:
         self.started = time.time()
         self.deadline = self.started + spec.max_hours * 3600
         self.attempt = 1
-        self.restarts = 0
+        self.restarts = 0  # of lost nodes (max_restarts)
+        self.error_retries = 0  # of failed nodes (max_restarts_on_errors)
         self.zone = plan.zone
         self.bundle: Bundle | None = None
         self.cluster: dict[str, Any] = {}
@@ -139,7 +128,7 @@ class Orchestrator:
             outcome, detail = self.watch()
         except KeyboardInterrupt:
             outcome, detail = "interrupted", "interrupted by Ctrl-C"
-        except _Stop as stop:
+        except Stop as stop:
             outcome, detail = stop.outcome, stop.detail
         except CloudtrainError as exc:
             outcome, detail = "failed", str(exc)
@@ -381,52 +370,58 @@ class Orchestrator:
     # --- watching --------------------------------------------------------------------------
     def watch(self) -> tuple[str, str]:
         """Poll the bucket and the cloud until the job ends; returns (outcome, detail).
-        Raises _Stop for deadline/budget and KeyboardInterrupt for Ctrl-C."""
+        Raises Stop for deadline/budget/failure and KeyboardInterrupt for Ctrl-C."""
         reader = RunReader(self.store, self.run_id)
         opts = self.options
         self.ledger.set_status(self.run_id, "running")
         last_list = 0.0
         attempt_started = time.time()
-        failure_seen: float | None = None
+        failed_since: float | None = None
         chief = self._chief_name()
+        snap = reader.snapshot
         while True:
+            now = time.time()
+            gone: list[str] = []
+            if now - last_list >= opts.list_nodes_s:
+                last_list = now
+                # the cloud first, then the bucket: a report a node wrote before it vanished
+                # is read in the same round as its vanishing (runrules.judge_attempt, rule 1)
+                gone = self._lost_nodes(snap, attempt_started)
             snap = reader.poll()
             for node, line in snap.new_lines:
                 self.observer.log_line(node, line)
-            now = time.time()
-            lost = self._noticed(snap)  # the cloud told the node it is being taken back
-            if now - last_list >= opts.list_nodes_s:
-                last_list = now
-                lost = sorted(set(lost) | set(self._lost_nodes(snap, attempt_started)))
             self._check_bootstrap(snap)
             self._refresh_view(snap)
             statuses = {k: v for k, v in snap.statuses.items() if v.get("attempt") == self.attempt}
-            chief_status = statuses.get(chief, {})
-            if chief_status.get("state") == "succeeded":
+            if statuses.get(chief, {}).get("state") == "succeeded":
                 self.job_end = now
                 self._settle(reader)
                 return "succeeded", f"{chief} finished"
-            failed = {k: v for k, v in statuses.items() if v.get("state") == "failed"}
-            restartable = lost + [
-                k
-                for k, v in failed.items()
-                if v.get("signal") or v.get("reason") in RESTARTABLE_REASONS
-            ]
-            if restartable:
-                self._restart(restartable, lost, reader)
-                attempt_started, failure_seen = time.time(), None
+            reports = read_reports(snap, self.attempt)
+            if reports.failed and failed_since is None:
+                failed_since = now
+            noticed = self._noticed(snap)
+            verdict = judge_attempt(
+                set(gone),
+                reports.reported_lost | set(noticed),
+                set(reports.failed),
+                failed_since,
+                self._heard(snap),
+                time.time(),
+                opts.failure_grace_s,
+            )
+            if verdict.action == "restart":
+                self._restart(verdict, sorted(set(gone) | set(noticed)))
+                attempt_started, failed_since = time.time(), None
                 continue
-            if failed:
-                failure_seen = failure_seen or now
-                if now - failure_seen >= opts.failure_grace_s:
-                    self.job_end = now
-                    name, st = sorted(failed.items())[0]
-                    why = st.get("reason") or f"exit code {st.get('exit_code')}"
-                    return "failed", f"{name} failed ({why}); see `cloudtrain logs {self.run_id}`"
+            if verdict.action == "failed":
+                self._after_failure([reports.failed[n] for n in verdict.failed])
+                attempt_started, failed_since = time.time(), None
+                continue
             if now > self.deadline:
-                raise _Stop("deadline", f"max_hours ({self.spec.max_hours} h) reached")
+                raise Stop("deadline", f"max_hours ({self.spec.max_hours} h) reached")
             if self._over_budget():
-                raise _Stop(
+                raise Stop(
                     "budget_exceeded",
                     f"cost ${self.view.cost_usd:.2f} reached the budget "
                     f"(${self.spec.max_cost_usd:.2f}, less the teardown margin)",
@@ -463,67 +458,6 @@ class Orchestrator:
     def _chief_name(self) -> str:
         roles = self.plan.roles()
         return "chief-0" if roles.get("chief") else "worker-0"
-
-    def _noticed(self, snap: Snapshot) -> list[str]:
-        """Nodes whose agent reported a preemption notice in this attempt: replaced at once,
-        not when the cloud finally reports them gone."""
-        noticed = [k for k, v in snap.notices.items() if v.get("attempt") == self.attempt]
-        for short in noticed:
-            self.observer.event(f"{short}: preemption notice from the cloud")
-        return sorted(noticed)
-
-    def _lost_nodes(self, snap: Snapshot, attempt_started: float) -> list[str]:
-        """Nodes gone from the cloud, preempted, silent past the heartbeat timeout, or never
-        booted within the boot timeout."""
-        opts = self.options
-        listed = self._list_nodes()
-        live = {n.name: n for n in listed}
-        lost = []
-        now = time.time()
-        for nv in self.view.nodes:
-            short = f"{nv.role}-{nv.index}"
-            node = live.get(nv.name)
-            nv.cloud_state = node.state if node else "missing"
-            beat = snap.heartbeats.get(short)
-            beat_time = float(beat.get("time", 0)) if beat else None
-            if node_lost(node is not None and node.alive, beat_time, attempt_started, now, opts):
-                lost.append(short)
-        return lost
-
-    def _check_bootstrap(self, snap: Snapshot) -> None:
-        """A node whose startup script failed is not restarted (it would fail the same way):
-        the run ends at once with the script's own reason. Raises _Stop."""
-        for short, reason in sorted(snap.bootstrap_failures.items()):
-            self.job_end = time.time()
-            raise _Stop(
-                "failed",
-                f"{short} failed to bootstrap: {reason} "
-                f"(`cloudtrain logs {self.run_id} --bootstrap` has the whole log)",
-            )
-
-    def _restart(self, restartable: list[str], lost: list[str], reader: RunReader) -> None:
-        """Recreate lost nodes and move every agent to the next attempt (they resume from
-        `checkpoints/`). Raises _Stop when max_restarts is used up."""
-        self.restarts += 1
-        what = ", ".join(sorted(set(restartable)))
-        if self.restarts > self.spec.max_restarts:
-            self.job_end = time.time()
-            raise _Stop("failed", f"{what} lost again after {self.spec.max_restarts} restart(s)")
-        self.attempt += 1
-        self.observer.event(
-            f"{what} lost; restart {self.restarts}/{self.spec.max_restarts}: attempt {self.attempt}"
-        )
-        self.ledger.event(self.run_id, "restart", f"attempt {self.attempt}: {what}")
-        self._write_cluster()
-        if lost:
-            by_short = {f"{n.role}-{n.index}": n for n in self.plan.nodes}
-            names = [node_name(self.run_id, by_short[s].role, by_short[s].index) for s in lost]
-            compute = self.provider.compute
-            retrying(lambda: compute.delete_nodes(self.run_id, names), what=f"delete {what}")
-            for name in names:
-                self.ledger.mark_deleted(self.run_id, "node", name)
-            self.create_nodes([by_short[s] for s in lost])
-        self.view.attempt = self.attempt
 
     def _refresh_view(self, snap: Snapshot) -> None:
         for nv in self.view.nodes:

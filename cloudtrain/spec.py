@@ -283,7 +283,19 @@ class JobSpec(BaseModel):
     max_hours: float = Field(1.0, gt=0, le=168, description="wall-clock limit of the run")
     max_cost_usd: float | None = Field(None, gt=0, allow_inf_nan=False, description="cost cap")
     teardown: Literal["always", "keep-on-failure"] = Field("always", description="when to delete")
-    max_restarts: int = Field(2, ge=0, le=20, description="restarts after a failure/preemption")
+    max_restarts: int = Field(
+        2, ge=0, le=20, description="restarts after a node is lost (gone, preempted, silent)"
+    )
+    # SkyPilot's name and meaning (its job_recovery.max_restarts_on_errors: restarts on user
+    # code errors, integer >= 0, default 0; sky/utils/schemas.py, docs/source/reference/
+    # yaml-spec.rst); the ceiling is max_restarts' own
+    max_restarts_on_errors: int = Field(
+        0,
+        ge=0,
+        le=20,
+        description="new attempts after a node fails on its own (its entrypoint, setup or "
+        "agent errs); a failed node otherwise ends the run at once",
+    )
 
     _source_path: Path | None = PrivateAttr(None)
     _source_dir: Path = PrivateAttr(default_factory=Path.cwd)

@@ -151,8 +151,8 @@ def summary(result: RunResult) -> Group:
     """The end-of-run summary: outcome, where the outputs are, wall time, cost by node."""
     style = "green" if result.ok else "red"
     lines: list[Any] = [Text(f"run {result.run_id}: {result.outcome}", style=f"bold {style}")]
-    if result.detail:
-        lines.append(Text(f"  {result.detail}"))
+    if result.detail:  # the reason, and for a failed node the last lines of its log
+        lines.append(Text("\n".join(f"  {line}" for line in result.detail.splitlines())))
     if result.model_uri:
         lines.append(Text(f"  model:       {result.model_uri}"))
     if result.checkpoints_uri:

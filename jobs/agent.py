@@ -19,7 +19,6 @@ import contextlib
 import functools
 import json
 import os
-import re
 import shutil
 import signal
 import socket
@@ -27,27 +26,18 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
 from cloudtrain.jobs import horovod
+from cloudtrain.jobs.logpump import TAIL_LINES, LogPump, _seq_of
 from cloudtrain.jobs.preemption import Notice, PreemptionWatcher, cloud_of_store
 from cloudtrain.jobs.tf_config import build_tf_config, chief_task, needs_tf_config
 from cloudtrain.providers.base import node_name
 from cloudtrain.redact import Redactor
 
 FINAL_STATES = frozenset({"succeeded", "failed", "stopped"})
-_EPOCH_RES = (
-    re.compile(r"cloudtrain: epoch (\d+)/(\d+) done"),
-    re.compile(r"^(?:\[rank \d+\] )?Epoch (\d+)/(\d+)"),
-)
-LOG_CHUNK_BYTES = 256 * 1024
-
-
-def _seq_of(key: str) -> int:
-    """The sequence number of a log chunk key (`.../00000042.log` -> 42; -1 if not one)."""
-    name = key.rsplit("/", 1)[-1].removesuffix(".log")
-    return int(name) if name.isdigit() else -1
 
 
 class StopRequested(Exception):
@@ -56,50 +46,6 @@ class StopRequested(Exception):
 
 class NewAttempt(Exception):
     """cluster.json moved to another attempt: drop everything and rendezvous again."""
-
-
-class LogPump:
-    """Collects the node's output lines and uploads them as ordered chunks. Thread-safe.
-
-    Every line goes through `redactor` (the run's secret env values become `***`) before it is
-    echoed, buffered, uploaded or kept as `last_line` for the heartbeat. `redactor` may be
-    replaced later (the agent knows the secrets only once it has read cluster.json)."""
-
-    def __init__(
-        self, store: Any, prefix: str, start_seq: int, redactor: Redactor | None = None
-    ) -> None:
-        self.store, self.prefix, self.seq = store, prefix, start_seq
-        self.redactor = redactor or Redactor()
-        self._lines: list[str] = []
-        self._lock = threading.Lock()
-        self.last_line = ""
-        self.epoch: tuple[int, int] | None = None
-
-    def add(self, line: str) -> None:
-        """Buffer one line, secrets redacted (echoed to this process's stdout, the node's
-        console)."""
-        line = self.redactor.redact(line.rstrip("\n"))
-        sys.stdout.write(line + "\n")
-        sys.stdout.flush()
-        with self._lock:
-            self._lines.append(line)
-            if line.strip():
-                self.last_line = line[-300:]
-            for pattern in _EPOCH_RES:
-                m = pattern.search(line)
-                if m:
-                    self.epoch = (int(m[1]), int(m[2]))
-
-    def flush(self) -> None:
-        """Upload what was buffered as the next chunk. Safe to call often."""
-        with self._lock:
-            if not self._lines:
-                return
-            lines, self._lines = self._lines, []
-            seq = self.seq
-            self.seq += 1
-        data = ("\n".join(lines) + "\n").encode(errors="replace")
-        self.store.put(f"{self.prefix}{seq:08d}.log", data)
 
 
 class Agent:
@@ -495,9 +441,24 @@ class Agent:
             self.write_status("succeeded", exit_code=0, reason=reason)
         else:
             sig = -rc if rc < 0 else None
+            tail = self.logs.tail()  # the job's last words, before the agent's own line
             self.say(f"the training process failed (exit {rc})")
             self.logs.flush()
-            self.write_status("failed", exit_code=rc, signal=sig, reason=reason)
+            self.write_status("failed", exit_code=rc, signal=sig, reason=reason, tail=tail)
+
+    def report_error(self, exc: BaseException) -> None:
+        """Report an error of the agent itself: its traceback goes into the node's log and,
+        with the error on one line and the traceback's last lines, into a failed status for
+        this attempt. Kills the training process if there is one. Blocking; not idempotent."""
+        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        lines = text.rstrip("\n").splitlines()
+        self.say(f"agent error: {type(exc).__name__}: {exc}")
+        for line in lines:
+            self.logs.add(line)
+        self.kill_child()
+        self.logs.flush()
+        reason = f"agent error: {type(exc).__name__}: {exc}"
+        self.write_status("failed", reason=reason[:500], tail=lines[-TAIL_LINES:])
 
     def stop(self, why: str) -> None:
         """Flush a checkpoint and stop: the training gets a grace period, then SIGKILL.
@@ -545,6 +506,11 @@ class Agent:
                     self.kill_child()
                     self.write_status("failed", reason=str(exc), exit_code=1)
                     self._idle_until_next_attempt()
+                except StopRequested:
+                    raise
+                except Exception as exc:  # the agent's own error (or a bundle it cannot use)
+                    self.report_error(exc)
+                    self._idle_until_next_attempt()
                 self.attempt = int(self.cluster["attempt"])
         except StopRequested as exc:
             self.stop(str(exc))
@@ -589,7 +555,12 @@ def main(argv: list[str] | None = None) -> int:
         raise StopRequested("SIGTERM")
 
     signal.signal(signal.SIGTERM, on_sigterm)
-    return agent.run()
+    try:
+        return agent.run()
+    except Exception as exc:  # reported to the bucket, then the traceback on stderr: the
+        with contextlib.suppress(Exception):  # bootstrap log, uploaded when the agent exits
+            agent.report_error(exc)
+        raise
 
 
 if __name__ == "__main__":
