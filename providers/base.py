@@ -176,7 +176,7 @@ def wait_for_driver(installer: str, timeout_s: int) -> str:
     `timeout_s` for `installer` (an image's or extension's own driver install, running beside
     the startup script) to make nvidia-smi work, rather than install a second driver. Pure."""
     return f"""
-if grep -qsi '0x10de' /sys/bus/pci/devices/*/vendor && ! nvidia-smi >/dev/null 2>&1; then
+if grep -qsi '0x10de' "$CT_SYS_PCI"/*/vendor && ! nvidia-smi >/dev/null 2>&1; then
   phase "driver: waiting for {installer}"
   ct_waited=0
   until nvidia-smi >/dev/null 2>&1; do

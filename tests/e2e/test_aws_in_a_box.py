@@ -67,7 +67,9 @@ class AwsBox:
         assert all(r.state == "deleted" for r in ledger.resources(run_id))
 
 
-def _discover(ec2: Any) -> list[Vm]:
+def _discover(ec2: Any, images: dict[str, str]) -> list[Vm]:
+    """The instances moto holds; `images`: public parameter -> AMI (tells the box the image)."""
+    params = {ami: param for param, ami in images.items()}
     vms = []
     for page in ec2.get_paginator("describe_instances").paginate():
         for reservation in page["Reservations"]:
@@ -81,7 +83,8 @@ def _discover(ec2: Any) -> list[Vm]:
                     return (gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw).decode()
 
                 alive = inst["State"]["Name"] in ("pending", "running")
-                vms.append(Vm(iid, tags.get("Name", iid), alive, script))
+                image = "aws:" + params.get(inst["ImageId"], inst["ImageId"])
+                vms.append(Vm(iid, tags.get("Name", iid), alive, script, image))
     return vms
 
 
@@ -89,7 +92,7 @@ def _discover(ec2: Any) -> list[Vm]:
 def aws(
     ct: Env,
     moto_server: MotoServer,
-    moto_public_images: str,
+    moto_public_images: dict[str, str],
     tmp_path: Path,
 ) -> Iterator[AwsBox]:
     import os
@@ -105,7 +108,7 @@ def aws(
     ec2 = clients["ec2"]
     harness = BootHarness(
         tmp_path / "box",
-        lambda: _discover(ec2),
+        lambda: _discover(ec2, moto_public_images),
         dict(ct.env),
         on_power_off=lambda vm: ec2.terminate_instances(InstanceIds=[vm]),
     ).start()

@@ -130,7 +130,14 @@ def _discover(cloud: AzureCloud, seen: dict[str, SeenVm], lock: threading.Lock) 
             principal = (body.get("identity") or {}).get("principalId")
             seen[vm_id] = SeenVm(name, group, list(body.get("zones") or []), principal)
         alive = power in POWERED and props.get("provisioningState") in SETTLED
-        vms.append(Vm(vm_id, name, alive, lambda b=body: _custom_data(b)))
+        ref = props["storageProfile"]["imageReference"]
+        image = "azure:" + ":".join(ref[k] for k in ("publisher", "offer", "sku", "version"))
+        extension = any(
+            e["id"].lower().startswith(body["id"].lower() + "/extensions/")
+            and e["properties"].get("type") == "NvidiaGpuDriverLinux"
+            for e in cloud.arm.resources(kind="extensions", group=group)
+        )
+        vms.append(Vm(vm_id, name, alive, lambda b=body: _custom_data(b), image, False, extension))
     return vms
 
 

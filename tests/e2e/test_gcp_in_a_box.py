@@ -82,7 +82,12 @@ def _discover(cloud: GcpCloud) -> list[Vm]:
     for inst in cloud.gce.instances():
         items = {i["key"]: i["value"] for i in inst.get("metadata", {}).get("items", [])}
         script = items.get("startup-script", "")
-        vms.append(Vm(inst["name"], inst["name"], inst["status"] in ALIVE, lambda s=script: s))
+        source = inst["disks"][0]["initializeParams"]["sourceImage"]
+        image = "gcp:" + source[source.index("projects/") :]
+        alive = inst["status"] in ALIVE
+        name = inst["name"]
+        # GCE's guest agent runs startup-script on every boot
+        vms.append(Vm(name, name, alive, lambda s=script: s, image, every_boot=True))
     return vms
 
 

@@ -4,13 +4,31 @@ A `BootHarness` polls the emulator (through a `discover` callback that returns t
 and, for every new live VM, runs the VM's own startup script (its UserData / startup-script /
 custom_data) with bash in a fresh process session and folder, as the cloud would at first boot.
 The VM's environment is what a real one gets from its image and metadata service: its own
-loopback port, its work folder, the machine's Python (an image with the stack installed), and
-the emulator's endpoint (as an SDK honours AWS_ENDPOINT_URL and friends).
+loopback port, its work folder, the emulator's endpoint (as an SDK honours AWS_ENDPOINT_URL and
+friends), and its image (tests/fakes/box_images.py, from `Vm.image`): the image's
+/etc/os-release, and its `python3`, a real interpreter of the image's Python version with nothing
+of the controller's environment. The script makes its own venv from it, as on a cloud; with
+`bare=False` (the default) the interpreter has the pinned stack baked in (a custom image), with
+`bare=True` it is the stock image and the script pip-installs TensorFlow itself. Stock Ubuntu
+and Debian have no ensurepip until apt installs python3-venv: the box's `python3` refuses
+`-m venv` until its `apt-get` shim has "installed" that package.
 
-Safety: `shutdown`, `poweroff`, `halt` and `reboot` are shims first on PATH. They never touch this
-machine; they record the call, and `shutdown now` is reported to `on_power_off` (the test then
-terminates the VM in the emulator, as InstanceInitiatedShutdownBehavior=terminate would) while
-the VM's session is killed. A VM the emulator reports terminated, or no longer lists at all
+Boots follow cloud-init (cloudinit.readthedocs.io, "Boot stages"): user data runs once per
+instance; after a reboot only the scripts in the VM's per-boot folder run (and, on GCE, whose
+guest agent runs startup-script on every boot, `Vm.every_boot`, the startup script again).
+`reboot(vm)` reboots a VM: every process of it is killed, the boot id changes, and only that
+runs. With `gpu=True` every VM has an NVIDIA device (a fake /sys/bus/pci and lspci); the driver
+is there if the image ships it, else an apt-get install of it "installs" it, and the module loads
+only after a reboot when `module_needs_reboot` is set; nvidia-smi answers once it is loaded. A VM
+with `Vm.driver_extension` (Azure's NvidiaGpuDriverLinux) gets its driver from the "extension"
+`extension_s` seconds after its first boot, which then reboots the VM, as the extension may.
+
+Safety: `shutdown`, `poweroff`, `halt`, `reboot`, `apt-get`, `modprobe` and the GPU tools are
+shims first on PATH. They never touch this machine; they record the call, and `shutdown now` is
+reported to `on_power_off` (the test then terminates the VM in the emulator, as
+InstanceInitiatedShutdownBehavior=terminate would) while the VM's session is killed; `reboot`
+(or `shutdown -r`) kills the session and the harness boots the VM again. A VM the emulator
+reports terminated, or no longer lists at all
 (GCE forgets a deleted instance), has its session killed too.
 """
 
@@ -18,7 +36,6 @@ from __future__ import annotations
 
 import os
 import socket
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -26,15 +43,79 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cloudtrain.providers.local import kill_session, session_pids, start_session
+from tests.fakes.bootstrap_shims import OS_RELEASES, T4_LSPCI, VGA_LSPCI
+from tests.fakes.box_images import facts, image_python
 
-SHIM = """#!/usr/bin/env bash
+POWER = """#!/usr/bin/env bash
 # cloud-in-a-box shim: never acts on the test machine
 echo "$HARNESS_VM_ID $(basename "$0") $*" >> "$HARNESS_DIR/power.log"
-case " $* " in
-  *" now "*) kill -KILL -- "-$(ps -o sid= -p $$ | tr -d ' ')" ;;
+case "$(basename "$0") $* " in
+  reboot* | *" -r "* | *" now "*) kill -KILL -- "-$(ps -o sid= -p $$ | tr -d ' ')" ;;
 esac
 exit 0
 """
+# The machine below the script: each records `<name> <args>` in the VM's calls.log.
+_RECORD = 'echo "$(basename "$0") $*" >>"$BOX_VM/calls.log"\n'
+MACHINE = {
+    # stock Ubuntu/Debian: no ensurepip until python3-venv is installed
+    "python3": """if [ "${1:-}" = -m ] && [ "${2:-}" = venv ] &&
+  [ ! -e "$BOX_VM/state/python3-venv" ]; then
+  echo "The virtual environment was not created successfully because ensurepip is not available." \\
+    "On Debian/Ubuntu systems, you need to install the python3-venv package" >&2
+  exit 1
+fi
+exec "$BOX_IMAGE_PYTHON" "$@"
+""",
+    "apt-get": """case "$*" in
+  *install*python3-venv*) touch "$BOX_VM/state/python3-venv" ;;
+  *install*nvidia-driver-* | *install*cuda-drivers*)
+    echo "$CT_BOOT_ID" >"$BOX_VM/state/driver-installed" ;;
+esac
+""",
+    "apt-cache": "exit 0\n",
+    "dpkg": "exit 0\n",
+    "lspci": 'if [ "$BOX_GPU" = 1 ]; then echo "$BOX_LSPCI_GPU"; fi\necho "$BOX_LSPCI_OTHER"\n',
+    # the module is loaded on this boot: by modprobe, or at boot by a driver installed earlier
+    "nvidia-smi": """loaded() {
+  [ "$BOX_IMAGE_DRIVER" = 1 ] && return 0
+  [ "$(cat "$BOX_VM/state/driver-loaded" 2>/dev/null)" = "$CT_BOOT_ID" ] && return 0
+  [ -e "$BOX_VM/state/driver-installed" ] &&
+    [ "$(cat "$BOX_VM/state/driver-installed")" != "$CT_BOOT_ID" ]
+}
+if ! loaded; then
+  echo "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver." >&2
+  exit 9
+fi
+case "$*" in
+  *driver_version*) echo "580.95.05" ;;
+  *) echo "| NVIDIA-SMI 580.95.05   Driver Version: 580.95.05   CUDA Version: 13.0 |" ;;
+esac
+""",
+    "modprobe": """case "$*" in *-r*) exit 0 ;; esac
+if [ ! -e "$BOX_VM/state/driver-installed" ]; then
+  echo "modprobe: FATAL: Module nvidia not found" >&2
+  exit 1
+fi
+installed_on="$(cat "$BOX_VM/state/driver-installed")"
+if [ "$BOX_MODULE_NEEDS_REBOOT" = 1 ] && [ "$installed_on" = "$CT_BOOT_ID" ]; then
+  echo "modprobe: ERROR: could not insert 'nvidia': No such device (nouveau holds it)" >&2
+  exit 1
+fi
+echo "$CT_BOOT_ID" >"$BOX_VM/state/driver-loaded"
+""",
+}
+# A VM's boot after a reboot: cloud-init's per-boot scripts (run-parts), and on GCE the startup
+# script again, beside them.
+REBOOT_RUNNER = """#!/usr/bin/env bash
+if [ "${BOX_EVERY_BOOT:-}" = 1 ]; then bash "$BOX_VM/startup.sh" & fi
+for script in "$BOX_VM"/per-boot/*; do
+  if [ -f "$script" ] && [ -x "$script" ]; then "$script"; fi
+done
+wait
+"""
+# the host's PATH without pyenv: a VM has its image's Pythons only
+_VM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+PIP_CACHE = Path(os.environ.get("CLOUDTRAIN_BOX_CACHE", "~/.cache/cloudtrain-box")).expanduser()
 
 
 @dataclass(frozen=True)
@@ -45,6 +126,9 @@ class Vm:
     name: str
     alive: bool
     script: Callable[[], str]  # fetched once, when the VM boots
+    image: str = ""  # `<cloud>:<identifier>` (tests/fakes/box_images.FACTS)
+    every_boot: bool = False  # the cloud runs the startup script on every boot (GCE)
+    driver_extension: bool = False  # Azure's NvidiaGpuDriverLinux is on the VM
 
 
 def _free_port() -> int:
@@ -63,18 +147,31 @@ class BootHarness:
         env: dict[str, str],
         on_power_off: Callable[[str], None] = lambda _vm: None,
         poll_s: float = 0.3,
+        *,
+        bare: bool = False,
+        gpu: bool = False,
+        module_needs_reboot: bool = False,
+        extension_s: float = 3.0,
     ) -> None:
         self.root, self.discover, self.env = root, discover, env
         self.on_power_off, self.poll_s = on_power_off, poll_s
+        # the machine's knobs (see the module docstring); a test may set them before VMs boot
+        self.bare, self.gpu, self.module_needs_reboot = bare, gpu, module_needs_reboot
+        self.extension_s = extension_s
         self.sessions: dict[str, int] = {}  # vm id -> session id
         self.booted: list[str] = []
+        self.boots: dict[str, int] = {}  # vm id -> boots so far
         self.errors: list[str] = []
+        self._vms: dict[str, Vm] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True, name="boot-harness")
         self._shims = root / "shims"
         self._shims.mkdir(parents=True, exist_ok=True)
         for name in ("shutdown", "poweroff", "halt", "reboot"):
-            (self._shims / name).write_text(SHIM)
+            (self._shims / name).write_text(POWER)
+            (self._shims / name).chmod(0o755)
+        for name, body in MACHINE.items():
+            (self._shims / name).write_text("#!/usr/bin/env bash\n" + _RECORD + body)
             (self._shims / name).chmod(0o755)
         self._power_seen = 0
         # VMs for which this returns True are not booted (yet): a VM slow to come up
@@ -110,34 +207,101 @@ class BootHarness:
         if log.exists():
             lines = log.read_text().splitlines()
             for line in lines[self._power_seen :]:
-                vm_id, _cmd, *args = line.split()
-                if "now" in args:
+                vm_id, cmd, *args = line.split()
+                if cmd == "reboot" or "-r" in args:
+                    self._boot_again(vm_id)
+                elif "now" in args:
                     self.on_power_off(vm_id)
             self._power_seen = len(lines)
 
+    def vm_dir(self, vm_id: str) -> Path:
+        """The VM's disk: its script, state, per-boot folder and work folder."""
+        return self.root / "vms" / vm_id
+
     def boot(self, vm: Vm) -> None:
-        """Run the VM's startup script in its own session and folder."""
-        work = self.root / "vms" / vm.id
-        work.mkdir(parents=True, exist_ok=True)
-        script = work / "startup.sh"
-        script.write_text(vm.script())
+        """First boot: run the VM's startup script in its own session and folder, as its
+        image boots it. An image the box does not know is an error, never a default."""
+        image = facts(vm.image)
+        work = self.vm_dir(vm.id)
+        for folder in (work / "state", work / "per-boot"):
+            folder.mkdir(parents=True, exist_ok=True)
+        (work / "startup.sh").write_text(vm.script())
+        (work / "os-release").write_text(OS_RELEASES[image.os])
+        pci = work / "pci"
+        devices = {"0000:00:02.0": "0x1234", **({"0000:00:04.0": "0x10de"} if self.gpu else {})}
+        for slot, vendor in devices.items():
+            (pci / slot).mkdir(parents=True, exist_ok=True)
+            (pci / slot / "vendor").write_text(vendor + "\n")
+        self._vms[vm.id] = vm
+        self.booted.append(vm.name)
+        self._start(vm, work / "startup.sh")
+        if vm.driver_extension and self.gpu:
+            threading.Timer(self.extension_s, self._extension_done, (vm.id,)).start()
+
+    def _env(self, vm: Vm) -> dict[str, str]:
+        image = facts(vm.image)
+        work = self.vm_dir(vm.id)
+        boot = self.boots.get(vm.id, 0)
         env = dict(self.env)
+        for key in [k for k in env if k.startswith(("PYENV", "VIRTUAL_ENV", "PYTHON"))]:
+            del env[key]
         env.update(
-            PATH=f"{self._shims}{os.pathsep}{env.get('PATH', os.environ.get('PATH', ''))}",
-            CT_WORK=str(work),
-            CT_PYTHON=sys.executable,
+            PATH=f"{self._shims}{os.pathsep}{_VM_PATH}",
+            CT_WORK=str(work / "opt"),
+            CT_PYTHON=str(work / "opt" / "venv" / "bin" / "python"),
+            CT_OS_RELEASE=str(work / "os-release"),
+            CT_SYS_PCI=str(work / "pci"),
+            CT_PERBOOT_DIR=str(work / "per-boot"),
+            CT_BOOT_ID=f"{vm.id}-boot-{boot}",
             CLOUDTRAIN_NODE_HOST="127.0.0.1",
-            CT_ALLOW_NO_GPU="1",  # GPU nodes boot on this machine, which has no GPU
+            CT_ALLOW_NO_GPU="1",  # this machine has no GPU for TensorFlow to see
             CLOUDTRAIN_NODE_PORT=str(_free_port()),
             CLOUDTRAIN_METADATA_URL=(
                 f"{self.metadata_url}/vm/{vm.id}" if self.metadata_url else "http://127.0.0.1:9"
             ),
+            PIP_CACHE_DIR=str(PIP_CACHE / "pip"),
+            BOX_VM=str(work),
+            BOX_IMAGE_PYTHON=str(image_python(image.python, stack=not self.bare)),
+            BOX_IMAGE_DRIVER="1" if image.driver else "0",
+            BOX_MODULE_NEEDS_REBOOT="1" if self.module_needs_reboot else "0",
+            BOX_GPU="1" if self.gpu else "0",
+            BOX_LSPCI_GPU=T4_LSPCI,
+            BOX_LSPCI_OTHER=VGA_LSPCI,
+            BOX_EVERY_BOOT="1" if vm.every_boot else "0",
             HARNESS_VM_ID=vm.id,
             HARNESS_DIR=str(self.root),
         )
-        proc = start_session(script, work, env)
+        return env
+
+    def _start(self, vm: Vm, script: Path) -> None:
+        self.boots[vm.id] = self.boots.get(vm.id, 0) + 1
+        proc = start_session(script, self.vm_dir(vm.id), self._env(vm))
         self.sessions[vm.id] = proc.pid
-        self.booted.append(vm.name)
+
+    def reboot(self, vm_id: str) -> None:
+        """Reboot a VM now, as its cloud or an extension would: kill all it runs, then boot it
+        again with cloud-init's per-boot semantics. Blocks until the new boot has started."""
+        self.kill(vm_id)
+        self._boot_again(vm_id)
+
+    def _boot_again(self, vm_id: str) -> None:
+        vm = self._vms.get(vm_id)
+        if vm is None or self._stop.is_set():
+            return
+        sid = self.sessions.get(vm_id)
+        deadline = time.monotonic() + 10
+        while sid is not None and session_pids(sid) and time.monotonic() < deadline:
+            time.sleep(0.05)  # the old boot is going down
+        runner = self.vm_dir(vm_id) / "reboot-runner.sh"
+        runner.write_text(REBOOT_RUNNER)
+        self._start(vm, runner)
+
+    def _extension_done(self, vm_id: str) -> None:
+        """NvidiaGpuDriverLinux finished: the driver is installed, and the extension reboots."""
+        if self._stop.is_set() or vm_id not in self.sessions:
+            return
+        (self.vm_dir(vm_id) / "state" / "driver-installed").write_text("extension\n")
+        self.reboot(vm_id)
 
     def kill(self, vm_id: str) -> None:
         """End every process of a VM's session (the VM is gone)."""
@@ -156,8 +320,13 @@ class BootHarness:
             time.sleep(0.1)
 
     def console(self, vm_id: str) -> str:
-        path = self.root / "vms" / vm_id / "console.log"
+        path = self.vm_dir(vm_id) / "console.log"
         return path.read_text(errors="replace") if path.exists() else ""
+
+    def calls(self, vm_id: str) -> list[str]:
+        """What the VM ran of the machine's tools (apt-get, modprobe, python3, ...), in order."""
+        path = self.vm_dir(vm_id) / "calls.log"
+        return path.read_text().splitlines() if path.exists() else []
 
     def stop(self) -> None:
         """Stop polling and kill every VM session."""
@@ -165,3 +334,4 @@ class BootHarness:
         self._thread.join(timeout=5)
         for vm_id in list(self.sessions):
             self.kill(vm_id)
+

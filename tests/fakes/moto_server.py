@@ -149,21 +149,24 @@ def seed_ssm_parameter(name: str, value: str, region: str = "us-east-1") -> None
     )
 
 
-def moto_ami() -> str:
-    """An AMI id moto knows in every region (an Ubuntu one), so describe_images finds it."""
+def moto_amis(count: int) -> list[str]:
+    """`count` distinct Linux AMI ids that moto knows in every region (describe_images finds
+    them), Ubuntu's first."""
     from moto.ec2.models.amis import AMIS
 
-    ubuntu = [a["ami_id"] for a in AMIS if str(a.get("name", "")).startswith("ubuntu")]
-    return ubuntu[0] if ubuntu else str(AMIS[0]["ami_id"])
+    linux = [a for a in AMIS if "windows" not in str(a.get("name", "")).lower()]
+    linux.sort(key=lambda a: not str(a.get("name", "")).lower().startswith("ubuntu"))
+    return [str(a["ami_id"]) for a in linux[:count]]
 
 
-def seed_public_images(regions: tuple[str, ...] = ("us-east-1",)) -> str:
-    """Point every parameter of PUBLIC_IMAGE_PARAMS at `moto_ami()` in `regions`; returns it."""
-    ami = moto_ami()
+def seed_public_images(regions: tuple[str, ...] = ("us-east-1",)) -> dict[str, str]:
+    """Point each parameter of PUBLIC_IMAGE_PARAMS at an AMI of its own in `regions`, so the
+    boot harness can tell the images apart; returns parameter -> AMI id."""
+    images = dict(zip(PUBLIC_IMAGE_PARAMS, moto_amis(len(PUBLIC_IMAGE_PARAMS)), strict=True))
     for region in regions:
-        for name in PUBLIC_IMAGE_PARAMS:
+        for name, ami in images.items():
             seed_ssm_parameter(name, ami, region)
-    return ami
+    return images
 
 
 @pytest.fixture(scope="session")
@@ -193,6 +196,6 @@ def moto_server(
 
 
 @pytest.fixture
-def moto_public_images(moto_server: MotoServer) -> str:
-    """The moto server with AWS's public image parameters seeded; the AMI id they name."""
+def moto_public_images(moto_server: MotoServer) -> dict[str, str]:
+    """The moto server with AWS's public image parameters seeded; parameter -> AMI id."""
     return seed_public_images(("us-east-1", "us-west-2", "eu-west-1"))

@@ -135,7 +135,7 @@ def test_debian_gpu_without_driver_uses_nvidias_repository(node: FakeNode) -> No
 
 def test_ready_gpu_image_installs_nothing_and_boots_in_under_a_second(node: FakeNode) -> None:
     node.boot(Machine(gpu=True, driver=True, tf=True))  # warm the page cache
-    boot = node.boot(Machine(gpu=True, driver=True, tf=True))
+    boot = node.boot(Machine(gpu=True, driver=True, tf=True), boot_id="boot-2")
     assert_agent_started(boot, node)
     assert boot.seconds < 1.0, f"boot took {boot.seconds:.2f}s"
     touched = {c.split()[0] for c in boot.calls}
@@ -182,7 +182,7 @@ def test_module_that_does_not_load_reboots_once_then_fails(node: FakeNode) -> No
     assert_failed(second, node, "still does not load after a reboot", "Secure Boot")
     log = second.uploaded_log or ""
     assert "phase driver: rebooting once" in log, "the log keeps the first boot"
-    assert "continuing after the driver reboot (boot boot-2)" in log
+    assert "continuing after a reboot (boot boot-2)" in log
     assert "Key was rejected by service" in log, "modprobe's error is in the log"
 
 

@@ -265,14 +265,15 @@ def _request(offer: Offer, index: int = 0, run_id: str = "imgs-abc123") -> NodeR
 
 
 def test_every_ssm_parameter_the_aws_adapter_sends_exists_on_aws(
-    moto_public_images: str,
+    moto_public_images: dict[str, str],
 ) -> None:
     from cloudtrain.providers.aws.compute import AwsCompute
 
     aws_images.clear_image_cache()
     compute = AwsCompute("us-east-1")
     for offer in {o.instance_type: o for o in ROWS if o.provider == "aws"}.values():
-        assert compute.resolve_image(_request(offer)) == moto_public_images
+        image = aws_images.image_for(offer.instance_type, offer.accelerator_count > 0)
+        assert compute.resolve_image(_request(offer)) == moto_public_images[image.ref]
     for image in aws_images.DEFAULT_IMAGES.values():  # the aliases too
         assert image.ref in PUBLIC_IMAGE_PARAMS
     aws_images.clear_image_cache()
