@@ -16,7 +16,9 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import signal
+import sys
 import time
 
 import pytest
@@ -172,6 +174,50 @@ def test_an_agent_error_reaches_the_bucket_with_its_traceback(ct: Env) -> None:
         assert re.search(r"FileNotFoundError: .*bundle/workdir", text)
     status = json.loads((ct.bucket / run_id / "status" / "worker-1.json").read_text())
     assert status["state"] == "failed" and status["tail"][0].startswith("Traceback")
+
+
+# How the node's Python runs the agent (CT_PYTHON, which the boot environment may name): the
+# real agent with a fault planted in it, so that it raises before its attempt loop; or a Python
+# that dies before the agent can say anything (only the bootstrap log can tell).
+AGENT_CRASHES = {
+    "in-the-agent": "import cloudtrain.jobs.agent as a, sys; a.Redactor = None; "
+    "sys.exit(a.main(sys.argv[1:]))",
+    "before-the-agent": "raise ImportError('the agent cannot start: planted')",
+}
+
+
+@pytest.mark.parametrize("where", sorted(AGENT_CRASHES))
+def test_a_crashed_agent_is_failed_not_lost(ct: Env, where: str) -> None:
+    """The agent exits with a traceback and its node powers itself off: the node is gone, but
+    it reported first (status and/or the bootstrap log uploaded as the agent exits)."""
+    shim = ct.home / "bin" / "python"
+    shim.parent.mkdir()
+    shim.write_text(
+        "#!/usr/bin/env bash\n"
+        'if [ "${1:-}" = -m ] && [ "${2:-}" = cloudtrain.jobs.agent ]; then\n'
+        "  shift 2\n"
+        f'  exec {shlex.quote(sys.executable)} -c {shlex.quote(AGENT_CRASHES[where])} "$@"\n'
+        "fi\n"
+        f'exec {shlex.quote(sys.executable)} "$@"\n'
+    )
+    shim.chmod(0o755)
+    ct.env["CT_PYTHON"] = str(shim)
+    job = ct.job("digits-multiworker", "python train.py --epochs 2")
+    proc = ct.cli("run", str(job))
+    assert proc.returncode == 3, proc.stdout[-3000:]
+    (run_id,) = ct.run_ids()
+    assert "lost" not in proc.stdout, proc.stdout[-3000:]
+    logs = _failed_once(ct, proc.stdout, run_id)
+    if where == "in-the-agent":
+        reason = "worker-0 failed: agent error: AttributeError: 'NoneType' object has no attr"
+        last = "AttributeError: 'NoneType' object has no attribute 'from_cluster'"
+    else:
+        reason = "worker-0 failed: its agent exited with code 1"
+        last = "ImportError: the agent cannot start: planted"
+    for text in (proc.stdout, logs):
+        assert reason in text and last in text and "Traceback (most recent call last):" in text
+    boot = ct.cli("logs", run_id, "--bootstrap", "--node", "worker-0").stdout
+    assert last in boot and "phase agent: exited with 1" in boot
 
 
 def test_max_restarts_on_errors_gives_exactly_one_retry(ct: Env) -> None:
