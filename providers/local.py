@@ -334,6 +334,9 @@ class LocalCompute(Compute):
             if meta and not meta.get("deleted") and self._alive(meta):
                 return self._to_node(meta, "running")
             node_dir.mkdir(parents=True, exist_ok=True)
+            # a node created again is a new machine: its predecessor's boot claim and markers
+            # (jobs/startup.sh.j2's state folder) must not make the new boot step aside
+            shutil.rmtree(node_dir / "state", ignore_errors=True)
             script = node_dir / "startup.sh"
             script.write_text(request.startup_script)
             script.chmod(0o700)
