@@ -2,8 +2,10 @@
 
 `Orchestrator.run()` blocks from the first ledger row to the last deleted node: provision (bucket,
 bundle, cluster.json, network, all nodes at once), watch (statuses, heartbeats, logs, node states),
-recover lost nodes through a new attempt, stop (chief done, failure, deadline, budget, Ctrl-C) and
-tear down on every path. Every resource is in the ledger before its create call.
+recover lost nodes through a new attempt and end the run when a node failed on its own (the
+rules: `runrules.judge_attempt`; the acts: `recovery.Recovery`), stop (chief done, failure,
+deadline, budget, Ctrl-C) and tear down on every path. Every resource is in the ledger before its
+create call.
 """
 
 from __future__ import annotations

@@ -186,10 +186,8 @@ AGENT_CRASHES = {
 }
 
 
-@pytest.mark.parametrize("where", sorted(AGENT_CRASHES))
-def test_a_crashed_agent_is_failed_not_lost(ct: Env, where: str) -> None:
-    """The agent exits with a traceback and its node powers itself off: the node is gone, but
-    it reported first (status and/or the bootstrap log uploaded as the agent exits)."""
+def _crashing_python(ct: Env, where: str) -> None:
+    """Boot the nodes with a Python that runs the agent as AGENT_CRASHES[where] says."""
     shim = ct.home / "bin" / "python"
     shim.parent.mkdir()
     shim.write_text(
@@ -202,6 +200,13 @@ def test_a_crashed_agent_is_failed_not_lost(ct: Env, where: str) -> None:
     )
     shim.chmod(0o755)
     ct.env["CT_PYTHON"] = str(shim)
+
+
+@pytest.mark.parametrize("where", sorted(AGENT_CRASHES))
+def test_a_crashed_agent_is_failed_not_lost(ct: Env, where: str) -> None:
+    """The agent exits with a traceback and its node powers itself off: the node is gone, but
+    it reported first (status and/or the bootstrap log uploaded as the agent exits)."""
+    _crashing_python(ct, where)
     job = ct.job("digits-multiworker", "python train.py --epochs 2")
     proc = ct.cli("run", str(job))
     assert proc.returncode == 3, proc.stdout[-3000:]
@@ -218,6 +223,26 @@ def test_a_crashed_agent_is_failed_not_lost(ct: Env, where: str) -> None:
         assert reason in text and last in text and "Traceback (most recent call last):" in text
     boot = ct.cli("logs", run_id, "--bootstrap", "--node", "worker-0").stdout
     assert last in boot and "phase agent: exited with 1" in boot
+
+
+def test_a_retried_crashed_agent_is_created_again_and_judged_anew(ct: Env) -> None:
+    """max_restarts_on_errors: 1 with an agent that dies before it can report: its node is gone,
+    so the retry creates it again; the old bootstrap log is archived, and the second verdict
+    waits for the new node's own log."""
+    _crashing_python(ct, "before-the-agent")
+    job = ct.job("digits-multiworker", "python train.py", max_restarts_on_errors=1)
+    proc = ct.cli("run", str(job))
+    assert proc.returncode == 3, proc.stdout[-3000:]
+    (run_id,) = ct.run_ids()
+    assert "retry 1/1 (max_restarts_on_errors): attempt 2" in proc.stdout, proc.stdout[-3000:]
+    assert "failed again after 1 retry" in proc.stdout
+    assert _boots(ct, run_id) == dict.fromkeys(NODES, 2)
+    for node in NODES:
+        first = (ct.bucket / run_id / "attempt-1" / "bootstrap" / f"{node}.log").read_text()
+        second = (ct.bucket / run_id / "bootstrap" / f"{node}.log").read_text()
+        assert "phase agent: exited with 1" in first
+        assert "phase agent: exited with 1" in second, second[-2000:]  # its own, not the old
+    assert_clean(ct, run_id)
 
 
 def test_max_restarts_on_errors_gives_exactly_one_retry(ct: Env) -> None:
