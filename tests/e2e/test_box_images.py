@@ -106,7 +106,6 @@ def test_the_bootstraps_own_driver_reboot_resumes_the_boot(aws: AwsBox) -> None:
     boot_log = (aws.harness.vm_dir(vm_id) / "opt" / "bootstrap.log").read_text()
     assert "phase driver: rebooting once to load the nvidia module" in boot_log
     assert "continuing after a reboot" in boot_log
-    assert "phase agent: exited with 0" in boot_log, boot_log[-3000:]
     assert EPOCHS in out
 
 
@@ -126,5 +125,4 @@ def test_the_azure_extensions_reboot_during_the_driver_wait_resumes_the_boot(
     boot_log = (azure.harness.vm_dir(vm_id) / "opt" / "bootstrap.log").read_text()
     assert "driver: waiting for the NvidiaGpuDriverLinux extension" in boot_log
     assert "continuing after a reboot" in boot_log
-    assert "phase agent: exited with 0" in boot_log, boot_log[-3000:]
     assert EPOCHS in out
