@@ -557,6 +557,8 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, on_sigterm)
     try:
         return agent.run()
+    except StopRequested:  # asked to stop (SIGTERM) before the attempt loop: not an error
+        return 0
     except Exception as exc:  # reported to the bucket, then the traceback on stderr: the
         with contextlib.suppress(Exception):  # bootstrap log, uploaded when the agent exits
             agent.report_error(exc)
