@@ -2,7 +2,9 @@
 # Install everything the test suite needs, then run the whole suite. CI runs exactly this.
 #   pip extras (.[dev]: TensorFlow, tf-keras, the cloud SDKs, moto, the GCS emulator, pytest, ruff),
 #   Azurite (the Azure Blob emulator) from npm into tests/.azurite, and shellcheck from Debian;
-#   venvs for Python 3.10 and 3.12 (pyenv's) in tests/.venvs, for the node-side tests.
+#   venvs for Python 3.10 and 3.12 (pyenv's) in tests/.venvs, for the node-side tests; and the
+#   cloud-in-a-box's image interpreter with the stack baked in (tests/fakes/box_images.py, cached
+#   in ~/.cache/cloudtrain-box).
 # Extra arguments go to pytest, e.g. `bash tests/run.sh tests/unit -x`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,4 +30,6 @@ if [ "$#" -eq 0 ]; then
   bash tests/node_pythons.sh 3.10
   bash tests/node_pythons.sh 3.12
 fi
+# The box's custom-image interpreter (Python 3.10 with the pinned stack), built once per machine
+python3 -m tests.fakes.box_images 3.10
 exec python3 -m pytest -q "$@"
