@@ -44,7 +44,7 @@ from pathlib import Path
 
 from cloudtrain.providers.local import kill_session, session_pids, start_session
 from tests.fakes.bootstrap_shims import OS_RELEASES, T4_LSPCI, VGA_LSPCI
-from tests.fakes.box_images import facts, image_python
+from tests.fakes.box_images import facts, image_python, wheelhouse
 
 POWER = """#!/usr/bin/env bash
 # cloud-in-a-box shim: never acts on the test machine
@@ -115,7 +115,6 @@ wait
 """
 # the host's PATH without pyenv: a VM has its image's Pythons only
 _VM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-PIP_CACHE = Path(os.environ.get("CLOUDTRAIN_BOX_CACHE", "~/.cache/cloudtrain-box")).expanduser()
 
 
 @dataclass(frozen=True)
@@ -259,7 +258,6 @@ class BootHarness:
             CLOUDTRAIN_METADATA_URL=(
                 f"{self.metadata_url}/vm/{vm.id}" if self.metadata_url else "http://127.0.0.1:9"
             ),
-            PIP_CACHE_DIR=str(PIP_CACHE / "pip"),
             BOX_VM=str(work),
             BOX_IMAGE_PYTHON=str(image_python(image.python, stack=not self.bare)),
             BOX_IMAGE_DRIVER="1" if image.driver else "0",
@@ -271,6 +269,8 @@ class BootHarness:
             HARNESS_VM_ID=vm.id,
             HARNESS_DIR=str(self.root),
         )
+        if self.bare:  # the wheels a stock image's node downloads, from this disk
+            env.update(PIP_FIND_LINKS=str(wheelhouse(image.python)), PIP_NO_INDEX="1")
         return env
 
     def _start(self, vm: Vm, script: Path) -> None:
@@ -334,4 +334,3 @@ class BootHarness:
         self._thread.join(timeout=5)
         for vm_id in list(self.sessions):
             self.kill(vm_id)
-

@@ -15,6 +15,11 @@ have 3.10, 3.11 and 3.12), never the controller's environment:
   is built once per machine (`python -m tests.fakes.box_images 3.10`, which tests/run.sh calls)
   under $CLOUDTRAIN_BOX_CACHE (default ~/.cache/cloudtrain-box), keyed by the pins.
 Neither has cloudtrain itself: the node installs the bundle's wheel into its own venv.
+
+`wheelhouse(version)` caches the wheels a bare image's node downloads (the same stack), built
+once per machine beside the images: the harness points a bare VM's pip at it alone
+(PIP_FIND_LINKS, PIP_NO_INDEX), so each such boot installs TensorFlow from this disk rather than
+fetching 600 MB again (pip's own HTTP cache stores nothing from this workplace's registry).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -124,34 +130,79 @@ def _stack_requirements() -> list[str]:
     return [f"tensorflow=={TF_VERSION}", f"tf-keras=={TF_KERAS_VERSION}", SKLEARN, *deps]
 
 
+def _key(base: Path) -> str:
+    """What a cached image or wheelhouse depends on: the interpreter and the pins."""
+    return hashlib.sha256("\n".join([str(base), *_stack_requirements()]).encode()).hexdigest()[:12]
+
+
 def image_python(version: str, *, stack: bool) -> Path:
     """The `python3` of an image with Python `version`: bare, or with the stack baked in (built
     on first use; blocks for a few minutes then; concurrent callers wait for one build)."""
     base = base_python(version)
     if not stack:
         return base
-    reqs = _stack_requirements()
-    key = hashlib.sha256("\n".join([str(base), *reqs]).encode()).hexdigest()[:12]
-    home = CACHE / "images" / f"py{version}-stack-{key}"
-    python = home / "bin" / f"python{version}"
+    reqs, key = _stack_requirements(), _key(base)
+    python = f"python{version}"
+
+    def build(home: Path) -> None:
+        # pyenv's tree is relocatable: sys.prefix follows the executable
+        shutil.copytree(base.parent.parent, home, symlinks=True)
+        subprocess.run(
+            [
+                str(home / "bin" / python),
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                *reqs,
+            ],
+            check=True,
+        )
+
+    return _built_once(CACHE / "images" / f"py{version}-stack-{key}", build) / "bin" / python
+
+
+def _built_once(home: Path, build: Callable[[Path], None]) -> Path:
+    """`home`, made by `build(home)` unless a complete one is there; one build at a time."""
     if (home / ".complete").exists():
-        return python
+        return home
     CACHE.mkdir(parents=True, exist_ok=True)
     with open(CACHE / ".build.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (home / ".complete").exists():
             shutil.rmtree(home, ignore_errors=True)
-            # pyenv's tree is relocatable: sys.prefix follows the executable
-            shutil.copytree(base.parent.parent, home, symlinks=True)
-            subprocess.run(
-                [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-                 *reqs],
-                check=True,
-            )
-            (home / ".complete").write_text("\n".join(reqs) + "\n")
-    return python
+            build(home)
+            (home / ".complete").write_text("built\n")
+    return home
 
 
-if __name__ == "__main__":  # build the stack images of the given versions (tests/run.sh)
+def wheelhouse(version: str) -> Path:
+    """A folder with every wheel a bare image's node installs (built on first use: blocks)."""
+    base = base_python(version)
+    reqs, key = _stack_requirements(), _key(base)
+
+    def build(home: Path) -> None:
+        subprocess.run(
+            [
+                str(base),
+                "-m",
+                "pip",
+                "download",
+                "--quiet",
+                "--disable-pip-version-check",
+                "--only-binary=:all:",
+                "-d",
+                str(home),
+                *reqs,
+            ],
+            check=True,
+        )
+
+    return _built_once(CACHE / "wheels" / f"py{version}-{key}", build)
+
+
+if __name__ == "__main__":  # build the images and wheels of the given versions (tests/run.sh)
     for wanted in sys.argv[1:] or ["3.10"]:
         print(f"box image python {wanted} with the stack: {image_python(wanted, stack=True)}")
+        print(f"box wheelhouse for python {wanted}: {wheelhouse(wanted)}")
