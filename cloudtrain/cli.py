@@ -541,8 +541,28 @@ def _root(
         raise typer.Exit(0)
 
 
+CONTROLLER_MIN_PYTHON = (3, 11)  # the nodes run on 3.10 (requires-python); the controller is
+# tested on 3.11 and newer only
+
+
+def controller_python_error(version: tuple[int, ...] = tuple(sys.version_info)) -> str | None:
+    """The one-line error for a Python too old to run the controller, or None. Pure."""
+    if tuple(version[:2]) >= CONTROLLER_MIN_PYTHON:
+        return None
+    have = ".".join(map(str, version[:3]))
+    need = ".".join(map(str, CONTROLLER_MIN_PYTHON))
+    return (
+        f"error: cloudtrain's controller needs Python {need} or newer; this is Python {have}"
+        " (the nodes run on 3.10 and newer)"
+    )
+
+
 def main() -> None:
     """Console-script entry point: user mistakes and cloud errors are one line, no traceback."""
+    too_old = controller_python_error()
+    if too_old:
+        sys.stderr.write(too_old + "\n")
+        sys.exit(2)
     try:
         app()
     except CloudtrainError as exc:

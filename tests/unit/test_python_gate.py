@@ -59,3 +59,13 @@ def test_the_wheel_refuses_what_the_bootstrap_refuses() -> None:
     floor = ".".join(map(str, NODE_MIN_PYTHON))
     assert project["requires-python"] == f">={floor}"
     assert floor == MIN_NODE_PYTHON
+
+
+def test_the_controller_refuses_the_nodes_oldest_python_in_one_line() -> None:
+    from cloudtrain.cli import controller_python_error
+
+    assert controller_python_error((3, 11, 7)) is None
+    assert controller_python_error((3, 12, 1)) is None
+    message = controller_python_error((3, 10, 13))
+    assert message is not None and "\n" not in message
+    assert message.startswith("error: ") and "3.10.13" in message and "3.11" in message
