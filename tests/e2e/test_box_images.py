@@ -15,6 +15,7 @@ Real TensorFlow, one node (digits-mirrored) each, to keep CI's time.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from cloudtrain.startup import TF_VERSION
 from tests.e2e.conftest import Env
@@ -63,6 +64,18 @@ def _assert_trained_on_a_bare_310_image(proc: object, harness: BootHarness) -> N
     assert EPOCHS in out, out[-3000:]
 
 
+def _assert_trained_after_one_reboot(proc: Any, harness: BootHarness, before: str) -> None:
+    """The run succeeded on one VM that booted twice; its log has `before`, then the resume."""
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-5000:]
+    (vm_id,) = harness.boots
+    assert harness.boots[vm_id] == 2, "exactly one reboot"
+    boot_log = (harness.vm_dir(vm_id) / "opt" / "bootstrap.log").read_text()
+    assert before in boot_log, boot_log[-3000:]
+    assert boot_log.index(before) < boot_log.index("continuing after a reboot")
+    assert EPOCHS in out
+
+
 def test_aws_default_image_installs_tensorflow_and_trains_on_310(aws: AwsBox) -> None:
     aws.harness.bare = True
     proc = aws.run(
@@ -99,14 +112,9 @@ def test_the_bootstraps_own_driver_reboot_resumes_the_boot(aws: AwsBox) -> None:
         },
     )
     proc = aws.run("run", "--provider", "aws", "--region", AWS_REGION, str(job), timeout=600)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out[-5000:]
-    (vm_id,) = aws.harness.boots
-    assert aws.harness.boots[vm_id] == 2, "one reboot"
-    boot_log = (aws.harness.vm_dir(vm_id) / "opt" / "bootstrap.log").read_text()
-    assert "phase driver: rebooting once to load the nvidia module" in boot_log
-    assert "continuing after a reboot" in boot_log
-    assert EPOCHS in out
+    _assert_trained_after_one_reboot(
+        proc, aws.harness, "phase driver: rebooting once to load the nvidia module"
+    )
 
 
 def test_the_azure_extensions_reboot_during_the_driver_wait_resumes_the_boot(
@@ -118,11 +126,6 @@ def test_the_azure_extensions_reboot_during_the_driver_wait_resumes_the_boot(
     azure.harness.extension_s = 4.0
     azure.harness.hold = lambda vm: not vm.driver_extension  # boot once the extension exists
     proc = azure.run("run", "--provider", "azure", str(_job(azure.ct)), timeout=600)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out[-5000:]
-    (vm_id,) = azure.harness.boots
-    assert azure.harness.boots[vm_id] == 2, "the extension's one reboot"
-    boot_log = (azure.harness.vm_dir(vm_id) / "opt" / "bootstrap.log").read_text()
-    assert "driver: waiting for the NvidiaGpuDriverLinux extension" in boot_log
-    assert "continuing after a reboot" in boot_log
-    assert EPOCHS in out
+    _assert_trained_after_one_reboot(
+        proc, azure.harness, "driver: waiting for the NvidiaGpuDriverLinux extension"
+    )
