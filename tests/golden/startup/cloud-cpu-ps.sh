@@ -126,15 +126,17 @@ finish() {
   phase "durations $ct_durations"
   upload_log
 }
-fail() {
-  trap - ERR
-  # let tee write what commands printed, so the FAILED and durations lines end the log
+flush_output() { # let tee write what commands printed, so our last lines end the log
   exec 1>&3 2>&3
   local waited=0
   while kill -0 "$ct_tee_pid" 2>/dev/null && [ "$waited" -lt 10 ]; do
     sleep 0.1
     waited=$((waited + 1))
   done
+}
+fail() {
+  trap - ERR
+  flush_output
   phase "FAILED: $*"
   if [ -n "$ct_phase" ]; then
     ct_durations="${ct_durations:+$ct_durations }$ct_phase=$(phase_seconds)s"
@@ -388,6 +390,7 @@ set +e
   --run-id "$CT_RUN_ID" --role "$CT_ROLE" --index "$CT_INDEX" \
   --store-uri "$CT_STORE_URI" --work "$CT_WORK"
 agent_rc=$?
+flush_output # the agent's last lines (a traceback) belong in the uploaded log
 finish "exited with $agent_rc"
 :
 exit "$agent_rc"
