@@ -27,7 +27,9 @@ from tests.fakes.gcp_cloud import GcpCloud, gcp_cloud, gcs_emulator, gcs_emulato
 __all__ = ["gcp_cloud", "gcs_emulator", "gcs_emulator_session"]  # fixtures, for pytest
 pytestmark = pytest.mark.e2e
 REGION = "us-central1"
-ALIVE = ("PROVISIONING", "STAGING", "RUNNING")
+# the guest boots (and runs its startup script) once RUNNING; an insert whose operation fails
+# never gets there
+ALIVE = ("RUNNING",)
 JOB = EXAMPLES / "digits-multiworker" / "job.yaml"
 
 
@@ -85,9 +87,11 @@ def _discover(cloud: GcpCloud) -> list[Vm]:
         source = inst["disks"][0]["initializeParams"]["sourceImage"]
         image = "gcp:" + source[source.index("projects/") :]
         alive = inst["status"] in ALIVE
-        name = inst["name"]
+        # by GCE's instance id, not its name: an instance re-created under the same name (a
+        # preempted node's replacement) is a new VM to boot
+        vm_id, name = str(inst["id"]), inst["name"]
         # GCE's guest agent runs startup-script on every boot
-        vms.append(Vm(name, name, alive, lambda s=script: s, image, every_boot=True))
+        vms.append(Vm(vm_id, name, alive, lambda s=script: s, image, every_boot=True))
     return vms
 
 
@@ -101,8 +105,11 @@ def gcp(ct: Env, gcp_cloud: GcpCloud, tmp_path: Path) -> Iterator[GcpBox]:
     )
     ct.env.update({k: os.environ[k] for k in (*names, "NO_PROXY") if k in os.environ})
 
-    def power_off(name: str) -> None:  # `shutdown -h now` on GCE stops the VM: TERMINATED
-        gcp_cloud.gce.set_instance_status(name, "TERMINATED")
+    def power_off(vm_id: str) -> None:  # `shutdown -h now` on GCE stops the VM: TERMINATED
+        for inst in gcp_cloud.gce.instances():
+            if str(inst["id"]) == vm_id:
+                zone = inst["zone"].rsplit("/", 1)[-1]
+                gcp_cloud.gce.set_instance_status(inst["name"], "TERMINATED", zone)
 
     harness = BootHarness(
         tmp_path / "box", lambda: _discover(gcp_cloud), dict(ct.env), on_power_off=power_off
