@@ -101,17 +101,17 @@ def wait_until(what: str, check: Callable[[], bool], timeout: float = 120) -> No
 # -- AWS -----------------------------------------------------------------------------------------
 
 
-def reclaim_spot_instance(region: str, instance_id: str) -> None:
+def reclaim_spot_instance(box: AwsBox, region: str, instance_id: str) -> None:
     """What EC2 does to a spot instance it takes back with interruption behavior `terminate`:
-    terminate it (its DeleteOnTermination volumes and NICs go), StateReason
-    `Server.SpotInstanceTermination`. Through moto's backend (in this process): the API has no
-    call for the cloud's own action."""
+    terminate it (its DeleteOnTermination volumes go) with StateReason
+    `Server.SpotInstanceTermination`. The API has no call for the cloud's own action: moto
+    terminates it through its API, then its backend (in this process) is given EC2's reason."""
     from moto.core import DEFAULT_ACCOUNT_ID
     from moto.ec2.models import ec2_backends
     from moto.ec2.models.instances import StateReason
 
+    box.ec2.terminate_instances(InstanceIds=[instance_id])
     instance = ec2_backends[DEFAULT_ACCOUNT_ID][region].get_instance(instance_id)
-    instance.terminate()
     instance.state_reason = StateReason(
         f"{SPOT_REASON}: The instance was terminated because the number of Spot requests with a "
         "maximum price equal to or higher than the Spot price exceeded available capacity or "
@@ -143,7 +143,7 @@ def test_aws_spot_instance_reclaimed_by_ec2_is_replaced(aws: AwsBox) -> None:
 
     def evict(inst: dict[str, Any]) -> None:
         assert inst.get("InstanceLifecycle") == "spot", inst
-        reclaim_spot_instance(REGION, inst["InstanceId"])
+        reclaim_spot_instance(aws, REGION, inst["InstanceId"])
 
     run_id, victim = evict_mid_epoch(aws.ct, aws.harness, "aws", REGION, find, evict)
     instances = run_instances(aws, run_id)

@@ -13,6 +13,8 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+import pytest
+
 from cloudtrain.providers.azure.bodies import (
     STORAGE_BLOB_DATA_CONTRIBUTOR,
     VIRTUAL_MACHINE_CONTRIBUTOR,
@@ -111,3 +113,20 @@ def test_a_create_retried_after_a_slow_identity_still_grants_it(
     (node,) = compute.create_nodes(run_info(), [request(0)])  # the retry finds the VM running
     principal = principal_of(azure_cloud, node.name)
     assert vm_and_container(grants_of(azure_cloud, principal), node.cloud_id or "")
+
+
+def test_in_a_users_group_teardown_removes_the_evicted_nodes_vm_grant_too(
+    compute: AzureCompute, azure_cloud: AzureCloud, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the group is the user's and is kept: nothing deletes the grant on the evicted VM's scope
+    monkeypatch.setenv("CLOUDTRAIN_AZURE_RESOURCE_GROUP", "team-ml")
+    compute.clients.resource.resource_groups.create_or_update("team-ml", {"location": "eastus"})
+    compute.ensure_network(run_info())
+    (node,) = compute.create_nodes(run_info(), [request(0)])
+    old = principal_of(azure_cloud, node.name)
+    azure_cloud.arm.evict(node.name, "team-ml")
+    compute.delete_nodes(RUN)
+    compute.delete_resources(compute.list_resources(RUN))
+    assert "team-ml" in [g["name"] for g in azure_cloud.arm.groups()]
+    assert grants_of(azure_cloud, old) == {}
+    assert azure_cloud.arm.role_assignments() == []
