@@ -29,9 +29,10 @@ polls (default 1), then Succeeded or Failed; effects land when they succeed.
 
 Inspection and scripting (arm_scripting): `resources(kind, group)`, `groups()`,
 `role_assignments()`, `requests`, `vm_power_state()`, `set_serial()`/`append_serial()`,
-`set_vm_power_state()`, `remove_vm()`, `fail_next_vm_create()`, `fail_next_extension()`,
-`fail_next_role_assignment()`, `throttle_next()`; plus `lro_polls`, `tenant_id`, `reset()` and
-`bugs` (tracebacks of requests the fake itself failed with 500; the fixture fails on any).
+`set_vm_power_state()`, `remove_vm()`, `evict()` (a Spot eviction), `fail_next_vm_create()`,
+`fail_next_extension()`, `fail_next_role_assignment()`, `throttle_next()`; plus `lro_polls`,
+`tenant_id`, `reset()` and `bugs` (tracebacks of requests the fake itself failed with 500; the
+fixture fails on any).
 
 This module holds `ArmFake` (lifecycle and the request entry point), `start_arm_fake()` and the
 `arm_fake` fixture. State lives in arm_state, routing in arm_routes, transport and TLS in

@@ -17,7 +17,8 @@ Served, under `/compute/v1/projects/{project}` (camelCase JSON, int64 fields as 
 
 - `zones/{zone}/instances`: POST insert, GET list (`filter`, `maxResults`, `pageToken`),
   `zones/{zone}/instances/{name}`: GET, DELETE; `.../{name}/serialPort`: GET (`start`).
-- `zones/{zone}/operations/{op}`: GET; `.../{op}/wait`: POST.
+- `zones/{zone}/operations`: GET list (`filter`, paging); `zones/{zone}/operations/{op}`: GET;
+  `.../{op}/wait`: POST.
 - `aggregated/instances`: GET (`filter`; items keyed by `zones/{zone}`).
 - `global/firewalls`: POST insert, GET list (`filter`, `maxResults`, `pageToken`);
   `global/firewalls/{name}`: GET, DELETE.
@@ -40,6 +41,8 @@ effect lands when they are DONE: an inserted instance is PROVISIONING until then
 after, a deleted instance is STOPPING until then and gone after. `fail_next_insert(zone,
 reason)` makes the next instance insert(s) in that zone finish DONE with `error.errors[0].code =
 reason` plus `httpErrorStatusCode`/`httpErrorMessage`, the instance vanishing as on GCE.
+`preempt(name)` takes a SPOT instance back as GCE does (a `compute.instances.preempted`
+operation, then its instanceTerminationAction).
 Request errors have GCE's shape, `{"error": {"code", "message", "errors": [{"domain", "reason",
 "message"}]}}`, with the matching HTTP status (404 notFound, 409 alreadyExists, 400 invalid).
 
