@@ -6,10 +6,10 @@ A node is one VM named `ct-<run>-<role>-<index>` in the run's resource group (`n
 the create: "Storage Blob Data Contributor" on the run's container only, and "Virtual Machine
 Contributor" on the VM itself, so the node can delete itself at the deadline (a stopped but
 allocated Azure VM still bills). Both assignments are deleted with the node, and an evicted
-VM's (Azure deletes the VM, never its role assignments) when the node is re-created or the
-run torn down (`grants`). GPU nodes get the
-NvidiaGpuDriverLinux extension where `images.image_for` says so. SkuNotAvailable, AllocationFailed
-and ZonalAllocationFailed surface as NoCapacityError, so the orchestrator tries the next zone.
+VM's (Azure deletes the VM, never its role assignments) when the node is re-created or the run
+torn down (`grants`). GPU nodes get the NvidiaGpuDriverLinux extension where `images.image_for`
+says so. SkuNotAvailable, AllocationFailed and ZonalAllocationFailed surface as NoCapacityError,
+so the orchestrator tries the next zone.
 """
 
 from __future__ import annotations
