@@ -66,7 +66,7 @@ PERBOOT_COPY="$CT_PERBOOT_DIR/cloudtrain-bootstrap.sh"
 BOOTING_MARKER="$CT_STATE_DIR/booting" # the bootstrap began on an earlier boot and has not ended
 
 # Until the agent starts, any reboot must resume the boot: the driver's own (below), or one that
-# an image's or extension's driver install does on its own (Azure's NvidiaGpuDriverLinux may
+# an image's or extension's driver install does on its own (Azure's NVIDIA driver extension may
 # reboot the VM: MicrosoftDocs azure-compute-docs hpccompute-gpu-linux.md). cloud-init runs user
 # data once per instance (cloudinit.readthedocs.io, "Boot stages": scripts-user is PER_INSTANCE),
 # so the script registers a copy of itself in cloud-init's per-boot folder while it boots. GCE
