@@ -1,7 +1,8 @@
 """Run the reliability tests and print their figures as the README's "Reliability" table.
 
-How: runs pytest on the crash-point, preemption, flaky-cloud and hostile-input tests (the real
-CLI against local, moto, the GCE fake + GCS emulator and the ARM fake + Azurite) with
+How: runs pytest on the crash-point, preemption (and spot eviction), flaky-cloud and
+hostile-input tests (the real CLI against local, moto, the GCE fake + GCS emulator and the ARM
+fake + Azurite) with
 `$CLOUDTRAIN_RELIABILITY_OUT` pointing at a temp JSON file the tests fill
 (tests/e2e/reliability_report.py), and a JUnit XML report for the pass/fail counts. Then prints
 one line per figure and a markdown table:
@@ -26,11 +27,12 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-SUITES: dict[str, str] = {
-    "crash": "tests/e2e/test_crash_points.py",
-    "preemption": "tests/e2e/test_preemption.py",
-    "flaky": "tests/e2e/test_flaky_clouds.py",
-    "hostile": "tests/e2e/test_hostile_input.py",
+SUITES: dict[str, tuple[str, ...]] = {
+    "crash": ("tests/e2e/test_crash_points.py",),
+    # spot evictions by each cloud record themselves as preemptions ("<cloud>-spot-evicted")
+    "preemption": ("tests/e2e/test_preemption.py", "tests/e2e/test_evict_replace.py"),
+    "flaky": ("tests/e2e/test_flaky_clouds.py",),
+    "hostile": ("tests/e2e/test_hostile_input.py",),
 }
 
 
@@ -108,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="ct-reliability-") as tmp:
         report, junit = Path(tmp) / "report.json", Path(tmp) / "junit.xml"
-        code = run_tests([SUITES[s] for s in args.only], report, junit)
+        code = run_tests([f for s in args.only for f in SUITES[s]], report, junit)
         data = json.loads(report.read_text()) if report.exists() else {}
         hostile = junit_counts(junit, "test_hostile_input") if "hostile" in args.only else (0, 0)
     print(json.dumps(data, indent=1, sort_keys=True))
