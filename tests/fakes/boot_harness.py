@@ -21,7 +21,8 @@ runs. With `gpu=True` every VM has an NVIDIA device (a fake /sys/bus/pci and lsp
 is there if the image ships it, else an apt-get install of it "installs" it, and the module loads
 only after a reboot when `module_needs_reboot` is set; nvidia-smi answers once it is loaded. A VM
 with `Vm.driver_extension` (Azure's NvidiaGpuDriverLinux) gets its driver from the "extension"
-`extension_s` seconds after its first boot, which then reboots the VM, as the extension may.
+`extension_s` seconds after its first boot, which then reboots the VM, as the extension may: the
+module it installed loads only at that next boot.
 
 Safety: `shutdown`, `poweroff`, `halt`, `reboot`, `apt-get`, `modprobe` and the GPU tools are
 shims first on PATH. They never touch this machine; they record the call, and `shutdown now` is
@@ -240,7 +241,6 @@ class BootHarness:
     def _env(self, vm: Vm) -> dict[str, str]:
         image = facts(vm.image)
         work = self.vm_dir(vm.id)
-        boot = self.boots.get(vm.id, 0)
         env = dict(self.env)
         for key in [k for k in env if k.startswith(("PYENV", "VIRTUAL_ENV", "PYTHON"))]:
             del env[key]
@@ -251,7 +251,7 @@ class BootHarness:
             CT_OS_RELEASE=str(work / "os-release"),
             CT_SYS_PCI=str(work / "pci"),
             CT_PERBOOT_DIR=str(work / "per-boot"),
-            CT_BOOT_ID=f"{vm.id}-boot-{boot}",
+            CT_BOOT_ID=self.boot_id(vm.id),
             CLOUDTRAIN_NODE_HOST="127.0.0.1",
             CT_ALLOW_NO_GPU="1",  # this machine has no GPU for TensorFlow to see
             CLOUDTRAIN_NODE_PORT=str(_free_port()),
@@ -272,6 +272,10 @@ class BootHarness:
         if self.bare:  # the wheels a stock image's node downloads, from this disk
             env.update(PIP_FIND_LINKS=str(wheelhouse(image.python)), PIP_NO_INDEX="1")
         return env
+
+    def boot_id(self, vm_id: str) -> str:
+        """The kernel's boot id of the VM's current boot (a new one at every boot)."""
+        return f"{vm_id}-boot-{self.boots.get(vm_id, 0)}"
 
     def _start(self, vm: Vm, script: Path) -> None:
         self.boots[vm.id] = self.boots.get(vm.id, 0) + 1
@@ -300,7 +304,8 @@ class BootHarness:
         """NvidiaGpuDriverLinux finished: the driver is installed, and the extension reboots."""
         if self._stop.is_set() or vm_id not in self.sessions:
             return
-        (self.vm_dir(vm_id) / "state" / "driver-installed").write_text("extension\n")
+        # installed on this boot: its module loads at the next boot (hence the reboot)
+        (self.vm_dir(vm_id) / "state" / "driver-installed").write_text(self.boot_id(vm_id))
         self.reboot(vm_id)
 
     def kill(self, vm_id: str) -> None:
