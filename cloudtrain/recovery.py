@@ -125,12 +125,9 @@ class Recovery:
             f"{told.splitlines()[0]}; retry {self.error_retries}/{allowed} "
             f"(max_restarts_on_errors): attempt {self.attempt}"
         )
-        self.ledger.event(self.run_id, "retry", f"attempt {self.attempt}: {what} failed")
-        self._write_cluster()
         live = {n.name for n in self._list_nodes() if n.alive}
         dead = [f"{n.role}-{n.index}" for n in self.plan.nodes if self._name(n) not in live]
-        self._recreate(dead, what)
-        self.view.attempt = self.attempt
+        self._next_attempt("retry", what, dead, detail=f"{what} failed")
 
     def _restart(self, verdict: Verdict, recreate: list[str]) -> None:
         """Recreate lost nodes and move every agent to the next attempt (they resume from
@@ -146,7 +143,15 @@ class Recovery:
             f"{what} lost{with_it}; restart {self.restarts}/{self.spec.max_restarts}: "
             f"attempt {self.attempt}"
         )
-        self.ledger.event(self.run_id, "restart", f"attempt {self.attempt}: {what}")
+        self._next_attempt("restart", what, recreate)
+
+    def _next_attempt(
+        self, kind: str, what: str, recreate: list[str], detail: str | None = None
+    ) -> None:
+        """Record `kind` ("restart", "retry") of attempt `self.attempt` (with `detail`, else
+        `what`), move every agent to it (they resume from `checkpoints/`), and create the
+        `recreate` nodes again. Blocks."""
+        self.ledger.event(self.run_id, kind, f"attempt {self.attempt}: {detail or what}")
         self._write_cluster()
         self._recreate(recreate, what)
         self.view.attempt = self.attempt
