@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from cloudtrain.jobs import horovod
-from cloudtrain.jobs.logpump import TAIL_LINES, LogPump, _seq_of
+from cloudtrain.jobs.logpump import TAIL_LINES, LogPump, seq_of
 from cloudtrain.jobs.preemption import Notice, PreemptionWatcher, cloud_of_store
 from cloudtrain.jobs.tf_config import build_tf_config, chief_task, needs_tf_config
 from cloudtrain.providers.base import node_name
@@ -64,7 +64,7 @@ class Agent:
         self.child: subprocess.Popen[bytes] | horovod.ProcessGroup | None = None
         self.state = "bootstrapped"
         chunks = store.list(f"{self.prefix}logs/{self.me}/")
-        start_seq = 1 + max((_seq_of(o.key) for o in chunks), default=-1)
+        start_seq = 1 + max((seq_of(o.key) for o in chunks), default=-1)
         self.logs = LogPump(store, f"{self.prefix}logs/{self.me}/", start_seq)
         self._synced: dict[str, tuple[int, int]] = {}
         self._pumps: list[threading.Thread] = []

@@ -21,7 +21,7 @@ LOG_CHUNK_BYTES = 256 * 1024
 TAIL_LINES = 20  # the last lines a failed status carries (the controller prints them)
 
 
-def _seq_of(key: str) -> int:
+def seq_of(key: str) -> int:
     """The sequence number of a log chunk key (`.../00000042.log` -> 42; -1 if not one)."""
     name = key.rsplit("/", 1)[-1].removesuffix(".log")
     return int(name) if name.isdigit() else -1
