@@ -311,7 +311,7 @@ def test_cli_plan_on_cheapest_is_light(tmp_path: Path) -> None:
         )
     )
     home = tmp_path / "home"
-    assert heavy_modules(home, "plan", str(job)) == []
+    assert heavy_modules(home, "plan", str(job), expect="plan for cheap on ") == []
     proc = cli(home, "plan", str(job), "--json")
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
