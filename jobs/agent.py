@@ -32,6 +32,7 @@ from typing import Any
 
 from cloudtrain.jobs import horovod
 from cloudtrain.jobs.logpump import TAIL_LINES, LogPump, seq_of
+from cloudtrain.jobs.node_rules import RefusedInput, launch_problem
 from cloudtrain.jobs.preemption import Notice, PreemptionWatcher, cloud_of_store
 from cloudtrain.jobs.tf_config import build_tf_config, chief_task, needs_tf_config
 from cloudtrain.providers.base import node_name
@@ -303,6 +304,14 @@ class Agent:
         )
         return env
 
+    def check_launch(self, kind: str, command: str, env: dict[str, str]) -> None:
+        """Raise RefusedInput (a RuntimeError: a failed status with this reason) when `bash -c
+        command` with `env` cannot run as the spec says (jobs/node_rules.py). Pure."""
+        spec_env = self.cluster.get("env") or {}
+        problem = launch_problem(kind, command, env, spec_env, self.cluster.get("strategy"))
+        if problem:
+            raise RefusedInput(f"refused on the node: {problem}")
+
     def start(
         self, command: str, env: dict[str, str], *, prefix: str = "", process_group: int = 0
     ) -> subprocess.Popen[bytes]:
@@ -337,6 +346,7 @@ class Agent:
         (`jobs/horovod.py`; worker 0 also starts the rendezvous server). Raises HorovodError."""
         self._pumps = []
         command, env = str(self.cluster["entrypoint"]), self.child_env(cluster)
+        self.check_launch("entrypoint", command, env)
         if self.cluster.get("strategy") != horovod.STRATEGY:
             return self.start(command, env)
         workers = cluster.get(horovod.ROLE, [])
@@ -376,7 +386,9 @@ class Agent:
         if not setup or marker.exists():
             return
         self.say("running setup")
-        proc = self.start(setup, self.child_env({}))
+        env = self.child_env({})
+        self.check_launch("setup", setup, env)
+        proc = self.start(setup, env)
         self.child = proc
         while proc.poll() is None:
             self.tick()
