@@ -12,6 +12,8 @@ while a crashed run's file is still there) can use the same file at the same tim
 from __future__ import annotations
 
 import json
+import os
+import socket
 import sqlite3
 import threading
 import time
@@ -23,9 +25,10 @@ from typing import Any
 
 from cloudtrain.errors import LedgerError, UsageError
 from cloudtrain.paths import ledger_path
+from cloudtrain.procid import same_process, start_stamp
 from cloudtrain.providers.base import Resource
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 BUSY_TIMEOUT_S = 30.0
 
 RUN_STATUSES: tuple[str, ...] = (
@@ -61,7 +64,10 @@ CREATE TABLE IF NOT EXISTS runs (
     outcome    TEXT,
     created_at REAL NOT NULL,
     ended_at   REAL,
-    detail     TEXT
+    detail     TEXT,
+    controller_pid   INTEGER,
+    controller_host  TEXT,
+    controller_start TEXT
 );
 CREATE INDEX IF NOT EXISTS runs_created_at ON runs (created_at);
 CREATE TABLE IF NOT EXISTS resources (
@@ -86,8 +92,16 @@ CREATE TABLE IF NOT EXISTS events (
 );
 CREATE INDEX IF NOT EXISTS events_run_id ON events (run_id, id);
 """
-# Upgrades of an older file, by the version they lead to (v1 -> v2: the cloud account column).
-_MIGRATIONS: dict[int, str] = {2: "ALTER TABLE runs ADD COLUMN account TEXT"}
+# Upgrades of an older file, by the version they lead to (v1 -> v2: the cloud account column;
+# v2 -> v3: which process controls the run, so `logs --follow` knows when nobody will write).
+_MIGRATIONS: dict[int, tuple[str, ...]] = {
+    2: ("ALTER TABLE runs ADD COLUMN account TEXT",),
+    3: (
+        "ALTER TABLE runs ADD COLUMN controller_pid INTEGER",
+        "ALTER TABLE runs ADD COLUMN controller_host TEXT",
+        "ALTER TABLE runs ADD COLUMN controller_start TEXT",
+    ),
+}
 
 _LOCKS: dict[str, threading.Lock] = {}
 _LOCKS_GUARD = threading.Lock()
@@ -118,6 +132,10 @@ class RunRecord:
     created_at: float
     ended_at: float | None
     detail: str | None
+    # the process that created the run row (the run's controller): pid, host, procid stamp
+    controller_pid: int | None = None
+    controller_host: str | None = None
+    controller_start: str | None = None
 
     @property
     def plan(self) -> Any:
@@ -225,9 +243,33 @@ class Ledger:
         finally:
             conn.close()
 
+    def _enable_wal(self) -> None:
+        """Put the file in WAL mode (a no-op once it is). SQLite does not call the busy handler
+        for a journal-mode change, so two processes opening a fresh file at once would see
+        "database is locked" at once: retry for up to the busy timeout. Blocks."""
+        deadline = time.monotonic() + BUSY_TIMEOUT_S
+        delay = 0.01
+        while True:
+            try:
+                with self._connect() as conn:
+                    mode = str(conn.execute("PRAGMA journal_mode").fetchone()[0])
+                    if mode.lower() != "wal":
+                        conn.execute("PRAGMA journal_mode = WAL")
+                return
+            except LedgerError as exc:
+                busy = isinstance(exc.__cause__, sqlite3.OperationalError) and (
+                    "locked" in str(exc.__cause__) or "busy" in str(exc.__cause__)
+                )
+                if not busy or time.monotonic() > deadline:
+                    raise
+            time.sleep(delay)
+            delay = min(delay * 2, 0.25)
+
     def _init_schema(self) -> None:
-        with self._connect() as conn:
-            conn.execute("PRAGMA journal_mode = WAL")
+        """Create or upgrade the schema. Safe when several processes open a fresh file at once:
+        the check and the upgrade are one IMMEDIATE transaction, so one process upgrades and
+        the others find the current version."""
+        self._enable_wal()
         with self._connect(write=True) as conn:
             version = conn.execute("PRAGMA user_version").fetchone()[0]
             if version > SCHEMA_VERSION:
@@ -248,7 +290,8 @@ class Ledger:
                         conn.execute(statement)
                 if not fresh:  # an older file: its tables predate the newer columns
                     for target in range(max(version, 1) + 1, SCHEMA_VERSION + 1):
-                        conn.execute(_MIGRATIONS[target])
+                        for statement in _MIGRATIONS[target]:
+                            conn.execute(statement)
                 conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     def schema_version(self) -> int:
@@ -270,13 +313,16 @@ class Ledger:
         plan_json: str | None,
         account: str | None = None,
     ) -> None:
-        """Record a new run in status `planned`. Idempotent: an existing run_id is left as is.
+        """Record a new run in status `planned`, controlled by this process (its pid, host and
+        start stamp are recorded: `controller`). Idempotent: an existing run_id is left as is.
         `account` is the GCP project or Azure subscription (None: the SDK's default)."""
+        pid = os.getpid()
         with self._connect(write=True) as conn:
             conn.execute(
                 "INSERT INTO runs (run_id, name, provider, region, zone, account, spec_path,"
-                " store_uri, plan_json, status, created_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'planned', ?)"
+                " store_uri, plan_json, status, created_at, controller_pid, controller_host,"
+                " controller_start)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'planned', ?, ?, ?, ?)"
                 " ON CONFLICT (run_id) DO NOTHING",
                 (
                     run_id,
@@ -289,6 +335,9 @@ class Ledger:
                     store_uri,
                     plan_json,
                     self.clock(),
+                    pid,
+                    socket.gethostname(),
+                    start_stamp(pid),
                 ),
             )
 
@@ -320,6 +369,24 @@ class Ledger:
             if cur.rowcount == 0:
                 raise LedgerError(f"no run {run_id!r} in the ledger at {self.path}")
 
+    def finish_run(self, run_id: str, default_outcome: str = "crashed") -> RunRecord:
+        """Mark a run `done` after an outside teardown (`down`, `gc`): its outcome stays the one
+        recorded (a controller may have written it a moment ago), else `default_outcome`.
+        One transaction, so a concurrent writer's outcome is never overwritten with a stale
+        read. Idempotent. Returns the row as written; LedgerError for an unknown run."""
+        if default_outcome not in OUTCOMES:
+            raise LedgerError(f"unknown run outcome {default_outcome!r}; expected {OUTCOMES}")
+        with self._connect(write=True) as conn:
+            cur = conn.execute(
+                "UPDATE runs SET status = 'done', outcome = COALESCE(outcome, ?),"
+                " ended_at = COALESCE(ended_at, ?) WHERE run_id = ?",
+                (default_outcome, self.clock(), run_id),
+            )
+            if cur.rowcount == 0:
+                raise LedgerError(f"no run {run_id!r} in the ledger at {self.path}")
+            row = conn.execute("SELECT * FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+        return RunRecord(**dict(row))
+
     def get_run(self, run_id: str) -> RunRecord | None:
         """The run with exactly this id, or None. Read-only."""
         with self._connect() as conn:
@@ -339,13 +406,17 @@ class Ledger:
     def find_run(self, prefix: str) -> RunRecord:
         """The run whose id is `prefix`, else the one run whose id starts with it. Read-only.
 
-        Raises UsageError when nothing matches or the prefix is ambiguous.
+        Raises UsageError when nothing matches, the prefix is ambiguous, or it is not shaped
+        like a run id (`runrules.check_run_ref`: no query is made from it then).
         """
         missing = UsageError(
             f"no run {prefix!r} in the ledger at {self.path}; `cloudtrain ls` lists runs"
         )
         if not prefix:
             raise missing
+        from cloudtrain.runrules import check_run_ref
+
+        check_run_ref(prefix)
         exact = self.get_run(prefix)
         if exact is not None:
             return exact
@@ -508,3 +579,32 @@ class Ledger:
                 "SELECT * FROM events WHERE run_id = ? ORDER BY id", (run_id,)
             ).fetchall()
         return [EventRecord(**dict(r)) for r in rows]
+
+
+@dataclass(frozen=True)
+class Controller:
+    """What is known of a run's controller process: `state` is "alive", "gone" (it ended: the
+    run's row will not change unless `down` or `gc` changes it), or "unknown" (it runs on
+    another host, or the row predates the record)."""
+
+    state: str
+    pid: int | None
+    host: str | None
+
+    def describe(self) -> str:
+        """E.g. "controller pid 123 on box1 (alive)". Pure."""
+        if self.pid is None:
+            return "controller not recorded"
+        return f"controller pid {self.pid} on {self.host} ({self.state})"
+
+
+def controller(rec: RunRecord) -> Controller:
+    """Whether the run's controller still runs: the pid recorded at `create_run`, on this host,
+    with the same start stamp (so a pid the kernel handed on does not count). Non-blocking."""
+    pid, host = rec.controller_pid, rec.controller_host
+    if pid is None:
+        return Controller("unknown", None, host)
+    if host != socket.gethostname():
+        return Controller("unknown", pid, host)
+    alive = same_process(int(pid), rec.controller_start)
+    return Controller("alive" if alive else "gone", pid, host)

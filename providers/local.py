@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -26,6 +27,7 @@ from pathlib import Path
 from cloudtrain.crashpoints import crash_point
 from cloudtrain.errors import NotFound, ProviderError
 from cloudtrain.paths import cloudtrain_home
+from cloudtrain.procid import environ_has, same_process, start_stamp
 from cloudtrain.providers.base import (
     Compute,
     Node,
@@ -41,6 +43,12 @@ from cloudtrain.providers.base import (
 )
 
 KILL_GRACE_S = 3.0
+# One folder name under the local root: a run id ("r1", "digits-3fa9c2") or a node name
+# ("ct-digits-3fa9c2-worker-0"). No '/', no '.', so it can never climb out of the root.
+_COMPONENT_RE = re.compile(r"[a-z0-9][a-z0-9-]{0,99}")
+# the node's own folder, in the environment of every process it starts: what makes a process
+# provably the node's (a pid read back from node.json proves nothing by itself)
+WORK_ENV = "CT_WORK"
 
 
 def _uri_to_path(uri: str) -> Path:
@@ -260,8 +268,55 @@ class LocalCompute(Compute):
         self._lock = threading.Lock()
         self._popen: dict[str, subprocess.Popen[bytes]] = {}
 
+    def _run_dir(self, run_id: str) -> Path:
+        """`root/runs/<run_id>`; ProviderError for a run id that is not one folder name."""
+        if not isinstance(run_id, str) or _COMPONENT_RE.fullmatch(run_id) is None:
+            raise ProviderError(f"the local provider refuses the run id {run_id!r}")
+        return self.root / "runs" / run_id
+
     def _node_dir(self, run_id: str, name: str) -> Path:
-        return self.root / "runs" / run_id / "nodes" / name
+        """`root/runs/<run_id>/nodes/<name>`, never outside the root (ProviderError)."""
+        if not isinstance(name, str) or _COMPONENT_RE.fullmatch(name) is None:
+            raise ProviderError(f"the local provider refuses the node name {name!r}")
+        path = self._run_dir(run_id) / "nodes" / name
+        if not path.resolve().is_relative_to(self.root.resolve()):  # a symlinked folder
+            raise ProviderError(f"node folder {path} leads out of {self.root}")
+        return path
+
+    def _write_meta(self, path: Path, meta: dict[str, object]) -> None:
+        """Replace node.json atomically (a temp file unique to this process, then rename):
+        another cloudtrain process reading it sees the old or the new file, never half."""
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".node.json-")
+        try:
+            with os.fdopen(fd, "w") as fh:
+                fh.write(json.dumps(meta))
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+
+    def _members(self, meta: dict[str, object], node_dir: Path) -> list[int]:
+        """The live processes of the node's session, if the session is provably the node's:
+        one of them carries the node's folder in the environment it started with, and the
+        session's leader, while alive, is the process recorded at create (its start stamp).
+        Otherwise [] (a planted or stale node.json, or a pid the kernel handed on): such pids
+        are never signalled."""
+        try:
+            sid = int(meta.get("pid", 0))  # type: ignore[call-overload]
+        except (TypeError, ValueError):
+            return []
+        if sid <= 1:
+            return []
+        members = session_pids(sid)
+        if not members:
+            return []
+        stamp = meta.get("start")
+        if sid in members and isinstance(stamp, str) and not same_process(sid, stamp):
+            return []  # the session id was reused by an unrelated new session
+        if any(environ_has(pid, WORK_ENV, str(node_dir)) for pid in members):
+            return members
+        return []
 
     def planned_network(self, run: RunInfo) -> list[Resource]:
         """Local nodes share loopback: there is no network resource."""
@@ -299,17 +354,18 @@ class LocalCompute(Compute):
 
     def _read_meta(self, path: Path) -> dict[str, object] | None:
         try:
-            return json.loads(path.read_text())  # type: ignore[no-any-return]
-        except (FileNotFoundError, json.JSONDecodeError):
+            meta = json.loads(path.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
             return None
+        return meta if isinstance(meta, dict) else None
 
-    def _alive(self, meta: dict[str, object]) -> bool:
-        """A node is alive while any process of its session is (zombies do not count)."""
-        sid = int(meta.get("pid", 0))  # type: ignore[call-overload]
+    def _alive(self, meta: dict[str, object], node_dir: Path) -> bool:
+        """A node is alive while any process of its session is (zombies do not count), and
+        only a session that is provably the node's counts (`_members`)."""
         popen = self._popen.get(str(meta["name"]))
         if popen is not None:
             popen.poll()  # reap our own child so it does not linger as a zombie
-        return sid > 0 and bool(session_pids(sid))
+        return bool(self._members(meta, node_dir))
 
     def _to_node(self, meta: dict[str, object], state: str) -> Node:
         return Node(
@@ -331,7 +387,7 @@ class LocalCompute(Compute):
         meta_path = node_dir / "node.json"
         with self._lock:
             meta = self._read_meta(meta_path)
-            if meta and not meta.get("deleted") and self._alive(meta):
+            if meta and not meta.get("deleted") and self._alive(meta, node_dir):
                 return self._to_node(meta, "running")
             node_dir.mkdir(parents=True, exist_ok=True)
             # a node created again is a new machine: its predecessor's boot claim and markers
@@ -346,8 +402,8 @@ class LocalCompute(Compute):
                 CLOUDTRAIN_NODE_HOST="127.0.0.1",
                 CLOUDTRAIN_NODE_PORT=str(port),
                 CLOUDTRAIN_NODE_NAME=request.name,
-                CT_WORK=str(node_dir),
             )
+            env[WORK_ENV] = str(node_dir)
             proc = start_session(script, node_dir, env)
             self._popen[request.name] = proc
             meta = {
@@ -356,6 +412,7 @@ class LocalCompute(Compute):
                 "role": request.role,
                 "index": request.index,
                 "pid": proc.pid,
+                "start": start_stamp(proc.pid),
                 "port": port,
                 "spot": request.spot,
                 "instance_type": request.instance_type,
@@ -363,12 +420,12 @@ class LocalCompute(Compute):
                 "created_at": time.time(),
                 "deleted": False,
             }
-            meta_path.write_text(json.dumps(meta))
+            self._write_meta(meta_path, meta)
             return self._to_node(meta, "running")
 
     def list_nodes(self, run_id: str) -> list[Node]:
         """Nodes from their node.json files; a node whose session is gone is 'terminated'."""
-        nodes_dir = self.root / "runs" / run_id / "nodes"
+        nodes_dir = self._run_dir(run_id) / "nodes"
         out: list[Node] = []
         if not nodes_dir.is_dir():
             return out
@@ -376,7 +433,10 @@ class LocalCompute(Compute):
             meta = self._read_meta(meta_path)
             if not meta or meta.get("deleted"):
                 continue
-            out.append(self._to_node(meta, "running" if self._alive(meta) else "terminated"))
+            if meta.get("name") != meta_path.parent.name or meta.get("run_id") != run_id:
+                continue  # not what create_node wrote for this folder: no node of this run
+            alive = self._alive(meta, meta_path.parent)
+            out.append(self._to_node(meta, "running" if alive else "terminated"))
         return out
 
     def inventory(self) -> list[Tagged]:
@@ -404,16 +464,16 @@ class LocalCompute(Compute):
     def delete_node(self, node: Node) -> None:
         """Kill every process of the node's session (TERM, then KILL) and verify none is left.
         Idempotent; blocks until the session is empty."""
-        meta_path = self._node_dir(node.run_id, node.name) / "node.json"
+        node_dir = self._node_dir(node.run_id, node.name)
+        meta_path = node_dir / "node.json"
         meta = self._read_meta(meta_path)
         if not meta:
             return
-        sid = int(meta.get("pid", 0))  # type: ignore[call-overload]
-        if sid > 0:
-            self._kill_session(sid, node.name)
+        if self._members(meta, node_dir):  # only a session that is provably this node's
+            self._kill_session(int(meta["pid"]), node.name)  # type: ignore[call-overload]
         meta["deleted"] = True
         meta["deleted_at"] = time.time()
-        meta_path.write_text(json.dumps(meta))
+        self._write_meta(meta_path, meta)
         popen = self._popen.pop(node.name, None)
         if popen is not None:
             with contextlib.suppress(subprocess.TimeoutExpired):
