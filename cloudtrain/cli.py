@@ -7,7 +7,6 @@ CloudtrainError is printed as one line (no traceback) and sets the exit code.
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from pathlib import Path
@@ -15,14 +14,11 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from cloudtrain import cli_common as common
 from cloudtrain.errors import CloudtrainError
 
 if TYPE_CHECKING:
-    from rich.console import Console
-
-    from cloudtrain.ledger import Ledger
     from cloudtrain.plan import Plan
-    from cloudtrain.providers.base import Provider
     from cloudtrain.spec import JobSpec
 
 app = typer.Typer(
@@ -58,12 +54,6 @@ JobArg = Annotated[Path, typer.Argument(help="The job spec (job.yaml).", show_de
 RunArg = Annotated[str, typer.Argument(help="A run id (or a unique prefix of one).")]
 
 
-def _console(stderr: bool = False) -> Console:
-    from rich.console import Console
-
-    return Console(highlight=False, soft_wrap=True, stderr=stderr)
-
-
 def _load(job: Path, provider: str | None, region: str | None, zone: str | None) -> JobSpec:
     from cloudtrain.spec import load_spec
 
@@ -77,36 +67,11 @@ def _plan(spec: JobSpec) -> Plan:
     return make_plan(spec, Catalog.bundled())
 
 
-def _provider(
-    name: str, region: str | None = None, zone: str | None = None, account: str | None = None
-) -> Provider:
-    """The provider, wrapped by the fault injector when $CLOUDTRAIN_FAULTS is set (tests and
-    benchmarks use it to make any provider slow or flaky). `account`: the GCP project."""
-    from cloudtrain.providers import get_provider
-    from cloudtrain.providers.base import ProviderConfig
-    from cloudtrain.providers.faults import FaultPlan, wrap
-
-    config = ProviderConfig(name=name, region=region, zone=zone, account=account)
-    provider = get_provider(name, config)
-    faults = FaultPlan.from_env()
-    return wrap(provider, faults) if faults else provider
-
-
-def _store(prov: Any, uri: str) -> Any:
-    """The provider's store at `uri`, every call through the one retry policy."""
-    from cloudtrain.providers.retrying import RetryingStore
-
-    return RetryingStore(prov.store(uri))
-
-
-def _ledger() -> Ledger:
-    from cloudtrain.ledger import Ledger
-
-    return Ledger()
-
-
-def _emit_json(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+_console = common.console
+_provider = common.provider
+_store = common.store
+_ledger = common.ledger
+_emit_json = common.emit_json
 
 
 @app.command()
@@ -160,8 +125,8 @@ def resume(
     from cloudtrain.resume import resume_source
     from cloudtrain.spec import load_spec
 
+    rec = common.find_run(run_id)
     ledger = _ledger()
-    rec = ledger.find_run(run_id)
     if not rec.spec_path or not Path(rec.spec_path).is_file():
         raise UsageError(
             f"run {rec.run_id}'s job file {rec.spec_path or '(unknown)'} is gone",
@@ -230,6 +195,8 @@ def cost(
         store = _provider(rec.provider, rec.region, rec.zone, rec.account).store(str(rec.store_uri))
         return sum(o.size for o in store.list(run_prefix(rec.run_id)))
 
+    if run_id is not None:
+        common.run_ref(run_id)
     since_s = parse_since(since) if since else None
     rows = report(_ledger(), stored_bytes, run_id=run_id, since_s=since_s)
     total = totals(rows)
@@ -260,125 +227,6 @@ def cost(
         f"${total['compute_usd']:.4f} compute; {total['stored_gb']:.3f} GB kept, "
         f"${total['storage_usd_month']:.4f}/month (storage: '?' = bucket not readable)"
     )
-
-
-@app.command()
-def status(run_id: RunArg, as_json: JsonOpt = False) -> None:
-    """The run's state from the ledger, its bucket and the cloud's node list."""
-    ledger = _ledger()
-    rec = ledger.find_run(run_id)
-    from cloudtrain.failures import read_reports
-    from cloudtrain.runstate import RunReader
-
-    prov = _provider(rec.provider, rec.region, rec.zone, rec.account)
-    snap = RunReader(_store(prov, rec.store_uri), rec.run_id).poll()
-    attempt = max((int(s.get("attempt", 0)) for s in snap.statuses.values()), default=0)
-    failures = read_reports(snap, attempt).failed  # the newest attempt's
-    nodes = {n.name: n for n in prov.compute.list_nodes(rec.run_id)}
-    live = [r for r in ledger.resources(rec.run_id, live_only=True) if r.kind != "bucket"]
-    data = {
-        "run_id": rec.run_id,
-        "name": rec.name,
-        "provider": rec.provider,
-        "status": rec.status,
-        "outcome": rec.outcome,
-        "detail": rec.detail,
-        "store": rec.store_uri,
-        "created_at": rec.created_at,
-        "ended_at": rec.ended_at,
-        "cost_usd": ledger.billed_cost(rec.run_id),
-        "nodes": {
-            k: {"status": v, "heartbeat": snap.heartbeats.get(k)} for k, v in snap.statuses.items()
-        },
-        "bootstrap": {
-            k: {
-                "phase": snap.bootstrap_phases.get(k),
-                "durations_s": snap.bootstrap_durations.get(k),
-            }
-            for k in sorted(set(snap.bootstrap_phases) | set(snap.bootstrap_durations))
-        },
-        "failures": {
-            k: {"reason": f.reason, "tail": list(f.tail)} for k, f in sorted(failures.items())
-        },
-        "cloud_nodes": {name: n.state for name, n in nodes.items()},
-        "live_resources": [f"{r.kind}/{r.resource_id}" for r in live],
-    }
-    if as_json:
-        _emit_json(data)
-        return
-    console = _console()
-    console.print(
-        f"[bold]{rec.run_id}[/bold] {rec.status} {rec.outcome or ''} on {rec.provider}, "
-        f"cost ${data['cost_usd']:.4f}"
-    )
-    for node, st in sorted(snap.statuses.items()):
-        beat = snap.heartbeats.get(node) or {}
-        epoch = f"epoch {beat.get('epoch')}/{beat.get('epochs')}" if beat.get("epoch") else ""
-        console.print(f"  {node}: {st.get('state')} (attempt {st.get('attempt')}) {epoch}")
-    console.print(f"  live resources: {len(live)}  cloud nodes: {len(nodes)}")
-    from cloudtrain.failures import describe
-
-    if rec.detail and rec.outcome not in (None, "succeeded"):
-        console.print(_indented(rec.detail), markup=False)
-    elif failures:  # a live run: what its nodes report so far
-        console.print(_indented(describe(list(failures.values()))), markup=False)
-
-
-def _indented(text: str) -> str:
-    return "\n".join(f"  {line}" for line in text.splitlines())
-
-
-@app.command()
-def logs(
-    run_id: RunArg,
-    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing.")] = False,
-    node: Annotated[
-        str | None, typer.Option("--node", help="Only this node, e.g. worker-1")
-    ] = None,
-    bootstrap: Annotated[
-        bool, typer.Option("--bootstrap", help="Show the nodes' bootstrap logs.")
-    ] = False,
-) -> None:
-    """Print the run's logs from its bucket, in order per node."""
-    rec = _ledger().find_run(run_id)
-    from cloudtrain.runstate import RunReader
-
-    prov = _provider(rec.provider, rec.region, rec.zone, rec.account)
-    reader = RunReader(_store(prov, rec.store_uri), rec.run_id)
-    out = sys.stdout
-    if bootstrap:
-        from cloudtrain.bootlog import durations_text, parse
-
-        for name in reader.bootstrap_nodes():
-            if node is None or name == node:
-                text = reader.bootstrap_log(name)
-                took = durations_text(parse(text).durations)
-                out.write(f"== {name} ==" + (f" ({took})" if took else "") + f"\n{text}")
-        return
-    while True:
-        snap = reader.poll()
-        for name, line in snap.new_lines:
-            if node is None or name == node:
-                out.write(f"[{name}] {line}\n")
-        out.flush()
-        current = _ledger().get_run(rec.run_id)
-        ended = current is not None and current.status == "done"
-        if not follow or ended or _job_over(snap.statuses):
-            if current is not None and current.outcome not in (None, "succeeded"):
-                out.write(f"== run {rec.run_id} {current.outcome}:\n{current.detail or ''}\n")
-            return
-        time.sleep(1.0)
-
-
-def _job_over(statuses: dict[str, dict[str, Any]]) -> bool:
-    """Whether every node reported a final state in the newest attempt (a detached run's end)."""
-    if not statuses:
-        return False
-    attempt = max(int(s.get("attempt", 0)) for s in statuses.values())
-    latest = [s for s in statuses.values() if int(s.get("attempt", 0)) == attempt]
-    from cloudtrain.jobs.agent import FINAL_STATES
-
-    return all(s.get("state") in FINAL_STATES for s in latest)
 
 
 @app.command("ls")
@@ -429,8 +277,10 @@ def down(
 
     Idempotent; works after a crash, and from the cloud's tags alone without a ledger."""
     from cloudtrain.errors import UsageError
+    from cloudtrain.runrules import check_run_ref
     from cloudtrain.teardown import request_stop, scrub_secrets, teardown
 
+    common.run_ref(run_id)
     ledger = _ledger()
     rec = ledger.get_run(run_id)
     if rec is None and provider is None:
@@ -438,7 +288,8 @@ def down(
     name = provider or (rec.provider if rec else None)
     if name is None:
         raise UsageError(f"no run {run_id!r} in the ledger", hint="pass --provider")
-    rid = rec.run_id if rec else run_id
+    # no record: the cloud's tags are matched exactly, so only a whole run id will do
+    rid = rec.run_id if rec else check_run_ref(run_id, exact=True)
     prov = _provider(
         name,
         region or (rec.region if rec else None),
@@ -452,8 +303,8 @@ def down(
         prov, ledger if rec else None, rid, lambda m: console.print(f"cloudtrain {m}")
     )
     scrub_secrets(prov, store_uri, rid)
-    if rec is not None:
-        ledger.set_status(rid, "done", rec.outcome or "crashed", rec.detail)
+    if rec is not None:  # the outcome a racing controller wrote is kept
+        ledger.finish_run(rid)
     console.print(
         f"run {rid}: {len(report.nodes_deleted)} node(s) and "
         f"{len(report.resources_deleted)} other resource(s) deleted in {report.seconds:.1f}s; "
@@ -519,7 +370,14 @@ def _register_catalog() -> None:
     app.add_typer(catalog_app, name="catalog", help="The price catalog; refresh it live.")
 
 
+def _register_runs() -> None:
+    from cloudtrain import cli_runs  # status and logs; typer only at import
+
+    cli_runs.register(app)
+
+
 _register_catalog()
+_register_runs()
 
 
 @app.command()
@@ -530,15 +388,23 @@ def schema() -> None:
     _emit_json(json_schema())
 
 
-@app.callback()
-def _root(
-    version: Annotated[bool, typer.Option("--version", help="Show the version.")] = False,
-) -> None:
-    if version:
+def _show_version(value: bool) -> None:
+    if value:
         from cloudtrain import __version__
 
         sys.stdout.write(f"cloudtrain {__version__}\n")
         raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option("--version", help="Show the version.", is_eager=True, callback=_show_version),
+    ] = False,
+) -> None:
+    """Run a TensorFlow training job on the cheapest GPU VMs of AWS, GCP, Azure or this
+    machine: planned and priced first, torn down always."""
 
 
 CONTROLLER_MIN_PYTHON = (3, 11)  # the nodes run on 3.10 (requires-python); the controller is
@@ -563,14 +429,52 @@ def main() -> None:
     if too_old:
         sys.stderr.write(too_old + "\n")
         sys.exit(2)
+    clicks = _click_exceptions()
     try:
-        app()
+        code = app(standalone_mode=False)
     except CloudtrainError as exc:
         sys.stderr.write(f"error: {exc}\n")
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")
         sys.exit(130)
+    except clicks.NoArgsIsHelpError as exc:  # a bare command: its help, as before
+        exc.show()
+        sys.exit(exc.exit_code)
+    except clicks.UsageError as exc:  # an unknown option, a missing argument...
+        sys.stderr.write(f"error: {usage_error_line(exc)}\n")
+        sys.exit(exc.exit_code)
+    except clicks.ClickException as exc:
+        sys.stderr.write(f"error: {_one_line(exc.format_message())}\n")
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        sys.stderr.write("interrupted\n")
+        sys.exit(130)
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+def _click_exceptions() -> Any:
+    """Click's exceptions module: typer's own copy of click where it vendors one."""
+    try:
+        from typer._click import exceptions
+    except ImportError:  # a typer that uses the click package
+        from click import exceptions  # type: ignore[no-redef]
+    return exceptions
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def usage_error_line(exc: Any) -> str:
+    """Click's usage error as one line: the problem, and where the command's help is. A run id
+    that starts with '-' reads as an option: say so. Pure."""
+    message = _one_line(exc.format_message())
+    path = exc.ctx.command_path if exc.ctx is not None else "cloudtrain"
+    hint = f"see `{path} --help`"
+    if "No such option" in message:
+        hint += "; an argument that starts with '-' goes after `--`"
+    return f"{message} ({hint})"
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ from cloudtrain.errors import ProviderError, UsageError
 from cloudtrain.ledger import Ledger, RunRecord
 from cloudtrain.providers.base import Provider, Tagged, parallel_map
 from cloudtrain.retry import retrying
+from cloudtrain.runrules import RUN_REF_RE
 from cloudtrain.teardown import TeardownReport, teardown
 
 if TYPE_CHECKING:
@@ -200,6 +201,9 @@ def select(
     leaked: list[LeakedRun] = []
     live: list[LiveRun] = []
     for run_id in sorted(by_run):
+        if RUN_REF_RE.fullmatch(run_id) is None:  # a tag is untrusted: no path or filter of it
+            live.append(LiveRun(run_id, "its tag is not a cloudtrain run id: left alone"))
+            continue
         rec = records.get(run_id)
         run_items = tuple(sorted(by_run[run_id], key=lambda t: (t.kind != "node", t.kind, t.id)))
         state, reason = ledger_state(rec, now, grace_s)
@@ -307,7 +311,7 @@ def collect(
             provider, ledger if rec else None, run.run_id, lambda m: say(f"{run.run_id}: {m}")
         )
         if rec is not None and rec.status != "done":
-            ledger.set_status(run.run_id, "done", rec.outcome or "crashed", rec.detail)
+            ledger.finish_run(run.run_id)  # keeps an outcome a controller wrote meanwhile
         return report
 
     runs = list(found.leaked)
