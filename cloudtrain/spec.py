@@ -13,14 +13,11 @@ repr, dump or error message of a spec shows an `EnvVar`'s value.
 
 from __future__ import annotations
 
-import difflib
 import os
 import re
-import urllib.parse
 from collections.abc import Mapping
-from datetime import date
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -36,19 +33,18 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic_core import ErrorDetails
+from pydantic_core import PydanticCustomError
 
 from cloudtrain.errors import SpecError
-from cloudtrain.spec_yaml import (
-    MAX_DEPTH,
-    MAX_SPEC_BYTES,
-    Loc,
-    one_line,
-    parse_yaml,
-    path_text,
-    read_spec_file,
-    show,
+from cloudtrain.jobs.node_rules import (
+    env_entry_problem,
+    env_key_problem,
+    spec_exec_problem,
+    text_problem,
 )
+from cloudtrain.providers.uri_rules import SCHEMES, checkpoint_problem
+from cloudtrain.spec_errors import ENV_ENTRY_ERROR, spec_error
+from cloudtrain.spec_yaml import MAX_DEPTH, MAX_SPEC_BYTES, Loc, parse_yaml, read_spec_file, show
 
 __all__ = [
     "MAX_DEPTH",
@@ -68,7 +64,7 @@ __all__ = [
 MAX_NODES = 64
 SINGLE_NODE_STRATEGIES = ("one_device", "mirrored")
 ROLES = ("chief", "worker", "ps", "evaluator")
-PROVIDER_SCHEMES: dict[str, str] = {"local": "file", "aws": "s3", "gcp": "gs", "azure": "az"}
+PROVIDER_SCHEMES: dict[str, str] = SCHEMES
 
 Strategy = Literal["one_device", "mirrored", "multi_worker_mirrored", "parameter_server", "horovod"]
 ProviderName = Literal["local", "aws", "gcp", "azure", "cheapest"]
@@ -79,14 +75,13 @@ _ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _PLACE = r"^[A-Za-z0-9-]{1,64}$"  # a region or zone name
 _PROJECT_RE = re.compile(r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$")  # a GCP project id
 _UUID_RE = re.compile(r"^[0-9a-fA-F]{8}-([0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}$")
-_URI_RE = re.compile(r"^(?P<scheme>[a-z0-9]+)://(?P<rest>.+)$")
+_WORD_RE = re.compile(r"^[\x21-\x7e]{1,1024}$")  # an image or machine type: one printable word
 
 
 def _check_env_key(key: str) -> str:
-    if not _ENV_KEY_RE.match(key):
-        raise ValueError("is not a valid environment variable name (letters, digits and '_')")
-    if key == "TF_CONFIG" or key.startswith("CLOUDTRAIN_"):
-        raise ValueError("is reserved: cloudtrain sets TF_CONFIG and CLOUDTRAIN_* itself")
+    problem = env_key_problem(key)  # the node's own rule (jobs/node_rules.py)
+    if problem:
+        raise ValueError(problem)
     return key
 
 
@@ -167,11 +162,10 @@ def _env_kind(value: Any) -> str:
     return "ref" if isinstance(value, dict | EnvVar) else "text"
 
 
-# the tags appear in pydantic error locations; `_spec_error` drops them (see _ENV_TAGS)
+# the tags appear in pydantic error locations; `spec_error` drops them (see ENV_TAGS)
 EnvValue = Annotated[
     Annotated[str, Tag("text")] | Annotated[EnvVar, Tag("ref")], Discriminator(_env_kind)
 ]
-_ENV_TAGS = frozenset({"text", "ref"})
 
 
 class ClusterSpec(BaseModel):
@@ -215,6 +209,16 @@ class ClusterSpec(BaseModel):
             raise ValueError(f"must look like 'V100' or 'V100:2' (got {show(value)})")
         if m["count"] is not None and not 1 <= int(m["count"]) <= 16:
             raise ValueError(f"count must be 1 to 16 (got {show(value)})")
+        return value
+
+    @field_validator("image", "instance_type")
+    @classmethod
+    def _check_word(cls, value: str | None) -> str | None:
+        if value and not _WORD_RE.match(value):
+            raise ValueError(
+                "must be one word of printable ASCII, at most 1024 characters (a cloud's name"
+                f" for it), with no spaces or control characters (got {show(value)})"
+            )
         return value
 
     @model_validator(mode="after")
@@ -302,11 +306,15 @@ class JobSpec(BaseModel):
     _filename: str = PrivateAttr("<spec>")
     _lines: dict[Loc, int] = PrivateAttr(default_factory=dict)
 
-    @field_validator("name", "entrypoint")
+    @field_validator("name", "entrypoint", "setup")
     @classmethod
     def _check_text(cls, value: str, info: ValidationInfo) -> str:
         if info.field_name == "entrypoint" and not value.strip():
             raise ValueError("must not be empty")
+        if info.field_name in ("entrypoint", "setup"):
+            problem = text_problem(info.field_name, value)  # the node's own rule
+            if problem:
+                raise ValueError(problem)
         if info.field_name == "name" and (not _NAME_RE.match(value) or value.endswith("-")):
             raise ValueError(
                 "must be 1-30 lowercase letters, digits or '-', start with a letter and"
@@ -358,6 +366,8 @@ class JobSpec(BaseModel):
     @field_validator("workdir")
     @classmethod
     def _check_workdir(cls, value: str, info: ValidationInfo) -> str:
+        if "\x00" in value or any(0xD800 <= ord(c) <= 0xDFFF for c in value):
+            raise ValueError("contains a NUL byte or a lone surrogate: no folder has that name")
         base = (info.context or {}).get("base_dir") or Path.cwd()
         path = (Path(base) / Path(value).expanduser()).resolve()
         if not path.exists():
@@ -369,24 +379,37 @@ class JobSpec(BaseModel):
     @field_validator("checkpoint")
     @classmethod
     def _check_checkpoint(cls, value: str | None, info: ValidationInfo) -> str | None:
-        m, got = _URI_RE.match(value or ""), show(value)
-        if value is not None and (not m or m["scheme"] not in PROVIDER_SCHEMES.values()):
-            raise ValueError(f"must be a file://, s3://, gs:// or az:// URI (got {got})")
-        if m and ".." in urllib.parse.unquote(m["rest"]).split("/"):
-            raise ValueError(f"must not contain '..' path segments (got {got})")
+        if value is None:
+            return None
         provider = info.data.get("provider")
-        if value is not None and provider == "cheapest":
-            raise ValueError(
-                f"cannot be set with provider 'cheapest' (got {got}): a checkpoint URI belongs"
-                " to one cloud; remove it (the chosen cloud's run bucket is used), or set"
-                " provider to aws, gcp or azure"
-            )
-        scheme = PROVIDER_SCHEMES.get(provider or "local")
-        if m and provider not in (None, "local") and m["scheme"] != scheme:
-            raise ValueError(
-                f"provider {provider!r} keeps checkpoints at {scheme}:// URIs (got {got})"
-            )
+        problem = checkpoint_problem(value, provider)  # the stores' own rules
+        if problem:
+            raise ValueError(problem)
         return value
+
+    @field_validator("env")
+    @classmethod
+    def _check_env(cls, env: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        """Every entry as the node will take it (from_env values resolved): the node's rules
+        for keys under the strategy, values and sizes (jobs/node_rules.py)."""
+        cluster = info.data.get("cluster")
+        strategy = cluster.strategy if isinstance(cluster, ClusterSpec) else None
+        values: dict[str, str] = {}
+        for key, value in env.items():
+            text = value.resolved if isinstance(value, EnvVar) else value
+            problem = env_key_problem(key, strategy) or env_entry_problem(key, text)
+            if problem and isinstance(value, EnvVar) and value.from_env:
+                problem = f"the value of ${value.from_env} (from_env) {problem}"
+            if problem:
+                ctx = {"key": key, "problem": problem}
+                raise PydanticCustomError(ENV_ENTRY_ERROR, "{problem}", ctx)
+            values[key] = text
+        setup, entrypoint = info.data.get("setup"), info.data.get("entrypoint")
+        if isinstance(setup, str) and isinstance(entrypoint, str):
+            problem = spec_exec_problem(setup, entrypoint, values)
+            if problem:
+                raise ValueError(problem)
+        return env
 
     def env_values(self) -> dict[str, str]:
         """Every env entry's value as the nodes get it (from_env values resolved). Pure.
@@ -407,6 +430,11 @@ class JobSpec(BaseModel):
         return list(
             dict.fromkeys(v.resolved for v in values if isinstance(v, EnvVar) and v.resolved)
         )
+
+    def where(self, *loc: str) -> str | None:
+        """`FILE:LINE` of the field at `loc` (e.g. 'cluster', 'spot') when the spec file sets
+        it, else None. Pure."""
+        return f"{self._filename}:{self._lines[loc]}" if loc in self._lines else None
 
     @property
     def source_path(self) -> Path | None:
@@ -442,7 +470,7 @@ class JobSpec(BaseModel):
         data = self.model_dump() | updates
         given = {"provider": provider, "region": region, "zone": zone}
         overridden = frozenset(k for k, v in given.items() if v is not None)
-        spec = _validate(data, self._filename, self._lines, self._source_dir, overridden)
+        spec = _validate(data, self._filename, self._lines, {}, self._source_dir, overridden)
         spec._source_path = self._source_path
         return spec
 
@@ -467,54 +495,27 @@ def load_spec_text(text: str, filename: str = "<string>", base_dir: Path | None 
     `filename` is only used in error messages. Raises SpecError."""
     if len(text.encode("utf-8", "surrogatepass")) > MAX_SPEC_BYTES:
         raise SpecError(f"{filename}: too large (a spec may be at most 1 MiB)")
-    data, lines = parse_yaml(text, filename)
-    return _validate(data, filename, lines, Path(base_dir or Path.cwd()).absolute(), frozenset())
+    data, lines, written = parse_yaml(text, filename)
+    base = Path(base_dir or Path.cwd()).absolute()
+    return _validate(data, filename, lines, written, base, frozenset())
 
 
 def _validate(
-    data: Any, filename: str, lines: Mapping[Loc, int], base_dir: Path, overridden: frozenset[str]
+    data: Any,
+    filename: str,
+    lines: Mapping[Loc, int],
+    written: Mapping[Loc, str],
+    base_dir: Path,
+    overridden: frozenset[str],
 ) -> JobSpec:
     try:
         spec = JobSpec.model_validate(data, context={"base_dir": base_dir})
     except ValidationError as exc:
-        raise _spec_error(exc, filename, lines, overridden) from exc
+        raise spec_error(exc, filename, lines, written, overridden, _model_at) from exc
     spec._source_dir = base_dir
     spec._filename = filename
     spec._lines = dict(lines)
     return spec
-
-
-# --- pydantic errors -> one line -------------------------------------------------------------
-
-
-def _spec_error(
-    exc: ValidationError, filename: str, lines: Mapping[Loc, int], overridden: frozenset[str]
-) -> SpecError:
-    """The first error by line as `FILE:LINE: PATH: problem`, plus how many more and where."""
-    found: list[tuple[int, str, str]] = []  # (line, or 0 when there is none; path; problem)
-    for err in exc.errors(include_url=False):
-        loc = tuple(p for p in err["loc"] if p != "[key]")
-        if len(loc) >= 3 and loc[0] == "env" and loc[2] in _ENV_TAGS:
-            loc = loc[:2] + loc[3:]  # env.KEY.ref.from_env -> env.KEY.from_env
-        from_file = bool(lines) and not (loc and loc[0] in overridden)  # else: no line to show
-        line = _line_of(loc, lines) if from_file else 0
-        found.append((line, path_text(loc), _describe(err, loc)))
-    found.sort(key=lambda f: f[0])
-    line, path, problem = found[0]
-    text = f"{filename}:{line}" if line else filename
-    text += f": {path}: {problem}" if path else f": {problem}"
-    rest = list(dict.fromkeys(p or "spec" for _, p, _ in found[1:]))
-    if rest:
-        text += f" (+{len(rest)} more: {', '.join(rest)})"
-    return SpecError(text)
-
-
-def _line_of(loc: Loc, lines: Mapping[Loc, int]) -> int:
-    """The line of the deepest key of `loc` that the file has (a missing key: its parent's)."""
-    for end in range(len(loc), 0, -1):
-        if loc[:end] in lines:
-            return lines[loc[:end]]
-    return 1  # a top-level field: the document
 
 
 def _model_at(loc: Loc) -> type[BaseModel]:
@@ -524,53 +525,3 @@ def _model_at(loc: Loc) -> type[BaseModel]:
     return ClusterSpec if len(loc) > 1 and loc[0] == "cluster" else JobSpec
 
 
-_TEMPLATES = {  # pydantic error type -> plain words
-    "int_type": "must be a whole number (got {got})",
-    "float_type": "must be a number (got {got})",
-    "bool_type": "must be true or false (got {got})",
-    "dict_type": "must be a mapping (got {got})",
-    "model_type": "must be a mapping (got {got})",
-    "model_attributes_type": "must be a mapping (got {got})",
-    "finite_number": "must be a finite number (got {got})",
-    "string_too_short": "must not be empty",
-    "string_pattern_mismatch": "must be letters, digits and '-' only (got {got})",
-    "greater_than_equal": "must be at least {ge} (got {got})",
-    "less_than_equal": "must be at most {le} (got {got})",
-    "greater_than": "must be more than {gt} (got {got})",
-    "less_than": "must be less than {lt} (got {got})",
-}
-
-
-def _describe(err: ErrorDetails, loc: Loc) -> str:
-    """The error in plain words, with the offending value."""
-    kind, ctx, value = err["type"], err.get("ctx") or {}, err.get("input")
-    got = show(value)
-    if kind == "missing":
-        return "is required"
-    if kind == "extra_forbidden":
-        return _unknown_field(loc)
-    if kind == "value_error":
-        return one_line(str(ctx.get("error", err["msg"])))
-    template = _TEMPLATES.get(kind)
-    if template:
-        nums = {k: f"{v:g}" for k, v in ctx.items() if isinstance(v, int | float)}
-        return template.format(got=got, **nums)
-    if kind == "string_type" and len(loc) == 2 and loc[0] == "env" and isinstance(value, list):
-        return "must be a string, or a mapping like {from_env: NAME, secret: true} (got a list)"
-    if kind == "string_type":
-        quote = "; quote it" if isinstance(value, int | float | date) else ""
-        return f"must be a string (got {got}){quote}"
-    if kind == "literal_error":
-        field = _model_at(loc).model_fields.get(str(loc[-1]))
-        allowed = get_args(field.annotation) if field else (ctx.get("expected", ""),)
-        return f"must be one of: {', '.join(map(str, allowed))} (got {got})"
-    msg = one_line(err["msg"])
-    return msg[:1].lower() + msg[1:]
-
-
-def _unknown_field(loc: Loc) -> str:
-    model, key = _model_at(loc), str(loc[-1])
-    if model is JobSpec and key in ClusterSpec.model_fields:
-        return f"unknown field; did you mean 'cluster.{key}'?"
-    close = difflib.get_close_matches(key, list(model.model_fields), n=1)
-    return f"unknown field; did you mean {close[0]!r}?" if close else "unknown field"

@@ -4,10 +4,19 @@ Imports only the stdlib and PyYAML. `read_spec_file` refuses folders, special fi
 1 MiB and non-UTF-8 text; `parse_yaml` refuses anchors/aliases (no "billion laughs"), non-plain
 tags, duplicate keys and deep nesting, and remembers the 1-based line of every key, so that
 `cloudtrain.spec` can name the line the user must edit. Every refusal is a one-line SpecError.
+
+Plain scalars are read by YAML 1.2's core schema (yaml.org/spec/1.2.2, 10.3.2 "Tag Resolution"),
+not PyYAML's YAML 1.1: `yes`, `no`, `on`, `off`, `1:30` (1.1's base 60), `1_000` and
+`2026-01-01` are text, `1e3` is a number, and only `true`/`false` (any case) are booleans. The
+numbers whose meaning differs between the two versions, or that no one means in a job spec, are
+refused with what to write instead: leading zeros (`010`, octal 8 in YAML 1.1, 10 in 1.2) and
+`0x`/`0o`/`0b` forms. Every plain scalar's text as written is kept (`written`), so that an error
+shows `.nan` or `~` as the file has it.
 """
 
 from __future__ import annotations
 
+import re
 import stat
 from datetime import date
 from pathlib import Path
@@ -59,8 +68,55 @@ class _Refused(Exception):
     """Raised while composing, for input refused outright; args: (mark, message)."""
 
 
+# YAML 1.2 core schema, 10.3.2 (the regular expressions of its tag resolution table)
+_CORE = (
+    (_TAG + "null", re.compile(r"null|Null|NULL|~|")),
+    (_TAG + "bool", re.compile(r"true|True|TRUE|false|False|FALSE")),
+    (_TAG + "int", re.compile(r"[-+]?[0-9]+")),
+    (
+        _TAG + "float",
+        re.compile(
+            r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?"
+            r"|[-+]?\.(inf|Inf|INF)|\.(nan|NaN|NAN)"
+        ),
+    ),
+)
+# numbers that read differently in YAML 1.1 and 1.2, or that no spec means: refused (_build)
+_REFUSED_TAG = "tag:cloudtrain,2026:refused-number"
+_LEADING_ZERO = re.compile(r"[-+]?0[0-9]+")
+_OTHER_BASE = re.compile(r"[-+]?0([xX][0-9a-fA-F_]+|[oO][0-7_]+|[bB][01_]+)")
+
+
+def core_tag(text: str) -> str:
+    """The tag YAML 1.2's core schema gives the plain scalar `text` (str when nothing
+    matches), or _REFUSED_TAG for a number refused here. Pure."""
+    if _LEADING_ZERO.fullmatch(text) or _OTHER_BASE.fullmatch(text):
+        return _REFUSED_TAG
+    for tag, pattern in _CORE:
+        if pattern.fullmatch(text):
+            return tag
+    return _TAG + "str"
+
+
+def _refused_number(text: str) -> str:
+    """Why a plain number of _REFUSED_TAG is refused, and what to write instead."""
+    if _LEADING_ZERO.fullmatch(text):
+        digits = text.lstrip("+-")
+        sign = "-" if text.startswith("-") else ""
+        decimal = sign + (digits.lstrip("0") or "0")
+        return (
+            f"{text}: a number with a leading zero is ambiguous (YAML 1.1 reads it as octal,"
+            f" YAML 1.2 as decimal): write {decimal}, or quote it ('{text}') for text"
+        )
+    return (
+        f"{text}: hexadecimal, octal and binary numbers are not read here: write the number in"
+        f" decimal, or quote it ('{text}') for text"
+    )
+
+
 class _SpecLoader(yaml.SafeLoader):
-    """SafeLoader that refuses anchors and aliases while composing (before anything expands)."""
+    """SafeLoader that refuses anchors and aliases while composing (before anything expands)
+    and resolves plain scalars by YAML 1.2's core schema (`core_tag`)."""
 
     def compose_node(self, parent: Any, index: Any) -> Any:
         event = self.peek_event()
@@ -68,9 +124,15 @@ class _SpecLoader(yaml.SafeLoader):
             raise _Refused(event.start_mark, "YAML anchors and aliases are not allowed")
         return super().compose_node(parent, index)
 
+    def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
+        if kind is yaml.ScalarNode and implicit[0]:  # a plain scalar: no quotes, no tag
+            return core_tag(value)
+        return super().resolve(kind, value, implicit)
 
-def parse_yaml(text: str, filename: str) -> tuple[Any, dict[Loc, int]]:
-    """Parse `text` into plain data and a map from key path to 1-based line. Raises SpecError."""
+
+def parse_yaml(text: str, filename: str) -> tuple[Any, dict[Loc, int], dict[Loc, str]]:
+    """Parse `text` into plain data, a map from key path to 1-based line, and a map from key
+    path to the text of each plain (unquoted) scalar value as written. Raises SpecError."""
     loader: _SpecLoader | None = None
     try:
         loader = _SpecLoader(text)
@@ -100,9 +162,13 @@ def parse_yaml(text: str, filename: str) -> tuple[Any, dict[Loc, int]]:
             loader.dispose()
 
 
-def _build(loader: yaml.SafeLoader, root: yaml.Node, filename: str) -> tuple[Any, dict[Loc, int]]:
-    """Turn a composed node tree into dicts/lists/scalars, recording each key's 1-based line."""
+def _build(
+    loader: yaml.SafeLoader, root: yaml.Node, filename: str
+) -> tuple[Any, dict[Loc, int], dict[Loc, str]]:
+    """Turn a composed node tree into dicts/lists/scalars, recording each key's 1-based line
+    and each plain scalar's text."""
     lines: dict[Loc, int] = {}
+    written: dict[Loc, str] = {}
 
     def fail(node: yaml.Node, path: Loc, message: str) -> SpecError:
         field = f" {path_text(path)}:" if path else ""
@@ -135,15 +201,22 @@ def _build(loader: yaml.SafeLoader, root: yaml.Node, filename: str) -> tuple[Any
                 lines[(*path, index)] = item.start_mark.line + 1
                 items.append(build(item, (*path, index), depth + 1))
             return items
+        if node.style is None:  # plain: the text as written (a folded one: its one line)
+            written[path] = str(node.value)
+        if node.tag == _REFUSED_TAG:
+            raise fail(node, path, _refused_number(str(node.value)))
         if node.tag in _TEXT_TAGS:
             return str(node.value)
         check_tag(node, _SCALAR_TAGS, path)
+        kind = node.tag.replace(_TAG, "")
+        if kind in ("null", "bool", "int", "float") and core_tag(str(node.value)) != node.tag:
+            raise fail(node, path, f"{show(node.value)} is not a YAML 1.2 {kind} (!!{kind})")
         try:
             return loader.construct_object(node, deep=True)
         except (yaml.YAMLError, ValueError, TypeError):
             raise fail(node, path, f"cannot read {show(node.value)} as a value") from None
 
-    return build(root, (), 0), lines
+    return build(root, (), 0), lines, written
 
 
 def path_text(loc: Loc) -> str:

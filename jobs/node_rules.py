@@ -66,12 +66,12 @@ ALLOWED_CONTROLS = {
 _NAMES = {
     0x00: "a NUL byte",
     0x09: "a tab",
-    0x0A: "a line break (LF)",
+    0x0A: "a line break",
     0x0B: "a vertical tab",
     0x0C: "a form feed",
-    0x0D: "a carriage return (CR)",
-    0x1B: "an escape (ESC)",
-    0x7F: "a delete (DEL)",
+    0x0D: "a carriage return",
+    0x1B: "an escape",
+    0x7F: "a delete",
     0x85: "a next-line (NEL)",
     0x2028: "a line separator",
     0x2029: "a paragraph separator",
@@ -144,7 +144,8 @@ def text_problem(kind: str, text: str) -> str | None:
             )
         control = cp < 0x20 or 0x7F <= cp <= 0x9F
         if control and ch not in allowed:
-            return f"contains {_char_name(cp)} at character {pos}: {_why(kind, cp)}"
+            why = _why(kind, cp, pos == len(text))
+            return f"contains {_char_name(cp)} at character {pos}: {why}"
         if kind == "entrypoint" and cp in _LINE_BREAKS:  # U+2028/2029 (the rest are controls)
             return f"contains {_char_name(cp)} at character {pos}: {_why(kind, cp)}"
         if code and cp in _BIDI:
@@ -162,7 +163,9 @@ def text_problem(kind: str, text: str) -> str | None:
     return None
 
 
-def _why(kind: str, cp: int) -> str:
+def _why(kind: str, cp: int, last: bool = False) -> str:
+    if kind == "entrypoint" and cp == 0x0A and last:
+        return "the entrypoint is one command line (YAML's | and > keep a final one: use >-)"
     if kind == "entrypoint" and cp in _LINE_BREAKS:
         return "the entrypoint is one command line; put more lines in setup or in a script"
     if kind == "setup" and cp == 0x0D:

@@ -65,7 +65,7 @@ def test_line_breaks_are_refused_in_the_entrypoint_only_where_they_hide_a_line()
         problem = text_problem("entrypoint", f"echo a{chr(cp)}echo b") or ""
         assert f"(U+{cp:04X}) at character 7" in problem and "one command line" in problem
     assert text_problem("setup", "pip install x\necho done\n") is None
-    assert "carriage return (CR)" in (text_problem("setup", "pip install x\r\n") or "")
+    assert "carriage return (U+000D)" in (text_problem("setup", "pip install x\r\n") or "")
     assert text_problem("env", "-----BEGIN KEY-----\r\nabc\n-----END KEY-----") is None
     assert text_problem("env", "a\u2028b") is None  # data, not code
 
@@ -200,8 +200,8 @@ def test_launch_problem_names_the_field() -> None:
     ("field", "value", "reason"),
     [
         ("entrypoint", "echo a\x00b", "entrypoint: contains a NUL byte at character 7"),
-        ("entrypoint", "echo a\necho b", "entrypoint: contains a line break (LF)"),
-        ("setup", "echo one\r\necho two", "setup: contains a carriage return (CR)"),
+        ("entrypoint", "echo a\necho b", "entrypoint: contains a line break (U+000A)"),
+        ("setup", "echo one\r\necho two", "setup: contains a carriage return (U+000D)"),
         ("env", {"PATH": "/nowhere"}, "env.PATH: cannot be set"),
         ("env", {"TOKEN": "x\ud800y"}, "env.TOKEN: contains a lone surrogate"),
     ],

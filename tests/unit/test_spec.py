@@ -392,7 +392,7 @@ def test_full_spec(tmp_path: Path) -> None:
           workers: 3
           evaluator: 1
           accelerator: T4
-          spot: yes
+          spot: true
           port: 3000
           disk_gb: 50
           ssh: true
