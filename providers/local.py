@@ -41,6 +41,7 @@ from cloudtrain.providers.base import (
     Tagged,
     run_labels,
 )
+from cloudtrain.providers.uri_rules import split_uri, uri_problem
 
 KILL_GRACE_S = 3.0
 # One folder name under the local root: a run id ("r1", "digits-3fa9c2") or a node name
@@ -52,10 +53,12 @@ WORK_ENV = "CT_WORK"
 
 
 def _uri_to_path(uri: str) -> Path:
-    parsed = urllib.parse.urlparse(uri)
-    if parsed.scheme != "file" or parsed.netloc not in ("", "localhost"):
-        raise ProviderError(f"the local provider takes file:// URIs, not {uri!r}")
-    return Path(urllib.parse.unquote(parsed.path))
+    """The folder of a file:// URI, by the rule the spec applies too (providers/uri_rules.py).
+    Raises ProviderError."""
+    problem = uri_problem(uri, "file")
+    if problem:
+        raise ProviderError(f"the local provider takes file:///PATH URIs, not {uri!r}: {problem}")
+    return Path(split_uri(uri)[2])
 
 
 def _path_to_uri(path: Path) -> str:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import threading
 import urllib.parse
 from collections.abc import Iterator
@@ -29,6 +28,7 @@ from cloudtrain.errors import CloudtrainError, NotFound, ProviderError, Transien
 from cloudtrain.providers.aws.errors import TRANSIENT_CODES, aws_errors, error_code
 from cloudtrain.providers.aws.session import client
 from cloudtrain.providers.base import ObjectInfo, Resource
+from cloudtrain.providers.uri_rules import uri_problem
 
 MiB = 1024 * 1024
 DEFAULT_BUCKET_PREFIX = "cloudtrain-"
@@ -42,7 +42,6 @@ TRANSFER = TransferConfig(
 )
 # SigV4 everywhere: botocore still presigns with SigV2 by default, which newer regions refuse.
 S3_CONFIG = Config(signature_version="s3v4")  # presigned URLs every region accepts
-_BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 _WAIT = {"Delay": 1, "MaxAttempts": 30}
 
 
@@ -58,9 +57,10 @@ class S3Store:
     def __init__(self, uri: str, region: str) -> None:
         parsed = urllib.parse.urlparse(uri)
         bucket = parsed.netloc
-        if parsed.scheme != "s3" or not _BUCKET_RE.match(bucket):
+        problem = uri_problem(uri, "s3")  # the spec's rule too (providers/uri_rules.py)
+        if problem:
             raise ProviderError(
-                f"not an S3 bucket URI: {uri!r}",
+                f"not an S3 bucket URI: {uri!r}: {problem}",
                 hint="use s3://BUCKET or s3://BUCKET/PREFIX (3-63 chars: a-z, 0-9, '.', '-')",
             )
         self.bucket = bucket

@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import datetime
 import os
-import re
 import tempfile
 import threading
 import urllib.parse
@@ -51,6 +50,7 @@ from cloudtrain.providers.azure.errors import (
     translate,
 )
 from cloudtrain.providers.base import ObjectInfo, Resource, parallel_map
+from cloudtrain.providers.uri_rules import uri_problem
 
 try:
     from azure.identity import DefaultAzureCredential
@@ -81,8 +81,6 @@ CONNECTION_HINT = (
     "unset AZURE_STORAGE_CONNECTION_STRING to use your Azure login, or set it to a connection "
     "string of the store's account (Azure portal: Storage account > Access keys)"
 )
-_ACCOUNT_RE = re.compile(r"^[a-z0-9]{3,24}$")
-_CONTAINER_RE = re.compile(r"^[a-z0-9](?:[a-z0-9]|-(?=[a-z0-9])){2,62}$")
 _OK_DELETE_STATUS = frozenset({200, 202, 204, 404})
 
 
@@ -133,15 +131,10 @@ class BlobStore:
         parsed = urllib.parse.urlparse(uri)
         account = parsed.netloc
         container, _, prefix = parsed.path.lstrip("/").partition("/")
-        if (
-            parsed.scheme != "az"
-            or parsed.query
-            or parsed.fragment
-            or not _ACCOUNT_RE.match(account)
-            or not _CONTAINER_RE.match(container)
-        ):
+        problem = uri_problem(uri, "az")  # the spec's rule too (providers/uri_rules.py)
+        if problem:
             raise ProviderError(
-                f"not an Azure Blob URI: {uri!r}",
+                f"not an Azure Blob URI: {uri!r}: {problem}",
                 hint="use az://ACCOUNT/CONTAINER or az://ACCOUNT/CONTAINER/PREFIX (account: "
                 "3-24 chars a-z, 0-9; container: 3-63 chars a-z, 0-9 and single '-')",
             )

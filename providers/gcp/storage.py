@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import datetime
 import os
-import re
 import tempfile
 import threading
 import urllib.parse
@@ -42,6 +41,7 @@ from cloudtrain.crashpoints import crash_point
 from cloudtrain.errors import CredentialsError, NotFound, ProviderError, TransientError
 from cloudtrain.providers.base import ObjectInfo, Resource, parallel_map
 from cloudtrain.providers.gcp.errors import already_exists, gcp_errors
+from cloudtrain.providers.uri_rules import uri_problem
 
 MiB = 1024 * 1024
 RESUMABLE_THRESHOLD = 8 * MiB  # larger objects go up as resumable uploads...
@@ -59,16 +59,6 @@ SIGN_HINT = (
     "provider option naming a signer service account; the caller needs "
     "roles/iam.serviceAccountTokenCreator on it (a VM also needs the cloud-platform scope)"
 )
-_BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$")
-
-
-def _valid_bucket(name: str) -> bool:
-    """GCS bucket naming rules (3-63 chars, or up to 222 dotted; no 'goog' prefix). Pure."""
-    if not _BUCKET_RE.match(name) or name.startswith("goog") or "google" in name:
-        return False
-    return all(0 < len(part) <= 63 for part in name.split("."))
-
-
 @dataclass(frozen=True)
 class _Auth:
     """How this store's clients authenticate, resolved once per store."""
@@ -102,9 +92,10 @@ class GcsStore:
     ) -> None:
         parsed = urllib.parse.urlparse(uri)
         bucket = parsed.netloc
-        if parsed.scheme != "gs" or not _valid_bucket(bucket):
+        problem = uri_problem(uri, "gs")  # the spec's rule too (providers/uri_rules.py)
+        if problem:
             raise ProviderError(
-                f"not a GCS bucket URI: {uri!r}",
+                f"not a GCS bucket URI: {uri!r}: {problem}",
                 hint="use gs://BUCKET or gs://BUCKET/PREFIX (3-63 chars: a-z, 0-9, '-', '_', '.')",
             )
         self.bucket = bucket
