@@ -176,6 +176,7 @@ def make_plan(spec: JobSpec, catalog: Catalog) -> Plan:
         provider = choice.provider
         runner_ups = alternatives(choices, max_hours, across_clouds=across)
         notes += _offer_notes(choice, spot)
+    notes += _ignored_notes(spec, provider)
 
     nodes = []
     for role, count in counts:
@@ -276,6 +277,33 @@ def _local_choice(
         notes.append(f"local nodes priced at ${offer.price_hourly:.2f} per node-hour")
     choice = Choice(offer, offer, offer.price_hourly * node_count, offer.region, offer.zone)
     return choice, notes, False
+
+
+# (field path, the providers that ignore it, why): flags a provider does not use
+_IGNORED = (
+    (("cluster", "ssh"), ("local",), "local nodes are processes on this machine"),
+    (("cluster", "image"), ("local",), "local nodes run this machine's Python"),
+    (("cluster", "disk_gb"), ("local",), "local nodes use this machine's disk"),
+    (("project",), ("local", "aws", "azure"), "only gcp uses a project"),
+    (("subscription",), ("local", "aws", "gcp"), "only azure uses a subscription"),
+)
+
+
+def _ignored_notes(spec: JobSpec, provider: str) -> list[str]:
+    """A note for each flag the spec sets that `provider` ignores, led by its `file:line`
+    when the spec file sets it (`JobSpec.where`). Pure."""
+    notes = []
+    where_of = getattr(spec, "where", lambda *loc: None)  # a stand-in spec may lack it
+    for loc, providers, why in _IGNORED:
+        where = where_of(*loc)
+        value = getattr(spec.cluster if loc[0] == "cluster" else spec, loc[-1], None)
+        if provider not in providers or value in (None, False):
+            continue
+        if where is None and loc == ("cluster", "disk_gb"):
+            continue  # the default size, not the user's
+        note = f"{'.'.join(loc)} ignored by provider {provider}: {why}"
+        notes.append(f"{where}: {note}" if where else note)
+    return notes
 
 
 def _offer_notes(choice: Choice, spot: bool) -> list[str]:

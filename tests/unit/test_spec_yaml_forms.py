@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from cloudtrain.catalog import Catalog
 from cloudtrain.errors import SpecError
+from cloudtrain.plan import make_plan
 from cloudtrain.spec import load_spec_text
 
 HEAD = "name: job\nentrypoint: python train.py\n"  # lines 1-2
@@ -236,3 +238,27 @@ def test_good_checkpoint_uris(tmp_path: Path) -> None:
     ]:
         text = HEAD + f"provider: {provider}\ncheckpoint: '{uri}'\n"
         assert load_spec_text(text, base_dir=tmp_path).checkpoint == uri
+
+
+def test_flags_a_provider_ignores_are_noted_with_their_line(tmp_path: Path) -> None:
+    text = (
+        HEAD + "project: my-project-1\nsubscription: 0b1f6471-1bf0-4dda-aec3-cb9272f09590\n"
+        "cluster:\n  strategy: mirrored\n  ssh: true\n  disk_gb: 50\n  image: ubuntu-22.04\n"
+    )
+    spec = load_spec_text(text, filename="job.yaml", base_dir=tmp_path)
+    notes = make_plan(spec, Catalog.bundled()).notes
+    assert "job.yaml:7: cluster.ssh ignored by provider local: local nodes are processes on" \
+        " this machine" in notes
+    assert "job.yaml:9: cluster.image ignored by provider local: local nodes run this" \
+        " machine's Python" in notes
+    assert "job.yaml:8: cluster.disk_gb ignored by provider local: local nodes use this" \
+        " machine's disk" in notes
+    assert "job.yaml:3: project ignored by provider local: only gcp uses a project" in notes
+    assert "job.yaml:4: subscription ignored by provider local: only azure uses a" \
+        " subscription" in notes
+    on_gcp = make_plan(spec.with_overrides(provider="gcp"), Catalog.bundled()).notes
+    assert not any("project ignored" in n or "cluster." in n for n in on_gcp)
+    assert "job.yaml:4: subscription ignored by provider gcp: only azure uses a subscription" \
+        in on_gcp
+    plain = load_spec_text(HEAD, filename="job.yaml", base_dir=tmp_path)
+    assert not any("ignored by provider" in n for n in make_plan(plain, Catalog.bundled()).notes)
