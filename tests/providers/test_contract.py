@@ -11,7 +11,6 @@ may survive.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import urllib.parse
 import urllib.request
@@ -30,6 +29,7 @@ from cloudtrain.providers.base import (
     RunInfo,
     node_name,
 )
+from tests.fakes.shell import require_tool
 
 if TYPE_CHECKING:
     from tests.providers.conftest import Harness
@@ -60,22 +60,18 @@ def requests_for(run_id: str) -> list[NodeRequest]:
 
 
 def fetch(url: str) -> bytes:
-    """GET a presigned URL the way a node does (curl; urllib if curl is missing)."""
-    if shutil.which("curl"):
-        return subprocess.run(
-            ["curl", "-fsS", url], check=True, capture_output=True, timeout=30
-        ).stdout
-    with urllib.request.urlopen(url, timeout=30) as resp:
-        return bytes(resp.read())
+    """GET a presigned URL the way a node does (curl; fails without it: `require_tool`)."""
+    return subprocess.run(
+        [require_tool("curl"), "-fsS", url], check=True, capture_output=True, timeout=30
+    ).stdout
 
 
 def upload(url: str, path: Path, *headers: str) -> None:
     """PUT a file to a presigned URL the way the bootstrap script does (`curl -T`), with the
     headers the provider's PUT needs (Azure: `x-ms-blob-type: BlockBlob`)."""
-    if shutil.which("curl") is None:
-        pytest.skip("curl is not on PATH")
     extra = [arg for header in headers for arg in ("-H", header)]
-    subprocess.run(["curl", "-fsS", *extra, "-T", str(path), url], check=True, timeout=30)
+    curl = require_tool("curl")
+    subprocess.run([curl, "-fsS", *extra, "-T", str(path), url], check=True, timeout=30)
 
 
 # --- ObjectStore -------------------------------------------------------------------------------

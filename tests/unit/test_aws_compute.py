@@ -14,7 +14,6 @@ import gzip
 import importlib
 import json
 import os
-import shutil
 import subprocess
 import time
 import urllib.parse
@@ -47,6 +46,7 @@ from cloudtrain.providers.aws.compute import (  # noqa: E402
 from cloudtrain.providers.aws.identity import parse_s3_uri, s3_policy  # noqa: E402
 from cloudtrain.providers.base import NodeRequest, Resource, RunInfo, node_name  # noqa: E402
 from cloudtrain.startup import StartupParams, render_startup  # noqa: E402
+from tests.fakes.shell import require_tool  # noqa: E402
 
 REGION = "us-east-1"
 GPU_AMI = "ami-0a1b2c3d4e5f60001"
@@ -706,11 +706,10 @@ def test_startup_blocks_render_into_a_valid_script(tmp_path: Path) -> None:
     path = tmp_path / "startup.sh"
     path.write_text(script)
     subprocess.run(["bash", "-n", str(path)], check=True)
-    if shutil.which("shellcheck"):
-        result = subprocess.run(
-            ["shellcheck", "-S", "warning", str(path)], capture_output=True, text=True
-        )
-        assert result.returncode == 0, result.stdout
+    result = subprocess.run(
+        [require_tool("shellcheck"), "-S", "warning", str(path)], capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stdout
     assert len(user_data(script)) <= 16 * 1024
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import datetime
 import os
-import shutil
 import subprocess
 import time
 import urllib.parse
@@ -32,6 +31,7 @@ from cloudtrain.providers.azure.storage import BLOB_TYPE_HEADER, BlobStore
 from cloudtrain.providers.base import ObjectStore, Resource, parallel_map
 from tests.fakes import azurite as fake
 from tests.fakes.azurite import azurite, azurite_oauth, azurite_oauth_session, azurite_session
+from tests.fakes.shell import require_tool
 
 __all__ = ["azurite", "azurite_oauth", "azurite_oauth_session", "azurite_session"]  # fixtures
 
@@ -55,10 +55,9 @@ def query(url: str) -> dict[str, str]:
 
 
 def curl(*args: str) -> bytes:
-    if shutil.which("curl") is None:
-        pytest.skip("curl is not on PATH")
+    """`curl -fsS ARGS`'s output (fails without curl: `require_tool`)."""
     return subprocess.run(
-        ["curl", "-fsS", *args], check=True, capture_output=True, timeout=30
+        [require_tool("curl"), "-fsS", *args], check=True, capture_output=True, timeout=30
     ).stdout
 
 

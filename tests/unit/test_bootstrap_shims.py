@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -32,6 +31,7 @@ from cloudtrain.providers.gcp.compute import GcpCompute
 from cloudtrain.providers.local import LocalCompute
 from cloudtrain.startup import NVIDIA_BRANCH, TF_VERSION, StartupParams, render_startup
 from tests.fakes.bootstrap_shims import Boot, FakeNode, Machine, make_bundle
+from tests.fakes.shell import require_tool
 
 RUN = RunInfo("shim-run", "us-east-1", None, (2222, 2230))
 GPU_REQUEST = NodeRequest("shim-run", "worker", 0, "g4dn.xlarge", "", accelerator_count=1)
@@ -331,9 +331,7 @@ def _variants() -> dict[str, tuple[StartupParams, StartupBlocks]]:
 
 
 def test_every_rendered_variant_passes_shellcheck(tmp_path: Path) -> None:
-    shellcheck = shutil.which("shellcheck")
-    if shellcheck is None:
-        pytest.skip("shellcheck is not on PATH (apt-get install shellcheck)")
+    shellcheck = require_tool("shellcheck")
     paths = []
     for key, (params, blocks) in _variants().items():
         path = tmp_path / f"{key}.sh"

@@ -13,7 +13,6 @@ from __future__ import annotations
 import base64
 import datetime
 import os
-import shutil
 import subprocess
 import threading
 import time
@@ -43,6 +42,7 @@ from cloudtrain.providers.gcp.errors import (
 )
 from cloudtrain.providers.gcp.storage import GcsStore
 from tests.fakes.gcs_emulator import GcsEmulator, gcs_emulator, gcs_emulator_session
+from tests.fakes.shell import require_tool
 from tests.providers import test_contract as contract
 
 __all__ = ["gcs_emulator", "gcs_emulator_session"]  # fixtures used by this module
@@ -61,10 +61,9 @@ def query(url: str) -> dict[str, str]:
 
 
 def curl(*args: str) -> bytes:
-    if shutil.which("curl") is None:
-        pytest.skip("curl is not on PATH")
+    """`curl -fsS ARGS`'s output (fails without curl: `require_tool`)."""
     return subprocess.run(
-        ["curl", "-fsS", *args], check=True, capture_output=True, timeout=30
+        [require_tool("curl"), "-fsS", *args], check=True, capture_output=True, timeout=30
     ).stdout
 
 

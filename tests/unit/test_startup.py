@@ -25,7 +25,6 @@ import importlib.metadata
 import os
 import re
 import shlex
-import shutil
 import signal
 import subprocess
 import sys
@@ -40,6 +39,7 @@ from cloudtrain.errors import NotFound
 from cloudtrain.providers.base import NodeRequest, RunInfo, StartupBlocks, node_name
 from cloudtrain.providers.local import LocalCompute, LocalStore, session_pids
 from cloudtrain.startup import TF_KERAS_VERSION, TF_VERSION, StartupParams, render_startup
+from tests.fakes.shell import require_tool
 
 GOLDEN_DIR = Path(__file__).resolve().parents[1] / "golden" / "startup"
 UPDATE_ENV = "CLOUDTRAIN_UPDATE_GOLDEN"
@@ -171,9 +171,7 @@ def test_bash_syntax(variant: str, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_shellcheck(variant: str, tmp_path: Path) -> None:
-    shellcheck = shutil.which("shellcheck")
-    if shellcheck is None:
-        pytest.skip("shellcheck is not on PATH (apt-get install shellcheck)")
+    shellcheck = require_tool("shellcheck")
     script = tmp_path / f"{variant}.sh"
     script.write_text(render(variant))
     proc = subprocess.run(
