@@ -102,6 +102,7 @@ def test_archive_layout_and_exclusions(tmp_path: Path) -> None:
     names = members(bundle)
     assert set(names) == {
         f"wheel/{WHEEL_NAME}",
+        "workdir",
         "workdir/train.py",
         "workdir/run.sh",
         "workdir/pkg/__init__.py",
@@ -111,6 +112,7 @@ def test_archive_layout_and_exclusions(tmp_path: Path) -> None:
     assert bundle.wheel_name == WHEEL_NAME
     assert bundle.version == cloudtrain.__version__
     assert bundle.files == 4
+    assert names["workdir"].isdir() and names["workdir"].mode == 0o755
     assert names["workdir/run.sh"].mode == 0o755
     assert names["workdir/train.py"].mode == 0o644
     assert all(m.mtime == 0 and m.uid == 0 and m.gid == 0 for m in names.values())
