@@ -13,14 +13,18 @@ from pathlib import Path
 
 import pytest
 
+from cloudtrain.bundle import Bundle
 from cloudtrain.jobs.agent import main
 from cloudtrain.providers.local import LocalStore
+from tests.unit.bundle_node import unpack_like_the_node
 from tests.unit.test_agent import (  # noqa: F401 - the agent tests' fixtures, shared
+    HANG_S,
     PREFIX,
     RUN_ID,
     base_cluster,
     child_groups,
     make_agent,
+    node_bundle,
     node_env,
     put_json,
     read_logs,
@@ -41,7 +45,8 @@ def test_a_failed_training_reports_its_exit_and_last_lines(store: LocalStore, wo
 
 
 def test_an_agent_error_is_reported_with_its_traceback(store: LocalStore, work: Path) -> None:
-    # the bundle has no workdir (a workdir with nothing but job.yaml, which is left out)
+    # a node whose workdir is gone: the bundler refuses to build a bundle without one
+    # (test_bundle_hostile), so this one lost it on the node
     shutil.rmtree(work / "bundle" / "workdir")
     agent = make_agent(store, work, entrypoint="true")
     put_json(store, "cluster.json", agent.cluster)
@@ -59,25 +64,27 @@ def test_an_agent_error_is_reported_with_its_traceback(store: LocalStore, work: 
     assert "Traceback (most recent call last):" in logs
 
 
-def test_an_agent_error_then_a_new_attempt_runs_again(store: LocalStore, work: Path) -> None:
+def test_an_agent_error_then_a_new_attempt_runs_again(
+    store: LocalStore, work: Path, node_bundle: Bundle
+) -> None:
     """max_restarts_on_errors: the agent that reported an error follows the next attempt."""
     shutil.rmtree(work / "bundle" / "workdir")
     agent = make_agent(store, work, entrypoint="echo ran", linger_s=30.0)
     put_json(store, "cluster.json", agent.cluster)
     runner = threading.Thread(target=agent.run, daemon=True)
     runner.start()
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + HANG_S
     while status_of(store, "chief-0").get("state") != "failed":
         assert time.monotonic() < deadline, "no failed status"
         time.sleep(0.05)
-    (work / "bundle" / "workdir").mkdir()  # the retry finds what was missing
+    unpack_like_the_node(node_bundle, work)  # the retry finds what was missing
     put_json(store, "cluster.json", {**agent.cluster, "attempt": 2})
     while status_of(store, "chief-0").get("state") != "succeeded":
         assert time.monotonic() < deadline, status_of(store, "chief-0")
         time.sleep(0.05)
     assert status_of(store, "chief-0")["attempt"] == 2
     store.put(PREFIX + "control/stop", b"test over")
-    runner.join(10)
+    runner.join(HANG_S)
     assert not runner.is_alive()
 
 
