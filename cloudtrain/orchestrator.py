@@ -4,8 +4,8 @@
 bundle, cluster.json, network, all nodes at once), watch (statuses, heartbeats, logs, node states),
 recover lost nodes through a new attempt and end the run when a node failed on its own (the
 rules: `runrules.judge_attempt`; the acts: `recovery.Recovery`), stop (chief done, failure,
-deadline, budget, Ctrl-C) and tear down on every path. Every resource is in the ledger before its
-create call.
+deadline, budget, or a stop signal: Ctrl-C, SIGTERM, SIGHUP) and tear down on every path. Every
+resource is in the ledger before its create call.
 """
 
 from __future__ import annotations
@@ -28,10 +28,11 @@ from cloudtrain.providers.retrying import RetryingStore
 from cloudtrain.recovery import Recovery, Stop
 from cloudtrain.resume import ResumeSource, copy_checkpoints
 from cloudtrain.retry import retrying
-from cloudtrain.runrules import judge_attempt, new_run_id, port_range_for, sigint_deferred
+from cloudtrain.runrules import judge_attempt, new_run_id, port_range_for
 from cloudtrain.runstate import RunReader, Snapshot, run_prefix
 from cloudtrain.runtypes import NodeView, Observer, RunOptions, RunResult, RunView
 from cloudtrain.startup import StartupParams, render_startup
+from cloudtrain.stop_signals import StopSignals, signal_name, stop_detail
 from cloudtrain.teardown import request_stop, scrub_secrets, teardown
 
 if TYPE_CHECKING:
@@ -96,7 +97,16 @@ class Orchestrator(Recovery):
 
     # --- the whole run ---------------------------------------------------------------------
     def run(self) -> RunResult:
-        """Provision, watch, stop, tear down. Blocks. Tears down on every exit path."""
+        """Provision, watch, stop, tear down. Blocks. Tears down on every exit path.
+
+        SIGINT, SIGTERM and SIGHUP (those not ignored at the start) stop the run as Ctrl-C
+        does: a graceful stop, the teardown, outcome "interrupted" with the signal named in
+        the detail. During the stop and the teardown every signal only warns (stop_signals).
+        Before the ledger row exists a signal ends the call with StopSignal (nothing made)."""
+        with StopSignals(self._signal_notice) as signals:
+            return self._run(signals)
+
+    def _run(self, signals: StopSignals) -> RunResult:
         ledger = self.ledger
         # the workdir is user input: check and pack it before anything exists
         spec_file = [self.spec.source_path] if self.spec.source_path else []
@@ -114,31 +124,42 @@ class Orchestrator(Recovery):
             json.dumps(self.plan.to_dict()),
             account=self.provider.account(),
         )
-        self.observer.event(f"run {self.run_id} on {self.provider.name}")
-        crash_point("ledger-row")
         outcome, detail = "failed", ""
         detached = False
         try:
+            self.observer.event(f"run {self.run_id} on {self.provider.name}")
+            crash_point("ledger-row")
             self._set_phase("provisioning")
             self.provision()
             if self.options.detach:
+                signals.defer()  # the nodes exist: from here the controller leaves on purpose
                 detached = True
                 ledger.set_status(self.run_id, "running")
                 self.observer.event("detached: the nodes stop themselves at the deadline")
                 return self._result("detached", "")
             self._set_phase("running")
             outcome, detail = self.watch()
-        except KeyboardInterrupt:
-            outcome, detail = "interrupted", "interrupted by Ctrl-C"
+        except KeyboardInterrupt as exc:  # Ctrl-C, or StopSignal: SIGTERM, SIGHUP
+            outcome, detail = "interrupted", stop_detail(exc)
         except Stop as stop:
             outcome, detail = stop.outcome, stop.detail
         except CloudtrainError as exc:
             outcome, detail = "failed", str(exc)
         finally:
             if not detached:
-                with sigint_deferred(self.observer):
-                    result = self._finish(outcome, detail)
+                try:  # no call before this `try`: a handler runs only at a call or a loop
+                    signals.defer()
+                except KeyboardInterrupt as exc:  # the first signal, just now
+                    outcome, detail = "interrupted", stop_detail(exc)
+                result = self._finish(outcome, detail)
         return result
+
+    def _signal_notice(self, signum: int) -> None:
+        """The one warning for a signal that came during the stop or the teardown."""
+        self.observer.event(
+            f"{signal_name(signum)} received: the stop and teardown under way finish first "
+            f"(`cloudtrain down {self.run_id}` also tears the run down)"
+        )
 
     def _finish(self, outcome: str, detail: str) -> RunResult:
         ledger = self.ledger
@@ -372,7 +393,7 @@ class Orchestrator(Recovery):
     # --- watching --------------------------------------------------------------------------
     def watch(self) -> tuple[str, str]:
         """Poll the bucket and the cloud until the job ends; returns (outcome, detail).
-        Raises Stop for deadline/budget/failure and KeyboardInterrupt for Ctrl-C."""
+        Raises Stop for deadline/budget/failure and KeyboardInterrupt for a stop signal."""
         reader = RunReader(self.store, self.run_id)
         opts = self.options
         self.ledger.set_status(self.run_id, "running")

@@ -1,21 +1,19 @@
 """The rules of a run that need no provider: its id, the ports its nodes open to each other,
-when a node counts as lost and when as failed (and so which end a restart can fix), and Ctrl-C
-during teardown.
+and when a node counts as lost and when as failed (and so which end a restart can fix).
 
-Used by the orchestrator; pure except `sigint_deferred`, which swaps the SIGINT handler.
+Used by the orchestrator; pure. (Signals during a teardown: `cloudtrain.stop_signals`.)
 """
 
 from __future__ import annotations
 
-import contextlib
 import re
 import secrets
 import signal
-from collections.abc import Iterator, Mapping, Set
+from collections.abc import Mapping, Set
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from cloudtrain.runtypes import Observer, RunOptions
+from cloudtrain.runtypes import RunOptions
 
 if TYPE_CHECKING:
     from cloudtrain.spec import JobSpec
@@ -173,21 +171,3 @@ def check_run_ref(value: str, *, exact: bool = False) -> str:
 def is_run_id(value: str) -> bool:
     """Whether `value` has the exact shape of a run id (as `new_run_id` makes). Pure."""
     return isinstance(value, str) and RUN_ID_RE.fullmatch(value) is not None
-
-
-@contextlib.contextmanager
-def sigint_deferred(observer: Observer) -> Iterator[None]:
-    """While tearing down, Ctrl-C only warns: an interrupted teardown is how VMs leak."""
-
-    def warn(_signum: int, _frame: object) -> None:
-        observer.event("teardown in progress; it finishes first (cloudtrain down RUN also works)")
-
-    try:
-        previous = signal.signal(signal.SIGINT, warn)
-    except ValueError:  # not the main thread
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)

@@ -2,19 +2,27 @@
 
 On a terminal the run is a rich Live view (nodes, states, epoch, last line, elapsed, cost) with log
 lines scrolling above it. Elsewhere (CI, pipes) the same information is printed as plain lines,
-only when something changes. Imports rich only; never TensorFlow or a cloud SDK.
+only when something changes. If the terminal goes away (SIGHUP, a closed SSH session or pipe),
+the output moves to the run's `controller.log`. Imports rich only; never TensorFlow or a cloud SDK.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+import threading
 import time
+from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
+
+from cloudtrain.paths import runs_dir
 
 if TYPE_CHECKING:
     from cloudtrain.plan import Plan
@@ -97,7 +105,13 @@ def node_table(view: RunView) -> Group:
 
 
 class ConsoleObserver:
-    """The orchestrator's observer: rich Live on a terminal, plain lines otherwise."""
+    """The orchestrator's observer: rich Live on a terminal, plain lines otherwise.
+
+    Output survives a vanished terminal (SIGHUP, a closed SSH session, a closed pipe): the first
+    write that fails with OSError (EIO, EPIPE...) moves every later line, plain, to
+    `$CLOUDTRAIN_HOME/runs/<run id>/controller.log` (/dev/null before the run id is known);
+    stdout and stderr are pointed there too when the dead stream was one of them, so the final
+    summary and Python's own exit-time flush cannot fail either. Thread-safe."""
 
     def __init__(self, console: Console | None = None, show_logs: bool = True) -> None:
         self.console = console or Console(stderr=False)
@@ -105,6 +119,11 @@ class ConsoleObserver:
         self.live: Live | None = None
         self._last_plain: dict[str, str] = {}
         self._last_phase = ""
+        self.run_id: str | None = None  # learnt from the first update
+        self.diverted_to: str | None = None  # where output went once the terminal vanished
+        self._lock = threading.RLock()
+        # rich's default for EPIPE is SystemExit(1), which would end a teardown half-way
+        self.console.on_broken_pipe = self._broken_pipe  # type: ignore[method-assign]
 
     def __enter__(self) -> ConsoleObserver:
         if self.console.is_terminal:
@@ -113,29 +132,84 @@ class ConsoleObserver:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self.live is not None:
-            self.live.__exit__(None, None, None)
-            self.live = None
+        with self._lock:
+            if self.live is not None:
+                self._emit(lambda: self._stop_live())
+
+    def _stop_live(self) -> None:
+        live, self.live = self.live, None
+        if live is not None:
+            live.__exit__(None, None, None)
+
+    def _print(self, renderable: Any) -> None:
+        self._emit(lambda: self.console.print(renderable, highlight=False, soft_wrap=True))
+
+    def _emit(self, write: Callable[[], None]) -> None:
+        """Run one write to the console; if the terminal is gone, divert and write it there."""
+        with self._lock:
+            diverted = self.diverted_to
+            try:
+                write()
+            except OSError:
+                self._divert()
+            if self.diverted_to != diverted:  # this write failed (an OSError, or EPIPE)
+                with contextlib.suppress(Exception):
+                    write()
+
+    def _broken_pipe(self) -> None:
+        """rich's hook for EPIPE: divert instead of exiting."""
+        self._divert()
+
+    def _divert(self) -> None:
+        """Send all later output to the run's log (or /dev/null). Idempotent."""
+        with self._lock:
+            if self.diverted_to is not None:
+                return
+            target = _log_path(self.run_id)
+            try:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            except OSError:
+                target = Path(os.devnull)
+                fd = os.open(os.devnull, os.O_WRONLY)
+            self.diverted_to = str(target)
+            dead = self.console.file
+            _redirect_std_streams(dead, fd)
+            sink = os.fdopen(fd, "w", buffering=1, errors="replace")
+            if _fileno(dead) not in (1, 2):
+                self.console.file = sink  # the caller's later prints (the summary) go there
+            with contextlib.suppress(Exception):  # drop the failed text rich still holds
+                self.console.begin_capture()
+                self.console.end_capture()
+            live, self.live = self.live, None
+            self.console = Console(file=sink, color_system=None, width=200, soft_wrap=True)
+            if live is not None:  # its stop writes nothing more: the stream is no terminal
+                with contextlib.suppress(Exception):
+                    live.__exit__(None, None, None)
+            self.console.print(
+                f"{time.strftime('%H:%M:%S')} cloudtrain the terminal is gone "
+                f"(stdout/stderr closed); the output continues here",
+                highlight=False,
+            )
 
     def event(self, message: str) -> None:
         """A lifecycle event (created, restart, teardown...)."""
         stamp = time.strftime("%H:%M:%S")
-        self.console.print(
-            f"[dim]{stamp}[/dim] [bold]cloudtrain[/bold] {message}", highlight=False, soft_wrap=True
-        )
+        self._print(f"[dim]{stamp}[/dim] [bold]cloudtrain[/bold] {message}")
 
     def log_line(self, node: str, line: str) -> None:
         """One line of a node's output."""
         if self.show_logs:
             style = "dim" if _NATIVE_LOG.match(line) else ""
-            text = Text(f"[{node}] ", style="blue") + Text(line, style=style)
-            self.console.print(text, highlight=False, soft_wrap=True)
+            self._print(Text(f"[{node}] ", style="blue") + Text(line, style=style))
 
     def update(self, view: RunView) -> None:
         """Redraw the live view; on a plain stream print only what changed."""
-        if self.live is not None:
-            self.live.update(node_table(view))
-            return
+        self.run_id = view.run_id
+        with self._lock:
+            if self.live is not None:
+                self.live.update(node_table(view))
+                return
         if view.phase != self._last_phase:
             self._last_phase = view.phase
             self.event(f"phase: {view.phase}")
@@ -145,6 +219,38 @@ class ConsoleObserver:
             if self._last_plain.get(key) != state:
                 self._last_plain[key] = state
                 self.event(f"{key}: {state}")
+
+
+def _log_path(run_id: str | None) -> Path:
+    """Where a run's controller output goes once its terminal is gone. Pure."""
+    if run_id is None:
+        return Path(os.devnull)
+    return runs_dir() / run_id / "controller.log"
+
+
+def _fileno(stream: Any) -> int | None:
+    try:
+        return int(stream.fileno())
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+def _redirect_std_streams(dead: Any, fd: int) -> None:
+    """Point fd 1 and 2 at `fd` when `dead` is one of them, and each other std fd that is the
+    same file (a terminal is both): later writes, including Python's exit-time flush, land in
+    `fd` instead of failing. Best effort."""
+    dead_fd = _fileno(dead)
+    if dead_fd not in (1, 2):
+        return
+    try:
+        gone = os.fstat(dead_fd)
+    except OSError:
+        return
+    for std in (1, 2):
+        with contextlib.suppress(OSError):
+            st = os.fstat(std)
+            if std == dead_fd or (st.st_dev, st.st_ino) == (gone.st_dev, gone.st_ino):
+                os.dup2(fd, std)
 
 
 def summary(result: RunResult) -> Group:
