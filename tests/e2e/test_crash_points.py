@@ -38,7 +38,7 @@ from cloudtrain.crashpoints import CRASH_ENV, POINTS
 from cloudtrain.ledger import Ledger
 from cloudtrain.providers.aws.network import TAG_RUN
 from cloudtrain.providers.local import session_pids
-from tests.e2e import reliability_report
+from tests.e2e import reliability_report, signals_kit
 from tests.e2e.conftest import EXAMPLES, Env
 from tests.e2e.test_aws_in_a_box import AwsBox, aws
 from tests.e2e.test_azure_in_a_box import AzureBox, azure, azure_cloud, azurite, azurite_session
@@ -114,14 +114,9 @@ class World:
 
 
 def _cli(env: dict[str, str], *args: str, log: Path | None = None) -> subprocess.Popen[str]:
-    out = open(log, "w") if log else subprocess.DEVNULL  # noqa: SIM115 - owned by the child
-    return subprocess.Popen(
-        [sys.executable, "-m", "cloudtrain.cli", *args],
-        env=env,
-        stdout=out,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    """`cloudtrain ARGS`, SIGINT at its default (the `stop` point sends it; a test run in the
+    background would otherwise hand its ignored SIGINT down)."""
+    return signals_kit.start(env, args, log=log, text=True)
 
 
 def _run_id(ledger_path: Path, point: str, timeout: float = 60) -> str | None:

@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from tests.e2e import signals_kit
 from tests.e2e.conftest import Env, assert_clean
 
 pytestmark = pytest.mark.e2e
@@ -82,7 +83,8 @@ def test_killed_worker_resumes_from_the_synced_checkpoint(ct: Env) -> None:
 
 def test_ctrl_c_flushes_a_checkpoint_and_tears_down(ct: Env) -> None:
     job = ct.job("digits-multiworker", "python train.py --epochs 20 --epoch-seconds 2")
-    cli = ct.start("run", str(job))
+    # SIGINT at its default, as in a terminal: not inherited (a background test run ignores it)
+    cli = signals_kit.start(ct.env, ["run", str(job)], log=ct.home / "cli.log")
     try:
         ct.wait_for(r"^\[worker-0\] cloudtrain: epoch 1/20 done")
         cli.send_signal(signal.SIGINT)
@@ -95,7 +97,10 @@ def test_ctrl_c_flushes_a_checkpoint_and_tears_down(ct: Env) -> None:
     assert (ct.bucket / run_id / "control" / "stop").exists()
     assert "[worker-0] cloudtrain-agent[worker-0]: final checkpoint flushed" in out, out[-3000:]
     assert any(f.endswith(".index") for f in _files(ct.bucket / run_id / "checkpoints"))
-    assert ct.ledger().get_run(run_id).outcome == "interrupted"  # type: ignore[union-attr]
+    rec = ct.ledger().get_run(run_id)
+    assert rec is not None and rec.outcome == "interrupted", rec
+    assert rec.detail == "interrupted by Ctrl-C (SIGINT)"
+    assert code == 130, out[-3000:]
     assert_clean(ct, run_id)
 
 
