@@ -282,23 +282,33 @@ def _sparse(path: Path, size: int) -> Path:
     return path
 
 
-def test_a_big_file_is_hashed_and_packed_by_streaming(tmp_path: Path) -> None:
-    size = 256 * 2**20
-    wd = job(tmp_path, {"train.py": "print(1)\n"})
-    _sparse(wd / "weights.bin", size)
+def _packed_peak(wd: Path, out: Path) -> tuple[Bundle, int]:
+    """Build, and the most memory Python held at once while it did."""
     tracemalloc.start()
     try:
-        bundle = build_bundle(wd, tmp_path / "out")
+        bundle = build_bundle(wd, out)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    # reading the file whole would hold all of its 256 MiB at once
-    assert peak < 16 * 2**20, f"peak {peak / 2**20:.0f} MiB while packing a 256 MiB file"
+    return bundle, peak
+
+
+def _streamed_sha(path: Path) -> str:
     want = hashlib.sha256()
-    with open(bundle.path, "rb") as fh:
+    with open(path, "rb") as fh:
         for block in iter(lambda: fh.read(CHUNK), b""):
             want.update(block)
-    assert want.hexdigest() == bundle.sha256 == bundle.path.name.split(".")[0]
+    return want.hexdigest()
+
+
+def test_a_big_file_is_read_and_packed_by_streaming(tmp_path: Path) -> None:
+    size = 256 * 2**20
+    wd = job(tmp_path, {"train.py": "print(1)\n"})
+    _sparse(wd / "weights.bin", size)
+    bundle, peak = _packed_peak(wd, tmp_path / "out")
+    # reading the file whole would hold all of its 256 MiB at once
+    assert peak < 16 * 2**20, f"peak {peak / 2**20:.0f} MiB while packing a 256 MiB file"
+    assert _streamed_sha(bundle.path) == bundle.sha256 == bundle.path.name.split(".")[0]
     with tarfile.open(bundle.path, "r:gz") as tar:
         member = tar.getmember("workdir/weights.bin")
         assert member.size == size
@@ -309,6 +319,19 @@ def test_a_big_file_is_hashed_and_packed_by_streaming(tmp_path: Path) -> None:
             assert block == zeros[: len(block)]
             seen += len(block)
         assert seen == size
+
+
+def test_a_big_archive_is_hashed_by_streaming(tmp_path: Path) -> None:
+    size = 48 * 2**20  # random bytes do not compress: the archive is as big
+    wd = job(tmp_path, {"train.py": "print(1)\n"})
+    with open(wd / "noise.bin", "wb") as fh:
+        for _ in range(size // CHUNK):
+            fh.write(os.urandom(CHUNK))
+    bundle, peak = _packed_peak(wd, tmp_path / "out")
+    assert bundle.size > size
+    # hashing (or compressing) the archive whole would hold all of its 48 MiB at once
+    assert peak < 16 * 2**20, f"peak {peak / 2**20:.0f} MiB while packing a 48 MiB archive"
+    assert _streamed_sha(bundle.path) == bundle.sha256
 
 
 def test_a_workdir_over_the_ceiling_is_refused_before_a_byte_is_read(tmp_path: Path) -> None:
