@@ -3,13 +3,15 @@ creates succeeding with their reply lost, a run still succeeds, and it creates e
 it asked for (a retried create never makes a second VM).
 
 - local, in process, through `providers/faults.py` around the real local provider: the wrapper
-  counts what it injected, so the figures (calls throttled and absorbed) go to the report;
+  counts what it injected (calls throttled, replies lost), and the nodes are counted where the
+  local cloud keeps them (node folders, boots in each console.log, processes);
 - AWS on moto through the CLI (`$CLOUDTRAIN_FAULTS`): moto then holds exactly two instances.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -17,17 +19,19 @@ import yaml
 
 from cloudtrain import retry
 from cloudtrain.catalog import Catalog
+from cloudtrain.errors import TransientError
 from cloudtrain.ledger import Ledger
 from cloudtrain.orchestrator import Orchestrator
 from cloudtrain.plan import make_plan
 from cloudtrain.providers.aws.network import TAG_RUN
-from cloudtrain.providers.base import node_name
-from cloudtrain.providers.faults import FaultPlan, wrap
+from cloudtrain.providers.base import Compute, Node, NodeRequest, RunInfo, node_name
+from cloudtrain.providers.faults import THROTTLED, FaultPlan, FaultyCompute, wrap
 from cloudtrain.providers.local import LocalProvider
 from cloudtrain.runtypes import RunOptions
 from cloudtrain.spec import load_spec
 from tests.e2e import reliability_report
 from tests.e2e.conftest import EXAMPLES, Env
+from tests.e2e.nothing_created import home_processes
 from tests.e2e.test_aws_in_a_box import REGION, AwsBox, aws
 from tests.unit.security_kit import QuietObserver
 
@@ -53,6 +57,35 @@ def _job(home: Path, workers: int) -> Path:
     return dest / "job.yaml"
 
 
+def _boots(node_dir: Path) -> int:
+    """How many times a local node's startup script began: its console.log gets one `start`
+    line per session started in the folder (providers/local.py `start_session` appends)."""
+    console = (node_dir / "console.log").read_text(errors="replace")
+    return len(re.findall(r"cloudtrain-bootstrap\[[\w-]+\]: start \(deadline", console))
+
+
+class FirstReplyLost(FaultyCompute):
+    """FaultyCompute that also loses the reply to the first create of each node (the create
+    succeeds, then answers with an error), so every node's create is retried at least once:
+    the random faults alone may lose no reply at all."""
+
+    def __init__(self, inner: Compute, plan: FaultPlan) -> None:
+        super().__init__(inner, plan)
+        self.replied_once: set[str] = set()
+
+    def create_node(self, run: RunInfo, request: NodeRequest) -> Node:
+        """FaultyCompute's create, whose first success per node name is answered as an error."""
+        node = super().create_node(run, request)
+        with self._lock:
+            first = request.name not in self.replied_once
+            self.replied_once.add(request.name)
+            if first:
+                self.lost_replies += 1
+        if first:
+            raise TransientError(f"{THROTTLED}: first reply to create {request.name} lost")
+        return node
+
+
 def test_local_run_absorbs_throttling_and_lost_replies(
     ct: Env, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -61,6 +94,8 @@ def test_local_run_absorbs_throttling_and_lost_replies(
     spec = load_spec(_job(ct.home, workers=3))
     plan = make_plan(spec, Catalog.bundled())
     provider = wrap(LocalProvider(), FaultPlan.from_dict(FLAKY))
+    compute = FirstReplyLost(provider.inner.compute, provider.plan)
+    monkeypatch.setattr(type(provider), "compute", property(lambda self: compute))
     orch = Orchestrator(
         spec,
         plan,
@@ -71,13 +106,22 @@ def test_local_run_absorbs_throttling_and_lost_replies(
     )
     result = orch.run()
     assert result.outcome == "succeeded", (result.detail, orch.observer.lines)  # type: ignore[attr-defined]
-    compute = provider.compute
     wanted = sorted(node_name(orch.run_id, n.role, n.index) for n in plan.nodes)
-    assert sorted(compute.created) == wanted  # each node made once, none twice
+    # what the local cloud holds, not the wrapper's bookkeeping: one node folder per node, and
+    # one boot per folder (a second VM made by a retried create boots again in the same folder,
+    # appending to its console.log), and no process left of any of them
+    nodes_dir = ct.home / "local" / "runs" / orch.run_id / "nodes"
+    made = sorted(p.name for p in nodes_dir.iterdir() if (p / "node.json").is_file())
+    assert made == wanted
+    boots = {name: _boots(nodes_dir / name) for name in made}
+    assert boots == dict.fromkeys(wanted, 1), boots
+    assert home_processes(ct.home) == {}
     throttled = sum(compute.throttled.values()) + sum(provider.store_faults.throttled.values())
     calls = sum(compute.calls.values()) + sum(provider.store_faults.calls.values())
-    assert throttled > 0 and compute.lost_replies >= 0
-    assert ct.live_processes() == []
+    # the faults were really injected: calls throttled, and creates that succeeded but answered
+    # with an error (at least the first of each node), so the run retried creates of live nodes
+    assert throttled > 0, compute.calls
+    assert compute.replied_once == set(wanted) and compute.lost_replies >= len(wanted)
     reliability_report.record(
         "flaky",
         "local",
@@ -86,7 +130,7 @@ def test_local_run_absorbs_throttling_and_lost_replies(
         lost_replies=compute.lost_replies,
         absorbed=throttled + compute.lost_replies,
         nodes_requested=len(wanted),
-        nodes_created=len(compute.created),
+        nodes_created=sum(boots.values()),
         outcome=result.outcome,
     )
 
