@@ -234,21 +234,32 @@ def store(tmp_path: Path) -> LocalStore:
     return bucket
 
 
-@pytest.fixture(scope="module")
-def node_bundle(tmp_path_factory: pytest.TempPathFactory) -> Bundle:
-    """A real bundle of a one-file job, built once per module by the real bundler."""
-    root = tmp_path_factory.mktemp("bundle")
-    (root / "job").mkdir()
-    (root / "job" / "train.py").write_text("print('training')\n")
-    return build_bundle(root / "job", root / "bundles")
+_BUNDLE: list[Bundle] = []
+
+
+def job_bundle(factory: pytest.TempPathFactory) -> Bundle:
+    """A real bundle of a one-file job, built once per session by the real bundler."""
+    if not _BUNDLE:
+        root = factory.mktemp("bundle")
+        (root / "job").mkdir()
+        (root / "job" / "train.py").write_text("print('training')\n")
+        _BUNDLE.append(build_bundle(root / "job", root / "bundles"))
+    return _BUNDLE[0]
 
 
 @pytest.fixture
-def work(tmp_path: Path, node_bundle: Bundle) -> Path:
+def node_bundle(tmp_path_factory: pytest.TempPathFactory) -> Bundle:
+    """The bundle in every `work` folder (see job_bundle)."""
+    return job_bundle(tmp_path_factory)
+
+
+@pytest.fixture
+def work(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The node's work folder, with the real bundle verified and unpacked into it by the
-    bootstrap's own commands (the agent runs the entrypoint in its `bundle/workdir`)."""
+    bootstrap's own commands (the agent runs the entrypoint in its `bundle/workdir`). Needs
+    only pytest's own fixtures, so other modules can import it alone."""
     folder = tmp_path / "work"
-    unpack_like_the_node(node_bundle, folder)
+    unpack_like_the_node(job_bundle(tmp_path_factory), folder)
     return folder
 
 
