@@ -165,11 +165,10 @@ def test_sighup_with_the_terminal_gone_still_tears_down(
     code = proc.wait(timeout=120)
     assert f"run {run_id} on local".encode() in seen, bytes(seen[-2000:])
     log = ct.home / "runs" / run_id / "controller.log"
-    assert log.exists(), "the output after the hang-up went nowhere"
-    text = log.read_text(errors="replace")
+    text = log.read_text(errors="replace") if log.exists() else "(no controller.log)"
+    _ended_by(ct, run_id, code, "stopped by SIGHUP", text)
     assert "the terminal is gone" in text and "deleting 2 node(s)" in text, text[-3000:]
     assert f"run {run_id}: interrupted" in text, text[-3000:]  # the summary, printed after
-    _ended_by(ct, run_id, code, "stopped by SIGHUP", text)
 
 
 def test_signals_during_the_stop_and_teardown_only_warn(
@@ -195,10 +194,10 @@ def test_signals_during_the_stop_and_teardown_only_warn(
     finally:
         signal.signal(signal.SIGINT, previous)
     out = ct.output()
-    assert out.count(NOTICE) == 1, out[-3000:]
+    _ended_by(ct, run_id, code, "interrupted by Ctrl-C (SIGINT)", out)
+    assert out.count(NOTICE) == 1 and "deleting 2 node(s)" in out, out[-3000:]
     assert f"SIGTERM {NOTICE} (`cloudtrain down {run_id}`" in out
     assert out.index(NOTICE) < out.index("deleting 2 node(s)"), "the signals came too late"
-    _ended_by(ct, run_id, code, "interrupted by Ctrl-C (SIGINT)", out)
 
 
 def test_sigterm_while_a_detached_run_provisions_tears_down_what_exists(
