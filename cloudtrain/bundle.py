@@ -78,7 +78,7 @@ class Bundle:
     """A built bundle: where it is, its sha256 (its name in the bucket) and what it holds.
 
     `left_out`: workdir-relative folders and links left out by place (cloudtrain's home, the
-    bundles folder), for the run's output to mention."""
+    bundles folder), printable (see _shown), for the run's output to mention."""
 
     path: Path
     sha256: str
@@ -156,6 +156,13 @@ def build_wheel() -> tuple[str, bytes]:
     return f"cloudtrain-{version}-py3-none-any.whl", buf.getvalue()
 
 
+def _shown(text: object) -> str:
+    """`text` for an error line: as it is when printable, else quoted with escapes, so that a
+    newline or a terminal escape in a file name can neither split nor colour the line. Pure."""
+    value = str(text)
+    return value if value.isprintable() else repr(value)
+
+
 def _real(path: Path) -> Path:
     """The absolute path with every link resolved; never raises (a loop stays unresolved)."""
     return Path(os.path.realpath(path))
@@ -192,30 +199,30 @@ class _Walk:
     def _refuse(
         self, path: Path, problem: str, hint: str = "remove it from the workdir"
     ) -> NoReturn:
-        raise SpecError(f"{self.where}: {self._rel(path)} {problem}", hint=hint)
+        raise SpecError(f"{self.where}: {_shown(self._rel(path))} {problem}", hint=hint)
 
     def _unreadable(self, exc: OSError) -> None:
         """os.walk's error handler: a folder that cannot be listed is an error, not a skip."""
         where = self._rel(exc.filename) if exc.filename else str(self.root)
-        raise SpecError(f"{self.where}: cannot read the folder {where}: {exc.strerror}")
+        raise SpecError(f"{self.where}: cannot read the folder {_shown(where)}: {exc.strerror}")
 
     def _link_target(self, path: Path) -> Path:
         """Where the symlink `path` leads, inside the workdir; refuses loops and dangling or
         outside links."""
-        shown = os.readlink(path)
+        shown = _shown(os.readlink(path))
         try:
             # strict: a loop raises ELOOP and a dangling link ENOENT (non-strict returns a path)
             target = Path(os.path.realpath(path, strict=True))
         except OSError as exc:
             if exc.errno == errno.ELOOP:
-                self._refuse(path, f"is a symlink loop ({self._rel(path)} -> {shown} -> ...)")
+                self._refuse(path, f"is a symlink loop ({_shown(path.name)} -> {shown} -> ...)")
             if exc.errno == errno.ENOENT:
                 self._refuse(path, f"is not a regular file: a symlink to {shown}, which is gone")
             self._refuse(path, f"cannot be read: {exc.strerror}")
         if not target.is_relative_to(self.root):
             self._refuse(
                 path,
-                f"is a symlink to {target}, outside the workdir {self.root}",
+                f"is a symlink to {_shown(target)}, outside the workdir {_shown(self.root)}",
                 hint="copy the file into the workdir or remove the link",
             )
         return target
@@ -250,13 +257,13 @@ class _Walk:
         self.size += info.st_size
         if len(self.files) > MAX_BUNDLE_FILES:
             raise SpecError(
-                f"{self.where}: {self.root} holds more than {MAX_BUNDLE_FILES} files",
+                f"{self.where}: {_shown(self.root)} holds more than {MAX_BUNDLE_FILES} files",
                 hint=_DATA_HINT,
             )
         if self.size > MAX_BUNDLE_BYTES:
             raise SpecError(
-                f"{self.where}: {self.root} is larger than {MAX_BUNDLE_BYTES // 2**20} MiB"
-                f" (reached at {self._rel(path)})",
+                f"{self.where}: {_shown(self.root)} is larger than"
+                f" {MAX_BUNDLE_BYTES // 2**20} MiB (reached at {_shown(self._rel(path))})",
                 hint=_DATA_HINT,
             )
 
@@ -295,17 +302,17 @@ def _pack_file(tar: tarfile.TarFile, rel: str, path: Path, where: str) -> int:
         # O_NONBLOCK: a file swapped for a FIFO since the walk fails the check below, not hangs
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
-        raise SpecError(f"{where}: {rel} cannot be read: {exc.strerror}") from exc
+        raise SpecError(f"{where}: {_shown(rel)} cannot be read: {exc.strerror}") from exc
     with os.fdopen(fd, "rb") as fh:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            raise SpecError(f"{where}: {rel} is not a regular file")
+            raise SpecError(f"{where}: {_shown(rel)} is not a regular file")
         mode = 0o755 if info.st_mode & stat.S_IXUSR else 0o644
         try:
             tar.addfile(_member(f"workdir/{rel}", info.st_size, mode), fh)
         except OSError as exc:  # tarfile's "unexpected end of data": it shrank meanwhile
             raise SpecError(
-                f"{where}: {rel} changed while it was being packed ({exc})",
+                f"{where}: {_shown(rel)} changed while it was being packed ({exc})",
                 hint="run again when nothing is writing into the workdir",
             ) from exc
     return int(info.st_size)
@@ -373,12 +380,13 @@ def build_bundle(
     `out_dir` cannot be written. Deterministic; idempotent; safe to call from several processes
     at once. Blocks while it streams the files."""
     if not workdir.is_dir():
-        raise SpecError(f"{where}: {workdir} does not exist or is not a folder")
+        raise SpecError(f"{where}: {_shown(workdir)} does not exist or is not a folder")
     root = _real(workdir)
     home, bundles = _real(cloudtrain_home()), _real(out_dir)
     if root == home or _within(root, [bundles]):
         raise SpecError(
-            f"{where}: {root} is cloudtrain's own {'home' if root == home else 'bundles folder'}"
+            f"{where}: {_shown(root)} is cloudtrain's own"
+            f" {'home' if root == home else 'bundles folder'}"
             " (its ledger, bundles and runs are never shipped)",
             hint=f"point workdir at the job's code; ${HOME_ENV} sets where cloudtrain keeps state",
         )
@@ -386,15 +394,15 @@ def build_bundle(
     inside = [d for d in (home, bundles) if d.is_relative_to(root)]
     walk = _Walk(root, where, {_real(p) for p in leave_out}, inside)
     if not walk.files:
-        also = f"; left out: {', '.join(walk.left_out)}" if walk.left_out else ""
+        also = f"; left out: {', '.join(map(_shown, walk.left_out))}" if walk.left_out else ""
         raise SpecError(
-            f"{where}: {root} has nothing to ship: no file besides the job spec and the"
+            f"{where}: {_shown(root)} has nothing to ship: no file besides the job spec and the"
             f" names left out ({', '.join(sorted(EXCLUDE_DIRS))}, *.pyc){also}",
             hint="put the job's code in the workdir, or set workdir to the folder that holds it",
         )
     path, sha, size, wheel_name = _pack(walk.files, out_dir, where)
     version = cloudtrain.__version__
-    left_out = tuple(sorted(walk.left_out))
+    left_out = tuple(sorted(map(_shown, walk.left_out)))
     return Bundle(path, sha, size, wheel_name, version, len(walk.files), left_out)
 
 

@@ -247,6 +247,28 @@ def test_links_that_loop_dangle_or_name_folders_are_refused_without_a_hang(
     refused(wd, tmp_path / "out", "^" + match)
 
 
+EVIL = "evil\n\x1b[31mred\x1b[0m"  # a newline and a terminal colour
+
+
+@pytest.mark.parametrize(
+    ("make", "match"),
+    [
+        (lambda wd: os.mkfifo(wd / EVIL), r"is not a regular file"),
+        (lambda wd: (wd / "data.csv").symlink_to(EVIL), r"data\.csv is not a regular file"),
+        (lambda wd: (wd / EVIL).symlink_to(EVIL), r"is a symlink loop"),
+    ],
+    ids=["fifo-named", "dangling-link-to", "loop-named"],
+)
+def test_a_hostile_name_can_neither_split_nor_colour_the_error_line(
+    tmp_path: Path, make: Callable[[Path], None], match: str
+) -> None:
+    wd = job(tmp_path, {"train.py": "print(1)\n"})
+    make(wd)
+    text = str(refused(wd, tmp_path / "out", match))  # one line: refused() checks it
+    assert "\x1b" not in text
+    assert repr(EVIL) in text
+
+
 def test_links_in_excluded_folders_are_never_looked_at(tmp_path: Path) -> None:
     wd = job(tmp_path, {"train.py": "print(1)\n"})
     (wd / ".git").mkdir()
