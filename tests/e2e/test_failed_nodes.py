@@ -153,10 +153,10 @@ def test_an_entrypoint_naming_a_missing_file_fails_once(ct: Env) -> None:
         assert "can't open file" in text and "no_such_train.py" in text
 
 
-def test_an_agent_error_reaches_the_bucket_with_its_traceback(ct: Env) -> None:
+def test_a_workdir_with_nothing_to_ship_is_refused_before_anything_exists(ct: Env) -> None:
     job_dir = ct.home / "jobs" / "nothing-to-ship"
     job_dir.mkdir(parents=True)
-    job = job_dir / "job.yaml"  # left out of the bundle: the bundle has no workdir at all
+    job = job_dir / "job.yaml"  # left out of the bundle: the bundle would hold nothing
     job.write_text(
         "name: nothing-to-ship\n"
         "cluster: {strategy: multi_worker_mirrored, workers: 2, accelerator: 'T4:1'}\n"
@@ -164,14 +164,24 @@ def test_an_agent_error_reaches_the_bucket_with_its_traceback(ct: Env) -> None:
         "max_hours: 0.2\n"
     )
     proc = ct.cli("run", str(job))
+    assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert re.search(r"^error: .*workdir: .*nothing to ship", proc.stderr, re.M), proc.stderr
+    assert "Traceback" not in proc.stdout + proc.stderr
+    assert ct.run_ids() == []
+
+
+def test_an_agent_error_reaches_the_bucket_with_its_traceback(ct: Env) -> None:
+    # the real agent with a fault planted in its attempt loop (before the entrypoint starts)
+    _crashing_python(ct, "in-the-attempt")
+    proc = ct.cli("run", str(ct.job("digits-multiworker", "entrypoint: python -c 'print(1)'")))
     assert proc.returncode == 3, proc.stdout[-3000:]
     (run_id,) = ct.run_ids()
     assert "lost" not in proc.stdout, proc.stdout[-3000:]
     logs = _failed_once(ct, proc.stdout, run_id)
     for text in (proc.stdout, logs):
-        assert "worker-0 failed: agent error: FileNotFoundError:" in text
+        assert "failed: agent error: FileNotFoundError:" in text
         assert "Traceback (most recent call last):" in text
-        assert re.search(r"FileNotFoundError: .*bundle/workdir", text)
+        assert re.search(r"FileNotFoundError: .*planted", text)
     status = json.loads((ct.bucket / run_id / "status" / "worker-1.json").read_text())
     assert status["state"] == "failed" and status["tail"][0].startswith("Traceback")
 
@@ -183,6 +193,9 @@ AGENT_CRASHES = {
     "in-the-agent": "import cloudtrain.jobs.agent as a, sys; a.Redactor = None; "
     "sys.exit(a.main(sys.argv[1:]))",
     "before-the-agent": "raise ImportError('the agent cannot start: planted')",
+    "in-the-attempt": "import cloudtrain.jobs.agent as a, sys; "
+    "a.Agent.checkpoint_barrier = lambda self: open('/nonexistent/planted'); "
+    "sys.exit(a.main(sys.argv[1:]))",
 }
 
 
@@ -202,7 +215,7 @@ def _crashing_python(ct: Env, where: str) -> None:
     ct.env["CT_PYTHON"] = str(shim)
 
 
-@pytest.mark.parametrize("where", sorted(AGENT_CRASHES))
+@pytest.mark.parametrize("where", ["before-the-agent", "in-the-agent"])
 def test_a_crashed_agent_is_failed_not_lost(ct: Env, where: str) -> None:
     """The agent exits with a traceback and its node powers itself off: the node is gone, but
     it reported first (status and/or the bootstrap log uploaded as the agent exits)."""
