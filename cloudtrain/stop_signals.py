@@ -102,13 +102,17 @@ class StopSignals:
     def __enter__(self) -> StopSignals:
         if threading.current_thread() is not threading.main_thread():
             return self  # signal.signal works only in the main thread
-        for sig in STOP_SIGNALS:
-            previous = signal.getsignal(sig)
-            if previous == signal.SIG_IGN:  # the user's choice (nohup, a background job)
-                continue
-            self._previous[sig] = previous
-            signal.signal(sig, self._handle)
-            self.installed.append(int(sig))
+        try:
+            for sig in STOP_SIGNALS:
+                previous = signal.getsignal(sig)
+                if previous == signal.SIG_IGN:  # the user's choice (nohup, a background job)
+                    continue
+                self._previous[sig] = previous
+                signal.signal(sig, self._handle)
+                self.installed.append(int(sig))
+        except BaseException:  # a signal in the middle (it raised): put back what was there
+            self.__exit__(None, None, None)
+            raise
         self._thread = threading.Thread(target=self._watch, name="stop-signals", daemon=True)
         self._thread.start()
         return self
