@@ -147,7 +147,9 @@ class Orchestrator(Recovery):
             outcome, detail = "failed", str(exc)
         finally:
             if not detached:
-                try:  # no call before this `try`: a handler runs only at a call or a loop
+                # CPython runs a signal's Python handler only at a call or a backward jump
+                # (ceval's eval breaker): none can raise between `finally:` and this `try`
+                try:
                     signals.defer()
                 except KeyboardInterrupt as exc:  # the first signal, just now
                     outcome, detail = "interrupted", stop_detail(exc)
