@@ -32,6 +32,7 @@ SCRIPTS: tuple[str, ...] = (
     "gce_fanout",
     "azure_fanout",
     "teardown_lag",
+    "unit_timings",
     "local_vs_plain",
 )
 TIMEOUT_S = 900

@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 from cloudtrain.errors import NotFound
@@ -41,6 +42,11 @@ class MemoryCompute(Compute):
         self.creations: Counter[str] = Counter()
         self.born: dict[str, float] = {}  # node name or run id (network) -> when it was made
         self.clock = time.time  # what `born` is stamped with (tests may replace it)
+        # create_node calls running at once, and the most seen: a fan-out's proof without a clock
+        self.creates_in_flight = 0
+        self.peak_creates_in_flight = 0
+        # called inside create_node while it counts as in flight (a test may hold creates there)
+        self.create_hook: Callable[[], None] | None = None
         self._lock = threading.Lock()
         self._next_ip = 0
 
@@ -62,6 +68,18 @@ class MemoryCompute(Compute):
     def create_node(self, run: RunInfo, request: NodeRequest) -> Node:
         """Make a running node, or return the live one with this name. Idempotent."""
         self._count("create_node")
+        with self._lock:
+            self.creates_in_flight += 1
+            self.peak_creates_in_flight = max(self.peak_creates_in_flight, self.creates_in_flight)
+        try:
+            if self.create_hook is not None:
+                self.create_hook()
+            return self._create(run, request)
+        finally:
+            with self._lock:
+                self.creates_in_flight -= 1
+
+    def _create(self, run: RunInfo, request: NodeRequest) -> Node:
         with self._lock:
             existing = self.nodes.get(request.name)
             if existing is not None and existing.alive:

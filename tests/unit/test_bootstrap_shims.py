@@ -133,11 +133,12 @@ def test_debian_gpu_without_driver_uses_nvidias_repository(node: FakeNode) -> No
     assert not any(c.startswith("install") for c in boot.called("python")), "TF was there"
 
 
-def test_ready_gpu_image_installs_nothing_and_boots_in_under_a_second(node: FakeNode) -> None:
-    node.boot(Machine(gpu=True, driver=True, tf=True))  # warm the page cache
+def test_ready_gpu_image_installs_nothing(node: FakeNode) -> None:
+    """A ready image is only checked: no install, no reboot (so its boot is quick: the time is
+    benchmarks/unit_timings.py's ready_boot_s, not an assert a loaded machine could flake)."""
+    node.boot(Machine(gpu=True, driver=True, tf=True))
     boot = node.boot(Machine(gpu=True, driver=True, tf=True), boot_id="boot-2")
     assert_agent_started(boot, node)
-    assert boot.seconds < 1.0, f"boot took {boot.seconds:.2f}s"
     touched = {c.split()[0] for c in boot.calls}
     assert not touched & {"apt-get", "apt-cache", "dpkg", "modprobe", "reboot", "pip", "python3"}
     assert not [c for c in boot.called("python") if "pip install" in c]

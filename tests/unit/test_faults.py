@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import threading
 import time
+from types import SimpleNamespace
 
 import pytest
 
 from cloudtrain import retry
 from cloudtrain.errors import NoCapacityError, TransientError, UsageError
+from cloudtrain.providers import faults
 from cloudtrain.providers.base import Node, NodeRequest, RunInfo, parallel_map
 from cloudtrain.providers.faults import FaultPlan, FaultyCompute, FaultyStore, wrap
 from cloudtrain.retry import retrying
@@ -43,7 +46,12 @@ def test_no_faults_is_transparent() -> None:
     assert inner.compute.nodes == {}
 
 
-def test_latency_applies_per_call() -> None:
+def test_latency_applies_per_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each call that reaches the cloud sleeps the plan's latency once; a pure call never does.
+    The sleeps are recorded (no wall-clock bound a loaded machine could break)."""
+    slept: list[float] = []
+    clock = SimpleNamespace(sleep=slept.append, monotonic=time.monotonic)
+    monkeypatch.setattr(faults, "time", clock)
     _, compute = make(FaultPlan(latency_s=0.05))
     for call in (
         lambda: compute.create_node(RUN, requests(1)[0]),
@@ -51,21 +59,23 @@ def test_latency_applies_per_call() -> None:
         lambda: compute.ensure_network(RUN),
         lambda: compute.list_resources("r1"),
     ):
-        start = time.monotonic()
+        slept.clear()
         call()
-        assert time.monotonic() - start >= 0.05
-    start = time.monotonic()
+        assert slept == [0.05]
+    slept.clear()
     compute.planned_network(RUN)  # pure: no latency
-    assert time.monotonic() - start < 0.05
+    assert slept == []
 
 
 def test_32_nodes_fan_out_in_parallel() -> None:
-    inner, compute = make(FaultPlan(latency_s=0.2))
-    start = time.monotonic()
+    """All 32 creates are in the cloud at once: each waits in the fake until all 32 have
+    arrived (a serial or narrower fan-out breaks the barrier), and the fake counts the peak."""
+    inner, compute = make(FaultPlan(latency_s=0.01))
+    arrived = threading.Barrier(32, timeout=60)
+    inner.compute.create_hook = arrived.wait
     nodes = compute.create_nodes(RUN, requests(32))
-    elapsed = time.monotonic() - start
     assert len(nodes) == 32 and len(inner.compute.nodes) == 32
-    assert elapsed < 1.5, f"32 creates at 0.2 s each took {elapsed:.2f}s: not fanned out"
+    assert inner.compute.peak_creates_in_flight == 32
     assert compute.calls["create_node"] == 32
     assert sorted(compute.created) == sorted(r.name for r in requests(32))
 
