@@ -16,7 +16,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from cloudtrain import __version__
-from cloudtrain.bundle import Bundle, build_bundle
+from cloudtrain.bundle import Bundle, build_spec_bundle
 from cloudtrain.crashpoints import crash_point
 from cloudtrain.errors import CloudtrainError, NoCapacityError
 from cloudtrain.failures import read_reports
@@ -109,10 +109,7 @@ class Orchestrator(Recovery):
     def _run(self, signals: StopSignals) -> RunResult:
         ledger = self.ledger
         # the workdir is user input: check and pack it before anything exists
-        spec_file = [self.spec.source_path] if self.spec.source_path else []
-        self.bundle = build_bundle(
-            self.spec.workdir_path(), cloudtrain_home() / "bundles", leave_out=spec_file
-        )
+        self.bundle = build_spec_bundle(self.spec, cloudtrain_home() / "bundles")
         ledger.create_run(
             self.run_id,
             self.spec.name,
@@ -225,9 +222,12 @@ class Orchestrator(Recovery):
         key = self.prefix + self.bundle.key
         if not self.store.list(key):
             retrying(lambda: self.store.put_file(key, str(self.bundle.path)), what="bundle upload")
+        left = self.bundle.left_out
         self.observer.event(
             f"bundle {self.bundle.sha256[:12]} ({self.bundle.files} files, "
-            f"{self.bundle.size / 1024:.0f} KiB)"
+            f"{self.bundle.size / 1024:.0f} KiB"
+            + (f"; left out, cloudtrain's own: {', '.join(left)}" if left else "")
+            + ")"
         )
         if self.resume_from is not None:
             src = self.resume_from
