@@ -317,8 +317,15 @@ class LocalCompute(Compute):
         stamp = meta.get("start")
         if sid in members and isinstance(stamp, str) and not same_process(sid, stamp):
             return []  # the session id was reused by an unrelated new session
-        if any(environ_has(pid, WORK_ENV, str(node_dir)) for pid in members):
-            return members
+        popen = self._popen.get(str(meta.get("name")))
+        if popen is not None and popen.pid == sid and popen.returncode is None:
+            return members  # this process started it (and has not reaped it): it is the node
+        # a process caught mid-exec shows an empty environment for an instant: ask again
+        for attempt in range(3):
+            if any(environ_has(pid, WORK_ENV, str(node_dir)) for pid in members):
+                return members
+            if attempt < 2:
+                time.sleep(0.02)
         return []
 
     def planned_network(self, run: RunInfo) -> list[Resource]:
@@ -427,18 +434,21 @@ class LocalCompute(Compute):
             return self._to_node(meta, "running")
 
     def list_nodes(self, run_id: str) -> list[Node]:
-        """Nodes from their node.json files; a node whose session is gone is 'terminated'."""
+        """Nodes from their node.json files; a node whose session is gone is 'terminated', and
+        one marked deleted is listed only while a process of it still runs."""
         nodes_dir = self._run_dir(run_id) / "nodes"
         out: list[Node] = []
         if not nodes_dir.is_dir():
             return out
         for meta_path in sorted(nodes_dir.glob("*/node.json")):
             meta = self._read_meta(meta_path)
-            if not meta or meta.get("deleted"):
+            if not meta:
                 continue
             if meta.get("name") != meta_path.parent.name or meta.get("run_id") != run_id:
                 continue  # not what create_node wrote for this folder: no node of this run
             alive = self._alive(meta, meta_path.parent)
+            if meta.get("deleted") and not alive:  # a node marked deleted that still runs
+                continue  # is listed: only its processes say it is gone
             out.append(self._to_node(meta, "running" if alive else "terminated"))
         return out
 
