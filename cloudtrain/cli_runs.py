@@ -18,7 +18,7 @@ import typer
 from cloudtrain import cli_common as common
 
 if TYPE_CHECKING:
-    from cloudtrain.ledger import RunRecord
+    from cloudtrain.ledger import Ledger, RunRecord
     from cloudtrain.providers.base import Provider
     from cloudtrain.runstate import RunReader, Snapshot
 
@@ -159,7 +159,7 @@ def logs(
                 took = durations_text(parse(text).durations)
                 out.write(f"== {name} ==" + (f" ({took})" if took else "") + f"\n{text}")
         return
-    code = Follower(rec, prov, reader, node, out, sys.stderr).run(follow)
+    code = Follower(rec, prov, reader, common.ledger(), node, out, sys.stderr).run(follow)
     if code:
         raise typer.Exit(code)
 
@@ -171,6 +171,7 @@ class Follower:
     rec: RunRecord
     prov: Provider
     reader: RunReader
+    ledger: Ledger
     node: str | None
     out: TextIO
     err: TextIO
@@ -190,7 +191,7 @@ class Follower:
                 if self.node is None or name == self.node:
                     self.out.write(f"[{name}] {line}\n")
             self.out.flush()
-            current = common.ledger().get_run(run_id)
+            current = self.ledger.get_run(run_id)
             if current is None:  # the ledger file was replaced under us
                 self.err.write(f"run {run_id} is no longer in the ledger; stopping\n")
                 return GONE_EXIT
