@@ -19,6 +19,7 @@ from cloudtrain.ledger import Ledger
 from cloudtrain.providers.base import Provider, Resource
 from cloudtrain.providers.retrying import RetryingStore
 from cloudtrain.retry import retrying
+from cloudtrain.runrules import RUN_REF_RE, check_run_ref
 from cloudtrain.runstate import run_prefix
 
 
@@ -32,8 +33,9 @@ class TeardownReport:
 
 
 def request_stop(provider: Provider, store_uri: str | None, run_id: str, reason: str) -> bool:
-    """Write `control/stop` so agents flush a checkpoint and stop. Best effort; idempotent."""
-    if not store_uri:
+    """Write `control/stop` so agents flush a checkpoint and stop. Best effort; idempotent.
+    Nothing is written for a run id that is not shaped like one (no key is built from it)."""
+    if not store_uri or RUN_REF_RE.fullmatch(run_id) is None:
         return False
     with contextlib.suppress(CloudtrainError, OSError):
         store = RetryingStore(provider.store(store_uri))
@@ -46,7 +48,7 @@ def scrub_secrets(provider: Provider, store_uri: str | None, run_id: str) -> boo
     """Blank the secret env values in the run's `cluster.json` once no node needs them (after
     teardown): the bucket keeps the outputs, not the secrets. Best effort; idempotent. Returns
     whether a value was blanked."""
-    if not store_uri:
+    if not store_uri or RUN_REF_RE.fullmatch(run_id) is None:
         return False
     key = f"{run_prefix(run_id)}cluster.json"
     with contextlib.suppress(CloudtrainError, OSError, ValueError):
@@ -68,7 +70,9 @@ def teardown(
     say: Callable[[str], None] = lambda _m: None,
 ) -> TeardownReport:
     """Delete every node of the run, then its network/identity resources; mark the ledger.
-    Idempotent; blocks until the cloud confirms the nodes are gone."""
+    Idempotent; blocks until the cloud confirms the nodes are gone. UsageError, before any
+    cloud call, for a run id not shaped like one (the cloud's filters are built from it)."""
+    check_run_ref(run_id)
     started = time.monotonic()
     compute = provider.compute
     nodes = retrying(lambda: compute.list_nodes(run_id), what=f"list nodes of {run_id}")
