@@ -9,6 +9,7 @@ TensorFlow): the point is the end of the commands, not the training.
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import subprocess
@@ -147,3 +148,40 @@ def test_a_finished_run_and_a_run_with_its_bucket_gone(ct: Env) -> None:
     assert follow.returncode == 0 and follow.stdout == ""
     status = ct.cli("status", run_id, timeout=60)
     assert status.returncode == 0 and f"{run_id} done succeeded" in status.stdout
+
+
+def test_follow_says_what_it_waits_for_while_a_live_controller_tears_down(tmp_path: Path) -> None:
+    """A run whose controller is alive (this process) and tearing down: `logs --follow` waits,
+    says so once on stderr, and ends as soon as the run is done."""
+    import io
+    import threading
+
+    from cloudtrain.cli_runs import Follower
+    from cloudtrain.ledger import Ledger
+    from cloudtrain.providers.base import ProviderConfig
+    from cloudtrain.providers.local import LocalProvider
+    from cloudtrain.runstate import RunReader
+
+    ledger = Ledger(tmp_path / "ledger.db")
+    bucket = f"file://{tmp_path / 'bucket'}"
+    ledger.create_run("live-abcdef", "live", "local", None, None, None, bucket, None)
+    ledger.set_status("live-abcdef", "tearing_down")
+    rec = ledger.get_run("live-abcdef")
+    assert rec is not None
+    prov = LocalProvider(ProviderConfig("local", options={"root": str(tmp_path / "local")}))
+    reader = RunReader(prov.store(bucket), rec.run_id)
+    out, err = io.StringIO(), io.StringIO()
+    follower = Follower(rec, prov, reader, ledger, None, out, err, poll_s=0.05)
+    codes: list[int] = []
+    thread = threading.Thread(target=lambda: codes.append(follower.run(True)), daemon=True)
+    thread.start()
+    time.sleep(1.0)
+    assert thread.is_alive(), "it ended while the controller was still tearing down"
+    waiting = [line for line in err.getvalue().splitlines() if line]
+    assert len(waiting) == 1, waiting  # said once, not once a poll
+    assert "waiting for run live-abcdef (tearing_down; controller pid" in waiting[0]
+    assert f"pid {os.getpid()} " in waiting[0] and "(alive)" in waiting[0]
+    ledger.set_status("live-abcdef", "done", "interrupted", "by Ctrl-C")
+    thread.join(timeout=30)
+    assert codes == [0]
+    assert "== run live-abcdef interrupted:" in out.getvalue()
