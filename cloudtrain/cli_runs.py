@@ -52,7 +52,7 @@ def status(run_id: RunArg, as_json: JsonOpt = False) -> None:
     rec = common.find_run(run_id)
     ledger = common.ledger()
     from cloudtrain.failures import read_reports
-    from cloudtrain.ledger import controller
+    from cloudtrain.procid import controller
     from cloudtrain.runstate import RunReader
 
     prov = common.provider(rec.provider, rec.region, rec.zone, rec.account)
@@ -215,7 +215,7 @@ class Follower:
     def _waiting(self, current: RunRecord, snap: Snapshot, unreadable: str | None) -> str | None:
         """What the loop waits for, or None when nothing will ever change: the controller is
         gone (or was never recorded) and the cloud lists no live node of the run."""
-        from cloudtrain.ledger import controller
+        from cloudtrain.procid import controller
 
         ctl = controller(current)
         run_id = current.run_id

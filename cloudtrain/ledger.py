@@ -25,7 +25,7 @@ from typing import Any
 
 from cloudtrain.errors import LedgerError, UsageError
 from cloudtrain.paths import ledger_path
-from cloudtrain.procid import same_process, start_stamp
+from cloudtrain.procid import start_stamp
 from cloudtrain.providers.base import Resource
 
 SCHEMA_VERSION = 3
@@ -580,31 +580,3 @@ class Ledger:
             ).fetchall()
         return [EventRecord(**dict(r)) for r in rows]
 
-
-@dataclass(frozen=True)
-class Controller:
-    """What is known of a run's controller process: `state` is "alive", "gone" (it ended: the
-    run's row will not change unless `down` or `gc` changes it), or "unknown" (it runs on
-    another host, or the row predates the record)."""
-
-    state: str
-    pid: int | None
-    host: str | None
-
-    def describe(self) -> str:
-        """E.g. "controller pid 123 on box1 (alive)". Pure."""
-        if self.pid is None:
-            return "controller not recorded"
-        return f"controller pid {self.pid} on {self.host} ({self.state})"
-
-
-def controller(rec: RunRecord) -> Controller:
-    """Whether the run's controller still runs: the pid recorded at `create_run`, on this host,
-    with the same start stamp (so a pid the kernel handed on does not count). Non-blocking."""
-    pid, host = rec.controller_pid, rec.controller_host
-    if pid is None:
-        return Controller("unknown", None, host)
-    if host != socket.gethostname():
-        return Controller("unknown", pid, host)
-    alive = same_process(int(pid), rec.controller_start)
-    return Controller("alive" if alive else "gone", pid, host)

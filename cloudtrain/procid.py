@@ -12,7 +12,10 @@ Runs on the nodes too (the local provider imports it): Python 3.10 and newer.
 from __future__ import annotations
 
 import os
+import socket
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 PROC = Path("/proc")
 
@@ -80,3 +83,33 @@ def environ_has(pid: int, name: str, value: str) -> bool:
     except (OSError, ValueError):
         return False
     return f"{name}={value}".encode() in raw.split(b"\0")
+
+
+@dataclass(frozen=True)
+class Controller:
+    """What is known of a run's controller process: `state` is "alive", "gone" (it ended: the
+    run's row will not change unless `down` or `gc` changes it), or "unknown" (it runs on
+    another host, or the row predates the record)."""
+
+    state: str
+    pid: int | None
+    host: str | None
+
+    def describe(self) -> str:
+        """E.g. "controller pid 123 on box1 (alive)". Pure."""
+        if self.pid is None:
+            return "controller not recorded"
+        return f"controller pid {self.pid} on {self.host} ({self.state})"
+
+
+def controller(rec: Any) -> Controller:
+    """Whether a run's controller still runs, from its ledger row (`ledger.RunRecord`): the pid
+    recorded at `create_run`, on this host, with the same start stamp (so a pid the kernel
+    handed on does not count). Non-blocking."""
+    pid, host = rec.controller_pid, rec.controller_host
+    if pid is None:
+        return Controller("unknown", None, host)
+    if host != socket.gethostname():
+        return Controller("unknown", pid, host)
+    alive = same_process(int(pid), rec.controller_start)
+    return Controller("alive" if alive else "gone", pid, host)

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from cloudtrain.ledger import SCHEMA_VERSION, Ledger, controller
+from cloudtrain.ledger import SCHEMA_VERSION, Ledger
+from cloudtrain.procid import controller
 from cloudtrain.providers.base import Resource
 
 WRITERS = 8
