@@ -417,6 +417,8 @@ class Orchestrator(Recovery):
                 self.observer.log_line(node, line)
             self._check_bootstrap(snap)
             self._refresh_view(snap)
+            if snap.stop_requested:  # only `cloudtrain down` writes it while a run is watched
+                raise Stop("interrupted", "stopped by `cloudtrain down` (control/stop)")
             statuses = {k: v for k, v in snap.statuses.items() if v.get("attempt") == self.attempt}
             if statuses.get(chief, {}).get("state") == "succeeded":
                 self.job_end = now

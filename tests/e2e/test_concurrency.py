@@ -88,12 +88,6 @@ def test_a_run_racing_a_down_of_it(ct: Env, when: str) -> None:
     _race_down(ct, when)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the orchestrator does not yet stop on control/stop (`down`) while it watches: it "
-    "re-creates the deleted nodes as lost, twice, and ends `failed`; remove this marker with "
-    "the orchestrator's fix",
-)
 @pytest.mark.parametrize("when", ["nodes created", "training"])
 def test_a_raced_run_is_stopped_by_the_down(ct: Env, when: str) -> None:
     output = _race_down(ct, when)
