@@ -298,13 +298,22 @@ def down(
     )
     console = _console()
     store_uri = rec.store_uri if rec else prov.default_store_uri(rid)
-    request_stop(prov, store_uri, rid, "cloudtrain down")
-    report = teardown(
-        prov, ledger if rec else None, rid, lambda m: console.print(f"cloudtrain {m}")
-    )
-    scrub_secrets(prov, store_uri, rid)
-    if rec is not None:  # the outcome a racing controller wrote is kept
-        ledger.finish_run(rid)
+    from cloudtrain.stop_signals import signal_name, signals_deferred
+
+    def told(signum: int) -> None:
+        console.print(
+            f"cloudtrain {signal_name(signum)} received: down finishes what it started first "
+            "(it is idempotent: after a `kill -9`, run it again)"
+        )
+
+    with signals_deferred(told):  # SIGINT/SIGTERM/SIGHUP half-way would leave half a run
+        request_stop(prov, store_uri, rid, "cloudtrain down")
+        report = teardown(
+            prov, ledger if rec else None, rid, lambda m: console.print(f"cloudtrain {m}")
+        )
+        scrub_secrets(prov, store_uri, rid)
+        if rec is not None:  # the outcome a racing controller wrote is kept
+            ledger.finish_run(rid)
     console.print(
         f"run {rid}: {len(report.nodes_deleted)} node(s) and "
         f"{len(report.resources_deleted)} other resource(s) deleted in {report.seconds:.1f}s; "

@@ -246,3 +246,28 @@ def test_sigterm_on_aws_in_a_box_leaves_nothing(
     assert prefix + "control/stop" in aws.keys(prefix)
     assert len(aws.harness.booted) == 2
     aws.assert_nothing_left(run_id)
+
+
+def test_down_finishes_what_it_started_when_signalled(
+    ct: Env, child: list[subprocess.Popen[bytes]]
+) -> None:
+    """`cloudtrain down` is told to stop half-way (SIGTERM, then SIGINT and SIGHUP): it warns
+    once, finishes the teardown and exits 0; nothing of the run is left."""
+    job = _job(ct, "sig-down")
+    detached = ct.cli("run", "--detach", str(job))
+    assert detached.returncode == 0, detached.stdout[-3000:] + detached.stderr[-3000:]
+    (run_id,) = ct.run_ids()
+    # every cloud call 0.5 s slower: the teardown lasts long enough to be signalled in
+    env = dict(ct.env, CLOUDTRAIN_FAULTS=json.dumps({"latency_s": 0.5}))
+    proc = signals_kit.start(env, ["down", run_id], log=ct.home / "cli.log")
+    child.append(proc)
+    ct.wait_for(r"deleting 2 node\(s\)", timeout=60)
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        proc.send_signal(sig)
+        time.sleep(0.05)
+    code = proc.wait(timeout=120)
+    out = ct.output()
+    assert code == 0, out[-3000:]
+    assert out.count("received: down finishes what it started first") == 1, out[-3000:]
+    assert "SIGTERM received" in out and "nothing of it is left" in out, out[-3000:]
+    assert_clean(ct, run_id)
