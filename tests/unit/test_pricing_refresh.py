@@ -33,8 +33,8 @@ def price_apis(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Fake
 
 
 def dates_around(call: object) -> tuple[object, set[str]]:
-    """`call()`'s result and the dates (local) it may have stamped: the day it started and the day it
-    ended, which differ when the call crosses midnight (as a CI run did)."""
+    """`call()`'s result and the dates (local) it may have stamped: the day it started and the
+    day it ended, which differ when the call crosses midnight (as a CI run did)."""
     start = dt.date.today().isoformat()
     result = call()  # type: ignore[operator]
     return result, {start, dt.date.today().isoformat()}

@@ -109,7 +109,8 @@ def test_a_quoted_string_loads_exactly_or_is_refused(value: str, tmp_path: Path)
             continue
         held = got.env_values()["V"] if field == "env" else getattr(got, field)
         assert held == value
-        assert (env_entry_problem("V", held) if field == "env" else text_problem(field, held)) is None
+        problem = env_entry_problem("V", held) if field == "env" else text_problem(field, held)
+        assert problem is None
 
 
 @SETTINGS
