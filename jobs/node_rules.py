@@ -17,9 +17,11 @@ Characters (the C0 controls U+0000-U+001F, DEL U+007F and the C1 controls U+0080
 - Lone surrogates (U+D800-U+DFFF, which a YAML escape like "\\ud800" can make) are refused
   everywhere: they have no UTF-8 encoding, so they cannot reach exec at all.
 - `entrypoint` is one command line (the plan and the logs show it as one): TAB is its only
-  control. A line break (LF, CR, VT, FF, NEL U+0085, LS U+2028, PS U+2029) would hide a second
-  command from anyone reading that line; ESC and the rest are terminal escapes, never shell.
-  Several commands belong in `setup`, or in a script in the workdir.
+  control, besides the line ends that close it (YAML's `|` and `>` keep one; `bash -c` runs the
+  line the same with or without them). A line break inside (LF, CR, VT, FF, NEL U+0085,
+  LS U+2028, PS U+2029) would hide a second command from anyone reading that line; ESC and the
+  rest are terminal escapes, never shell. Several commands belong in `setup`, or in a script
+  in the workdir.
 - `setup` is a multi-line shell script: TAB and LF only. CR is refused because bash reads it as
   part of a word (`pip\\r: command not found`: a file with CRLF line ends); the other controls
   as in the entrypoint.
@@ -142,9 +144,11 @@ def text_problem(kind: str, text: str) -> str | None:
                 f"contains a lone surrogate (U+{cp:04X}) at character {pos}: not valid UTF-8,"
                 " so no exec can pass it"
             )
+        if kind == "entrypoint" and ch == "\n" and not text[pos:].strip("\n"):
+            continue  # the final line ends YAML's | and > leave: bash runs the one line the same
         control = cp < 0x20 or 0x7F <= cp <= 0x9F
         if control and ch not in allowed:
-            why = _why(kind, cp, pos == len(text))
+            why = _why(kind, cp)
             return f"contains {_char_name(cp)} at character {pos}: {why}"
         if kind == "entrypoint" and cp in _LINE_BREAKS:  # U+2028/2029 (the rest are controls)
             return f"contains {_char_name(cp)} at character {pos}: {_why(kind, cp)}"
@@ -163,9 +167,7 @@ def text_problem(kind: str, text: str) -> str | None:
     return None
 
 
-def _why(kind: str, cp: int, last: bool = False) -> str:
-    if kind == "entrypoint" and cp == 0x0A and last:
-        return "the entrypoint is one command line (YAML's | and > keep a final one: use >-)"
+def _why(kind: str, cp: int) -> str:
     if kind == "entrypoint" and cp in _LINE_BREAKS:
         return "the entrypoint is one command line; put more lines in setup or in a script"
     if kind == "setup" and cp == 0x0D:

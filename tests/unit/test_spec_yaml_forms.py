@@ -111,8 +111,8 @@ def test_yaml_1_2_numbers(value: str, number: float | None, tmp_path: Path) -> N
     [
         ('entrypoint: "python x\\0"', "job.yaml:2: entrypoint: contains a NUL byte at character 9"),
         ('entrypoint: "a\\nb"', "job.yaml:2: entrypoint: contains a line break (U+000A) at"),
-        ("entrypoint: |\n  python x\n", "entrypoint: contains a line break (U+000A) at character"
-         " 9: the entrypoint is one command line (YAML's | and > keep a final one: use >-)"),
+        ("entrypoint: |\n  python x\n  y\n", "entrypoint: contains a line break (U+000A) at"
+         " character 9: the entrypoint is one command line; put more lines in setup"),
         ('entrypoint: "a\\u2028b"', "entrypoint: contains a line separator (U+2028)"),
         ('entrypoint: "a\\Nb"', "entrypoint: contains a next-line (NEL) (U+0085)"),
         ('entrypoint: "echo \\u202ex"', "entrypoint: contains a bidirectional control (U+202E)"),
@@ -122,6 +122,18 @@ def test_yaml_1_2_numbers(value: str, number: float | None, tmp_path: Path) -> N
 )
 def test_entrypoint_rules(text: str, expected: str, tmp_path: Path) -> None:
     assert expected in error("name: job\n" + text + "\n", tmp_path)
+
+
+@pytest.mark.parametrize("style", ["|", ">", "|+", ">+"])
+def test_an_entrypoint_block_of_one_line_keeps_its_line_ends(style: str, tmp_path: Path) -> None:
+    """YAML's block styles end the text with line ends; the one command line is what runs."""
+    text = f"name: job\nentrypoint: {style}\n  python train.py\n  --epochs 4\n\n"
+    if style.startswith(">"):
+        spec = load_spec_text(text, base_dir=tmp_path)
+        assert spec.entrypoint.rstrip("\n") == "python train.py --epochs 4"
+        assert spec.entrypoint.endswith("\n")
+    else:  # | keeps the line break between the two lines: two commands, refused
+        assert "entrypoint: contains a line break (U+000A) at character 16" in error(text, tmp_path)
 
 
 def test_setup_and_env_rules(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
