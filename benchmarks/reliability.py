@@ -204,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
         }
     print(json.dumps(data, indent=1, sort_keys=True))
     for suite, tally in tallies.items():
-        print(f"{suite}: {tally.ratio()}{tally.note(names=True) if tally.failed else ''}")
+        print(f"{suite}: {len(tally.passed)}/{tally.total}{tally.note(names=True)}")
     print("\n| figure | value |\n|---|---|")
     for figure, value in table(data, tallies):
         print(f"| {figure} | {value} |")
