@@ -16,8 +16,7 @@ import pytest
 from cloudtrain.bundle import Bundle
 from cloudtrain.jobs.agent import main
 from cloudtrain.providers.local import LocalStore
-from tests.unit.bundle_node import unpack_like_the_node
-from tests.unit.test_agent import (  # noqa: F401 - the agent tests' fixtures, shared
+from tests.unit.agent_kit import (  # noqa: F401 - the agent tests' fixtures, shared
     HANG_S,
     PREFIX,
     RUN_ID,
@@ -32,6 +31,7 @@ from tests.unit.test_agent import (  # noqa: F401 - the agent tests' fixtures, s
     store,
     work,
 )
+from tests.unit.bundle_node import unpack_like_the_node
 
 
 def test_a_failed_training_reports_its_exit_and_last_lines(store: LocalStore, work: Path) -> None:

@@ -14,7 +14,7 @@ from cloudtrain.jobs.preemption import PreemptionWatcher
 from cloudtrain.providers.local import LocalStore
 from cloudtrain.runstate import RunReader
 from tests.fakes.metadata_server import MetadataServer
-from tests.unit.test_agent import PREFIX, RUN_ID, bucket_files, make_agent, read_logs
+from tests.unit.agent_kit import PREFIX, RUN_ID, bucket_files, make_agent, read_logs
 
 VM = f"ct-{RUN_ID}-chief-0"
 

@@ -33,8 +33,8 @@ import pytest
 from cloudtrain.jobs import horovod as hvd
 from cloudtrain.jobs.agent import Agent
 from cloudtrain.providers.local import LocalStore
-from tests.unit import test_agent as agent_tests
-from tests.unit.test_agent import (
+from tests.unit import agent_kit as agent_tests
+from tests.unit.agent_kit import (
     HOST,
     PREFIX,
     AgentThread,

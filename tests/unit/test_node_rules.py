@@ -23,7 +23,7 @@ from cloudtrain.jobs.node_rules import (
     text_problem,
 )
 from cloudtrain.providers.local import LocalStore
-from tests.unit.test_agent import (  # noqa: F401 - the agent tests' fixtures, shared
+from tests.unit.agent_kit import (  # noqa: F401 - the agent tests' fixtures, shared
     RUN_ID,
     base_cluster,
     put_json,
