@@ -2,7 +2,7 @@
 of its output, and the agent's own errors with their traceback (in the attempt loop, and the last
 resort in `main()`). A real `Agent` on a real `LocalStore`; entrypoints are tiny bash commands."""
 
-# ruff: noqa: F811 - the fixtures `store` and `work` are test_agent's, taken by name
+# ruff: noqa: F811 - the fixtures `store` and `work` are agent_kit's, taken by name
 
 from __future__ import annotations
 

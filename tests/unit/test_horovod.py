@@ -7,7 +7,7 @@ importable: skipped otherwise); the agent's launch path runs real processes (a P
 that prints its HOROVOD_* environment) with an injected rendezvous server. No Gloo collective
 runs anywhere in these tests.
 
-The agent fixtures (bucket, work folder, process-group cleanup) are those of test_agent.py.
+The agent fixtures (bucket, work folder, process-group cleanup) are those of agent_kit.py.
 """
 
 from __future__ import annotations

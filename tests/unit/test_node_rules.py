@@ -1,7 +1,7 @@
 """The node's rules for the spec's strings (jobs/node_rules.py), held against what Linux, bash and
 Python really do with them, and applied by a real Agent on a real LocalStore before exec."""
 
-# ruff: noqa: F811 - the fixtures `store` and `work` are test_agent's, taken by name
+# ruff: noqa: F811 - the fixtures `store` and `work` are agent_kit's, taken by name
 
 from __future__ import annotations
 
