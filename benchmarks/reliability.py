@@ -37,7 +37,8 @@ SUITES: dict[str, tuple[str, ...]] = {
     # spot evictions by each cloud record themselves as preemptions ("<cloud>-spot-evicted")
     "preemption": ("tests/e2e/test_preemption.py", "tests/e2e/test_evict_replace.py"),
     "flaky": ("tests/e2e/test_flaky_clouds.py",),
-    "hostile": ("tests/e2e/test_hostile_input.py",),
+    # the corpus, and the proof that its "nothing created" check catches what a run creates
+    "hostile": ("tests/e2e/test_hostile_input.py", "tests/e2e/test_nothing_created_check.py"),
 }
 # per suite, the JUnit test cases that make its figure: (file name parts, test name prefixes)
 TALLIES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
