@@ -57,7 +57,7 @@ RunArg = Annotated[str, typer.Argument(help="A run id (or a unique prefix of one
 def _load(job: Path, provider: str | None, region: str | None, zone: str | None) -> JobSpec:
     from cloudtrain.spec import load_spec
 
-    return load_spec(job).with_overrides(provider=provider, region=region, zone=zone)
+    return load_spec(job, provider=provider, region=region, zone=zone)
 
 
 def _plan(spec: JobSpec) -> Plan:
@@ -132,8 +132,8 @@ def resume(
             f"run {rec.run_id}'s job file {rec.spec_path or '(unknown)'} is gone",
             hint="resume needs the job.yaml the run was started from",
         )
-    spec = load_spec(Path(rec.spec_path)).with_overrides(
-        provider=rec.provider, region=rec.region, zone=rec.zone
+    spec = load_spec(
+        Path(rec.spec_path), provider=rec.provider, region=rec.region, zone=rec.zone
     )
     prov = _provider(rec.provider, rec.region, rec.zone, rec.account)
     _, source = resume_source(ledger, rec.run_id, prov.store(str(rec.store_uri)))

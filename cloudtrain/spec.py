@@ -458,13 +458,8 @@ class JobSpec(BaseModel):
         Changing the provider also clears region and zone, and changing the region clears the
         zone, unless they are given too: a region of one cloud means nothing to another (and
         provider 'cheapest' takes none). Raises SpecError naming the field."""
-        updates: dict[str, Any] = {}
-        if provider is not None and provider != self.provider:
-            updates.update(provider=provider, region=None, zone=None)
-        if region is not None and region != updates.get("region", self.region):
-            updates.update(region=region, zone=None)
-        if zone is not None:
-            updates["zone"] = zone
+        current = {"provider": self.provider, "region": self.region}
+        updates = _override_updates(current, provider, region, zone)
         if not updates:
             return self.model_copy(deep=True)
         data = self.model_dump() | updates
@@ -480,24 +475,65 @@ def json_schema() -> dict[str, Any]:
     return JobSpec.model_json_schema()
 
 
-def load_spec(path: str | Path) -> JobSpec:
-    """Read and validate a YAML spec file. Raises SpecError (`FILE:LINE: FIELD: problem`); an
+def load_spec(
+    path: str | Path,
+    provider: str | None = None,
+    region: str | None = None,
+    zone: str | None = None,
+) -> JobSpec:
+    """Read and validate a YAML spec file, with the command line's provider, region and zone
+    (None: the file's) in effect from the start, so every rule that depends on the provider
+    judges the provider the run will use. Raises SpecError (`FILE:LINE: FIELD: problem`); an
     env entry's `from_env` variable missing from this process's environment is one too."""
     file = Path(path)
-    spec = load_spec_text(read_spec_file(file), filename=str(path), base_dir=file.absolute().parent)
+    spec = load_spec_text(
+        read_spec_file(file),
+        filename=str(path),
+        base_dir=file.absolute().parent,
+        provider=provider,
+        region=region,
+        zone=zone,
+    )
     spec._source_path = file.absolute()
     return spec
 
 
-def load_spec_text(text: str, filename: str = "<string>", base_dir: Path | None = None) -> JobSpec:
+def load_spec_text(
+    text: str,
+    filename: str = "<string>",
+    base_dir: Path | None = None,
+    provider: str | None = None,
+    region: str | None = None,
+    zone: str | None = None,
+) -> JobSpec:
     """Validate a YAML spec given as text; relative paths resolve against `base_dir` (or the cwd).
+    `provider`, `region` and `zone` override the text's, as `JobSpec.with_overrides` does.
 
     `filename` is only used in error messages. Raises SpecError."""
     if len(text.encode("utf-8", "surrogatepass")) > MAX_SPEC_BYTES:
         raise SpecError(f"{filename}: too large (a spec may be at most 1 MiB)")
     data, lines, written = parse_yaml(text, filename)
     base = Path(base_dir or Path.cwd()).absolute()
-    return _validate(data, filename, lines, written, base, frozenset())
+    updates = _override_updates(data, provider, region, zone)
+    given = {"provider": provider, "region": region, "zone": zone}
+    overridden = frozenset(k for k, v in given.items() if v is not None and k in updates)
+    return _validate({**data, **updates}, filename, lines, written, base, overridden)
+
+
+def _override_updates(
+    current: Mapping[str, Any], provider: str | None, region: str | None, zone: str | None
+) -> dict[str, Any]:
+    """The fields to replace for the given overrides (None keeps the current value): a new
+    provider clears region and zone, a new region clears the zone, unless they are given too.
+    Pure."""
+    updates: dict[str, Any] = {}
+    if provider is not None and provider != current.get("provider", "local"):
+        updates.update(provider=provider, region=None, zone=None)
+    if region is not None and region != updates.get("region", current.get("region")):
+        updates.update(region=region, zone=None)
+    if zone is not None:
+        updates["zone"] = zone
+    return updates
 
 
 def _validate(

@@ -233,9 +233,8 @@ FIELD_CASES = [
     Case(
         "checkpoint-wrong-cloud-flag",
         run_spec("--provider", "aws", checkpoint="gs://bucket/x"),
-        r"checkpoint: provider 'aws' keeps checkpoints at s3:// URIs",
-        # the spec-time URI check judges the spec's provider (local), not the --provider flag
-        marks=(pytest.mark.xfail(strict=True, reason="spec-time check ignores --provider"),),
+        # the line of the checkpoint, judged by the provider the flag chose (not the file's)
+        r"job\.yaml:\d+: checkpoint: provider 'aws' keeps checkpoints at s3:// URIs",
     ),
     Case("env-tf-config", run_spec(env={"TF_CONFIG": "{}"}), r"env\.TF_CONFIG: is reserved"),
     Case(
