@@ -18,7 +18,7 @@ fi
 if ! command -v shellcheck >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     (apt-get update -qq && apt-get install -y -qq shellcheck >/dev/null) ||
-      echo "tests/run.sh: shellcheck could not be installed; its checks will be skipped" >&2
+      { echo "tests/run.sh: shellcheck could not be installed; its checks would fail" >&2; exit 1; }
   else
     echo "tests/run.sh: install shellcheck for the bootstrap-script checks" >&2
   fi

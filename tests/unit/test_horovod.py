@@ -530,7 +530,7 @@ def test_a_failing_rank_fails_the_node_and_ends_the_others(
     agent, servers = horovod_agent(store, work, 0, nodes=1, entrypoint=entrypoint)
     start = time.monotonic()
     agent.train_once()
-    assert time.monotonic() - start < 5.0  # rank 0 did not get its 30 s
+    assert time.monotonic() - start < 20.0  # rank 0 did not get its 30 s (no load takes 20)
     status = status_of(store, "worker-0")
     assert (status["state"], status["exit_code"]) == ("failed", 3)
     assert group_gone(child_groups[0].pid)  # rank 0 and its sleep went with the group

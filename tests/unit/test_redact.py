@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from typing import Any
 
 import pytest
@@ -67,12 +66,11 @@ def test_from_cluster_reads_the_named_env_values() -> None:
     assert not Redactor.from_cluster({})
 
 
-def test_fast_for_many_lines() -> None:
+def test_many_lines_and_secrets() -> None:
+    """Its speed is benchmarks/unit_timings.py's `redact_20k_lines_s`."""
     redactor = Redactor([f"secret-value-{i:03d}" for i in range(50)])
     lines = [f"step {i}: loss=0.{i} acc=0.9 secret-value-{i % 60:03d}" for i in range(20_000)]
-    start = time.perf_counter()
     out = [redactor.redact(line) for line in lines]
-    assert time.perf_counter() - start < 2.0
     assert out[1].endswith(MASK) and out[55].endswith("secret-value-055")
 
 

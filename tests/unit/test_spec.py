@@ -343,7 +343,7 @@ def test_yaml_bomb_is_refused_quickly(tmp_path: Path) -> None:
     path = write(tmp_path, "\n".join(lines) + "\n")
     start = time.monotonic()
     message = load_error(path)
-    assert time.monotonic() - start < 1.0
+    assert time.monotonic() - start < 10.0  # expanded, the bomb is 9**10 items: hours, not 10 s
     assert message.startswith(f"{path}:3: ") and "aliases are not allowed" in message
 
 
