@@ -114,11 +114,13 @@ def test_rendezvous_obeys_control_stop(store: LocalStore, work: Path) -> None:
 # --- control ---------------------------------------------------------------------------------
 def test_check_control_without_news_does_nothing(store: LocalStore, work: Path) -> None:
     agent = make_agent(store, work)
+    before = (agent.attempt, dict(agent.cluster))
     agent.check_control()  # no cluster.json at all
     put_json(store, "cluster.json", agent.cluster)
     agent.check_control()
     store.put(PREFIX + "cluster.json", b'{"attempt": ')  # half-written: ignored
     agent.check_control()
+    assert (agent.attempt, agent.cluster) == before  # no stop, no new attempt, nothing taken
 
 
 def test_check_control_stop_file(store: LocalStore, work: Path) -> None:

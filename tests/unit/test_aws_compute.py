@@ -758,7 +758,11 @@ def test_the_blocks_behave_under_bash(tmp_path: Path) -> None:
 
 
 def test_resource_kinds_of_other_providers_are_ignored(ct: AwsCompute) -> None:
+    calls: list[str] = []
+    for client in (ct.ec2, ct.iam):
+        hook(client, "before-call", lambda model, **_: calls.append(model.name))
     ct.delete_resources([Resource("aws", "bucket", "s3://x", REGION, RUN)])
+    assert calls == []  # a bucket is not the compute adapter's to delete
 
 
 def test_image_names_resolve_through_public_parameters() -> None:
