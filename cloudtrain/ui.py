@@ -147,14 +147,17 @@ class ConsoleObserver:
     def _emit(self, write: Callable[[], None]) -> None:
         """Run one write to the console; if the terminal is gone, divert and write it there."""
         with self._lock:
-            diverted = self.diverted_to
+            diverted, lost = self.diverted_to, None
             try:
                 write()
-            except OSError:
+            except OSError as exc:
                 self._divert()
+                lost = _interrupt_behind(exc)
             if self.diverted_to != diverted:  # this write failed (an OSError, or EPIPE)
                 with contextlib.suppress(Exception):
                     write()
+            if lost is not None:
+                raise lost
 
     def _broken_pipe(self) -> None:
         """rich's hook for EPIPE: divert instead of exiting."""
@@ -219,6 +222,22 @@ class ConsoleObserver:
             if self._last_plain.get(key) != state:
                 self._last_plain[key] = state
                 self.event(f"{key}: {state}")
+
+
+def _interrupt_behind(exc: BaseException) -> KeyboardInterrupt | None:
+    """The Ctrl-C or stop signal (stop_signals.StopSignal) that `exc` replaced, if any. A
+    signal that lands mid-print raises in rich's rendering; rich's `Console.__exit__` then
+    flushes to the hung-up terminal, and that OSError replaces the signal's exception (which
+    stays only as its __context__): without this, the SIGHUP of a closing terminal is lost. Pure.
+    """
+    seen: set[int] = set()
+    cause = exc.__context__
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, KeyboardInterrupt):
+            return cause
+        seen.add(id(cause))
+        cause = cause.__context__
+    return None
 
 
 def _log_path(run_id: str | None) -> Path:

@@ -4,6 +4,8 @@ tests/e2e/test_signals.py."""
 
 from __future__ import annotations
 
+import errno
+import io
 import os
 import signal
 import time
@@ -161,3 +163,29 @@ def test_a_closed_stream_moves_the_output_to_the_runs_log(
     with pytest.raises(OSError):  # the premise: the stream itself is dead
         stream.write("x\n")
         stream.flush()
+
+
+class _HungUpMidPrint(Console):
+    """A console on a terminal that hangs up while it prints: the hang-up's SIGHUP raises in
+    the middle of rendering, and rich's flush in `Console.__exit__` then fails with EIO, which
+    replaces the signal's exception (what a closing pty did to the controller)."""
+
+    def print(self, *_args: object, **_kwargs: object) -> None:
+        try:
+            raise StopSignal(signal.SIGHUP)  # the handler, at a safe point inside rich
+        finally:
+            raise OSError(errno.EIO, "Input/output error")  # rich flushing in its __exit__
+
+
+def test_a_signal_that_lands_mid_print_on_a_hung_up_terminal_still_stops(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CLOUDTRAIN_HOME", str(tmp_path))
+    observer = ConsoleObserver(_HungUpMidPrint(file=io.StringIO(), force_terminal=False))
+    observer.run_id = "sig-abc123"
+    with pytest.raises(StopSignal) as stopped:
+        observer.event("epoch 3/200 done")
+    assert stopped.value.signum == signal.SIGHUP
+    log = tmp_path / "runs" / "sig-abc123" / "controller.log"
+    assert observer.diverted_to == str(log)
+    assert "cloudtrain epoch 3/200 done" in log.read_text()  # the line itself is not lost either
