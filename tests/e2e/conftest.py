@@ -28,6 +28,14 @@ from tests.fakes.moto_server import (  # noqa: F401 - fixtures for the cloud-in-
 )
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "jobs" / "examples"
+# a job that ticks instead of training: `python tick.py EPOCHS SECONDS` prints an epoch line
+TICK = """\
+import sys, time
+epochs, seconds = int(sys.argv[1]), float(sys.argv[2])
+for i in range(1, epochs + 1):
+    time.sleep(seconds)
+    print(f"cloudtrain: epoch {i}/{epochs} done", flush=True)
+"""
 RUN_ID_RE = re.compile(r"cloudtrain run (\S+) on ")
 
 
@@ -53,6 +61,18 @@ class Env:
         if entrypoint:
             spec["entrypoint"] = entrypoint
         spec.update(fields)
+        (dest / "job.yaml").write_text(yaml.safe_dump(spec))
+        return dest / "job.yaml"
+
+    def tick_job(self, name: str, epochs: int = 200, seconds: float = 0.5) -> Path:
+        """A two-worker local job (digits-multiworker's spec) whose workers print an epoch line
+        every `seconds`, `epochs` times, with no TensorFlow: for tests of the run's protocol."""
+        dest = self.home / "jobs" / name
+        dest.mkdir(parents=True, exist_ok=True)
+        (dest / "tick.py").write_text(TICK)
+        spec = yaml.safe_load((EXAMPLES / "digits-multiworker" / "job.yaml").read_text())
+        spec.pop("setup", None)
+        spec.update(name=name, workdir=".", entrypoint=f"python tick.py {epochs} {seconds}")
         (dest / "job.yaml").write_text(yaml.safe_dump(spec))
         return dest / "job.yaml"
 

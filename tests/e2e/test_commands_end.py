@@ -18,40 +18,20 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 from cloudtrain.crashpoints import CRASH_ENV
-from tests.e2e.conftest import EXAMPLES, Env
+from tests.e2e.conftest import Env
 
 pytestmark = pytest.mark.e2e
 
-TICK = """\
-import sys, time
-epochs, seconds = int(sys.argv[1]), float(sys.argv[2])
-for i in range(1, epochs + 1):
-    time.sleep(seconds)
-    print(f"cloudtrain: epoch {i}/{epochs} done", flush=True)
-"""
 FOLLOW_BOUND_S = 120  # generous for a loaded 2-core machine; a hang is unbounded
-
-
-def _job(ct: Env, name: str, epochs: int, seconds: float) -> Path:
-    """A two-worker local job running tick.py."""
-    dest = ct.home / "jobs" / name
-    dest.mkdir(parents=True, exist_ok=True)
-    (dest / "tick.py").write_text(TICK)
-    spec = yaml.safe_load((EXAMPLES / "digits-multiworker" / "job.yaml").read_text())
-    spec.pop("setup", None)
-    spec.update(name=name, workdir=".", entrypoint=f"python tick.py {epochs} {seconds}")
-    (dest / "job.yaml").write_text(yaml.safe_dump(spec))
-    return dest / "job.yaml"
 
 
 def _crash(ct: Env, name: str, point: str, epochs: int = 3, seconds: float = 0.2) -> str:
     """`cloudtrain run` SIGKILLed at `point`; the run id it left in the ledger."""
     env = dict(ct.env, **{CRASH_ENV: point})
     proc = subprocess.run(
-        [sys.executable, "-m", "cloudtrain.cli", "run", str(_job(ct, name, epochs, seconds))],
+        [sys.executable, "-m", "cloudtrain.cli", "run", str(ct.tick_job(name, epochs, seconds))],
         env=env,
         capture_output=True,
         text=True,
@@ -127,7 +107,7 @@ def test_a_run_whose_controller_died_half_way_through_teardown(ct: Env) -> None:
 
 
 def test_a_detached_run_ends_when_its_nodes_report(ct: Env) -> None:
-    job = _job(ct, "detached", 6, 0.5)
+    job = ct.tick_job("detached", 6, 0.5)
     proc = ct.cli("run", "--detach", str(job), timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (run_id,) = ct.run_ids()
@@ -138,7 +118,7 @@ def test_a_detached_run_ends_when_its_nodes_report(ct: Env) -> None:
 
 
 def test_a_finished_run_and_a_run_with_its_bucket_gone(ct: Env) -> None:
-    proc = ct.cli("run", str(_job(ct, "done", 2, 0.1)), timeout=300)
+    proc = ct.cli("run", str(ct.tick_job("done", 2, 0.1)), timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (run_id,) = ct.run_ids()
     follow = _follow(ct, run_id)

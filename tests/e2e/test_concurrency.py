@@ -14,33 +14,14 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 from cloudtrain.ledger import Ledger
-from tests.e2e.conftest import EXAMPLES, Env
+from tests.e2e.conftest import Env
 
 pytestmark = pytest.mark.e2e
 
-TICK = """\
-import sys, time
-epochs, seconds = int(sys.argv[1]), float(sys.argv[2])
-for i in range(1, epochs + 1):
-    time.sleep(seconds)
-    print(f"cloudtrain: epoch {i}/{epochs} done", flush=True)
-"""
 # what `cloudtrain run` exits with for each outcome (cloudtrain.cli.OUTCOME_EXIT)
 EXIT = {"succeeded": 0, "failed": 3, "interrupted": 130, "crashed": 1}
-
-
-def _job(ct: Env, name: str, epochs: int, seconds: float) -> Path:
-    dest = ct.home / "jobs" / name
-    dest.mkdir(parents=True, exist_ok=True)
-    (dest / "tick.py").write_text(TICK)
-    spec = yaml.safe_load((EXAMPLES / "digits-multiworker" / "job.yaml").read_text())
-    spec.pop("setup", None)
-    spec.update(name=name, workdir=".", entrypoint=f"python tick.py {epochs} {seconds}")
-    (dest / "job.yaml").write_text(yaml.safe_dump(spec))
-    return dest / "job.yaml"
 
 
 def _start(ct: Env, log: Path, *args: str) -> subprocess.Popen[str]:
@@ -70,7 +51,7 @@ def _nothing_left(ct: Env) -> list[str]:
 
 
 def test_two_runs_of_the_same_job_at_once(ct: Env) -> None:
-    job = _job(ct, "twin", 3, 0.3)
+    job = ct.tick_job("twin", 3, 0.3)
     procs = [_start(ct, ct.home / f"twin-{i}.log", "run", str(job)) for i in range(2)]
     codes = [p.wait(timeout=300) for p in procs]
     logs = [(ct.home / f"twin-{i}.log").read_text(errors="replace") for i in range(2)]
@@ -100,7 +81,7 @@ def test_a_raced_run_is_stopped_by_the_down(ct: Env, when: str) -> None:
 def _race_down(ct: Env, when: str) -> str:
     """`cloudtrain run` of a 20 s job, and `cloudtrain down` of it once the run is at `when`.
     Checks both behave and nothing is left; returns the run's output."""
-    job = _job(ct, "raced", 40, 0.5)
+    job = ct.tick_job("raced", 40, 0.5)
     run = _start(ct, ct.home / "run.log", "run", str(job))
     try:
         deadline = time.time() + 120

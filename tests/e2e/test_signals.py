@@ -20,37 +20,17 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-import yaml
 
 from tests.e2e import signals_kit
-from tests.e2e.conftest import EXAMPLES, Env, assert_clean
+from tests.e2e.conftest import Env, assert_clean
 from tests.e2e.test_aws_in_a_box import REGION, AwsBox, aws
 
 __all__ = ["aws"]  # a fixture, for pytest
 pytestmark = pytest.mark.e2e
 
-TICK = """\
-import sys, time
-epochs, seconds = int(sys.argv[1]), float(sys.argv[2])
-for i in range(1, epochs + 1):
-    time.sleep(seconds)
-    print(f"cloudtrain: epoch {i}/{epochs} done", flush=True)
-"""
 NOTICE = "received: the stop and teardown under way finish first"
-
-
-def _job(ct: Env, name: str, epochs: int = 200) -> Path:
-    """Two workers that tick an epoch every 0.5 s (long enough never to end on their own)."""
-    dest = ct.home / "jobs" / name
-    dest.mkdir(parents=True)
-    (dest / "tick.py").write_text(TICK)
-    spec = yaml.safe_load((EXAMPLES / "digits-multiworker" / "job.yaml").read_text())
-    spec.update(name=name, workdir=".", setup="true", entrypoint=f"python tick.py {epochs} 0.5")
-    (dest / "job.yaml").write_text(yaml.safe_dump(spec))
-    return dest / "job.yaml"
 
 
 def _epochs(ct: Env, run_id: str, node: str = "worker-0") -> int:
@@ -102,7 +82,7 @@ def _ended_by(ct: Env, run_id: str, code: int, detail: str, output: str) -> None
 def test_sigterm_and_the_users_ignored_signals(ct: Env, child: list[subprocess.Popen[bytes]]):
     """Started as `nohup cloudtrain run &` from a script would be: SIGHUP and SIGINT ignored.
     They stay ignored (the run trains on); SIGTERM then stops it gracefully."""
-    job = _job(ct, "sig-term")
+    job = ct.tick_job("sig-term")
     log = ct.home / "cli.log"
     proc = signals_kit.start(ct.env, ["run", str(job)], log=log, ignore=("SIGHUP", "SIGINT"))
     child.append(proc)
@@ -127,7 +107,7 @@ def test_sighup_with_the_terminal_gone_still_tears_down(
     sends the SIGHUP, as when a terminal window or an SSH session closes. pipe: its stdout is
     a pipe whose reader is gone, then SIGHUP. Either way every later write fails (EIO, EPIPE):
     the teardown goes on and its output lands in the run's controller.log."""
-    job = _job(ct, f"sig-hup-{terminal}")
+    job = ct.tick_job(f"sig-hup-{terminal}")
     env = dict(ct.env, TERM="xterm-256color")
     if terminal == "pty":
         ours, theirs = os.openpty()
@@ -179,7 +159,7 @@ def test_signals_during_the_stop_and_teardown_only_warn(
     SIGHUP and SIGTERM again while it stops and tears down: one warning, and it finishes."""
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        job = _job(ct, "sig-again")
+        job = ct.tick_job("sig-again")
         # every cloud call 0.3 s slower: the stop and teardown last long enough to be signalled
         env = dict(ct.env, CLOUDTRAIN_FAULTS=json.dumps({"latency_s": 0.3}))
         proc = signals_kit.start(env, ["run", str(job)], log=ct.home / "cli.log")
@@ -203,7 +183,7 @@ def test_signals_during_the_stop_and_teardown_only_warn(
 def test_sigterm_while_a_detached_run_provisions_tears_down_what_exists(
     ct: Env, child: list[subprocess.Popen[bytes]]
 ) -> None:
-    job = _job(ct, "sig-detach")
+    job = ct.tick_job("sig-detach")
     # worker-1's create takes 6 s: worker-0 exists, worker-1 is on its way
     env = dict(ct.env, CLOUDTRAIN_FAULTS=json.dumps({"slow_create_s": {"worker-1": 6}}))
     proc = signals_kit.start(env, ["run", "--detach", str(job)], log=ct.home / "cli.log")
@@ -230,7 +210,7 @@ def test_sigterm_on_aws_in_a_box_leaves_nothing(
     aws: AwsBox, child: list[subprocess.Popen[bytes]]
 ) -> None:
     ct = aws.ct
-    job = _job(ct, "sig-aws", epochs=400)
+    job = ct.tick_job("sig-aws", epochs=400)
     args = ["run", "--provider", "aws", "--region", REGION, str(job)]
     proc = signals_kit.start(ct.env, args, log=ct.home / "cli.log")
     child.append(proc)
@@ -253,7 +233,7 @@ def test_down_finishes_what_it_started_when_signalled(
 ) -> None:
     """`cloudtrain down` is told to stop half-way (SIGTERM, then SIGINT and SIGHUP): it warns
     once, finishes the teardown and exits 0; nothing of the run is left."""
-    job = _job(ct, "sig-down")
+    job = ct.tick_job("sig-down")
     detached = ct.cli("run", "--detach", str(job))
     assert detached.returncode == 0, detached.stdout[-3000:] + detached.stderr[-3000:]
     (run_id,) = ct.run_ids()
