@@ -86,16 +86,17 @@ class Env:
             timeout=timeout,
         )
 
-    def start(self, *args: str) -> subprocess.Popen[str]:
-        """Start `cloudtrain ARGS` in the background (output to a file: read with `output`)."""
-        log = open(self.home / "cli.log", "w")  # noqa: SIM115 - owned by the child
-        return subprocess.Popen(
-            [sys.executable, "-m", "cloudtrain.cli", *args],
-            env=self.env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
+    def start(self, *args: str, log: Path | None = None) -> subprocess.Popen[str]:
+        """Start `cloudtrain ARGS` in the background, its output to `log` (default: the home's
+        cli.log, which `output` reads). No wait."""
+        with open(log or self.home / "cli.log", "w") as out:  # the child keeps its own copy
+            return subprocess.Popen(
+                [sys.executable, "-m", "cloudtrain.cli", *args],
+                env=self.env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
 
     def output(self) -> str:
         return (self.home / "cli.log").read_text(errors="replace")

@@ -9,9 +9,7 @@ and nothing is left: no node process, no live resource in the ledger, every run 
 from __future__ import annotations
 
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -22,17 +20,6 @@ pytestmark = pytest.mark.e2e
 
 # what `cloudtrain run` exits with for each outcome (cloudtrain.cli.OUTCOME_EXIT)
 EXIT = {"succeeded": 0, "failed": 3, "interrupted": 130, "crashed": 1}
-
-
-def _start(ct: Env, log: Path, *args: str) -> subprocess.Popen[str]:
-    out = open(log, "w")  # noqa: SIM115 - owned by the child
-    return subprocess.Popen(
-        [sys.executable, "-m", "cloudtrain.cli", *args],
-        env=ct.env,
-        stdout=out,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
 
 
 def _nothing_left(ct: Env) -> list[str]:
@@ -52,7 +39,7 @@ def _nothing_left(ct: Env) -> list[str]:
 
 def test_two_runs_of_the_same_job_at_once(ct: Env) -> None:
     job = ct.tick_job("twin", 3, 0.3)
-    procs = [_start(ct, ct.home / f"twin-{i}.log", "run", str(job)) for i in range(2)]
+    procs = [ct.start("run", str(job), log=ct.home / f"twin-{i}.log") for i in range(2)]
     codes = [p.wait(timeout=300) for p in procs]
     logs = [(ct.home / f"twin-{i}.log").read_text(errors="replace") for i in range(2)]
     assert codes == [0, 0], "\n=====\n".join(log[-3000:] for log in logs)
@@ -82,7 +69,7 @@ def _race_down(ct: Env, when: str) -> str:
     """`cloudtrain run` of a 20 s job, and `cloudtrain down` of it once the run is at `when`.
     Checks both behave and nothing is left; returns the run's output."""
     job = ct.tick_job("raced", 40, 0.5)
-    run = _start(ct, ct.home / "run.log", "run", str(job))
+    run = ct.start("run", str(job), log=ct.home / "run.log")
     try:
         deadline = time.time() + 120
         run_id = None
