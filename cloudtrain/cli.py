@@ -454,7 +454,9 @@ def main() -> None:
         sys.stderr.write(f"error: {usage_error_line(exc)}\n")
         sys.exit(exc.exit_code)
     except clicks.ClickException as exc:
-        sys.stderr.write(f"error: {_one_line(exc.format_message())}\n")
+        from cloudtrain.spec_yaml import one_line
+
+        sys.stderr.write(f"error: {one_line(exc.format_message())}\n")
         sys.exit(exc.exit_code)
     except typer.Abort:
         sys.stderr.write("interrupted\n")
@@ -471,14 +473,12 @@ def _click_exceptions() -> Any:
     return exceptions
 
 
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
-
-
 def usage_error_line(exc: Any) -> str:
     """Click's usage error as one line: the problem, and where the command's help is. A run id
     that starts with '-' reads as an option: say so. Pure."""
-    message = _one_line(exc.format_message())
+    from cloudtrain.spec_yaml import one_line  # the one "one line" rule (errors only: no cost)
+
+    message = one_line(exc.format_message())
     path = exc.ctx.command_path if exc.ctx is not None else "cloudtrain"
     hint = f"see `{path} --help`"
     if "No such option" in message:
