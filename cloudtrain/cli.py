@@ -30,15 +30,6 @@ app = typer.Typer(
     pretty_exceptions_show_locals=False,
 )
 
-OUTCOME_EXIT = {
-    "succeeded": 0,
-    "detached": 0,
-    "failed": 3,
-    "budget_exceeded": 4,
-    "deadline": 5,
-    "interrupted": 130,
-}
-
 ProviderOpt = Annotated[
     str | None,
     typer.Option(
@@ -173,7 +164,7 @@ def _execute(
                 f"follow with `cloudtrain status {result.run_id}` and `cloudtrain logs "
                 f"{result.run_id} --follow`; stop with `cloudtrain down {result.run_id}`"
             )
-    raise typer.Exit(OUTCOME_EXIT.get(result.outcome, 1))
+    raise typer.Exit(result.outcome.exit_code)
 
 
 @app.command()

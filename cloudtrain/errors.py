@@ -16,10 +16,15 @@ class CloudtrainError(Exception):
 
     exit_code: int = 1
 
-    def __init__(self, message: str, *, hint: str | None = None) -> None:
+    def __init__(
+        self, message: str, *, hint: str | None = None, codes: frozenset[str] = frozenset()
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.hint = hint
+        # the cloud's own error codes/reasons (and HTTP status, as text) this error was made
+        # from, so a caller can tell one cloud condition from another without the SDK
+        self.codes = codes
 
     def __str__(self) -> str:
         return self.message if not self.hint else f"{self.message} ({self.hint})"
@@ -60,8 +65,15 @@ class CredentialsError(ProviderError):
 class NoCapacityError(ProviderError):
     """The zone has no capacity for the instance type; another zone may."""
 
-    def __init__(self, message: str, *, zone: str | None = None, hint: str | None = None) -> None:
-        super().__init__(message, hint=hint)
+    def __init__(
+        self,
+        message: str,
+        *,
+        zone: str | None = None,
+        hint: str | None = None,
+        codes: frozenset[str] = frozenset(),
+    ) -> None:
+        super().__init__(message, hint=hint, codes=codes)
         self.zone = zone
 
 
@@ -79,19 +91,6 @@ class TransientError(ProviderError):
     retryable = True
 
 
-class JobFailed(CloudtrainError):
-    """The training job ended unsuccessfully (resources were torn down)."""
-
-    exit_code = 3
-
-
-class BudgetExceeded(CloudtrainError):
-    """The run was stopped because it reached max_cost_usd or max_hours."""
-
-    exit_code = 4
-
-
-class Interrupted(CloudtrainError):
-    """The user pressed Ctrl-C; the run was stopped and torn down."""
-
-    exit_code = 130
+class AlreadyExists(ProviderError):
+    """The resource already exists (a 409 / ALREADY_EXISTS): a create that is idempotent by name
+    treats this as success and reads the existing resource."""

@@ -8,7 +8,43 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any, Protocol
+
+
+class Outcome(str, Enum):
+    """How a run ended, and the exit code `cloudtrain run` ends with for it. A `str` enum:
+    `Outcome.SUCCEEDED == "succeeded"`, which is also how the ledger stores it."""
+
+    SUCCEEDED = "succeeded"
+    DETACHED = "detached"
+    FAILED = "failed"
+    BUDGET_EXCEEDED = "budget_exceeded"
+    DEADLINE = "deadline"
+    INTERRUPTED = "interrupted"
+
+    @property
+    def exit_code(self) -> int:
+        """0 for succeeded/detached; 3 failed, 4 budget, 5 deadline, 130 interrupted."""
+        return _EXIT_CODES[self]
+
+    @property
+    def ok(self) -> bool:
+        """Whether the run did what was asked (succeeded, or left running on purpose)."""
+        return self in (Outcome.SUCCEEDED, Outcome.DETACHED)
+
+    def __str__(self) -> str:
+        return self.value
+
+
+_EXIT_CODES = {
+    Outcome.SUCCEEDED: 0,
+    Outcome.DETACHED: 0,
+    Outcome.FAILED: 3,
+    Outcome.BUDGET_EXCEEDED: 4,
+    Outcome.DEADLINE: 5,
+    Outcome.INTERRUPTED: 130,
+}
 
 
 @dataclass(frozen=True)
@@ -96,7 +132,7 @@ class RunResult:
     """How a run ended; the summary is printed from this."""
 
     run_id: str
-    outcome: str  # succeeded | failed | interrupted | budget_exceeded | deadline | detached
+    outcome: Outcome
     detail: str = ""
     model_uri: str = ""
     checkpoints_uri: str = ""
@@ -109,6 +145,10 @@ class RunResult:
     # per node: seconds billed after the job ended (job end -> node deleted)
     billed_idle_s: dict[str, float] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        self.outcome = Outcome(self.outcome)  # a plain string from older callers still works
+
     @property
     def ok(self) -> bool:
-        return self.outcome in ("succeeded", "detached")
+        """Whether the run did what was asked (see Outcome.ok)."""
+        return self.outcome.ok
