@@ -23,7 +23,7 @@ from _common import REPO, bench_home, figure, info, result
 
 sys.path.insert(0, str(REPO))
 
-from cloudtrain.providers.azure import AzureProvider
+from cloudtrain.providers.azure.provider import AzureProvider
 from cloudtrain.providers.base import NodeRequest, ProviderConfig, RunInfo
 from tests.fakes.arm_fake import ArmFake, start_arm_fake
 from tests.fakes.arm_testkit import SUB

@@ -23,7 +23,7 @@ from _common import REPO, bench_home, figure, info, result
 sys.path.insert(0, str(REPO))
 
 from cloudtrain.providers.base import NodeRequest, ProviderConfig, RunInfo
-from cloudtrain.providers.gcp import GcpProvider
+from cloudtrain.providers.gcp.provider import GcpProvider
 from tests.fakes.gce_fake import GceFake, start_gce_fake
 
 LATENCY_S = float(os.environ.get("GCE_LATENCY_S", "0.2"))

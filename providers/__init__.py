@@ -1,41 +1,96 @@
-"""Provider registry: name -> adapter, imported lazily so the CLI pays for no SDK it does not use.
+"""Provider registry: each provider declares itself in one `INFO` object (`providers/info.py`),
+and this module reads those objects and nothing else.
 
-`get_provider("aws", config)` imports `cloudtrain.providers.aws` only then. A missing SDK becomes a
-UsageError that says which `pip install` fixes it. `open_store(uri)` picks the store by URI scheme,
-which is how the node agent reaches the bucket with nothing but the URI it was given.
+`get_provider("aws", config)` imports `cloudtrain.providers.aws` (its light `__init__`, holding
+INFO) and then the adapter INFO names, only then. A missing SDK becomes a UsageError that says
+which `pip install` fixes it. `open_store(uri)` picks the store by URI scheme, which is how the
+node agent reaches the bucket with nothing but the URI it was given.
+
+Adding a provider: providers/README.md.
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from cloudtrain.errors import UsageError
+from cloudtrain.providers.info import ProviderInfo
 
 if TYPE_CHECKING:
     from cloudtrain.providers.base import ObjectStore, Provider, ProviderConfig
 
-# name -> (module, class, pip extra, an SDK module whose absence means the extra is missing)
-PROVIDERS: dict[str, tuple[str, str, str | None, str | None]] = {
-    "local": ("cloudtrain.providers.local", "LocalProvider", None, None),
-    "aws": ("cloudtrain.providers.aws", "AwsProvider", "aws", "boto3"),
-    "gcp": ("cloudtrain.providers.gcp", "GcpProvider", "gcp", "google.cloud.compute_v1"),
-    "azure": ("cloudtrain.providers.azure", "AzureProvider", "azure", "azure.mgmt.compute"),
-}
-SCHEMES: dict[str, str] = {"file": "local", "s3": "aws", "gs": "gcp", "az": "azure"}
+# The registered providers, in the order help text and error messages list them. Each name is a
+# module `cloudtrain.providers.<name>` (a package, or local.py) whose `INFO` is a ProviderInfo.
+REGISTERED: tuple[str, ...] = ("local", "aws", "gcp", "azure")
+# Providers registered at run time (`register`): tests, or a provider outside this package.
+_EXTRA: dict[str, ProviderInfo] = {}
+
+__all__ = [
+    "REGISTERED",
+    "ProviderInfo",
+    "get_provider",
+    "info",
+    "info_for_uri",
+    "load",
+    "names",
+    "open_store",
+    "provider_for_uri",
+    "register",
+]
+
+
+def names() -> tuple[str, ...]:
+    """Every registered provider's name, built-in first. Pure; imports nothing."""
+    return REGISTERED + tuple(n for n in _EXTRA if n not in REGISTERED)
+
+
+def register(provider_info: ProviderInfo) -> None:
+    """Register a provider that is not built in (replaces one of the same name). Idempotent."""
+    _EXTRA[provider_info.name] = provider_info
+
+
+def info(name: str) -> ProviderInfo:
+    """The named provider's INFO. Imports only its light module (no SDK). Raises UsageError for
+    an unknown name or a provider whose module is not in this version."""
+    if name in _EXTRA:
+        return _EXTRA[name]
+    if name not in REGISTERED:
+        raise UsageError(f"unknown provider {name!r}; known providers: {', '.join(names())}")
+    module_name = f"{__name__}.{name}"
+    if not _module_exists(module_name):
+        raise UsageError(f"provider {name!r} is not available in this version of cloudtrain")
+    found = getattr(importlib.import_module(module_name), "INFO", None)
+    if not isinstance(found, ProviderInfo) or found.name != name:
+        raise UsageError(f"provider {name!r} is not available in this version of cloudtrain")
+    return found
+
+
+def infos() -> list[ProviderInfo]:
+    """Every registered provider's INFO, in `names()` order (imports each light module)."""
+    return [info(n) for n in names()]
+
+
+def load(ref: str) -> Any:
+    """The object a "module:attr" reference names (an INFO field), importing its module.
+    Raises ImportError/AttributeError as importing does."""
+    module_name, _, attr = ref.partition(":")
+    value: Any = importlib.import_module(module_name)
+    for part in attr.split(".") if attr else ():
+        value = getattr(value, part)
+    return value
 
 
 def _load_class(name: str) -> type:
-    if name not in PROVIDERS:
-        known = ", ".join(PROVIDERS)
-        raise UsageError(f"unknown provider {name!r}; known providers: {known}")
-    module_name, class_name, extra, sdk = PROVIDERS[name]
+    provider_info = info(name)
+    extra, sdk = provider_info.extra, provider_info.sdk_module
     if sdk is not None and not _module_exists(sdk):
         raise UsageError(
             f"provider {name!r} needs its SDK, which is not installed",
             hint=f"pip install 'cloudtrain[{extra}]'",
         )
+    module_name, _, class_name = provider_info.adapter.partition(":")
     cls = None
     if _module_exists(module_name):
         try:
@@ -46,7 +101,7 @@ def _load_class(name: str) -> type:
                 hint=f"pip install --force-reinstall 'cloudtrain[{extra}]'" if extra else None,
             ) from None
         cls = getattr(module, class_name, None)
-    if cls is None:  # the package is missing, or only partly there (an adapter in progress)
+    if cls is None:  # the adapter is missing, or only partly there (an adapter in progress)
         raise UsageError(f"provider {name!r} is not available in this version of cloudtrain")
     return cls  # type: ignore[no-any-return]
 
@@ -59,21 +114,33 @@ def _module_exists(module_name: str) -> bool:
 
 
 def get_provider(name: str, config: ProviderConfig | None = None) -> Provider:
-    """Build the named provider. Raises UsageError for an unknown name or a missing extra."""
+    """Build the named provider. Creates nothing in the cloud. Raises UsageError for an unknown
+    name or a missing extra."""
     from cloudtrain.providers.base import ProviderConfig
 
     cls = _load_class(name)
     return cls(config or ProviderConfig(name=name))  # type: ignore[no-any-return]
 
 
+def info_for_uri(uri: str) -> ProviderInfo:
+    """The INFO of the provider that serves a storage URI (file://, s3://, gs://, az://).
+    Raises UsageError for any other scheme."""
+    scheme = uri.split("://", 1)[0] if "://" in uri else ""
+    known = infos()
+    for provider_info in known:
+        if provider_info.scheme == scheme:
+            return provider_info
+    schemes = [f"{i.scheme}://" for i in known]
+    listed = ", ".join(schemes[:-1]) + " or " + schemes[-1] if len(schemes) > 1 else schemes[0]
+    raise UsageError(f"unsupported storage URI {uri!r}; use {listed}")
+
+
 def provider_for_uri(uri: str) -> str:
     """The provider name that serves a storage URI (file://, s3://, gs://, az://)."""
-    scheme = uri.split("://", 1)[0] if "://" in uri else ""
-    if scheme not in SCHEMES:
-        raise UsageError(f"unsupported storage URI {uri!r}; use file://, s3://, gs:// or az://")
-    return SCHEMES[scheme]
+    return info_for_uri(uri).name
 
 
 def open_store(uri: str) -> ObjectStore:
-    """The ObjectStore for `uri`, built with the provider's default config. Creates nothing."""
+    """The ObjectStore for `uri`, built with the provider's default config and retrying with the
+    one policy. Creates nothing."""
     return get_provider(provider_for_uri(uri)).store(uri)

@@ -1,50 +1,33 @@
 """The AWS provider: EC2 GPU nodes, a per-run security group and IAM role, and an S3 bucket.
 
 Credentials come from boto3's standard chain only; none is ever in the spec, the ledger or the
-logs. The region comes from the spec, else from the profile/environment. Modules: `errors`
-(botocore -> cloudtrain errors), `session` (clients), `storage` (S3Store), `compute` (AwsCompute).
+logs. The region comes from the spec, else from the profile/environment.
+
+This file holds only `INFO`, what the registry reads; it imports no SDK, so `cloudtrain --help`
+and the node agent may read it. The modules, named as in every cloud package
+(providers/README.md): `provider` (AwsProvider), `clients` (boto3 sessions and clients),
+`errors` (botocore -> cloudtrain errors), `compute` (AwsCompute, with its request bodies inline),
+`network` (the run's security group), `identity` (the run's IAM role), `storage` (S3Store),
+`images` (AMIs), `zones`, `preemption` (the node-side probe), `pricing` (the price list).
 """
 
 from __future__ import annotations
 
-from cloudtrain.errors import ProviderError
-from cloudtrain.providers.aws.session import account_id, session
-from cloudtrain.providers.base import Provider, ProviderConfig
+from cloudtrain.providers.info import ProviderInfo
 
-DEFAULT_BUCKET = "cloudtrain-{account}-{region}"
-
-
-class AwsProvider(Provider):
-    """AWS in one region (the spec's, else the SDK's default)."""
-
-    name = "aws"
-
-    def __init__(self, config: ProviderConfig | None = None) -> None:
-        super().__init__(config or ProviderConfig(name="aws"))
-        self.region = self.config.region or session(None).region_name
-        if not self.region:
-            raise ProviderError("no AWS region", hint="set region: in job.yaml or AWS_REGION")
-        self._compute = None
-
-    @property
-    def compute(self):  # type: ignore[no-untyped-def]
-        """EC2 + IAM for this region (built on first use)."""
-        if self._compute is None:
-            from cloudtrain.providers.aws.compute import AwsCompute
-
-            self._compute = AwsCompute(self.region)  # type: ignore[assignment]
-        return self._compute
-
-    def store(self, uri: str):  # type: ignore[no-untyped-def]
-        """An S3Store for an s3:// URI. Creates nothing."""
-        from cloudtrain.providers.aws.storage import S3Store
-
-        return S3Store(uri, self.region)
-
-    def default_store_uri(self, run_id: str) -> str:
-        """One bucket per account and region, owned by cloudtrain."""
-        return "s3://" + DEFAULT_BUCKET.format(account=account_id(self.region), region=self.region)
-
-    def owns_bucket(self, uri: str) -> bool:
-        """Only the default bucket is cloudtrain's; a user-given s3:// URI is never deleted."""
-        return uri.rstrip("/") == self.default_store_uri("").rstrip("/")
+INFO = ProviderInfo(
+    name="aws",
+    display="AWS",
+    scheme="s3",
+    adapter="cloudtrain.providers.aws.provider:AwsProvider",
+    extra="aws",
+    sdk_module="boto3",
+    account_field=None,
+    options="cloudtrain.providers.aws.options:AwsOptions",
+    # S3 Standard, first 50 TB, us-east-1 (https://aws.amazon.com/s3/pricing/)
+    storage_usd_per_gb_month=0.023,
+    preemption="cloudtrain.providers.aws.preemption:probe",
+    pricing="cloudtrain.providers.aws.pricing:fetch",
+    inventory_scope="region",
+    searched_by_cheapest=True,
+)

@@ -27,6 +27,7 @@ from botocore.exceptions import ClientError
 from cloudtrain.crashpoints import crash_point
 from cloudtrain.errors import ProviderError, TransientError
 from cloudtrain.providers.aws import identity, network
+from cloudtrain.providers.aws.clients import client
 from cloudtrain.providers.aws.errors import aws_errors, error_code
 from cloudtrain.providers.aws.identity import KIND_PROFILE, KIND_ROLE
 from cloudtrain.providers.aws.images import image_for, resolve_ami
@@ -38,7 +39,6 @@ from cloudtrain.providers.aws.network import (
     call,
     resource_name,
 )
-from cloudtrain.providers.aws.session import client
 from cloudtrain.providers.aws.zones import zone_ids, zone_name
 from cloudtrain.providers.base import (
     Compute,
@@ -307,21 +307,15 @@ class AwsCompute(Compute):
         out += network.tagged_groups(self.ec2, self.region)
         return out + identity.tagged_identities(self.iam)
 
-    def create_nodes(self, run: RunInfo, requests: list[NodeRequest]) -> list[Node]:
-        """Resolve what all requests share (zone names, AMIs, the group id) once, then create
-        the nodes in parallel (see `create_node`). Idempotent; does not wait for boot."""
-        from cloudtrain.retry import retrying
-
-        def prepare() -> None:
-            for wanted in {r.zone or run.zone for r in requests}:
-                zone_name(self.region, wanted)
-            for r in requests:
-                self.resolve_image(r)
-            self._group_id(run.run_id)
-
-        if requests:
-            retrying(prepare, what=f"prepare {len(requests)} node(s) of run {run.run_id}")
-        return super().create_nodes(run, requests)
+    def prepare_nodes(self, run: RunInfo, requests: list[NodeRequest]) -> None:
+        """Resolve what all requests share (zone names, AMIs, the group id) once, into the
+        caches `create_node` reads, before `create_nodes` fans out. Not retried here (the retry
+        layer, providers/retrying.py, retries this call as a whole). Idempotent; blocks."""
+        for wanted in {r.zone or run.zone for r in requests}:
+            zone_name(self.region, wanted)
+        for r in requests:
+            self.resolve_image(r)
+        self._group_id(run.run_id)
 
     def create_node(self, run: RunInfo, request: NodeRequest) -> Node:
         """Launch one instance (one `run_instances` call), unless a live one with the node's name
@@ -418,9 +412,8 @@ class AwsCompute(Compute):
     def delete_listed(self, nodes: list[Node]) -> None:
         """Terminate every listed instance in one call (stopped ones too), then wait until all
         are terminated (polling every second, at most TERMINATE_TIMEOUT_S). Idempotent: gone
-        instances are fine. Transient errors are retried. Blocks."""
-        from cloudtrain.retry import retrying
-
+        instances are fine. A transient error propagates: the retry layer (providers/retrying.py)
+        retries this whole call, which terminates again and waits afresh. Blocks."""
         ids = sorted({n.cloud_id for n in nodes if n.cloud_id})
         for node in nodes:
             if not node.cloud_id:  # not from a listing: find it by name
@@ -428,12 +421,15 @@ class AwsCompute(Compute):
         ids = sorted(set(ids))
         if not ids:
             return
-        retrying(lambda: self._terminate(ids), what=f"terminate {len(ids)} instance(s)")
+        self._terminate(ids)
         crash_point("teardown-half")  # the terminations are requested, not yet confirmed
         deadline = time.monotonic() + TERMINATE_TIMEOUT_S
         polls = 0
+        # Not a retry of the delete: EC2 is eventually consistent, and an accepted terminate
+        # leaves the instance `shutting-down` for a while (minutes for a GPU instance). We poll
+        # until every instance reports `terminated`, so `delete_node` returns only once it is.
         while True:
-            states = retrying(lambda: self._states(ids), what="wait for terminated instances")
+            states = self._states(ids)
             left = {i: s for i, s in states.items() if s != "terminated"}
             if not left:
                 return
@@ -445,9 +441,11 @@ class AwsCompute(Compute):
                 )
             polls += 1
             if polls % TERMINATE_AGAIN_EVERY == 0:
+                # part of the same wait: an instance still `pending`/`running` long after its
+                # terminate was accepted (a terminate that raced its launch) is asked again
                 stragglers = sorted(i for i, s in left.items() if s != "shutting-down")
                 if stragglers:
-                    retrying(lambda s=stragglers: self._terminate(s), what="terminate again")
+                    self._terminate(stragglers)
             time.sleep(TERMINATE_POLL_S)
 
     def _states(self, ids: list[str]) -> dict[str, str]:

@@ -25,8 +25,8 @@ from s3transfer.exceptions import RetriesExceededError
 
 from cloudtrain.crashpoints import crash_point
 from cloudtrain.errors import CloudtrainError, NotFound, ProviderError, TransientError
+from cloudtrain.providers.aws.clients import client
 from cloudtrain.providers.aws.errors import TRANSIENT_CODES, aws_errors, error_code
-from cloudtrain.providers.aws.session import client
 from cloudtrain.providers.base import ObjectInfo, Resource
 from cloudtrain.providers.uri_rules import uri_problem
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
+from cloudtrain.providers.aws.clients import client
 from cloudtrain.providers.aws.errors import aws_errors
-from cloudtrain.providers.aws.session import client
 
 _ZONE_ID = re.compile(r"^[a-z]{2,5}\d+-az\d+$")
 

@@ -2,100 +2,34 @@
 
 Credentials come from DefaultAzureCredential only; none is ever in the spec, the ledger or the
 logs. The subscription comes from the spec (`subscription:`), else AZURE_SUBSCRIPTION_ID; the
-region from the plan. Modules: `errors` (SDK exceptions -> cloudtrain errors), `clients`
-(credential, endpoint, management clients), `bodies` (ARM request bodies), `account` (the
-default storage account), `network`, `compute` (AzureCompute), `storage` (BlobStore).
+region from the plan.
 
-Building an AzureProvider reads no credentials: a node's agent builds one only to open its
-store, where azure-storage-blob uses the VM's managed identity (or a connection string).
+This file holds only `INFO`, what the registry reads; it imports no SDK, so `cloudtrain --help`
+and the node agent may read it. The modules, named as in every cloud package
+(providers/README.md): `provider` (AzureProvider), `clients` (credential, endpoint, management
+clients), `errors` (SDK exceptions -> cloudtrain errors), `bodies` (ARM request bodies),
+`account` (the default storage account), `network`, `identity` (the role assignments of a node's
+managed identity), `compute` (AzureCompute), `storage` (BlobStore), `images`, `startup`,
+`preemption` (the node-side probe), `pricing` (the price list).
 """
 
 from __future__ import annotations
 
-import threading
-from typing import TYPE_CHECKING
+from cloudtrain.providers.info import ProviderInfo
 
-from cloudtrain.providers.base import Provider, ProviderConfig
-
-if TYPE_CHECKING:
-    from cloudtrain.providers.azure.clients import ArmClients, AzureAuth
-    from cloudtrain.providers.azure.compute import AzureCompute
-    from cloudtrain.providers.azure.storage import BlobStore
-
-
-class AzureProvider(Provider):
-    """Azure in one subscription and region (the plan's). Thread-safe."""
-
-    name = "azure"
-
-    def __init__(self, config: ProviderConfig | None = None) -> None:
-        super().__init__(config or ProviderConfig(name="azure"))
-        self.region = self.config.region
-        self._auth: AzureAuth | None = None
-        self._clients: ArmClients | None = None
-        self._compute: AzureCompute | None = None
-        self._lock = threading.Lock()
-
-    def auth(self) -> AzureAuth:
-        """Credential and subscription, resolved on first use (ProviderError without one)."""
-        with self._lock:
-            if self._auth is None:
-                from cloudtrain.providers.azure.clients import resolve_auth
-
-                self._auth = resolve_auth(self.config.account)
-            return self._auth
-
-    def clients(self) -> ArmClients:
-        """The subscription's management clients (built on first use)."""
-        auth = self.auth()
-        with self._lock:
-            if self._clients is None:
-                from cloudtrain.providers.azure.clients import ArmClients
-
-                self._clients = ArmClients(auth)
-            return self._clients
-
-    def _region(self) -> str:
-        from cloudtrain.providers.azure.clients import check_region
-
-        return check_region(self.region)
-
-    @property
-    def compute(self) -> AzureCompute:
-        """VMs, network and identities of this subscription and region (built on first use)."""
-        clients, region = self.clients(), self._region()
-        with self._lock:
-            if self._compute is None:
-                from cloudtrain.providers.azure.compute import AzureCompute
-
-                self._compute = AzureCompute(clients, region, self.config.zone)
-            return self._compute
-
-    def store(self, uri: str) -> BlobStore:
-        """A BlobStore for an az:// URI; on the controller, the default account is made by
-        `ensure_bucket`. Creates nothing and reads no credentials."""
-        from cloudtrain.providers.azure.account import ManagedBlobStore
-
-        default = bool(self.region) and self._is_default(uri)
-        return ManagedBlobStore(uri, self.clients, self.region or "", default)
-
-    def _is_default(self, uri: str) -> bool:
-        from cloudtrain.providers.azure.account import default_account
-
-        account = uri.split("://", 1)[-1].split("/", 1)[0]
-        return account == default_account(self.auth().subscription, self._region())
-
-    def default_store_uri(self, run_id: str) -> str:
-        """The run's own container in the default account of the subscription and region."""
-        from cloudtrain.providers.azure.account import default_account, run_container
-
-        account = default_account(self.auth().subscription, self._region())
-        return f"az://{account}/{run_container(run_id)}"
-
-    def owns_bucket(self, uri: str) -> bool:
-        """Only containers of the default account are cloudtrain's."""
-        return bool(self.region) and self._is_default(uri)
-
-    def account(self) -> str | None:
-        """The subscription (recorded in the ledger so `down` reaches the same one)."""
-        return self.auth().subscription
+INFO = ProviderInfo(
+    name="azure",
+    display="Azure",
+    scheme="az",
+    adapter="cloudtrain.providers.azure.provider:AzureProvider",
+    extra="azure",
+    sdk_module="azure.mgmt.compute",
+    account_field="subscription",
+    options="cloudtrain.providers.azure.options:AzureOptions",
+    # Blob Storage, Hot tier, LRS, first 50 TB (https://azure.microsoft.com/pricing/details/storage/blobs/)
+    storage_usd_per_gb_month=0.018,
+    preemption="cloudtrain.providers.azure.preemption:probe",
+    pricing="cloudtrain.providers.azure.pricing:fetch",
+    inventory_scope="region",
+    searched_by_cheapest=True,
+)

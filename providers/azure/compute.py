@@ -7,7 +7,7 @@ the create: "Storage Blob Data Contributor" on the run's container only, and "Vi
 Contributor" on the VM itself, so the node can delete itself at the deadline (a stopped but
 allocated Azure VM still bills). Both assignments are deleted with the node, and an evicted
 VM's (Azure deletes the VM, never its role assignments) when the node is re-created or the run
-torn down (`grants`). GPU nodes get the NvidiaGpuDriverLinux extension where `images.image_for`
+torn down (`identity`). GPU nodes get the NvidiaGpuDriverLinux extension where `images.image_for`
 says so. SkuNotAvailable, AllocationFailed and ZonalAllocationFailed surface as NoCapacityError,
 so the orchestrator tries the next zone.
 """
@@ -21,7 +21,7 @@ from datetime import datetime
 from typing import Any
 
 from cloudtrain.errors import NotFound, ProviderError
-from cloudtrain.providers.azure import grants, network
+from cloudtrain.providers.azure import identity, network
 from cloudtrain.providers.azure.account import (
     container_scope,
     default_account,
@@ -148,7 +148,7 @@ class AzureCompute(Compute):
             return parsed is not None and parsed[0] == run_id
 
         group = network.group_name(run_id)
-        grants.revoke_stale(self.clients, self._containers(run_id), group, of_run)
+        identity.revoke_stale(self.clients, self._containers(run_id), group, of_run)
 
     def _containers(self, run_id: str) -> set[str]:
         """Scopes that may hold the grants of run `run_id`'s nodes: its container in the default
@@ -241,9 +241,9 @@ class AzureCompute(Compute):
 
         name, principal = str(vm.name), str(vm.identity.principal_id)
         group = network.group_name(run.run_id)
-        grants.revoke_stale(self.clients, [scope], group, name.__eq__, keep=[principal])
-        grants.grant(self.clients, scope, STORAGE_BLOB_DATA_CONTRIBUTOR, principal, name)
-        grants.grant(self.clients, str(vm.id), VIRTUAL_MACHINE_CONTRIBUTOR, principal, name)
+        identity.revoke_stale(self.clients, [scope], group, name.__eq__, keep=[principal])
+        identity.grant(self.clients, scope, STORAGE_BLOB_DATA_CONTRIBUTOR, principal, name)
+        identity.grant(self.clients, str(vm.id), VIRTUAL_MACHINE_CONTRIBUTOR, principal, name)
 
     def list_nodes(self, run_id: str) -> list[Node]:
         """The run's VMs (tags in its group) with their power state. Blocks."""
@@ -307,9 +307,9 @@ class AzureCompute(Compute):
         principal = getattr(getattr(vm, "identity", None), "principal_id", None)
         if not principal:
             return []
-        ids = {grants.vm_grant_id(self.subscription, group, node.name, str(principal))}
+        ids = {identity.vm_grant_id(self.subscription, group, node.name, str(principal))}
         for scope in self._containers(node.run_id):
-            ids.add(grants.assignment_id(scope, STORAGE_BLOB_DATA_CONTRIBUTOR, str(principal)))
+            ids.add(identity.assignment_id(scope, STORAGE_BLOB_DATA_CONTRIBUTOR, str(principal)))
         with azure_errors(f"list the roles of {node.name}"):
             found = self.clients.authorization.role_assignments.list_for_scope(
                 f"/subscriptions/{self.subscription}", filter=f"principalId eq '{principal}'"

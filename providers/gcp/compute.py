@@ -29,7 +29,13 @@ from cloudtrain.providers.base import (
     shutdown_at_deadline,
     wait_for_driver,
 )
-from cloudtrain.providers.gcp import firewall, identity
+from cloudtrain.providers.gcp import identity, network
+from cloudtrain.providers.gcp.bodies import (
+    DEADLINE_GRACE_S,
+    has_gpus,
+    instance_body,
+    to_node,
+)
 from cloudtrain.providers.gcp.clients import (
     ComputeClients,
     GcpAuth,
@@ -38,12 +44,6 @@ from cloudtrain.providers.gcp.clients import (
 )
 from cloudtrain.providers.gcp.errors import already_exists, gcp_errors
 from cloudtrain.providers.gcp.images import image_for
-from cloudtrain.providers.gcp.instances import (
-    DEADLINE_GRACE_S,
-    has_gpus,
-    instance_body,
-    to_node,
-)
 
 VENV_PYTHON = "/opt/cloudtrain/venv/bin/python"
 SERVICE_ACCOUNT_ENV = "CLOUDTRAIN_GCP_SERVICE_ACCOUNT"
@@ -113,8 +113,8 @@ class GcpCompute(Compute):
         account, the run's service account that `ensure_network` makes. Pure apart from the
         environment."""
         planned = [
-            Resource("gcp", firewall.KIND_FIREWALL, name, "global", run.run_id)
-            for name in firewall.rule_names(run)
+            Resource("gcp", network.KIND_FIREWALL, name, "global", run.run_id)
+            for name in network.rule_names(run)
         ]
         if _user_account() is None:
             planned.append(identity.as_resource(self.project, run.run_id))
@@ -126,7 +126,7 @@ class GcpCompute(Compute):
         binding on the run's bucket: objects under the run's prefix only (see `identity`). A
         bucket that does not exist yet gets no binding (the account then reaches nothing).
         Idempotent; blocks until in force (a new account is waited for up to a minute)."""
-        made = firewall.ensure_firewalls(self.clients, run)
+        made = network.ensure_firewalls(self.clients, run)
         if _user_account() is not None:
             return made
         store = _store_of(run.store_uri)
@@ -142,7 +142,7 @@ class GcpCompute(Compute):
     def list_resources(self, run_id: str) -> list[Resource]:
         """The run's firewall rules (by name: GCE firewalls carry no labels) and its service
         account (by its derived id, checked against its display name). Blocks."""
-        found = firewall.find_firewalls(self.clients, run_id)
+        found = network.find_firewalls(self.clients, run_id)
         account = self.iam.get(identity.service_account_email(self.project, run_id))
         if account is not None and identity.run_of(account) == run_id:
             found.append(identity.as_resource(self.project, run_id, account))
@@ -153,8 +153,8 @@ class GcpCompute(Compute):
         bucket its description names first, then the account. Idempotent: missing ones are
         fine; other kinds are ignored. Blocks."""
         for res in resources:
-            if res.kind == firewall.KIND_FIREWALL:
-                firewall.delete_firewall(self.clients, res.id)
+            if res.kind == network.KIND_FIREWALL:
+                network.delete_firewall(self.clients, res.id)
         for res in resources:
             if res.kind == identity.KIND_SERVICE_ACCOUNT:
                 account = self.iam.get(res.id)
@@ -215,8 +215,8 @@ class GcpCompute(Compute):
             request,
             self.project,
             zone,
-            firewall.network_url(self.project),
-            firewall.run_tag(run.run_id),
+            network.network_url(self.project),
+            network.run_tag(run.run_id),
             run_seconds,
             account,
         )
@@ -305,11 +305,11 @@ class GcpCompute(Compute):
                     if node is None:
                         continue
                     region = node.zone.rsplit("-", 1)[0] if node.zone else None
-                    created = firewall.rfc3339_epoch(data.get("creationTimestamp"))
+                    created = network.rfc3339_epoch(data.get("creationTimestamp"))
                     out.append(
                         Tagged(node.run_id, "node", node.name, created, node.instance_type, region)
                     )
-        return out + firewall.tagged_firewalls(self.clients) + identity.tagged(self.iam)
+        return out + network.tagged_firewalls(self.clients) + identity.tagged(self.iam)
 
     def delete_node(self, node: Node) -> None:
         """Delete one instance and wait until it is gone. Idempotent: a missing instance is

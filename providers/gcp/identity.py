@@ -164,7 +164,12 @@ def while_propagating(
 ) -> T:
     """`fn` through the one retry policy, retrying only `retry_on` (by default: a new account
     not visible yet), for up to PROPAGATION_S and POLICY_ATTEMPTS calls. Other errors propagate
-    at once (the caller's own retry handles throttling). Blocks."""
+    at once (the retry layer, providers/retrying.py, handles throttling). Blocks.
+
+    Not a retry of the operation: an eventual-consistency wait. IAM takes up to a minute to
+    make a new service account visible to GCE and GCS, and a bucket policy's read-modify-write
+    must be redone when another writer changed it in between (its etag). Throttling and 5xx are
+    never retried here: they propagate to the one retry layer, which retries the operation."""
     return retrying(
         fn,
         what=what,

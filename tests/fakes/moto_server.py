@@ -6,7 +6,7 @@ makes the `moto_server` fixture available in a test module or conftest. For the 
 test it points every boto3 client of the test process (and of subprocesses that inherit its
 environment, e.g. nodes run by a boot harness) at the server: AWS_ENDPOINT_URL, dummy
 credentials, AWS_DEFAULT_REGION=us-east-1, no profile or config files, no instance metadata. The
-cached boto3 sessions and account id of `cloudtrain.providers.aws.session` are cleared around
+cached boto3 sessions and account id of `cloudtrain.providers.aws.clients` are cleared around
 each test, so no client outlives its environment. Without moto installed the fixture skips.
 
 moto lacks AWS's public SSM parameters (the AMI ids of the Deep Learning and Ubuntu images) and
@@ -106,7 +106,7 @@ def clear_aws_caches() -> None:
     """Drop the cached boto3 sessions and account id of cloudtrain's AWS adapter."""
     # importlib: the package re-exports a function named `session`, which hides the module.
     with contextlib.suppress(ImportError):
-        mod = importlib.import_module("cloudtrain.providers.aws.session")
+        mod = importlib.import_module("cloudtrain.providers.aws.clients")
         mod.clear_clients()
 
 

@@ -102,7 +102,7 @@ def _local_force_cleanup(provider: Provider) -> None:
 
 
 def _aws_build(tmp: Path) -> Provider:
-    from cloudtrain.providers.aws import AwsProvider
+    from cloudtrain.providers.aws.provider import AwsProvider
 
     return AwsProvider(ProviderConfig(name="aws", region="us-east-1"))
 
@@ -115,13 +115,13 @@ def _aws_compute_unavailable() -> str | None:
 
 
 def _gcp_build(tmp: Path) -> Provider:
-    from cloudtrain.providers.gcp import GcpProvider
+    from cloudtrain.providers.gcp.provider import GcpProvider
 
     return GcpProvider(ProviderConfig(name="gcp", region="us-central1", zone="us-central1-a"))
 
 
 def _azure_build(tmp: Path) -> Provider:
-    from cloudtrain.providers.azure import AzureProvider
+    from cloudtrain.providers.azure.provider import AzureProvider
 
     return AzureProvider(ProviderConfig(name="azure", region="eastus"))
 

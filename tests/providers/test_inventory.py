@@ -108,7 +108,7 @@ def test_azure_inventory_in_a_users_group(
 ) -> None:
     """With $CLOUDTRAIN_AZURE_RESOURCE_GROUP the runs share that group: their VMs, NSGs and
     VNets are found by tag and name, and the group itself is never a run's."""
-    from cloudtrain.providers.azure import AzureProvider
+    from cloudtrain.providers.azure.provider import AzureProvider
 
     monkeypatch.setenv("CLOUDTRAIN_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("CLOUDTRAIN_AZURE_RESOURCE_GROUP", "team-ml")

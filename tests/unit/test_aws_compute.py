@@ -58,8 +58,8 @@ CPU_IMAGE_PARAM = images.UBUNTU_2204.ref
 
 
 def _clear_caches() -> None:
-    # `cloudtrain.providers.aws.session` the attribute is the function; the module is here:
-    session_module = importlib.import_module("cloudtrain.providers.aws.session")
+    # the clients module keeps the cached clients:
+    session_module = importlib.import_module("cloudtrain.providers.aws.clients")
     session_module.clear_clients()
     zones._zones.cache_clear()
     images.clear_image_cache()

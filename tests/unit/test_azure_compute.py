@@ -16,12 +16,12 @@ from typing import Any
 import pytest
 
 from cloudtrain.errors import NoCapacityError, ProviderError, QuotaError
-from cloudtrain.providers.azure import AzureProvider
 from cloudtrain.providers.azure.bodies import (
     STORAGE_BLOB_DATA_CONTRIBUTOR,
     VIRTUAL_MACHINE_CONTRIBUTOR,
 )
 from cloudtrain.providers.azure.compute import AzureCompute
+from cloudtrain.providers.azure.provider import AzureProvider
 from cloudtrain.providers.azure.startup import startup_blocks
 from cloudtrain.providers.base import NodeRequest, ProviderConfig, RunInfo
 from cloudtrain.startup import StartupParams, render_startup

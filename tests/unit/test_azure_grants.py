@@ -20,7 +20,7 @@ from cloudtrain.providers.azure.bodies import (
     VIRTUAL_MACHINE_CONTRIBUTOR,
 )
 from cloudtrain.providers.azure.compute import AzureCompute
-from cloudtrain.providers.azure.grants import assignment_name
+from cloudtrain.providers.azure.identity import assignment_name
 from tests.fakes.azure_cloud import AzureCloud, azure_cloud, azurite, azurite_session
 from tests.unit.test_azure_compute import RUN, compute, request, run_info
 

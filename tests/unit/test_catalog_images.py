@@ -36,7 +36,7 @@ from cloudtrain.providers.azure import images as azure_images
 from cloudtrain.providers.azure.compute import AzureCompute
 from cloudtrain.providers.base import NodeRequest
 from cloudtrain.providers.gcp import images as gcp_images
-from cloudtrain.providers.gcp.instances import instance_body
+from cloudtrain.providers.gcp.bodies import instance_body
 from cloudtrain.providers.images import ImageInfo
 from tests.fakes.azure_cloud import AzureCloud, azure_cloud, azurite, azurite_session
 from tests.fakes.moto_server import (

@@ -18,11 +18,11 @@ import pytest
 
 from cloudtrain.errors import CredentialsError, NoCapacityError, ProviderError, QuotaError
 from cloudtrain.providers.base import NodeRequest, ProviderConfig, RunInfo
-from cloudtrain.providers.gcp import GcpProvider
+from cloudtrain.providers.gcp.bodies import STORAGE_RW_SCOPE, instance_body
 from cloudtrain.providers.gcp.compute import GcpCompute
-from cloudtrain.providers.gcp.firewall import firewall_bodies
 from cloudtrain.providers.gcp.images import DLVM_2204, image_for
-from cloudtrain.providers.gcp.instances import STORAGE_RW_SCOPE, instance_body
+from cloudtrain.providers.gcp.network import firewall_bodies
+from cloudtrain.providers.gcp.provider import GcpProvider
 from cloudtrain.startup import StartupParams, render_startup
 from tests.fakes.gce_fake import GceFake, gce_fake
 from tests.fakes.shell import check_script, run_with_curl_shim

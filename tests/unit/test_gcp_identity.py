@@ -22,8 +22,9 @@ pytest.importorskip("google.cloud.compute_v1")
 
 from cloudtrain.errors import ProviderError, TransientError
 from cloudtrain.providers.base import NodeRequest, ProviderConfig, RunInfo, Tagged
-from cloudtrain.providers.gcp import GcpProvider, identity
+from cloudtrain.providers.gcp import identity
 from cloudtrain.providers.gcp.compute import GcpCompute
+from cloudtrain.providers.gcp.provider import GcpProvider
 from cloudtrain.teardown import teardown
 from tests.fakes.gcp_cloud import GcpCloud, gcp_cloud, gcs_emulator, gcs_emulator_session
 

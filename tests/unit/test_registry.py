@@ -8,13 +8,20 @@ import pytest
 
 from cloudtrain import providers
 from cloudtrain.errors import UsageError
+from cloudtrain.providers.info import ProviderInfo
 
 
 def test_a_missing_sdk_names_the_pip_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(
-        providers.PROVIDERS,
+        providers._EXTRA,
         "fakecloud",
-        ("cloudtrain.providers.local", "LocalProvider", "fakecloud", "no_such_sdk_module_xyz"),
+        ProviderInfo(
+            name="fakecloud",
+            scheme="fake",
+            adapter="cloudtrain.providers.local:LocalProvider",
+            extra="fakecloud",
+            sdk_module="no_such_sdk_module_xyz",
+        ),
     )
     with pytest.raises(UsageError) as info:
         providers.get_provider("fakecloud")
@@ -23,7 +30,9 @@ def test_a_missing_sdk_names_the_pip_extra(monkeypatch: pytest.MonkeyPatch) -> N
 
 def test_a_provider_not_in_this_version(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(
-        providers.PROVIDERS, "later", ("cloudtrain.providers.no_such_module", "X", None, None)
+        providers._EXTRA,
+        "later",
+        ProviderInfo(name="later", scheme="later", adapter="cloudtrain.providers.no_such_module:X"),
     )
     with pytest.raises(UsageError, match="not available in this version"):
         providers.get_provider("later")

@@ -71,7 +71,7 @@ def _nsg(fake: Any, run_id: str) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def azure(azurite_session: Azurite, tmp_path_factory: pytest.TempPathFactory) -> AzureSeen:
     """One detached run of a two-worker job on the fakes; then its traces, read back."""
-    from cloudtrain.providers.azure import AzureProvider
+    from cloudtrain.providers.azure.provider import AzureProvider
     from cloudtrain.providers.base import ProviderConfig, RunInfo
 
     home = tmp_path_factory.mktemp("azure-home")

@@ -92,7 +92,7 @@ def gcp(gcs_emulator_session: GcsEmulator, tmp_path_factory: pytest.TempPathFact
     from google.oauth2.credentials import Credentials
 
     from cloudtrain.providers.base import ProviderConfig, RunInfo
-    from cloudtrain.providers.gcp import GcpProvider
+    from cloudtrain.providers.gcp.provider import GcpProvider
     from cloudtrain.providers.gcp.storage import GcsStore
     from tests.unit.test_gcp_storage import service_account_credentials
 

@@ -1,0 +1,44 @@
+"""What a provider declares about itself: one `ProviderInfo` per provider, as `INFO` in its package.
+
+The registry (`cloudtrain.providers`) reads these objects and nothing else: which URI scheme a
+provider serves, which class builds it, which pip extra installs its SDK, where its options model,
+node-side preemption probe and pricing client live, and its storage price. Everything a module
+outside `providers/` needs to know about a cloud, it asks here, so no such module names a cloud.
+
+Standard library only, and it imports nothing else of the project: the node agent and
+`cloudtrain --help` read it without any SDK.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+
+@dataclass(frozen=True)
+class ProviderInfo:
+    """A provider's declared knowledge. Every "module:attr" is imported only when asked for
+    (`cloudtrain.providers.load`), so holding an INFO costs no SDK import."""
+
+    name: str  # the spec's `provider:` value, e.g. "local"
+    scheme: str  # the URI scheme of its object store: "file", "s3", "gs" or "az"
+    adapter: str  # "module:Class" of its Provider
+    extra: str | None = None  # the pip extra that installs its SDK (`cloudtrain[<extra>]`)
+    sdk_module: str | None = None  # a module whose absence means the extra is missing
+    # the spec/ledger field naming the account the run lives in, if the cloud has one
+    account_field: Literal["project", "subscription"] | None = None
+    options: str | None = None  # "module:Model", the pydantic model of `providers.<name>`
+    storage_usd_per_gb_month: float = 0.0  # list price of its standard object storage
+    preemption: str | None = None  # "module:function", the node-side probe (stdlib only)
+    pricing: str | None = None  # "module:function", its live price-list client
+    # where `gc` looks for leftovers: one region at a time, or the whole account (project)
+    inventory_scope: Literal["region", "account"] = "region"
+    searched_by_cheapest: bool = False  # does `plan --provider cheapest` consider it
+    # "module:function" of its catalog rules (stdlib only): see cloudtrain/catalog.py
+    catalog_rules: str | None = None
+    display: str = ""  # how help text and reports name it ("AWS"); the name if empty
+
+    @property
+    def label(self) -> str:
+        """The provider's display name."""
+        return self.display or self.name
