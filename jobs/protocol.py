@@ -16,15 +16,32 @@ Everything a run keeps in its bucket lives under `run_prefix(run_id)` ("cloudtra
     model/<rel>                         files         chief -> the user
     bundle/<sha256>.tar.gz              tar.gz        controller -> startup script
 
-`<node>` is "<role>-<index>" (`node_id`). Standard library only and importing nothing else of
-the project: the agent runs it on the node (Python 3.10+), the controller reads with it.
+`<node>` is "<role>-<index>" (`node_id`). Every JSON document is a frozen dataclass below with
+`to_json()`/`from_json()`, a `version` field and its defaults (the one place they are written);
+each is also a read-only Mapping of its fields (`doc["state"]`, `doc.get("attempt")`, `dict(doc)`),
+the JSON object it is. `from_json` reads a document older than the `version` field (it reads as
+version 0) and ignores fields it does not know (a newer writer's). Standard library only and
+importing nothing else of the project: the agent runs it on the node (Python 3.10+), the
+controller reads with it.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import math
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from enum import Enum
+from typing import Any, ClassVar, TypeVar
 
 RUNS_ROOT = "cloudtrain/runs/"
+CLUSTER_NAME = "cluster.json"  # the names inside the run's prefix that prose may mention too
+STOP_NAME = "control/stop"
+# the reason in the status of an agent that stopped because it found the stop key
+STOPPED_BY_CONTROL = STOP_NAME
+PROTOCOL_VERSION = 1  # what the writers write; a document without `version` reads as 0
+UNVERSIONED = 0
 
 
 class NodeState(str, Enum):
@@ -58,12 +75,12 @@ def run_prefix(run_id: str) -> str:
 
 def cluster_key(run_id: str) -> str:
     """cluster.json: the ClusterDoc. Pure."""
-    return f"{run_prefix(run_id)}cluster.json"
+    return f"{run_prefix(run_id)}{CLUSTER_NAME}"
 
 
 def stop_key(run_id: str) -> str:
     """control/stop: present once the controller (or `cloudtrain down`) asks the run to stop."""
-    return f"{run_prefix(run_id)}control/stop"
+    return f"{run_prefix(run_id)}{STOP_NAME}"
 
 
 def status_key(run_id: str, node: str) -> str:
@@ -88,7 +105,18 @@ def logs_prefix(run_id: str, node: str) -> str:
 
 def log_chunk_key(run_id: str, node: str, seq: int) -> str:
     """logs/<node>/<seq>.log, seq zero-padded to 8 digits so keys sort in order. Pure."""
-    return f"{logs_prefix(run_id, node)}{seq:08d}.log"
+    return f"{logs_prefix(run_id, node)}{log_chunk_name(seq)}"
+
+
+def log_chunk_name(seq: int) -> str:
+    """'00000042.log': a log chunk's name inside its node's logs/ folder. Pure."""
+    return f"{seq:08d}.log"
+
+
+def log_seq(key: str) -> int:
+    """The sequence number of a log chunk key (`.../00000042.log` -> 42; -1 if not one). Pure."""
+    name = key.rsplit("/", 1)[-1].removesuffix(".log")
+    return int(name) if name.isdigit() else -1
 
 
 def bootstrap_prefix(run_id: str) -> str:
@@ -139,3 +167,273 @@ def model_prefix(run_id: str) -> str:
 def bundle_key(run_id: str, sha256: str) -> str:
     """bundle/<sha256>.tar.gz: the job's code and wheel. Pure."""
     return f"{run_prefix(run_id)}bundle/{sha256}.tar.gz"
+
+
+# --- reading a listing ----------------------------------------------------------------------------
+STATUS, HEARTBEAT, NOTICE, BOOTSTRAP, LOG = "status", "heartbeat", "notice", "bootstrap", "log"
+_JSON_KINDS = (STATUS, HEARTBEAT, NOTICE)
+
+
+def classify(run_id: str, key: str) -> tuple[str, str] | None:
+    """(kind, node) of a key the controller reads as it lists the run's prefix: STATUS,
+    HEARTBEAT or NOTICE (a node's JSON document), BOOTSTRAP (its bootstrap log) or LOG (one of
+    its log chunks); None for every other key (cluster.json, attempt-<n>/..., ...). Pure."""
+    prefix = run_prefix(run_id)
+    if not key.startswith(prefix):
+        return None
+    parts = key[len(prefix) :].split("/")
+    if len(parts) == 2 and parts[0] in _JSON_KINDS and parts[1].endswith(".json"):
+        return parts[0], parts[1].removesuffix(".json")
+    if len(parts) == 2 and parts[0] == "bootstrap" and parts[1].endswith(".log"):
+        return BOOTSTRAP, parts[1].removesuffix(".log")
+    if len(parts) == 3 and parts[0] == "logs" and parts[2].endswith(".log"):
+        return LOG, parts[1]
+    return None
+
+
+# --- documents ------------------------------------------------------------------------------------
+class ProtocolError(ValueError):
+    """A document that cannot be read: not JSON (a half-written object), not a JSON object, or a
+    field of the wrong type. A ValueError: readers treat it as "not there yet"."""
+
+
+class MissingField(ProtocolError):
+    """A document without one of its required fields (`field`)."""
+
+    def __init__(self, doc: str, name: str) -> None:
+        super().__init__(f"{doc} has no {name!r}")
+        self.field = name
+
+
+def _integer(value: Any) -> int:
+    if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+        raise TypeError(f"not an integer: {value!r}")
+    return int(value)
+
+
+def _number(value: Any) -> float:
+    if isinstance(value, bool):
+        raise TypeError(f"not a number: {value!r}")
+    return float(value)
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, (dict, list)):
+        raise TypeError(f"not a string: {value!r}")
+    return str(value)
+
+
+def _state(value: Any) -> str:
+    text = _text(value)
+    known = {s.value for s in NodeState}
+    return NodeState(text) if text in known else text  # a newer agent's state stays a string
+
+
+def _lines(value: Any) -> list[str]:
+    if not isinstance(value, list):
+        raise TypeError(f"not a list: {value!r}")
+    return [str(x) for x in value]
+
+
+def _counts(value: Any) -> dict[str, int]:
+    if not isinstance(value, dict):
+        raise TypeError(f"not an object: {value!r}")
+    return {str(k): _integer(v) for k, v in value.items()}
+
+
+def _strings(value: Any) -> dict[str, str]:
+    if not isinstance(value, dict):
+        raise TypeError(f"not an object: {value!r}")
+    return {str(k): str(v) for k, v in value.items()}
+
+
+# how each field type (as annotated) is read from JSON; a null reads as the field's default,
+# except for the `| None` types, where it is None
+_READERS = {
+    "int": _integer,
+    "float": _number,
+    "str": _text,
+    "list[str]": _lines,
+    "dict[str, int]": _counts,
+    "dict[str, str]": _strings,
+}
+
+D = TypeVar("D", bound="Document")
+
+
+@dataclass(frozen=True, eq=False)
+class Document(Mapping[str, Any]):
+    """The base of every JSON document: a frozen dataclass whose fields are the JSON object's
+    (`version` first), read-only as a Mapping too. Equal to any Mapping with the same fields."""
+
+    version: int = PROTOCOL_VERSION
+    REQUIRED: ClassVar[tuple[str, ...]] = ()  # fields a document must have
+    INDENT: ClassVar[int | None] = None
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in self._names():
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names())
+
+    def __len__(self) -> int:
+        return len(self._names())
+
+    @classmethod
+    def _names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in dataclasses.fields(cls))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object: every field, `version` included. Pure."""
+        return {name: _plain(getattr(self, name)) for name in self._names()}
+
+    def to_json(self) -> bytes:
+        """The document as the bytes the bucket holds. Pure."""
+        return json.dumps(self.to_dict(), indent=self.INDENT).encode()
+
+    @classmethod
+    def from_dict(cls: type[D], data: Any) -> D:
+        """The document from a decoded JSON object. Unknown fields are ignored; a missing
+        optional field (or a null) takes its default. Raises MissingField for a missing
+        required field and ProtocolError for anything else unreadable. Pure."""
+        if not isinstance(data, Mapping):
+            raise ProtocolError(f"{cls.__name__}: not a JSON object")
+        values: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            raw = data.get(f.name)
+            if raw is None:
+                if f.name in cls.REQUIRED:
+                    raise MissingField(cls.__name__, f.name)
+                if f.name == "version":
+                    values[f.name] = UNVERSIONED  # written before documents had a version
+                continue  # its default (None for the `| None` fields)
+            kind = str(f.type).removesuffix(" | None")
+            reader = _state if f.name == "state" else _READERS[kind]
+            try:
+                values[f.name] = reader(raw)
+            except (TypeError, ValueError) as exc:
+                raise ProtocolError(f"{cls.__name__}.{f.name}: {exc}") from None
+        return cls(**values)
+
+    @classmethod
+    def from_json(cls: type[D], body: bytes | str) -> D:
+        """The document from the bucket's bytes (see from_dict). Raises ProtocolError when they
+        are not JSON (e.g. a half-written object). Pure."""
+        try:
+            data = json.loads(body)
+        except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
+            raise ProtocolError(f"{cls.__name__}: not JSON: {exc}") from None
+        return cls.from_dict(data)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, dict):
+        return dict(value)
+    if isinstance(value, list):
+        return list(value)
+    return value
+
+
+@dataclass(frozen=True, eq=False)
+class ClusterDoc(Document):
+    """cluster.json: what every agent of the run needs, written by the controller before the
+    nodes exist and again (with `attempt` moved on) for every new attempt. Holds secrets (`env`):
+    blanked once the run is torn down. The intervals are the agents' paces in seconds."""
+
+    REQUIRED: ClassVar[tuple[str, ...]] = ("run_id", "roles", "port", "attempt", "entrypoint")
+    INDENT: ClassVar[int | None] = 1
+
+    run_id: str = ""
+    strategy: str = ""
+    roles: dict[str, int] = field(default_factory=dict)  # role -> how many nodes
+    port: int = 0
+    attempt: int = 0
+    deadline: float = math.inf  # epoch seconds: the agents stop themselves then
+    entrypoint: str = ""
+    setup: str = ""
+    env: dict[str, str] = field(default_factory=dict)  # secrets included: their only channel
+    secrets: list[str] = field(default_factory=list)  # names only: the agents redact their values
+    heartbeat_s: float = 2.0
+    log_flush_s: float = 1.0
+    sync_s: float = 2.0  # the chief's checkpoint sync
+    control_s: float = 1.0  # stop and new-attempt latency on the nodes
+    poll_s: float = 0.5  # rendezvous and barrier polling
+    # the one default of the rendezvous timeout; the controller writes RunOptions' value
+    rendezvous_timeout_s: float = 600.0
+    stop_grace_s: float = 10.0  # SIGTERM to SIGKILL of the training on a stop
+    linger_s: float = 3600.0  # how long an agent beats on after its final state
+
+
+@dataclass(frozen=True, eq=False)
+class NodeStatus(Document):
+    """status/<node>.json: a node's progress in an attempt; a final state (FINAL_STATES) is
+    written last, after the logs, the checkpoints and the model."""
+
+    REQUIRED: ClassVar[tuple[str, ...]] = ("state",)
+
+    state: str = NodeState.BOOTSTRAPPED  # a NodeState (a newer agent's unknown state: a str)
+    attempt: int = 0
+    time: float = 0.0
+    pid: int | None = None  # the training's process (group) while running
+    exit_code: int | None = None
+    signal: int | None = None  # the signal that ended the training, if one did
+    reason: str | None = None
+    tail: list[str] | None = None  # a failure's last lines of output or traceback
+
+
+@dataclass(frozen=True, eq=False)
+class Heartbeat(Document):
+    """heartbeat/<node>.json: the node is alive; how far the training is; its last line."""
+
+    time: float = 0.0
+    attempt: int = 0
+    state: str = ""
+    epoch: int | None = None
+    epochs: int | None = None
+    last_line: str = ""
+    pid: int | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class NoticeDoc(Document):
+    """notice/<node>.json: the cloud told the node it is about to be reclaimed (the probe's
+    result is jobs/preemption.py's Notice); the controller replaces the node at once."""
+
+    attempt: int = 0
+    time: float = 0.0
+    cloud: str = ""
+    action: str = ""  # e.g. "terminate", "preempt"
+    deadline: float = 0.0  # epoch seconds: the cloud's best estimate of the end
+
+
+@dataclass(frozen=True, eq=False)
+class Registration(Document):
+    """attempt-<n>/nodes/<node>.json: where a node listens in the attempt (its rendezvous)."""
+
+    REQUIRED: ClassVar[tuple[str, ...]] = ("address",)
+
+    address: str = ""  # "host:port"
+    time: float = 0.0
+    slots: int | None = None  # strategy horovod: the node's processes (one per GPU)
+
+
+@dataclass(frozen=True, eq=False)
+class CheckpointsReady(Document):
+    """attempt-<n>/checkpoints-ready: the chief flushed its checkpoints for the attempt."""
+
+    time: float = 0.0
+    by: str = ""  # the chief's node id
+
+
+DOCUMENTS: tuple[type[Document], ...] = (
+    ClusterDoc,
+    NodeStatus,
+    Heartbeat,
+    NoticeDoc,
+    Registration,
+    CheckpointsReady,
+)
