@@ -37,7 +37,8 @@ NODE_ENTRY_POINTS = (
     "cloudtrain.jobs.tf_config",
 )
 MIN_NODE_PYTHON = "3.10"
-_DOTTED = re.compile(r"^cloudtrain(\.[a-z_][a-z0-9_]*)+$")
+# a dotted module name, or a "module:attr" reference (a ProviderInfo field: providers/info.py)
+_DOTTED = re.compile(r"^(cloudtrain(?:\.[a-z_][a-z0-9_]*)+)(?::[A-Za-z_][A-Za-z0-9_.]*)?$")
 
 
 def module_file(name: str) -> Path | None:
@@ -71,8 +72,8 @@ def _imports(path: Path, module: str) -> set[str]:
                 base = f"{anchor}.{base}" if base else anchor
             found.add(base)
             found.update(f"{base}.{alias.name}" for alias in node.names)  # `from pkg import mod`
-        elif isinstance(node, ast.Constant) and _DOTTED.match(str(node.value)):
-            found.add(str(node.value))
+        elif isinstance(node, ast.Constant) and (dotted := _DOTTED.match(str(node.value))):
+            found.add(dotted[1])
     return {name for name in found if name == "cloudtrain" or name.startswith("cloudtrain.")}
 
 
