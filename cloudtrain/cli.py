@@ -18,8 +18,7 @@ from cloudtrain import cli_common as common
 from cloudtrain.errors import CloudtrainError
 
 if TYPE_CHECKING:
-    from cloudtrain.plan import Plan
-    from cloudtrain.spec import JobSpec
+    from cloudtrain.api_types import Launch
 
 app = typer.Typer(
     name="cloudtrain",
@@ -45,22 +44,8 @@ JobArg = Annotated[Path, typer.Argument(help="The job spec (job.yaml).", show_de
 RunArg = Annotated[str, typer.Argument(help="A run id (or a unique prefix of one).")]
 
 
-def _load(job: Path, provider: str | None, region: str | None, zone: str | None) -> JobSpec:
-    from cloudtrain.spec import load_spec
-
-    return load_spec(job, provider=provider, region=region, zone=zone)
-
-
-def _plan(spec: JobSpec) -> Plan:
-    from cloudtrain.catalog import Catalog
-    from cloudtrain.plan import make_plan
-
-    return make_plan(spec, Catalog.bundled())
-
-
 _console = common.console
 _provider = common.provider
-_store = common.store
 _ledger = common.ledger
 _emit_json = common.emit_json
 
@@ -74,8 +59,9 @@ def plan(
     as_json: JsonOpt = False,
 ) -> None:
     """Price the job: the resources, the strategy and the estimate. Creates nothing."""
-    spec = _load(job, provider, region, zone)
-    the_plan = _plan(spec)
+    from cloudtrain import api
+
+    the_plan = api.plan(job, provider=provider, region=region, zone=zone)
     if as_json:
         _emit_json(the_plan.to_dict())
         return
@@ -99,7 +85,9 @@ def run(
     as_json: JsonOpt = False,
 ) -> None:
     """Plan, create, train, stream logs, and always tear down. Exit 0 only on success."""
-    _execute(_load(job, provider, region, zone), detach, quiet, as_json)
+    from cloudtrain import api
+
+    _execute(api.prepare(job, provider=provider, region=region, zone=zone), detach, quiet, as_json)
 
 
 @app.command()
@@ -112,49 +100,24 @@ def resume(
     """Start a new run from an ended run's checkpoints; training carries on from there.
 
     The run's job.yaml is read as it is now; the provider and region are the run's."""
-    from cloudtrain.errors import UsageError
-    from cloudtrain.resume import resume_source
-    from cloudtrain.spec import load_spec
+    from cloudtrain import api
 
-    rec = common.find_run(run_id)
-    ledger = _ledger()
-    if not rec.spec_path or not Path(rec.spec_path).is_file():
-        raise UsageError(
-            f"run {rec.run_id}'s job file {rec.spec_path or '(unknown)'} is gone",
-            hint="resume needs the job.yaml the run was started from",
-        )
-    spec = load_spec(
-        Path(rec.spec_path), provider=rec.provider, region=rec.region, zone=rec.zone
-    )
-    prov = _provider(rec.provider, rec.region, rec.zone, rec.account)
-    _, source = resume_source(ledger, rec.run_id, prov.store(str(rec.store_uri)))
-    _execute(spec, detach, quiet, as_json, resume_from=source)
+    _execute(api.prepare_resume(run_id), detach, quiet, as_json)
 
 
-def _execute(
-    spec: JobSpec, detach: bool, quiet: bool, as_json: bool, resume_from: Any = None
-) -> None:
-    """Plan, show, run and summarise a job (run and resume); exits with the outcome's code."""
-    the_plan = _plan(spec)
+def _execute(ready: Launch, detach: bool, quiet: bool, as_json: bool) -> None:
+    """Show the plan, run it and summarise it (run and resume); exits with the outcome's code."""
+    from cloudtrain import api
+    from cloudtrain.ui import ConsoleObserver, plan_table, summary
+
     console = _console()
-    from cloudtrain.ui import plan_table
-
     if not as_json:
-        console.print(plan_table(the_plan))
-    # with provider: cheapest, the plan names the cloud it chose
-    name = the_plan.provider
-    prov = _provider(name, the_plan.region, the_plan.zone, spec.account_for(name))
-    from cloudtrain.orchestrator import Orchestrator
-    from cloudtrain.runtypes import RunOptions
-    from cloudtrain.ui import ConsoleObserver, summary
-
-    options = RunOptions.for_provider(name, detach=detach)
+        console.print(plan_table(ready.plan))
     # with --json, stdout carries only the result; progress goes to stderr
     progress = _console(stderr=True) if as_json else console
     observer = ConsoleObserver(progress, show_logs=not quiet and not as_json)
-    orch = Orchestrator(spec, the_plan, prov, _ledger(), observer, options, resume_from=resume_from)
     with observer:
-        result = orch.run()
+        result = api.launch(ready, detach=detach, observer=observer).result
     if as_json:
         _emit_json(result.__dict__)
     else:
@@ -178,18 +141,10 @@ def cost(
     """What runs cost: compute from the ledger, and the storage their outputs keep.
 
     Per run and in total; storage is priced per month at the provider's standard rate."""
-    from cloudtrain.cost_report import parse_since, report, totals
-    from cloudtrain.ledger import RunRecord
-    from cloudtrain.runstate import run_prefix
+    from cloudtrain import api
+    from cloudtrain.cost_report import totals
 
-    def stored_bytes(rec: RunRecord) -> int:
-        store = _provider(rec.provider, rec.region, rec.zone, rec.account).store(str(rec.store_uri))
-        return sum(o.size for o in store.list(run_prefix(rec.run_id)))
-
-    if run_id is not None:
-        common.run_ref(run_id)
-    since_s = parse_since(since) if since else None
-    rows = report(_ledger(), stored_bytes, run_id=run_id, since_s=since_s)
+    rows = api.cost(run_id, since=since)
     total = totals(rows)
     if as_json:
         _emit_json({"runs": [r.to_dict() for r in rows], "total": total})
@@ -225,16 +180,17 @@ def list_runs(
     limit: Annotated[int, typer.Option(help="How many runs.")] = 20, as_json: JsonOpt = False
 ) -> None:
     """Recent runs from the ledger, newest first."""
-    ledger = _ledger()
-    runs = ledger.list_runs(limit=limit)
+    from cloudtrain import api
+
+    runs = api.list_runs(limit=limit)
     if as_json:
-        _emit_json([r.__dict__ for r in runs])
+        _emit_json([r.record.__dict__ for r in runs])
         return
     from rich.table import Table
 
     table = Table("run", "provider", "status", "outcome", "started", "live", "cost")
-    for r in runs:
-        live = [x for x in ledger.resources(r.run_id, live_only=True) if x.kind != "bucket"]
+    for row in runs:
+        r = row.record
         started = time.strftime("%Y-%m-%d %H:%M", time.localtime(r.created_at))
         table.add_row(
             r.run_id,
@@ -242,8 +198,8 @@ def list_runs(
             r.status,
             r.outcome or "",
             started,
-            str(len(live)),
-            f"${ledger.billed_cost(r.run_id):.4f}",
+            str(row.live),
+            f"${row.cost_usd:.4f}",
         )
     _console().print(table)
 
@@ -267,46 +223,18 @@ def down(
     """Tear a run down: stop its agents, delete its nodes, network and identity.
 
     Idempotent; works after a crash, and from the cloud's tags alone without a ledger."""
-    from cloudtrain.errors import UsageError
-    from cloudtrain.runrules import check_run_ref
-    from cloudtrain.teardown import request_stop, scrub_secrets, teardown
+    from cloudtrain import api
 
-    common.run_ref(run_id)
-    ledger = _ledger()
-    rec = ledger.get_run(run_id)
-    if rec is None and provider is None:
-        rec = ledger.find_run(run_id)  # a unique prefix, or a clear "no run" error
-    name = provider or (rec.provider if rec else None)
-    if name is None:
-        raise UsageError(f"no run {run_id!r} in the ledger", hint="pass --provider")
-    # no record: the cloud's tags are matched exactly, so only a whole run id will do
-    rid = rec.run_id if rec else check_run_ref(run_id, exact=True)
-    prov = _provider(
-        name,
-        region or (rec.region if rec else None),
-        rec.zone if rec else None,
-        project or (rec.account if rec else None),
-    )
     console = _console()
-    store_uri = rec.store_uri if rec else prov.default_store_uri(rid)
-    from cloudtrain.stop_signals import signal_name, signals_deferred
-
-    def told(signum: int) -> None:
-        console.print(
-            f"cloudtrain {signal_name(signum)} received: down finishes what it started first "
-            "(it is idempotent: after a `kill -9`, run it again)"
-        )
-
-    with signals_deferred(told):  # SIGINT/SIGTERM/SIGHUP half-way would leave half a run
-        request_stop(prov, store_uri, rid, "cloudtrain down")
-        report = teardown(
-            prov, ledger if rec else None, rid, lambda m: console.print(f"cloudtrain {m}")
-        )
-        scrub_secrets(prov, store_uri, rid)
-        if rec is not None:  # the outcome a racing controller wrote is kept
-            ledger.finish_run(rid)
+    report = api.down(
+        run_id,
+        provider=provider,
+        region=region,
+        account=project,
+        say=lambda m: console.print(f"cloudtrain {m}"),
+    )
     console.print(
-        f"run {rid}: {len(report.nodes_deleted)} node(s) and "
+        f"run {report.run_id}: {len(report.nodes_deleted)} node(s) and "
         f"{len(report.resources_deleted)} other resource(s) deleted in {report.seconds:.1f}s; "
         "nothing of it is left"
     )

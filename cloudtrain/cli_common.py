@@ -1,6 +1,7 @@
-"""What every `cloudtrain` command module shares: consoles, the provider and store factories, the
-ledger, JSON output, and the run-id check at the edge. Imports only typer-free stdlib at start-up
-(the SDKs load when a provider is made), so `cloudtrain --help` stays light.
+"""What every `cloudtrain` command module shares: consoles, JSON output, the run-id check at the
+edge, and the provider, store and ledger of `cloudtrain.api` (which the commands call). Imports
+only the standard library at start-up (the SDKs load when a provider is made), so
+`cloudtrain --help` stays light.
 """
 
 from __future__ import annotations
@@ -26,30 +27,24 @@ def console(stderr: bool = False) -> Console:
 def provider(
     name: str, region: str | None = None, zone: str | None = None, account: str | None = None
 ) -> Provider:
-    """The provider, wrapped by the fault injector when $CLOUDTRAIN_FAULTS is set (tests and
-    benchmarks use it to make any provider slow or flaky). `account`: the GCP project."""
-    from cloudtrain.providers import get_provider
-    from cloudtrain.providers.base import ProviderConfig
-    from cloudtrain.providers.faults import FaultPlan, wrap
+    """The provider (see `cloudtrain.api.provider`)."""
+    from cloudtrain import api
 
-    config = ProviderConfig(name=name, region=region, zone=zone, account=account)
-    prov = get_provider(name, config)
-    faults = FaultPlan.from_env()
-    return wrap(prov, faults) if faults else prov
+    return api.provider(name, region, zone, account)
 
 
 def store(prov: Any, uri: str) -> Any:
-    """The provider's store at `uri`, every call through the one retry policy."""
-    from cloudtrain.providers.retrying import RetryingStore
+    """The provider's store at `uri` (see `cloudtrain.api.store`)."""
+    from cloudtrain import api
 
-    return RetryingStore(prov.store(uri))
+    return api.store(prov, uri)
 
 
 def ledger() -> Ledger:
     """The ledger at $CLOUDTRAIN_HOME/ledger.db (created on first use)."""
-    from cloudtrain.ledger import Ledger
+    from cloudtrain import api
 
-    return Ledger()
+    return api.ledger()
 
 
 def emit_json(data: Any) -> None:
@@ -67,4 +62,6 @@ def run_ref(value: str) -> str:
 
 def find_run(value: str) -> RunRecord:
     """The ledger's run for a command-line run id or unique prefix (checked first)."""
-    return ledger().find_run(run_ref(value))
+    from cloudtrain import api
+
+    return api.find_run(value)

@@ -20,6 +20,7 @@ Imports only the standard library.
 from __future__ import annotations
 
 import contextlib
+import logging
 import signal
 import threading
 from collections.abc import Callable, Iterator
@@ -28,6 +29,7 @@ from typing import Any
 
 STOP_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 NOTICE_POLL_S = 0.2  # how soon the warning about a deferred signal is printed
+LOG = logging.getLogger("cloudtrain.stop_signals")
 
 
 class StopSignal(KeyboardInterrupt):
@@ -58,7 +60,12 @@ class StopSignals:
     SIGHUP, unless ignored at entry, raise `StopSignal` once, then only count. `defer()` makes
     every signal only count from then on. `notice(signum)` is called once, from a thread of its
     own, for the first signal that was only counted. On exit the previous handlers are back.
-    Not reentrant; not thread-safe beyond that (one controller, one main thread)."""
+    Not reentrant; not thread-safe beyond that (one controller, one main thread).
+
+    Where Python cannot install a handler (a thread other than the main one, as when a notebook
+    or a pipeline runs `cloudtrain.api.run` in a worker thread: `signal.signal` raises
+    ValueError there), it handles nothing, says so once on the `cloudtrain.stop_signals`
+    logger (WARNING), and `unavailable` says why; the run goes on without signal handling."""
 
     def __init__(self, notice: Callable[[int], None]) -> None:
         self.notice = notice
@@ -70,6 +77,7 @@ class StopSignals:
         self._noticed = False
         self._closing = threading.Event()
         self._thread: threading.Thread | None = None
+        self.unavailable: str | None = None  # why no handler is installed (not the main thread)
 
     # --- the handler: counts, and raises at most once -------------------------------------
     def _handle(self, signum: int, _frame: FrameType | None) -> None:
@@ -101,20 +109,38 @@ class StopSignals:
 
     def __enter__(self) -> StopSignals:
         if threading.current_thread() is not threading.main_thread():
-            return self  # signal.signal works only in the main thread
+            return self._without("not on the main thread")  # signal.signal would raise
         try:
             for sig in STOP_SIGNALS:
                 previous = signal.getsignal(sig)
                 if previous == signal.SIG_IGN:  # the user's choice (nohup, a background job)
                     continue
                 self._previous[sig] = previous
-                signal.signal(sig, self._handle)
+                try:
+                    signal.signal(sig, self._handle)
+                except ValueError:  # not Python's main thread: nothing was installed
+                    del self._previous[sig]
+                    raise
                 self.installed.append(int(sig))
+        except ValueError as exc:  # "signal only works in main thread of the main interpreter"
+            self.__exit__(None, None, None)
+            self.installed.clear()
+            return self._without(str(exc))
         except BaseException:  # a signal in the middle (it raised): put back what was there
             self.__exit__(None, None, None)
             raise
         self._thread = threading.Thread(target=self._watch, name="stop-signals", daemon=True)
         self._thread.start()
+        return self
+
+    def _without(self, why: str) -> StopSignals:
+        """Entered with no handler: say so once, and leave every signal as it is."""
+        self.unavailable = why
+        LOG.warning(
+            "cloudtrain: %s: stop signals (Ctrl-C, SIGTERM, SIGHUP) are not handled here; "
+            "`cloudtrain down RUN` (or cloudtrain.api.down) stops a run",
+            why,
+        )
         return self
 
     def __exit__(

@@ -1,0 +1,424 @@
+"""cloudtrain as a Python library: plan, run, status, logs, down and cost, with typed results.
+
+For notebooks and pipelines. Nothing here prints: results are values (`Plan`, `RunHandle`,
+`RunResult`, `RunStatus`, `LogLine`, `DownReport`, `CostLine`), progress goes to the observer
+you pass (default: `SilentObserver`, which keeps events in memory and logs them to the
+`cloudtrain.api` logger), and every failure is a `cloudtrain.errors.CloudtrainError`
+(`SpecError` with `FILE:LINE: field` for a bad spec, `UsageError` for a bad or unknown run id),
+never SystemExit. The `cloudtrain` command is a thin layer over this module.
+
+    from cloudtrain import api
+    handle = api.run("job.yaml")                 # blocks; always tears down
+    handle.result.outcome, handle.result.model_uri
+
+Importing this module loads no TensorFlow and no cloud SDK; a provider's SDK loads when a
+command first needs that provider. Thread safety: one run per call; `run` may be called off
+the main thread, where stop signals (Ctrl-C, SIGTERM) cannot be handled: it says so through
+the observer, and `down(run_id)` stops such a run.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from cloudtrain.api_logs import NODE_RE, LogStream, job_over, poll
+from cloudtrain.api_types import (
+    CostLine,
+    DownReport,
+    Launch,
+    LogEnd,
+    LogLine,
+    RunListing,
+    RunStatus,
+    SilentObserver,
+)
+from cloudtrain.errors import UsageError
+
+if TYPE_CHECKING:
+    from cloudtrain.ledger import Ledger, RunRecord
+    from cloudtrain.plan import Plan
+    from cloudtrain.providers.base import ObjectStore, Provider
+    from cloudtrain.runtypes import Observer, RunOptions, RunResult
+    from cloudtrain.spec import JobSpec
+
+__all__ = [
+    "CostLine",
+    "DownReport",
+    "Launch",
+    "LogEnd",
+    "LogLine",
+    "RunHandle",
+    "RunListing",
+    "RunStatus",
+    "SilentObserver",
+    "bootstrap_logs",
+    "cost",
+    "down",
+    "launch",
+    "list_runs",
+    "logs",
+    "plan",
+    "prepare",
+    "prepare_resume",
+    "resume",
+    "run",
+    "status",
+]
+NO_SIGNALS_NOTE = (
+    "not on the main thread: stop signals (Ctrl-C, SIGTERM, SIGHUP) are not handled here; "
+    "stop the run with cloudtrain.api.down(run_id) (the teardown at its end still runs)"
+)
+
+
+# --- building blocks: ledger, providers, stores ---------------------------------------------
+def ledger() -> Ledger:
+    """The ledger at $CLOUDTRAIN_HOME/ledger.db (created on first use)."""
+    from cloudtrain.ledger import Ledger
+
+    return Ledger()
+
+
+def provider(
+    name: str, region: str | None = None, zone: str | None = None, account: str | None = None
+) -> Provider:
+    """The named provider, wrapped by the fault injector when $CLOUDTRAIN_FAULTS is set (tests
+    and benchmarks use it to make any provider slow or flaky). `account`: the GCP project /
+    Azure subscription. Loads that provider's SDK; creates nothing."""
+    from cloudtrain.providers import get_provider
+    from cloudtrain.providers.base import ProviderConfig
+    from cloudtrain.providers.faults import FaultPlan, wrap
+
+    config = ProviderConfig(name=name, region=region, zone=zone, account=account)
+    prov = get_provider(name, config)
+    faults = FaultPlan.from_env()
+    return wrap(prov, faults) if faults else prov
+
+
+def run_provider(spec: JobSpec, the_plan: Plan) -> Provider:
+    """The provider a run of `spec` uses: the plan's (with provider: cheapest, the cloud the
+    plan chose), in the plan's region and zone."""
+    name = the_plan.provider
+    return provider(name, the_plan.region, the_plan.zone, spec.account_for(name))
+
+
+def record_provider(rec: RunRecord) -> Provider:
+    """The provider a ledger record's run was made with (for status, logs, down, cost)."""
+    return provider(rec.provider, rec.region, rec.zone, rec.account)
+
+
+def store(prov: Provider, uri: str) -> ObjectStore:
+    """The provider's store at `uri`, every call through the one retry policy."""
+    from cloudtrain.providers.retrying import RetryingStore
+
+    return RetryingStore(prov.store(uri))
+
+
+def find_run(run_id: str) -> RunRecord:
+    """The ledger's run for a run id or a unique prefix of one. UsageError when it is not shaped
+    like a run id (checked before anything is built from it), unknown, or ambiguous."""
+    from cloudtrain.runrules import check_run_ref
+
+    return ledger().find_run(check_run_ref(run_id))
+
+
+# --- plan and run -----------------------------------------------------------------------------
+def load(
+    job: str | Path | JobSpec,
+    *,
+    provider: str | None = None,
+    region: str | None = None,
+    zone: str | None = None,
+) -> JobSpec:
+    """The validated spec: a job.yaml path (provider/region/zone override the file's, in effect
+    from the first validation), or a `JobSpec` as is. Raises SpecError (`FILE:LINE: field`)."""
+    from cloudtrain.spec import JobSpec, load_spec
+
+    if isinstance(job, JobSpec):
+        if provider or region or zone:
+            raise UsageError("provider/region/zone override a job file, not a loaded JobSpec")
+        return job
+    return load_spec(Path(job), provider=provider, region=region, zone=zone)
+
+
+def plan(
+    job: str | Path | JobSpec,
+    *,
+    provider: str | None = None,
+    region: str | None = None,
+    zone: str | None = None,
+) -> Plan:
+    """Price the job: the nodes, the strategy and the estimate. Creates nothing, loads no cloud
+    SDK. Raises SpecError for a bad spec, UsageError for a plan that cannot be (over budget)."""
+    from cloudtrain.catalog import Catalog
+    from cloudtrain.plan import make_plan
+
+    spec = load(job, provider=provider, region=region, zone=zone)
+    return make_plan(spec, Catalog.bundled())
+
+
+def prepare(
+    job: str | Path | JobSpec,
+    *,
+    provider: str | None = None,
+    region: str | None = None,
+    zone: str | None = None,
+) -> Launch:
+    """The spec and its plan, ready for `launch` (what `run` does first). Creates nothing."""
+    spec = load(job, provider=provider, region=region, zone=zone)
+    return Launch(spec, plan(spec))
+
+
+def prepare_resume(run_id: str) -> Launch:
+    """A new run of an ended run's job.yaml (as it is now; the provider and region are the
+    run's), starting from that run's checkpoints. UsageError while the run still runs, when it
+    left no checkpoints, or when its job file is gone. Creates nothing; reads its bucket."""
+    from cloudtrain.resume import resume_source
+
+    rec = find_run(run_id)
+    if not rec.spec_path or not Path(rec.spec_path).is_file():
+        raise UsageError(
+            f"run {rec.run_id}'s job file {rec.spec_path or '(unknown)'} is gone",
+            hint="resume needs the job.yaml the run was started from",
+        )
+    spec = load(Path(rec.spec_path), provider=rec.provider, region=rec.region, zone=rec.zone)
+    prov = record_provider(rec)
+    _, source = resume_source(ledger(), rec.run_id, prov.store(str(rec.store_uri)))
+    return Launch(spec, plan(spec), resume_from=source)
+
+
+@dataclass
+class RunHandle:
+    """A run started by `run`, `resume` or `launch`. `result` is how the controller's part
+    ended: the outcome (`Outcome.DETACHED` for a detached run, whose nodes go on), the model's
+    URI, the cost. The methods ask the ledger, the bucket and the cloud about the run now."""
+
+    run_id: str
+    plan: Plan
+    result: RunResult
+    observer: Observer
+
+    @property
+    def detached(self) -> bool:
+        from cloudtrain.runtypes import Outcome
+
+        return self.result.outcome is Outcome.DETACHED
+
+    def status(self) -> RunStatus:
+        """See `api.status`."""
+        return status(self.run_id)
+
+    def logs(self, *, follow: bool = False, node: str | None = None) -> LogStream:
+        """See `api.logs`."""
+        return logs(self.run_id, follow=follow, node=node)
+
+    def down(self) -> DownReport:
+        """See `api.down`. Idempotent."""
+        return down(self.run_id)
+
+    def wait(self, *, timeout_s: float | None = None, poll_s: float = 2.0) -> RunStatus:
+        """Block until the run is over (the ledger says done, or every node reported a final
+        state: a detached run's end) and return its status; an attached run is over already.
+        TimeoutError after `timeout_s`. The nodes of a detached run are left for `down`."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            now = status(self.run_id)
+            if now.done or job_over(now.statuses):
+                return now
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"run {self.run_id} still {now.status} after {timeout_s}s")
+            time.sleep(poll_s)
+
+
+def launch(
+    ready: Launch,
+    *,
+    detach: bool = False,
+    observer: Observer | None = None,
+    options: RunOptions | None = None,
+) -> RunHandle:
+    """Start the prepared run. Attached (default): blocks until the job ends and the run is torn
+    down, on every path (a failure, the budget, the deadline, Ctrl-C: the orchestrator does
+    it). Detached: returns once the nodes exist; they stop themselves at the deadline, and
+    `down` stops them sooner. Returns the handle; the outcome is in `handle.result`, not an
+    exception. Progress goes to `observer` (default: a `SilentObserver`)."""
+    from cloudtrain.orchestrator import Orchestrator
+    from cloudtrain.runtypes import RunOptions
+
+    the_plan = ready.plan
+    prov = run_provider(ready.spec, the_plan)
+    if options is None:
+        options = RunOptions.for_provider(the_plan.provider, detach=detach)
+    elif options.detach != detach:
+        from dataclasses import replace
+
+        options = replace(options, detach=detach)
+    seen = observer if observer is not None else SilentObserver()
+    if threading.current_thread() is not threading.main_thread():
+        seen.event(NO_SIGNALS_NOTE)
+    orch = Orchestrator(
+        ready.spec, the_plan, prov, ledger(), seen, options, resume_from=ready.resume_from
+    )
+    result = orch.run()
+    return RunHandle(result.run_id, the_plan, result, seen)
+
+
+def run(
+    job: str | Path | JobSpec,
+    *,
+    provider: str | None = None,
+    region: str | None = None,
+    zone: str | None = None,
+    detach: bool = False,
+    observer: Observer | None = None,
+    options: RunOptions | None = None,
+) -> RunHandle:
+    """Plan and run a job (see `launch` for attached and detached). Raises SpecError for a
+    bad spec and UsageError for a plan that cannot be, before anything exists."""
+    ready = prepare(job, provider=provider, region=region, zone=zone)
+    return launch(ready, detach=detach, observer=observer, options=options)
+
+
+def resume(
+    run_id: str,
+    *,
+    detach: bool = False,
+    observer: Observer | None = None,
+    options: RunOptions | None = None,
+) -> RunHandle:
+    """A new run from an ended run's checkpoints (see `prepare_resume` and `launch`)."""
+    return launch(prepare_resume(run_id), detach=detach, observer=observer, options=options)
+
+
+# --- a run's state -----------------------------------------------------------------------------
+def status(run_id: str) -> RunStatus:
+    """The run now: ledger record, bucket (node statuses, heartbeats, failures of the newest
+    attempt; `store_error` when the bucket cannot be read), the cloud's node list, the live
+    resources and the cost so far. Read-only; blocks for one listing of bucket and cloud."""
+    from cloudtrain.failures import read_reports
+    from cloudtrain.procid import controller
+    from cloudtrain.runstate import RunReader
+
+    rec = find_run(run_id)
+    the_ledger = ledger()
+    prov = record_provider(rec)
+    snap, unreadable = poll(RunReader(store(prov, str(rec.store_uri)), rec.run_id))
+    attempt = max((int(s.get("attempt", 0)) for s in snap.statuses.values()), default=0)
+    nodes = {n.name: n for n in prov.compute.list_nodes(rec.run_id)}
+    live = [r for r in the_ledger.resources(rec.run_id, live_only=True) if r.kind != "bucket"]
+    return RunStatus(
+        record=rec,
+        cost_usd=the_ledger.billed_cost(rec.run_id),
+        controller=controller(rec),
+        statuses=dict(snap.statuses),
+        heartbeats=dict(snap.heartbeats),
+        bootstrap={
+            k: {
+                "phase": snap.bootstrap_phases.get(k),
+                "durations_s": snap.bootstrap_durations.get(k),
+            }
+            for k in sorted(set(snap.bootstrap_phases) | set(snap.bootstrap_durations))
+        },
+        failures=dict(read_reports(snap, attempt).failed),  # the newest attempt's
+        cloud_nodes={name: n.state for name, n in nodes.items()},
+        live_resources=[f"{r.kind}/{r.resource_id}" for r in live],
+        store_error=unreadable,
+    )
+
+
+def logs(
+    run_id: str,
+    *,
+    follow: bool = False,
+    node: str | None = None,
+    poll_s: float = 1.0,
+    on_wait: Callable[[str], None] | None = None,
+) -> LogStream:
+    """An iterator of the run's log lines (`LogLine`), in order per node; `node` ('worker-1')
+    keeps one node's. Without `follow` it ends once the bucket's lines are read; with it, it
+    blocks and polls until the run is over or nobody is left to end it (`stream.end` says
+    which). `on_wait` hears, once per change, what a follow waits for (default: logged)."""
+    from cloudtrain.runstate import RunReader
+
+    rec = find_run(run_id)
+    _check_node(node)
+    prov = record_provider(rec)
+    stream = LogStream(
+        rec,
+        prov,
+        RunReader(store(prov, str(rec.store_uri)), rec.run_id),
+        ledger(),
+        node=node,
+        follow=follow,
+        poll_s=poll_s,
+    )
+    if on_wait is not None:
+        stream.on_wait = on_wait
+    return stream
+
+
+def bootstrap_logs(run_id: str, *, node: str | None = None) -> dict[str, str]:
+    """Each node's bootstrap log (what ran before the agent: Python, packages), by node name.
+    Read-only."""
+    from cloudtrain.runstate import RunReader
+
+    rec = find_run(run_id)
+    _check_node(node)
+    reader = RunReader(store(record_provider(rec), str(rec.store_uri)), rec.run_id)
+    return {
+        name: reader.bootstrap_log(name)
+        for name in reader.bootstrap_nodes()
+        if node is None or name == node
+    }
+
+
+def _check_node(node: str | None) -> None:
+    if node is not None and NODE_RE.fullmatch(node) is None:
+        raise UsageError(f"--node {node[:40]!r} is not a node name such as worker-1 or chief-0")
+
+
+# --- the ledger's view: runs and costs; and down --------------------------------------------
+def list_runs(limit: int = 20) -> list[RunListing]:
+    """The newest `limit` runs of the ledger, with their live resources and cost. Read-only."""
+    the_ledger = ledger()
+    out = []
+    for rec in the_ledger.list_runs(limit=limit):
+        live = [x for x in the_ledger.resources(rec.run_id, live_only=True) if x.kind != "bucket"]
+        out.append(RunListing(rec, len(live), the_ledger.billed_cost(rec.run_id)))
+    return out
+
+
+def cost(run_id: str | None = None, *, since: str | None = None) -> list[CostLine]:
+    """What runs cost, newest first: compute from the ledger, and what their buckets keep
+    (priced per month; None where the bucket cannot be read). One run (a unique id prefix),
+    or every run started within `since` ('30d', '12h', '2w'). Read-only; lists buckets."""
+    from cloudtrain.cost_report import parse_since, report
+    from cloudtrain.runrules import check_run_ref
+    from cloudtrain.runstate import run_prefix
+
+    def stored_bytes(rec: RunRecord) -> int:
+        bucket = record_provider(rec).store(str(rec.store_uri))
+        return sum(o.size for o in bucket.list(run_prefix(rec.run_id)))
+
+    if run_id is not None:
+        check_run_ref(run_id)
+    since_s = parse_since(since) if since else None
+    return report(ledger(), stored_bytes, run_id=run_id, since_s=since_s)
+
+
+def down(
+    run_id: str,
+    *,
+    provider: str | None = None,
+    region: str | None = None,
+    account: str | None = None,
+    say: Callable[[str], None] | None = None,
+) -> DownReport:
+    """Tear a run down (see `api_down.down`). Idempotent; blocks until the cloud confirms."""
+    from cloudtrain.api_down import down as _down
+
+    return _down(run_id, provider=provider, region=region, account=account, say=say)

@@ -1,0 +1,71 @@
+"""`api.down`: tear a run down, from the ledger's record or, with no record, from the cloud's
+tags alone. Idempotent: after a crash, or a `kill -9` of an earlier `down`, run it again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from cloudtrain.api_types import LOG, DownReport
+from cloudtrain.errors import UsageError
+
+
+def _log(message: str) -> None:
+    LOG.info("%s", message)
+
+
+def down(
+    run_id: str,
+    *,
+    provider: str | None = None,
+    region: str | None = None,
+    account: str | None = None,
+    say: Callable[[str], None] | None = None,
+) -> DownReport:
+    """Stop the run's agents (they flush a checkpoint), delete its nodes, then its network and
+    identity, blank the secrets its bucket holds, and mark the ledger done (an outcome a racing
+    controller wrote is kept). `run_id`: an id or a unique prefix when the ledger knows the
+    run; with no record, `provider` (and `region`, `account`: the GCP project / Azure
+    subscription) say where to look, and only a whole run id will do (the cloud's tags are
+    matched exactly). SIGINT/SIGTERM/SIGHUP half-way only count (on the main thread): half a
+    teardown is how VMs leak. `say` hears the progress (default: the `cloudtrain.api` logger).
+    Idempotent; blocks until the cloud confirms the nodes are gone."""
+    from cloudtrain import api
+    from cloudtrain.runrules import check_run_ref
+    from cloudtrain.stop_signals import signal_name, signals_deferred
+    from cloudtrain.teardown import request_stop, scrub_secrets, teardown
+
+    tell = say or _log
+    check_run_ref(run_id)  # before anything is built from it (the ledger file included)
+    the_ledger = api.ledger()
+    rec = the_ledger.get_run(run_id)
+    if rec is None and provider is None:
+        rec = the_ledger.find_run(run_id)  # a unique prefix, or a clear "no run" error
+    name = provider or (rec.provider if rec else None)
+    if name is None:
+        raise UsageError(f"no run {run_id!r} in the ledger", hint="pass --provider")
+    # no record: the cloud's tags are matched exactly, so only a whole run id will do
+    rid = rec.run_id if rec else check_run_ref(run_id, exact=True)
+    prov = api.provider(
+        name,
+        region or (rec.region if rec else None),
+        rec.zone if rec else None,
+        account or (rec.account if rec else None),
+    )
+    store_uri = rec.store_uri if rec else prov.default_store_uri(rid)
+
+    def told(signum: int) -> None:
+        tell(
+            f"{signal_name(signum)} received: down finishes what it started first "
+            "(it is idempotent: after a `kill -9`, run it again)"
+        )
+
+    with signals_deferred(told):  # SIGINT/SIGTERM/SIGHUP half-way would leave half a run
+        request_stop(prov, store_uri, rid, "cloudtrain down")
+        report = teardown(prov, the_ledger if rec else None, rid, tell)
+        scrub_secrets(prov, store_uri, rid)
+        if rec is not None:  # the outcome a racing controller wrote is kept
+            the_ledger.finish_run(rid)
+    return DownReport(
+        rid, list(report.nodes_deleted), list(report.resources_deleted), report.seconds
+    )
