@@ -8,7 +8,7 @@ and the node agent may read it. The modules, named as in every cloud package
 (providers/README.md): `provider` (AwsProvider), `clients` (boto3 sessions and clients),
 `errors` (botocore -> cloudtrain errors), `compute` (AwsCompute, with its request bodies inline),
 `network` (the run's security group), `identity` (the run's IAM role), `storage` (S3Store),
-`images` (AMIs), `zones`, `preemption` (the node-side probe), `pricing` (the price list).
+`images` (AMIs), `zones`, `preemption` (the node-side probe, stdlib only), `pricing` (the price list).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ INFO = ProviderInfo(
     options="cloudtrain.providers.aws.options:AwsOptions",
     # S3 Standard, first 50 TB, us-east-1 (https://aws.amazon.com/s3/pricing/)
     storage_usd_per_gb_month=0.023,
-    preemption="cloudtrain.providers.aws.preemption:probe",
+    preemption="cloudtrain.providers.aws.preemption:Ec2Probe",
     pricing="cloudtrain.providers.aws.pricing:fetch",
     inventory_scope="region",
     searched_by_cheapest=True,

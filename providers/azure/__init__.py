@@ -10,7 +10,7 @@ and the node agent may read it. The modules, named as in every cloud package
 clients), `errors` (SDK exceptions -> cloudtrain errors), `bodies` (ARM request bodies),
 `account` (the default storage account), `network`, `identity` (the role assignments of a node's
 managed identity), `compute` (AzureCompute), `storage` (BlobStore), `images`, `startup`,
-`preemption` (the node-side probe), `pricing` (the price list).
+`preemption` (the node-side probe, stdlib only), `pricing` (the price list).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ INFO = ProviderInfo(
     options="cloudtrain.providers.azure.options:AzureOptions",
     # Blob Storage, Hot tier, LRS, first 50 TB (https://azure.microsoft.com/pricing/details/storage/blobs/)
     storage_usd_per_gb_month=0.018,
-    preemption="cloudtrain.providers.azure.preemption:probe",
+    preemption="cloudtrain.providers.azure.preemption:ScheduledEventsProbe",
     pricing="cloudtrain.providers.azure.pricing:fetch",
     inventory_scope="region",
     searched_by_cheapest=True,

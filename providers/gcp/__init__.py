@@ -29,7 +29,7 @@ INFO = ProviderInfo(
     options="cloudtrain.providers.gcp.options:GcpOptions",
     # Cloud Storage Standard, regional (https://cloud.google.com/storage/pricing)
     storage_usd_per_gb_month=0.020,
-    preemption="cloudtrain.providers.gcp.preemption:probe",
+    preemption="cloudtrain.providers.gcp.preemption:GceProbe",
     pricing="cloudtrain.providers.gcp.pricing:fetch",
     inventory_scope="account",  # firewall rules and service accounts are global to the project
     searched_by_cheapest=True,

@@ -19,16 +19,10 @@ from typing import Any
 
 import pytest
 
-from cloudtrain.jobs.preemption import (
-    AZURE_EVENTS_PATH,
-    EC2_ACTION_PATH,
-    EC2_TOKEN_PATH,
-    EC2_TOKEN_TTL_S,
-    GCE_PREEMPTED_PATH,
-    Notice,
-    PreemptionWatcher,
-    cloud_of_store,
-)
+from cloudtrain.jobs.preemption import Notice, PreemptionWatcher, cloud_of_store
+from cloudtrain.providers.aws.preemption import EC2_ACTION_PATH, EC2_TOKEN_PATH, EC2_TOKEN_TTL_S
+from cloudtrain.providers.azure.preemption import AZURE_EVENTS_PATH
+from cloudtrain.providers.gcp.preemption import GCE_PREEMPTED_PATH
 from tests.fakes.metadata_server import MetadataServer
 
 VM = "ct-run-worker-1"
