@@ -1,8 +1,11 @@
 """The one retry policy: retry only errors marked `retryable`, with jittered exponential backoff.
 
-Every cloud call that may be throttled goes through `retrying` (or `@retry_transient`). Errors
-without `retryable = True` (see `cloudtrain.errors.TransientError`) propagate at once; when the
-policy gives up, the last error is re-raised unchanged.
+The policy is applied in ONE place, the retry layer (providers/retrying.py), which wraps every
+provider the registry builds: each Compute and ObjectStore call goes through `retrying` there,
+with that operation's one deadline. Callers above the providers never call `retrying` around a
+provider call; an adapter uses it only for its cloud's eventual-consistency waits (with a
+narrow `retry_on`). Errors without `retryable = True` (see `cloudtrain.errors.TransientError`)
+propagate at once; when the policy gives up, the last error is re-raised unchanged.
 
 The backoff is read from `BACKOFF_INITIAL_S`/`BACKOFF_MAX_S` at call time, so tests shrink it with
 `monkeypatch.setattr(retry, "BACKOFF_INITIAL_S", 0.001)`.
@@ -28,6 +31,7 @@ P = ParamSpec("P")
 
 BACKOFF_INITIAL_S = 0.2
 BACKOFF_MAX_S = 10.0
+MAX_ATTEMPTS = 8  # calls in all (the first one included) before the last error propagates
 
 log = logging.getLogger("cloudtrain.retry")
 
@@ -54,7 +58,7 @@ def retrying(
     *,
     what: str,
     deadline_s: float = 120,
-    max_attempts: int = 8,
+    max_attempts: int = MAX_ATTEMPTS,
     initial_s: float | None = None,
     max_s: float | None = None,
     retry_on: Callable[[BaseException], bool] = is_retryable,
@@ -96,7 +100,7 @@ def retry_transient(
     *,
     what: str,
     deadline_s: float = 120,
-    max_attempts: int = 8,
+    max_attempts: int = MAX_ATTEMPTS,
 ) -> Callable[[Callable[P, T]], Callable[P, T]]:
     """Decorator form of `retrying`: each call of the wrapped function is retried as a whole."""
 

@@ -241,6 +241,8 @@ class Compute(ABC):
 
     Subclasses implement the per-node calls (`create_node`, `delete_node`); the base class fans
     them out in parallel, so creating or deleting N nodes costs about one call's latency, not N.
+    No method retries: the one retry layer (providers/retrying.py) wraps every provider the
+    registry builds, and an adapter keeps only its cloud's eventual-consistency waits.
     """
 
     provider_name: str = ""
@@ -282,19 +284,28 @@ class Compute(ABC):
         region/account, of every run; deleted ones excluded. For each run, the same nodes and
         resources `list_nodes`/`list_resources` report. Blocks; read-only."""
 
+    def prepare_nodes(self, run: RunInfo, requests: list[NodeRequest]) -> None:
+        """Resolve once what a batch of creates shares (zone names, images, a group id) before
+        `create_nodes` fans out, so N creates do not each look it up. Optional: the default
+        does nothing, and `create_node` must work without it. Idempotent; blocks."""
+        return None
+
     def create_nodes(self, run: RunInfo, requests: list[NodeRequest]) -> list[Node]:
-        """Create all nodes in parallel (see `create_node`), each retried on transient errors
-        by the one retry policy. Idempotent; does not wait for boot.
+        """`prepare_nodes`, then `self.create_node` for every request in parallel. Idempotent;
+        does not wait for boot. Retries nothing itself: on a provider from the registry, `self`
+        is a RetryingCompute (providers/retrying.py), whose `create_node` retries each node.
+        Adapters override `create_node` and `prepare_nodes`, never this.
 
         Every request is attempted; if any failed, the first error is raised after all have
         finished, so the caller knows the full set that may exist (the ledger has them all)."""
         from cloudtrain.crashpoints import crash_point
-        from cloudtrain.retry import retrying
 
+        if requests:
+            self.prepare_nodes(run, requests)
         done = _Counter()
 
         def create(req: NodeRequest) -> Node:
-            node = retrying(lambda: self.create_node(run, req), what=f"create node {req.name}")
+            node = self.create_node(run, req)
             if done.bump() == 1 and len(requests) > 1:
                 crash_point("between-creates")
             return node
@@ -302,22 +313,23 @@ class Compute(ABC):
         return _unwrap(parallel_map(create, requests, self.max_parallel))
 
     def delete_nodes(self, run_id: str, names: list[str] | None = None) -> None:
-        """Delete the run's nodes (all, or `names`) in parallel and wait until they are gone.
-        Idempotent: a missing node is fine."""
+        """Delete the run's nodes (all, or `names`) in parallel and wait until they are gone
+        (`self.list_nodes`, then `self.delete_listed`). Idempotent: a missing node is fine."""
 
         nodes = [n for n in self.list_nodes(run_id) if names is None or n.name in names]
         self.delete_listed(nodes)
 
     def delete_listed(self, nodes: list[Node]) -> None:
-        """Delete nodes the caller has just listed, in parallel, each retried on transient
-        errors; wait until they are gone. Idempotent."""
+        """Delete nodes the caller has just listed: `self.delete_node` for each, in parallel;
+        wait until they are gone. Idempotent. Retries nothing itself (see `create_nodes`). An
+        adapter whose cloud deletes many nodes in one call may override this; the retry layer
+        then retries that call as a whole."""
         from cloudtrain.crashpoints import crash_point
-        from cloudtrain.retry import retrying
 
         done = _Counter()
 
         def delete(node: Node) -> None:
-            retrying(lambda: self.delete_node(node), what=f"delete node {node.name}")
+            self.delete_node(node)
             if done.bump() == 1:
                 crash_point("teardown-half")
 

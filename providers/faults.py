@@ -38,6 +38,7 @@ from cloudtrain.providers.base import (
 
 FAULTS_ENV = "CLOUDTRAIN_FAULTS"
 THROTTLED = "throttled (injected)"
+_PER_KEY = ("capacity_errors", "preempt_after_s", "slow_create_s", "throttled_creates")
 
 
 @dataclass
@@ -54,6 +55,9 @@ class FaultPlan:
     # node -> extra seconds its create takes (a VM that is slow to provision; keys as
     # preempt_after_s: a node name, or its "role-index" suffix such as "worker-1")
     slow_create_s: dict[str, float] = field(default_factory=dict)
+    # node -> how many of its create calls are throttled before any reaches the inner compute
+    # (keys as preempt_after_s; a huge count throttles that node's creates always)
+    throttled_creates: dict[str, int] = field(default_factory=dict)
     seed: int = 0  # seeds the random draws of the *_rate faults
 
     @property
@@ -75,10 +79,10 @@ class FaultPlan:
         plan = cls()
         try:
             for key, value in data.items():
-                if key in ("capacity_errors", "preempt_after_s", "slow_create_s"):
+                if key in _PER_KEY:
                     if not isinstance(value, Mapping):
                         raise TypeError(f"{key} must be an object")
-                    conv = int if key == "capacity_errors" else float
+                    conv = int if key in ("capacity_errors", "throttled_creates") else float
                     plan = replace(plan, **{key: {str(k): conv(v) for k, v in value.items()}})
                 elif key == "seed":
                     plan = replace(plan, seed=int(value))
@@ -118,18 +122,22 @@ class FaultPlan:
         negative += [f"capacity_errors[{z}]" for z, n in self.capacity_errors.items() if n < 0]
         negative += [f"preempt_after_s[{k}]" for k, s in self.preempt_after_s.items() if s < 0]
         negative += [f"slow_create_s[{k}]" for k, s in self.slow_create_s.items() if s < 0]
+        negative += [f"throttled_creates[{k}]" for k, n in self.throttled_creates.items() if n < 0]
         if negative:
             raise UsageError(f"{source}: {', '.join(negative)} must not be negative")
 
 
+def _node_key(per_node: Mapping[str, object], name: str) -> str | None:
+    """The key of node `name` in a per-node plan keyed by full name or "role-index". Pure."""
+    if name in per_node:
+        return name
+    return next((key for key in per_node if name.endswith("-" + key)), None)
+
+
 def _for_node(per_node: Mapping[str, float], name: str) -> float | None:
     """The value for node `name` in a per-node plan keyed by full name or "role-index". Pure."""
-    if name in per_node:
-        return per_node[name]
-    for key, value in per_node.items():
-        if name.endswith("-" + key):
-            return value
-    return None
+    key = _node_key(per_node, name)
+    return None if key is None else per_node[key]
 
 
 class _Injector:
@@ -159,9 +167,13 @@ class _Injector:
         if self.latency_s > 0:
             time.sleep(self.latency_s)
         if self.roll(self.error_rate):
-            with self._lock:
-                self.throttled[method] += 1
-            raise TransientError(THROTTLED)
+            self.throttle(method, THROTTLED)
+
+    def throttle(self, method: str, message: str) -> None:
+        """Count a throttled call of `method` and raise the TransientError that says so."""
+        with self._lock:
+            self.throttled[method] += 1
+        raise TransientError(message)
 
 
 class FaultyCompute(Compute):
@@ -186,6 +198,7 @@ class FaultyCompute(Compute):
         self._faults = _Injector(plan.latency_s, plan.error_rate, plan.seed)
         self._lock = threading.Lock()
         self._capacity_left = dict(plan.capacity_errors)
+        self._throttles_left = dict(plan.throttled_creates)
         self._live: set[str] = set()  # made through this wrapper and not deleted since
         self._born: dict[str, float] = {}  # node name -> when this wrapper created it
         self._preempted: dict[str, Node] = {}  # preempted, not yet deleted through the wrapper
@@ -211,10 +224,22 @@ class FaultyCompute(Compute):
         self._faults.gate("ensure_network")
         return self.inner.ensure_network(run)
 
+    def prepare_nodes(self, run: RunInfo, requests: list[NodeRequest]) -> None:
+        """Passed through without faults (a cache warm-up; `create_node` works without it)."""
+        self.inner.prepare_nodes(run, requests)
+
     def create_node(self, run: RunInfo, request: NodeRequest) -> Node:
-        """The inner `create_node` with latency, throttling, per-zone capacity errors and lost
-        replies. Idempotent per name (as the inner one is); does not wait for boot."""
+        """The inner `create_node` with latency, throttling (random, and per node as
+        `throttled_creates` says), per-zone capacity errors and lost replies. Idempotent per
+        name (as the inner one is); does not wait for boot."""
         self._faults.gate("create_node")
+        with self._lock:
+            key = _node_key(self._throttles_left, request.name)
+            throttle = key is not None and self._throttles_left[key] > 0
+            if throttle:
+                self._throttles_left[key] -= 1  # type: ignore[index]
+        if throttle:
+            self._faults.throttle("create_node", f"{THROTTLED}: create {request.name}")
         zone = request.zone or run.zone
         with self._lock:
             no_capacity = self._capacity_left.get(zone or "", 0) > 0
@@ -420,7 +445,20 @@ class FaultyProvider(Provider):
 
 def wrap(
     provider: Provider, plan: FaultPlan, clock: Callable[[], float] = time.monotonic
-) -> FaultyProvider:
-    """`provider` with `plan`'s faults injected (see FaultyProvider). Validates the plan; pure."""
+) -> Provider:
+    """`provider` with `plan`'s faults injected (see FaultyProvider). Validates the plan; pure.
+
+    Never wraps twice: a provider with faults already injected (at any depth of its `inner`
+    chain) is returned as it is, `plan` unused. Faults always sit BELOW the retry layer, so a
+    retrying provider (providers/retrying.py) gets them under its retries, not above them."""
     plan.validate()
+    layer: object = provider
+    while layer is not None:
+        if isinstance(layer, FaultyProvider):
+            return provider
+        layer = getattr(layer, "inner", None)
+    from cloudtrain.providers.retrying import RetryingProvider, wrap_provider
+
+    if isinstance(provider, RetryingProvider):
+        return wrap_provider(FaultyProvider(provider.inner, plan, clock))
     return FaultyProvider(provider, plan, clock)

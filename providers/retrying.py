@@ -1,66 +1,219 @@
-"""An ObjectStore whose every call goes through the one retry policy (`cloudtrain.retry`).
+"""The one retry layer: a provider whose Compute and ObjectStore calls go through the one policy.
 
-The controller and the node agents talk only through the bucket, so a throttled or failed
-bucket call must never end a run: `RetryingStore(store)` retries each call that raised a
-retryable error (TransientError: throttling, 5xx, a dropped connection) with jittered backoff
-and a deadline, and re-raises anything else (NotFound, access denied) at once. Every method of
-ObjectStore is idempotent, so retrying one as a whole is safe. Thread-safe if the inner store is.
+`wrap_provider(p)` is applied ONCE, by the registry, when it builds a provider (`get_provider`,
+`open_store`), outside the test-only fault injector (`faults.wrap`). Nothing above it (the
+controller, the CLI, the Python API, the node agent) retries a provider call, and nothing below
+it (an adapter) retries a whole operation: an adapter keeps only its own eventual-consistency
+waits (a new IAM identity becoming visible, instances reaching `terminated`), each saying why
+in a comment where it is.
+
+Every operation has ONE stated deadline, in `DEADLINES_S` below. A call that raised a retryable
+error (`cloudtrain.errors.TransientError`: throttling, 5xx, a dropped connection) is called
+again with jittered backoff, at most `cloudtrain.retry.MAX_ATTEMPTS` times in all, stopping
+before a sleep that would cross the deadline; then the last error propagates unchanged. Any
+other error (NotFound, NoCapacityError, QuotaError, access denied) propagates at once.
+
+The fan-outs (`create_nodes`, `delete_nodes`, `delete_listed`) are not operations of their own:
+`RetryingCompute` inherits them from `Compute`, so they fan out over THIS layer's per-node
+`create_node`/`delete_node`, and each node is retried here, once, with the per-node deadline.
+An adapter that deletes many nodes in one call (it overrides `delete_listed`, as AWS does) has
+that call retried as a whole instead. Every retried operation is idempotent, so calling it
+again is safe. Thread-safe if the inner provider is.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import TypeVar
 
-from cloudtrain.providers.base import ObjectInfo, ObjectStore, Resource
+from cloudtrain.providers.base import (
+    Compute,
+    Node,
+    NodeRequest,
+    ObjectInfo,
+    ObjectStore,
+    Provider,
+    Resource,
+    RunInfo,
+    StartupBlocks,
+    Tagged,
+)
 from cloudtrain.retry import retrying
 
 T = TypeVar("T")
-STORE_DEADLINE_S = 60.0
+
+# The deadline of each operation, in seconds from its first call. Read at call time (tests may
+# patch an entry). Compute calls that create or delete something may each block for minutes
+# (a delete waits until the node is gone); the deadline bounds the RETRIES, not one call, so a
+# slow call is never cut short. create_node's covers GCP's wait for a new service account
+# (providers/gcp/identity.py PROPAGATION_S, 60 s) inside one attempt.
+DEADLINES_S: dict[str, float] = {
+    # Compute
+    "ensure_network": 120.0,
+    "prepare_nodes": 120.0,
+    "create_node": 120.0,
+    "list_nodes": 120.0,
+    "delete_node": 120.0,
+    "delete_listed": 120.0,  # only for adapters that delete many nodes in one call (AWS)
+    "list_resources": 120.0,
+    "delete_resources": 120.0,
+    "inventory": 120.0,
+    "zones": 120.0,
+    "console_output": 30.0,  # best effort: a boot log is diagnostics, never worth a minute
+    # ObjectStore (the bucket the controller and the nodes talk through)
+    "ensure_bucket": 60.0,
+    "put": 60.0,
+    "get": 60.0,
+    "put_file": 60.0,
+    "get_file": 60.0,
+    "list": 60.0,
+    "delete": 60.0,
+    "delete_prefix": 60.0,
+}
+# Pure or local calls: passed through, never retried (no cloud call to throttle).
+NOT_RETRIED: tuple[str, ...] = ("planned_network", "startup_blocks", "presign_get", "presign_put")
+
+
+def _retry(op: str, what: str, fn: Callable[[], T], deadline_s: float | None = None) -> T:
+    """`fn` through the one policy with operation `op`'s deadline. Blocks."""
+    deadline = DEADLINES_S[op] if deadline_s is None else deadline_s
+    return retrying(fn, what=what, deadline_s=deadline)
+
+
+def _overrides(obj: object, method: str) -> bool:
+    """Whether `obj`'s class replaces `Compute`'s own `method` (e.g. a batch delete). Pure."""
+    return getattr(type(obj), method, None) is not getattr(Compute, method)
+
+
+class RetryingCompute(Compute):
+    """`inner` with every Compute call retried by the one policy (see the module docstring).
+
+    Idempotent to build: wrapping a RetryingCompute wraps its inner compute instead.
+    """
+
+    def __init__(self, inner: Compute) -> None:
+        self.inner: Compute = inner.inner if isinstance(inner, RetryingCompute) else inner
+        self.provider_name = self.inner.provider_name
+        self.max_parallel = self.inner.max_parallel
+
+    def planned_network(self, run: RunInfo) -> list[Resource]:
+        """See Compute.planned_network (pure: not retried)."""
+        return self.inner.planned_network(run)
+
+    def ensure_network(self, run: RunInfo) -> list[Resource]:
+        """See Compute.ensure_network; retried. Idempotent; blocks."""
+        what = f"network of run {run.run_id}"
+        return _retry("ensure_network", what, lambda: self.inner.ensure_network(run))
+
+    def prepare_nodes(self, run: RunInfo, requests: list[NodeRequest]) -> None:
+        """See Compute.prepare_nodes; retried. Idempotent; blocks."""
+        what = f"prepare {len(requests)} node(s) of run {run.run_id}"
+        _retry("prepare_nodes", what, lambda: self.inner.prepare_nodes(run, requests))
+
+    def create_node(self, run: RunInfo, request: NodeRequest) -> Node:
+        """See Compute.create_node; retried (idempotent per name). Does not wait for boot."""
+        what = f"create node {request.name}"
+        return _retry("create_node", what, lambda: self.inner.create_node(run, request))
+
+    def list_nodes(self, run_id: str) -> list[Node]:
+        """See Compute.list_nodes; retried. Blocks."""
+        what = f"list nodes of {run_id}"
+        return _retry("list_nodes", what, lambda: self.inner.list_nodes(run_id))
+
+    def delete_node(self, node: Node) -> None:
+        """See Compute.delete_node; retried. Idempotent; blocks until gone."""
+        _retry("delete_node", f"delete node {node.name}", lambda: self.inner.delete_node(node))
+
+    def delete_listed(self, nodes: list[Node]) -> None:
+        """See Compute.delete_listed. Fans out over this layer's `delete_node` (each node
+        retried once, here); an inner compute with a batch delete of its own has that one call
+        retried as a whole. Idempotent; blocks until gone."""
+        if not _overrides(self.inner, "delete_listed"):
+            super().delete_listed(nodes)
+            return
+        if nodes:
+            what = f"delete {len(nodes)} node(s) of {nodes[0].run_id}"
+            _retry("delete_listed", what, lambda: self.inner.delete_listed(nodes))
+
+    def list_resources(self, run_id: str) -> list[Resource]:
+        """See Compute.list_resources; retried. Blocks."""
+        what = f"list resources of {run_id}"
+        return _retry("list_resources", what, lambda: self.inner.list_resources(run_id))
+
+    def delete_resources(self, resources: list[Resource]) -> None:
+        """See Compute.delete_resources; retried. Idempotent; blocks."""
+        what = f"delete {len(resources)} resource(s)"
+        _retry("delete_resources", what, lambda: self.inner.delete_resources(resources))
+
+    def inventory(self) -> list[Tagged]:
+        """See Compute.inventory; retried. Blocks; read-only."""
+        what = f"list cloudtrain resources in {self.provider_name}"
+        return _retry("inventory", what, self.inner.inventory)
+
+    def console_output(self, node: Node) -> str:
+        """See Compute.console_output; retried briefly (best effort)."""
+        what = f"boot log of {node.name}"
+        return _retry("console_output", what, lambda: self.inner.console_output(node))
+
+    def zones(self) -> list[str]:
+        """See Compute.zones; retried. Blocks."""
+        return _retry("zones", f"list zones of {self.provider_name}", self.inner.zones)
+
+    def startup_blocks(self, run: RunInfo, request: NodeRequest) -> StartupBlocks:
+        """See Compute.startup_blocks (pure: not retried)."""
+        return self.inner.startup_blocks(run, request)
 
 
 class RetryingStore:
-    """`inner` with each call retried on retryable errors (see the module docstring)."""
+    """`inner` with each call retried by the one policy, except the (local) presign calls.
 
-    def __init__(self, inner: ObjectStore, deadline_s: float = STORE_DEADLINE_S) -> None:
+    The controller and the node agents talk only through the bucket, so a throttled bucket call
+    must never end a run. Every ObjectStore method is idempotent, so retrying one as a whole is
+    safe. Idempotent to build: wrapping a RetryingStore wraps its inner store instead.
+    `deadline_s`, when given, replaces every store operation's deadline from `DEADLINES_S`.
+    """
+
+    def __init__(self, inner: ObjectStore, deadline_s: float | None = None) -> None:
         self.inner = inner.inner if isinstance(inner, RetryingStore) else inner
         self.uri = self.inner.uri
         self.deadline_s = deadline_s
 
-    def _call(self, what: str, fn: Callable[[], T]) -> T:
-        return retrying(fn, what=f"{what} ({self.uri})", deadline_s=self.deadline_s)
+    def _call(self, op: str, what: str, fn: Callable[[], T]) -> T:
+        return _retry(op, f"{what} ({self.uri})", fn, self.deadline_s)
 
     def ensure_bucket(self) -> Resource:
         """See ObjectStore.ensure_bucket; retried. Idempotent; blocks."""
-        return self._call("ensure bucket", self.inner.ensure_bucket)
+        return self._call("ensure_bucket", "ensure bucket", self.inner.ensure_bucket)
 
     def put(self, key: str, data: bytes) -> None:
         """See ObjectStore.put; retried. Idempotent; blocks."""
-        self._call(f"put {key}", lambda: self.inner.put(key, data))
+        self._call("put", f"put {key}", lambda: self.inner.put(key, data))
 
     def get(self, key: str) -> bytes:
         """See ObjectStore.get; retried (NotFound is raised at once). Blocks."""
-        return self._call(f"get {key}", lambda: self.inner.get(key))
+        return self._call("get", f"get {key}", lambda: self.inner.get(key))
 
     def put_file(self, key: str, path: str) -> None:
         """See ObjectStore.put_file; retried. Idempotent; blocks."""
-        self._call(f"upload {key}", lambda: self.inner.put_file(key, path))
+        self._call("put_file", f"upload {key}", lambda: self.inner.put_file(key, path))
 
     def get_file(self, key: str, path: str) -> None:
         """See ObjectStore.get_file; retried (NotFound is raised at once). Blocks."""
-        self._call(f"download {key}", lambda: self.inner.get_file(key, path))
+        self._call("get_file", f"download {key}", lambda: self.inner.get_file(key, path))
 
     def list(self, prefix: str) -> list[ObjectInfo]:
         """See ObjectStore.list; retried. Blocks."""
-        return self._call(f"list {prefix}", lambda: self.inner.list(prefix))
+        return self._call("list", f"list {prefix}", lambda: self.inner.list(prefix))
 
     def delete(self, key: str) -> None:
         """See ObjectStore.delete; retried. Idempotent."""
-        self._call(f"delete {key}", lambda: self.inner.delete(key))
+        self._call("delete", f"delete {key}", lambda: self.inner.delete(key))
 
     def delete_prefix(self, prefix: str) -> int:
         """See ObjectStore.delete_prefix; retried. Idempotent."""
-        return self._call(f"delete {prefix}", lambda: self.inner.delete_prefix(prefix))
+        what = f"delete {prefix}"
+        return self._call("delete_prefix", what, lambda: self.inner.delete_prefix(prefix))
 
     def presign_get(self, key: str, ttl_s: int = 3600) -> str:
         """See ObjectStore.presign_get (local signing: not retried)."""
@@ -69,3 +222,47 @@ class RetryingStore:
     def presign_put(self, key: str, ttl_s: int = 3600) -> str:
         """See ObjectStore.presign_put (local signing: not retried)."""
         return self.inner.presign_put(key, ttl_s)
+
+
+class RetryingProvider(Provider):
+    """`inner` with its compute a RetryingCompute (made lazily, once) and every store it opens
+    a RetryingStore. Same `name` and `config` as `inner`."""
+
+    def __init__(self, inner: Provider) -> None:
+        super().__init__(inner.config)
+        self.inner = inner
+        self.name = inner.name
+        self._compute: RetryingCompute | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def compute(self) -> RetryingCompute:
+        """The retrying compute (the inner one is created on first access). Thread-safe."""
+        with self._lock:
+            if self._compute is None:
+                self._compute = RetryingCompute(self.inner.compute)
+            return self._compute
+
+    def store(self, uri: str) -> RetryingStore:
+        """The inner store at `uri`, retrying. Creates nothing."""
+        return RetryingStore(self.inner.store(uri))
+
+    def default_store_uri(self, run_id: str) -> str:
+        """Passed through (pure)."""
+        return self.inner.default_store_uri(run_id)
+
+    def owns_bucket(self, uri: str) -> bool:
+        """Passed through (pure)."""
+        return self.inner.owns_bucket(uri)
+
+    def account(self) -> str | None:
+        """Passed through."""
+        return self.inner.account()
+
+
+def wrap_provider(provider: Provider) -> Provider:
+    """`provider` with every compute and store call retried by the one policy (see
+    RetryingProvider). Idempotent: a provider wrapped already is returned as it is. Pure."""
+    if isinstance(provider, RetryingProvider):
+        return provider
+    return RetryingProvider(provider)

@@ -45,6 +45,7 @@ from cloudtrain.providers.aws.compute import (  # noqa: E402
 )
 from cloudtrain.providers.aws.identity import parse_s3_uri, s3_policy  # noqa: E402
 from cloudtrain.providers.base import NodeRequest, Resource, RunInfo, node_name  # noqa: E402
+from cloudtrain.providers.retrying import RetryingCompute  # noqa: E402
 from cloudtrain.startup import StartupParams, render_startup  # noqa: E402
 from tests.fakes.shell import require_tool  # noqa: E402
 
@@ -487,7 +488,7 @@ def test_client_token_is_stable_across_retries_and_moto_ignores_it(ct: AwsComput
             raise client_error("InternalError", "try again", status=500)
 
     hook(ct.ec2, "before-call.ec2.RunInstances", lost_answer)
-    node = ct.create_nodes(run_info(), [request()])[0]
+    node = RetryingCompute(ct).create_nodes(run_info(), [request()])[0]
     assert len(calls) == 2 and calls[0]["ClientToken"] == calls[1]["ClientToken"]
     token = calls[0]["ClientToken"]
     assert describe(ct, node.cloud_id or "")["ClientToken"] == token
@@ -650,7 +651,8 @@ def test_an_instance_profile_not_yet_visible_is_retried(ct: AwsCompute) -> None:
     _raise_on_run_instances(ct, client_error("InvalidParameterValue", message), times=2)
     with pytest.raises(TransientError, match="instance profile"):
         ct.create_node(run_info(), request())
-    (node,) = ct.create_nodes(run_info(), [request()])  # the retry policy gets through
+    # the retry policy gets through
+    (node,) = RetryingCompute(ct).create_nodes(run_info(), [request()])
     assert node.alive and len(ct.list_nodes(RUN)) == 1
     _raise_on_run_instances(ct, client_error("InvalidParameterValue", "bad instance type"))
     with pytest.raises(ProviderError) as info:

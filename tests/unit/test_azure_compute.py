@@ -24,6 +24,7 @@ from cloudtrain.providers.azure.compute import AzureCompute
 from cloudtrain.providers.azure.provider import AzureProvider
 from cloudtrain.providers.azure.startup import startup_blocks
 from cloudtrain.providers.base import NodeRequest, ProviderConfig, RunInfo
+from cloudtrain.providers.retrying import RetryingCompute
 from cloudtrain.startup import StartupParams, render_startup
 from tests.fakes.azure_cloud import AzureCloud, azure_cloud, azurite, azurite_session
 from tests.fakes.shell import check_script, run_with_curl_shim
@@ -142,7 +143,7 @@ def test_stopped_vms_are_replaced_and_slow_identities_retried(
     azure_cloud.arm.set_vm_power_state(first.name, "deallocated")
     assert compute.list_nodes(RUN)[0].state == "stopped"
     azure_cloud.arm.fail_next_role_assignment("PrincipalNotFound")  # replication lag
-    (fresh,) = compute.create_nodes(run_info(), [request()])
+    (fresh,) = RetryingCompute(compute).create_nodes(run_info(), [request()])
     assert fresh.alive and fresh.cloud_id == first.cloud_id  # same name, same id path
     assert azure_cloud.arm.vm_power_state(first.name) == "running"
 

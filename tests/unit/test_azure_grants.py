@@ -21,6 +21,7 @@ from cloudtrain.providers.azure.bodies import (
 )
 from cloudtrain.providers.azure.compute import AzureCompute
 from cloudtrain.providers.azure.identity import assignment_name
+from cloudtrain.providers.retrying import RetryingCompute
 from tests.fakes.azure_cloud import AzureCloud, azure_cloud, azurite, azurite_session
 from tests.unit.test_azure_compute import RUN, compute, request, run_info
 
@@ -110,7 +111,8 @@ def test_a_create_retried_after_a_slow_identity_still_grants_it(
 ) -> None:
     compute.ensure_network(run_info())
     azure_cloud.arm.fail_next_role_assignment("PrincipalNotFound")  # replication lag
-    (node,) = compute.create_nodes(run_info(), [request(0)])  # the retry finds the VM running
+    # the retry finds the VM running
+    (node,) = RetryingCompute(compute).create_nodes(run_info(), [request(0)])
     principal = principal_of(azure_cloud, node.name)
     assert vm_and_container(grants_of(azure_cloud, principal), node.cloud_id or "")
 

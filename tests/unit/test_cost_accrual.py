@@ -13,6 +13,7 @@ import pytest
 from cloudtrain.ledger import Ledger
 from cloudtrain.providers.base import NodeRequest, Resource, RunInfo
 from cloudtrain.providers.faults import FaultPlan, wrap
+from cloudtrain.providers.retrying import wrap_provider
 from cloudtrain.teardown import teardown
 from tests.fakes.memory_provider import MemoryProvider
 
@@ -37,22 +38,23 @@ def test_cost_accrues_only_while_nodes_exist_and_idle_is_billed(tmp_path: Path) 
     clock = ScriptedClock()
     ledger = Ledger(tmp_path / "ledger.db", clock=clock)
     ledger.create_run(RUN, "acc", "memory", "r", None, None, "mem://b", None)
-    provider = wrap(MemoryProvider(), FaultPlan(error_rate=0.3, seed=7))
+    memory = MemoryProvider()
+    provider = wrap_provider(wrap(memory, FaultPlan(error_rate=0.3, seed=7)))
     compute = provider.compute
     slow_calls = {"n": 0}
-    inner_delete = compute.inner.delete_node
+    inner_delete = memory.compute.delete_node
 
     def delete_slowly(node):  # type: ignore[no-untyped-def]
         clock.advance(20.0)  # the cloud takes 20 s to confirm each delete
         slow_calls["n"] += 1
         inner_delete(node)
 
-    compute.inner.delete_node = delete_slowly  # type: ignore[method-assign]
+    memory.compute.delete_node = delete_slowly  # type: ignore[method-assign]
     run = RunInfo(RUN, "r", None, (2222, 2223))
     requests = [NodeRequest(RUN, "worker", i, "small", "#!/bin/sh\n") for i in range(2)]
     for req in requests:
         ledger.record_intent(Resource("memory", "node", req.name, "r", RUN), PRICE)
-    compute.create_nodes(run, requests)  # throttled calls are retried by the base class
+    compute.create_nodes(run, requests)  # throttled calls are retried by the retry layer
     for req in requests:
         ledger.mark_created(RUN, "node", req.name)
 

@@ -13,6 +13,7 @@ from cloudtrain.errors import NoCapacityError, TransientError, UsageError
 from cloudtrain.providers import faults
 from cloudtrain.providers.base import Node, NodeRequest, RunInfo, parallel_map
 from cloudtrain.providers.faults import FaultPlan, FaultyCompute, FaultyStore, wrap
+from cloudtrain.providers.retrying import RetryingCompute
 from cloudtrain.retry import retrying
 from tests.fakes.memory_provider import MemoryProvider
 
@@ -91,7 +92,7 @@ def test_error_rate_one_throttles_before_the_inner_provider(
     with pytest.raises(TransientError):
         compute.list_nodes("r1")
     with pytest.raises(TransientError):
-        compute.create_nodes(RUN, requests(4))
+        RetryingCompute(compute).create_nodes(RUN, requests(4))
     assert sum(inner.compute.calls.values()) == 0
     assert inner.compute.nodes == {}
     assert compute.created == []

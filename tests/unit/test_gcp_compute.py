@@ -23,6 +23,7 @@ from cloudtrain.providers.gcp.compute import GcpCompute
 from cloudtrain.providers.gcp.images import DLVM_2204, image_for
 from cloudtrain.providers.gcp.network import firewall_bodies
 from cloudtrain.providers.gcp.provider import GcpProvider
+from cloudtrain.providers.retrying import RetryingCompute
 from cloudtrain.startup import StartupParams, render_startup
 from tests.fakes.gce_fake import GceFake, gce_fake
 from tests.fakes.shell import check_script, run_with_curl_shim
@@ -247,7 +248,7 @@ def test_a_stopped_node_is_replaced_and_a_live_one_kept(
     assert again.cloud_id == first.cloud_id, "the name is the idempotency key"
     gce_fake.set_instance_status(first.name, "TERMINATED")  # stopped by the cloud
     assert compute.list_nodes(RUN)[0].state == "stopped"
-    (fresh,) = compute.create_nodes(run_info(), [request()])
+    (fresh,) = RetryingCompute(compute).create_nodes(run_info(), [request()])
     assert fresh.cloud_id != first.cloud_id and fresh.alive
 
 
