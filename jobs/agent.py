@@ -1,6 +1,7 @@
 """The node agent: started by the bootstrap script, it is the node's side of the run.
 
-It talks to the controller only through the run's bucket (see ARCHITECTURE.md, "Bucket layout"):
+It talks to the controller only through the run's bucket (the layout and the documents:
+`jobs/protocol.py`):
 registers its address for the current attempt, waits for the whole cluster, builds TF_CONFIG,
 restores checkpoints, runs setup and the entrypoint (under strategy horovod: one process per GPU
 with Horovod's Gloo environment, see `jobs/horovod.py`), streams logs in ordered chunks, beats a
@@ -28,17 +29,21 @@ import threading
 import time
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+from cloudtrain.errors import NotFound
 from cloudtrain.jobs import horovod
-from cloudtrain.jobs.logpump import TAIL_LINES, LogPump, seq_of
+from cloudtrain.jobs import protocol as proto
+from cloudtrain.jobs.logpump import TAIL_LINES, LogPump
 from cloudtrain.jobs.node_rules import RefusedInput, launch_problem
 from cloudtrain.jobs.preemption import Notice, PreemptionWatcher, cloud_of_store
+from cloudtrain.jobs.protocol import FINAL_STATES, ClusterDoc, NodeState
 from cloudtrain.jobs.tf_config import build_tf_config, chief_task, needs_tf_config
 from cloudtrain.providers.base import node_name
 from cloudtrain.redact import Redactor
 
-FINAL_STATES = frozenset({"succeeded", "failed", "stopped"})
+__all__ = ["FINAL_STATES", "Agent", "LogPump", "NewAttempt", "StopRequested", "main"]
+D = TypeVar("D", bound=proto.Document)
 
 
 class StopRequested(Exception):
@@ -54,19 +59,18 @@ class Agent:
 
     def __init__(self, run_id: str, role: str, index: int, store: Any, work: Path) -> None:
         self.run_id, self.role, self.index, self.store = run_id, role, index, store
-        self.me = f"{role}-{index}"
-        self.prefix = f"cloudtrain/runs/{run_id}/"
+        self.me = proto.node_id(role, index)
         self.work = work
         self.ckpt_dir = work / "checkpoints"
         self.model_dir = work / "model"
         self.workdir = work / "bundle" / "workdir"
-        self.cluster: dict[str, Any] = {}
+        self.cluster = ClusterDoc()  # read by run(); every field has its default until then
         self.attempt = 0
         self.child: subprocess.Popen[bytes] | horovod.ProcessGroup | None = None
-        self.state = "bootstrapped"
-        chunks = store.list(f"{self.prefix}logs/{self.me}/")
-        start_seq = 1 + max((seq_of(o.key) for o in chunks), default=-1)
-        self.logs = LogPump(store, f"{self.prefix}logs/{self.me}/", start_seq)
+        self.state: str = NodeState.BOOTSTRAPPED
+        logs = proto.logs_prefix(run_id, self.me)
+        start_seq = 1 + max((proto.log_seq(o.key) for o in store.list(logs)), default=-1)
+        self.logs = LogPump(store, logs, start_seq)
         self._synced: dict[str, tuple[int, int]] = {}
         self._pumps: list[threading.Thread] = []
         self.start_horovod_server: horovod.ServerStarter = horovod.start_rendezvous_server
@@ -80,54 +84,53 @@ class Agent:
         """A line from the agent itself into the node's log stream."""
         self.logs.add(f"cloudtrain-agent[{self.me}]: {message}")
 
-    def _get_json(self, key: str) -> dict[str, Any] | None:
+    def _read(self, kind: type[D], key: str) -> D | None:
+        """The document at `key`, or None while it is not there (or half-written). A document
+        without a required field is an error of its writer's: KeyError naming the field."""
         try:
-            return json.loads(self.store.get(self.prefix + key))  # type: ignore[no-any-return]
-        except Exception as exc:  # NotFound from any store, or a half-written object
-            if type(exc).__name__ == "NotFound" or isinstance(exc, ValueError):
-                return None
-            raise
-
-    def _put_json(self, key: str, value: dict[str, Any]) -> None:
-        self.store.put(self.prefix + key, json.dumps(value).encode())
+            return kind.from_json(self.store.get(key))
+        except NotFound:  # from any store (cloudtrain.errors is node-side too)
+            return None
+        except proto.MissingField as exc:
+            raise KeyError(exc.field) from None
+        except proto.ProtocolError:
+            return None
 
     def write_status(self, state: str, **extra: Any) -> None:
         """status/<me>.json: the controller's view of this node's progress."""
         self.state = state
-        body = {"state": state, "attempt": self.attempt, "time": time.time(), **extra}
-        self._put_json(f"status/{self.me}.json", body)
+        doc = proto.NodeStatus(state=state, attempt=self.attempt, time=time.time(), **extra)
+        self.store.put(proto.status_key(self.run_id, self.me), doc.to_json())
 
     def heartbeat(self) -> None:
         """heartbeat/<me>.json: alive, the epoch reached, the last line of output."""
         epoch = self.logs.epoch
-        self._put_json(
-            f"heartbeat/{self.me}.json",
-            {
-                "time": time.time(),
-                "attempt": self.attempt,
-                "state": self.state,
-                "epoch": epoch[0] if epoch else None,
-                "epochs": epoch[1] if epoch else None,
-                "last_line": self.logs.last_line,
-                "pid": self.child.pid if self.child else None,
-            },
+        doc = proto.Heartbeat(
+            time=time.time(),
+            attempt=self.attempt,
+            state=self.state,
+            epoch=epoch[0] if epoch else None,
+            epochs=epoch[1] if epoch else None,
+            last_line=self.logs.last_line,
+            pid=self.child.pid if self.child else None,
         )
+        self.store.put(proto.heartbeat_key(self.run_id, self.me), doc.to_json())
 
     # --- periodic work --------------------------------------------------------------------
     def tick(self, now: float | None = None) -> None:
         """Heartbeat, log flush, checkpoint sync and control checks, each at its own pace.
         Raises StopRequested or NewAttempt."""
-        now = now or time.time()
-        if now - self._last["flush"] >= float(self.cluster.get("log_flush_s", 1.0)):
+        now, cluster = now or time.time(), self.cluster
+        if now - self._last["flush"] >= cluster.log_flush_s:
             self._last["flush"] = now
             self.logs.flush()
-        if now - self._last["heartbeat"] >= float(self.cluster.get("heartbeat_s", 2.0)):
+        if now - self._last["heartbeat"] >= cluster.heartbeat_s:
             self._last["heartbeat"] = now
             self.heartbeat()
-        if self.is_chief and now - self._last["sync"] >= float(self.cluster.get("sync_s", 2.0)):
+        if self.is_chief and now - self._last["sync"] >= cluster.sync_s:
             self._last["sync"] = now
             self.sync_checkpoints()
-        if now - self._last["control"] >= float(self.cluster.get("control_s", 1.0)):
+        if now - self._last["control"] >= cluster.control_s:
             self._last["control"] = now
             self.check_control()
         if self.notice is None:
@@ -146,32 +149,30 @@ class Agent:
             n = self.sync_checkpoints()
             self.say(f"checkpoints flushed on the notice ({n} new files)")
         self.logs.flush()
-        self._put_json(
-            f"notice/{self.me}.json",
-            {
-                "attempt": self.attempt,
-                "time": time.time(),
-                "cloud": notice.cloud,
-                "action": notice.action,
-                "deadline": notice.deadline,
-            },
+        doc = proto.NoticeDoc(
+            attempt=self.attempt,
+            time=time.time(),
+            cloud=notice.cloud,
+            action=notice.action,
+            deadline=notice.deadline,
         )
+        self.store.put(proto.notice_key(self.run_id, self.me), doc.to_json())
 
     def check_control(self) -> None:
         """Raise StopRequested on control/stop or the deadline; NewAttempt on a new attempt."""
-        stop_key = self.prefix + "control/stop"
+        stop_key = proto.stop_key(self.run_id)
         if any(o.key == stop_key for o in self.store.list(stop_key)):
-            raise StopRequested("control/stop")
-        if time.time() > float(self.cluster.get("deadline", float("inf"))):
+            raise StopRequested(proto.STOPPED_BY_CONTROL)
+        if time.time() > self.cluster.deadline:
             raise StopRequested("deadline")
-        cluster = self._get_json("cluster.json")
-        if cluster and int(cluster["attempt"]) != self.attempt:
+        cluster = self._read(ClusterDoc, proto.cluster_key(self.run_id))
+        if cluster and cluster.attempt != self.attempt:
             self.cluster = cluster
-            raise NewAttempt(str(cluster["attempt"]))
+            raise NewAttempt(str(cluster.attempt))
 
     @property
     def is_chief(self) -> bool:
-        roles = self.cluster.get("roles", {})
+        roles = self.cluster.roles
         return (self.role, self.index) == chief_task({r: ["x"] * n for r, n in roles.items()})
 
     # --- checkpoints ----------------------------------------------------------------------
@@ -189,18 +190,18 @@ class Agent:
         """Mirror the chief's checkpoint folder to `checkpoints/` (uploads and deletions).
         Returns the number of files uploaded. Files that vanish mid-sync are skipped."""
         files = self._local_files(self.ckpt_dir)
-        uploaded = 0
+        base, uploaded = proto.checkpoints_prefix(self.run_id), 0
         for rel, sig in sorted(files.items()):
             if self._synced.get(rel) == sig:
                 continue
             try:
-                self.store.put_file(f"{self.prefix}checkpoints/{rel}", str(self.ckpt_dir / rel))
+                self.store.put_file(f"{base}{rel}", str(self.ckpt_dir / rel))
             except FileNotFoundError:
                 continue
             self._synced[rel] = sig
             uploaded += 1
         for rel in set(self._synced) - set(files):
-            self.store.delete(f"{self.prefix}checkpoints/{rel}")
+            self.store.delete(f"{base}{rel}")
             del self._synced[rel]
         return uploaded
 
@@ -208,7 +209,7 @@ class Agent:
         """Replace the local checkpoint folder with the bucket's copy. Returns files restored."""
         shutil.rmtree(self.ckpt_dir, ignore_errors=True)
         self.ckpt_dir.mkdir(parents=True, exist_ok=True)
-        base = f"{self.prefix}checkpoints/"
+        base = proto.checkpoints_prefix(self.run_id)
         objects = self.store.list(base)
         for obj in objects:
             self.store.get_file(obj.key, str(self.ckpt_dir / obj.key[len(base) :]))
@@ -217,49 +218,50 @@ class Agent:
 
     def upload_model(self) -> int:
         """Upload the chief's model folder to `model/`. Returns the number of files."""
-        files = self._local_files(self.model_dir)
+        files, base = self._local_files(self.model_dir), proto.model_prefix(self.run_id)
         for rel in files:
-            self.store.put_file(f"{self.prefix}model/{rel}", str(self.model_dir / rel))
+            self.store.put_file(f"{base}{rel}", str(self.model_dir / rel))
         return len(files)
 
     def checkpoint_barrier(self) -> None:
         """Every node restores the same checkpoint: the chief flushes what it has and writes
         `attempt-<n>/checkpoints-ready`; the others wait for that marker before restoring.
         Raises StopRequested, NewAttempt or TimeoutError."""
-        marker = f"attempt-{self.attempt}/checkpoints-ready"
+        marker = proto.checkpoints_ready_key(self.run_id, self.attempt)
         if self.is_chief:
             self.sync_checkpoints()
-            self._put_json(marker, {"time": time.time(), "by": self.me})
+            self.store.put(marker, proto.CheckpointsReady(time=time.time(), by=self.me).to_json())
             return
-        deadline = time.time() + float(self.cluster.get("rendezvous_timeout_s", 300))
-        while not self.store.list(self.prefix + marker):
+        deadline = time.time() + self.cluster.rendezvous_timeout_s
+        while not self.store.list(marker):
             if time.time() > deadline:
                 raise TimeoutError("rendezvous timed out waiting for the chief's checkpoints")
             self.tick()
-            time.sleep(float(self.cluster.get("poll_s", 0.5)))
+            time.sleep(self.cluster.poll_s)
 
     # --- rendezvous -----------------------------------------------------------------------
     def address(self) -> str:
         host = os.environ.get("CLOUDTRAIN_NODE_HOST") or socket.gethostbyname(socket.gethostname())
-        port = os.environ.get("CLOUDTRAIN_NODE_PORT") or str(self.cluster["port"])
+        port = os.environ.get("CLOUDTRAIN_NODE_PORT") or str(self.cluster.port)
         return f"{host}:{port}"
 
     def rendezvous(self) -> dict[str, list[str]]:
         """Register for this attempt and wait until every node has. Raises StopRequested,
         NewAttempt, or TimeoutError after `rendezvous_timeout_s`."""
-        base = f"attempt-{self.attempt}/nodes/"
-        registration: dict[str, Any] = {"address": self.address(), "time": time.time()}
-        if self.cluster.get("strategy") == horovod.STRATEGY:
-            registration["slots"] = horovod.local_slots()  # one process per GPU
-        self._put_json(f"{base}{self.me}.json", registration)
-        roles: dict[str, int] = self.cluster["roles"]
-        expected = {f"{r}-{i}" for r, n in roles.items() for i in range(n)}
-        deadline = time.time() + float(self.cluster.get("rendezvous_timeout_s", 300))
+        run, attempt = self.run_id, self.attempt
+        slots = None
+        if self.cluster.strategy == horovod.STRATEGY:
+            slots = horovod.local_slots()  # one process per GPU
+        mine = proto.Registration(address=self.address(), time=time.time(), slots=slots)
+        self.store.put(proto.registration_key(run, attempt, self.me), mine.to_json())
+        roles = self.cluster.roles
+        expected = {proto.node_id(r, i) for r, n in roles.items() for i in range(n)}
+        deadline = time.time() + self.cluster.rendezvous_timeout_s
         self.say(f"attempt {self.attempt}: waiting for {len(expected)} nodes")
         while True:
             present = {
                 o.key.rsplit("/", 1)[-1].removesuffix(".json")
-                for o in self.store.list(self.prefix + base)
+                for o in self.store.list(proto.registrations_prefix(run, attempt))
             }
             if expected <= present:
                 break
@@ -267,13 +269,14 @@ class Agent:
                 missing = ", ".join(sorted(expected - present))
                 raise TimeoutError(f"rendezvous timed out waiting for {missing}")
             self.tick()
-            time.sleep(float(self.cluster.get("poll_s", 0.5)))
+            time.sleep(self.cluster.poll_s)
         cluster: dict[str, list[str]] = {}
         for role, count in roles.items():
             cluster[role] = []
             for i in range(count):
-                reg = self._get_json(f"{base}{role}-{i}.json") or {}
-                cluster[role].append(str(reg.get("address", "")))
+                key = proto.registration_key(run, attempt, proto.node_id(role, i))
+                reg = self._read(proto.Registration, key)
+                cluster[role].append(reg.address if reg else "")
         self.say(f"attempt {self.attempt}: cluster complete")
         return cluster
 
@@ -281,9 +284,9 @@ class Agent:
     def child_env(self, cluster: dict[str, list[str]]) -> dict[str, str]:
         env = dict(os.environ)
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # TF's C++ INFO lines drown the job's output
-        env.update({str(k): str(v) for k, v in self.cluster.get("env", {}).items()})
+        env.update(self.cluster.env)
         tf_cluster = {r: a for r, a in cluster.items() if r != "evaluator"}
-        if self.cluster.get("strategy") == horovod.STRATEGY:
+        if self.cluster.strategy == horovod.STRATEGY:
             tf_cluster = {}  # its processes get HOROVOD_* (jobs/horovod.py), never TF_CONFIG
         if tf_cluster and (needs_tf_config(tf_cluster) or self.role == "evaluator"):
             env["TF_CONFIG"] = json.dumps(build_tf_config(tf_cluster, self.role, self.index))
@@ -293,7 +296,7 @@ class Agent:
             TF_USE_LEGACY_KERAS="1",
             PYTHONUNBUFFERED="1",
             CLOUDTRAIN_RUN_ID=self.run_id,
-            CLOUDTRAIN_STRATEGY=str(self.cluster.get("strategy", "")),
+            CLOUDTRAIN_STRATEGY=self.cluster.strategy,
             CLOUDTRAIN_ROLE=self.role,
             CLOUDTRAIN_INDEX=str(self.index),
             CLOUDTRAIN_IS_CHIEF="1" if self.is_chief else "0",
@@ -307,8 +310,8 @@ class Agent:
     def check_launch(self, kind: str, command: str, env: dict[str, str]) -> None:
         """Raise RefusedInput (a RuntimeError: a failed status with this reason) when `bash -c
         command` with `env` cannot run as the spec says (jobs/node_rules.py). Pure."""
-        spec_env = self.cluster.get("env") or {}
-        problem = launch_problem(kind, command, env, spec_env, self.cluster.get("strategy"))
+        spec_env, strategy = self.cluster.env, self.cluster.strategy or None
+        problem = launch_problem(kind, command, env, spec_env, strategy)
         if problem:
             raise RefusedInput(f"refused on the node: {problem}")
 
@@ -345,13 +348,16 @@ class Agent:
         """Start the entrypoint: one process, or under strategy horovod one per GPU on this node
         (`jobs/horovod.py`; worker 0 also starts the rendezvous server). Raises HorovodError."""
         self._pumps = []
-        command, env = str(self.cluster["entrypoint"]), self.child_env(cluster)
+        command, env = self.cluster.entrypoint, self.child_env(cluster)
         self.check_launch("entrypoint", command, env)
-        if self.cluster.get("strategy") != horovod.STRATEGY:
+        if self.cluster.strategy != horovod.STRATEGY:
             return self.start(command, env)
         workers = cluster.get(horovod.ROLE, [])
         registrations = [
-            self._get_json(f"attempt-{self.attempt}/nodes/{horovod.ROLE}-{i}.json")
+            self._read(
+                proto.Registration,
+                proto.registration_key(self.run_id, self.attempt, proto.node_id(horovod.ROLE, i)),
+            )
             for i in range(len(workers))
         ]
         return horovod.launch_node(
@@ -381,7 +387,7 @@ class Agent:
 
     def run_setup(self) -> None:
         """The job's `setup` commands, once per node. Raises RuntimeError when they fail."""
-        setup = str(self.cluster.get("setup") or "").strip()
+        setup = self.cluster.setup.strip()
         marker = self.work / ".setup-done"
         if not setup or marker.exists():
             return
@@ -400,13 +406,9 @@ class Agent:
 
     def chief_final(self) -> bool:
         """Whether the chief has reached a final state in this attempt."""
-        chief_role, chief_index = chief_task(
-            {r: ["x"] * n for r, n in self.cluster.get("roles", {}).items()}
-        )
-        status = self._get_json(f"status/{chief_role}-{chief_index}.json")
-        return bool(
-            status and status.get("attempt") == self.attempt and status["state"] in FINAL_STATES
-        )
+        chief = proto.node_id(*chief_task({r: ["x"] * n for r, n in self.cluster.roles.items()}))
+        status = self._read(proto.NodeStatus, proto.status_key(self.run_id, chief))
+        return bool(status and status.attempt == self.attempt and status.state in FINAL_STATES)
 
     def train_once(self) -> None:
         """One attempt: restore, rendezvous, run the entrypoint to its end, report."""
@@ -415,13 +417,13 @@ class Agent:
         restored = self.restore_checkpoints()
         if restored:
             self.say(f"restored {restored} checkpoint files from the bucket")
-        self.write_status("rendezvous")
+        self.write_status(NodeState.RENDEZVOUS)
         cluster = self.rendezvous()
         self.run_setup()
         self.child = self.launch(cluster)
-        self.write_status("running", pid=self.child.pid)
+        self.write_status(NodeState.RUNNING, pid=self.child.pid)
         serving = self.role in ("ps", "evaluator") or (
-            self.cluster.get("strategy") == "parameter_server" and not self.is_chief
+            self.cluster.strategy == "parameter_server" and not self.is_chief
         )
         last_chief_check = 0.0
         while self.child.poll() is None:
@@ -450,13 +452,13 @@ class Agent:
                 self.say(f"uploaded the model ({n} files)")
         self.logs.flush()
         if rc == 0:
-            self.write_status("succeeded", exit_code=0, reason=reason)
+            self.write_status(NodeState.SUCCEEDED, exit_code=0, reason=reason)
         else:
             sig = -rc if rc < 0 else None
             tail = self.logs.tail()  # the job's last words, before the agent's own line
             self.say(f"the training process failed (exit {rc})")
             self.logs.flush()
-            self.write_status("failed", exit_code=rc, signal=sig, reason=reason, tail=tail)
+            self.write_status(NodeState.FAILED, exit_code=rc, signal=sig, reason=reason, tail=tail)
 
     def report_error(self, exc: BaseException) -> None:
         """Report an error of the agent itself: its traceback goes into the node's log and,
@@ -470,7 +472,7 @@ class Agent:
         self.kill_child()
         self.logs.flush()
         reason = f"agent error: {type(exc).__name__}: {exc}"
-        self.write_status("failed", reason=reason[:500], tail=lines[-TAIL_LINES:])
+        self.write_status(NodeState.FAILED, reason=reason[:500], tail=lines[-TAIL_LINES:])
 
     def stop(self, why: str) -> None:
         """Flush a checkpoint and stop: the training gets a grace period, then SIGKILL.
@@ -482,48 +484,48 @@ class Agent:
         self.say(f"stop requested ({why}): flushing checkpoints")
         if self.is_chief:
             self.sync_checkpoints()
-        self.kill_child(grace_s=float(self.cluster.get("stop_grace_s", 10)))
+        self.kill_child(grace_s=self.cluster.stop_grace_s)
         if self.is_chief:
             n = self.sync_checkpoints()
             self.say(f"final checkpoint flushed ({n} new files)")
         self.logs.flush()
-        self.write_status("stopped", reason=why)
+        self.write_status(NodeState.STOPPED, reason=why)
 
     def run(self) -> int:
         """Follow attempts until stopped. Returns the process exit code."""
-        self.cluster = self._get_json("cluster.json") or {}
-        if not self.cluster:
-            print("cloudtrain-agent: cluster.json is missing", file=sys.stderr)
+        cluster = self._read(ClusterDoc, proto.cluster_key(self.run_id))
+        if cluster is None:
+            print(f"cloudtrain-agent: {proto.CLUSTER_NAME} is missing", file=sys.stderr)
             return 2
-        self.attempt = int(self.cluster["attempt"])
+        self.cluster, self.attempt = cluster, cluster.attempt
         self.logs.redactor = Redactor.from_cluster(self.cluster)
-        self.write_status("bootstrapped")
+        self.write_status(NodeState.BOOTSTRAPPED)
         try:
             while True:
                 try:
                     self.train_once()
                     self.idle()
                 except NewAttempt:
-                    self.say(f"moving to attempt {self.cluster['attempt']}")
+                    self.say(f"moving to attempt {self.cluster.attempt}")
                     if self.is_chief:
                         self.sync_checkpoints()
                     self.kill_child()
                 except TimeoutError as exc:
                     self.say(str(exc))
                     self.kill_child()
-                    self.write_status("failed", reason="rendezvous timeout")
+                    self.write_status(NodeState.FAILED, reason="rendezvous timeout")
                     self._idle_until_next_attempt()
                 except RuntimeError as exc:
                     self.say(str(exc))
                     self.kill_child()
-                    self.write_status("failed", reason=str(exc), exit_code=1)
+                    self.write_status(NodeState.FAILED, reason=str(exc), exit_code=1)
                     self._idle_until_next_attempt()
                 except StopRequested:
                     raise
                 except Exception as exc:  # the agent's own error (or a bundle it cannot use)
                     self.report_error(exc)
                     self._idle_until_next_attempt()
-                self.attempt = int(self.cluster["attempt"])
+                self.attempt = self.cluster.attempt
         except StopRequested as exc:
             self.stop(str(exc))
             return 0
@@ -541,10 +543,10 @@ class Agent:
     def idle(self) -> None:
         """After a final status: keep beating until a new attempt, a stop or the deadline.
         Raises NewAttempt or StopRequested."""
-        linger_until = time.time() + float(self.cluster.get("linger_s", 3600))
+        linger_until = time.time() + self.cluster.linger_s
         while time.time() < linger_until:
             self.tick()
-            time.sleep(float(self.cluster.get("poll_s", 0.5)))
+            time.sleep(self.cluster.poll_s)
         raise StopRequested("linger time over")
 
 
@@ -558,9 +560,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work", required=True, type=Path)
     args = parser.parse_args(argv)
     from cloudtrain.providers import open_store
-    from cloudtrain.providers.retrying import RetryingStore
 
-    store = RetryingStore(open_store(args.store_uri))  # a throttled call never ends the node
+    store = open_store(args.store_uri)  # retrying (the registry wraps it once)
     agent = Agent(args.run_id, args.role, args.index, store, args.work)
 
     def on_sigterm(_signum: int, _frame: object) -> None:

@@ -1,6 +1,6 @@
 """The node's log stream: output lines, secrets redacted, uploaded to the bucket as ordered chunks
-(`logs/<role>-<index>/<seq>.log`), with the epoch reached and the last lines kept for the
-heartbeat and for a failure report. Standard library only (node-side: Python 3.10+).
+(`logs/<role>-<index>/<seq>.log`, see jobs/protocol.py), with the epoch reached and the last lines
+kept for the heartbeat and for a failure report. Standard library only (node-side: Python 3.10+).
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import sys
 import threading
 from typing import Any
 
+from cloudtrain.jobs.protocol import log_chunk_name
 from cloudtrain.redact import Redactor
 
 _EPOCH_RES = (
@@ -21,14 +22,9 @@ LOG_CHUNK_BYTES = 256 * 1024
 TAIL_LINES = 20  # the last lines a failed status carries (the controller prints them)
 
 
-def seq_of(key: str) -> int:
-    """The sequence number of a log chunk key (`.../00000042.log` -> 42; -1 if not one)."""
-    name = key.rsplit("/", 1)[-1].removesuffix(".log")
-    return int(name) if name.isdigit() else -1
-
-
 class LogPump:
-    """Collects the node's output lines and uploads them as ordered chunks. Thread-safe.
+    """Collects the node's output lines and uploads them as ordered chunks under `prefix` (the
+    node's `protocol.logs_prefix`), numbered from `start_seq`. Thread-safe.
 
     Every line goes through `redactor` (the run's secret env values become `***`) before it is
     echoed, buffered, uploaded or kept as `last_line` for the heartbeat. `redactor` may be
@@ -75,4 +71,4 @@ class LogPump:
             seq = self.seq
             self.seq += 1
         data = ("\n".join(lines) + "\n").encode(errors="replace")
-        self.store.put(f"{self.prefix}{seq:08d}.log", data)
+        self.store.put(self.prefix + log_chunk_name(seq), data)

@@ -28,7 +28,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -36,11 +36,12 @@ import pytest
 
 from cloudtrain.bundle import Bundle, build_bundle
 from cloudtrain.jobs.agent import Agent
+from cloudtrain.jobs.protocol import ClusterDoc, run_prefix
 from cloudtrain.providers.local import LocalStore
 from tests.unit.bundle_node import unpack_like_the_node
 
 RUN_ID = "run-test"
-PREFIX = f"cloudtrain/runs/{RUN_ID}/"
+PREFIX = run_prefix(RUN_ID)
 PR_SET_CHILD_SUBREAPER = 36
 HOST = "127.0.0.1"
 HANG_S = 30.0  # no step here takes this long, even on a loaded 2-core machine; a hang does
@@ -78,13 +79,13 @@ def make_agent(
 ) -> Agent:
     """An agent whose cluster and attempt are set as run() would set them."""
     agent = Agent(RUN_ID, role, index, store, work)
-    agent.cluster = base_cluster(**overrides)
+    agent.cluster = ClusterDoc.from_dict(base_cluster(**overrides))
     agent.attempt = int(agent.cluster["attempt"])
     return agent
 
 
-def put_json(store: LocalStore, key: str, value: dict[str, Any]) -> None:
-    store.put(PREFIX + key, json.dumps(value).encode())
+def put_json(store: LocalStore, key: str, value: Mapping[str, Any]) -> None:
+    store.put(PREFIX + key, json.dumps(dict(value)).encode())
 
 
 def get_json(store: LocalStore, key: str) -> dict[str, Any] | None:

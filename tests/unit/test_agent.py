@@ -20,7 +20,8 @@ from typing import Any
 
 import pytest
 
-from cloudtrain.jobs.agent import FINAL_STATES, Agent, LogPump, NewAttempt, StopRequested, main
+from cloudtrain.jobs.agent import Agent, LogPump, NewAttempt, StopRequested, main
+from cloudtrain.jobs.protocol import FINAL_STATES
 from cloudtrain.providers.local import LocalStore
 from tests.unit.agent_kit import (
     BROKEN_S,

@@ -6,6 +6,7 @@ model. A real `Agent` on a real `LocalStore`; shared helpers and fixtures are in
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 import time
@@ -255,7 +256,7 @@ def test_checkpoint_barrier_non_chief_waits_for_the_chiefs_marker(
     put_json(store, "cluster.json", agent.cluster)
     agent.ckpt_dir.mkdir(parents=True)
     (agent.ckpt_dir / "mine").write_text("a non-chief never uploads")
-    agent.cluster["rendezvous_timeout_s"] = HANG_S
+    agent.cluster = dataclasses.replace(agent.cluster, rendezvous_timeout_s=HANG_S)
     chief_writes = threading.Event()
 
     def chief() -> None:
@@ -276,7 +277,7 @@ def test_checkpoint_barrier_non_chief_waits_for_the_chiefs_marker(
 
 def test_checkpoint_barrier_non_chief_times_out(store: LocalStore, work: Path) -> None:
     agent = make_agent(store, work, "worker", 0, roles={"chief": 1, "worker": 1})
-    agent.cluster["rendezvous_timeout_s"] = 0.3
+    agent.cluster = dataclasses.replace(agent.cluster, rendezvous_timeout_s=0.3)
     put_json(store, "attempt-0/checkpoints-ready", {"by": "chief-0"})  # an older attempt's
     start = time.monotonic()
     with pytest.raises(TimeoutError, match="chief's checkpoints"):
