@@ -72,6 +72,17 @@ class NodePlan:
 
 
 @dataclass(frozen=True)
+class ProviderOption:
+    """One option of the plan's provider in effect: its value and where it came from (`source`:
+    job.yaml, config.yaml, env (deprecated) or default; `where`: FILE:LINE or $VAR, or "")."""
+
+    name: str
+    value: Any
+    source: str
+    where: str = ""
+
+
+@dataclass(frozen=True)
 class Plan:
     """A priced, feasible, affordable plan. Immutable; `to_dict()` is JSON-serialisable."""
 
@@ -87,6 +98,8 @@ class Plan:
     max_cost_usd: float | None
     alternatives: tuple[Alternative, ...]
     notes: tuple[str, ...]
+    # the provider options in effect: (name, value, source, where), see provider_config.resolve
+    provider_options: tuple[ProviderOption, ...] = ()
 
     @property
     def node_count(self) -> int:
@@ -116,6 +129,7 @@ class Plan:
         data["nodes"] = [asdict(node) for node in self.nodes]
         data["alternatives"] = [asdict(alt) for alt in self.alternatives]
         data["notes"] = list(self.notes)
+        data["provider_options"] = [asdict(opt) for opt in self.provider_options]
         data["node_count"] = self.node_count
         data["roles"] = self.roles()
         return data
@@ -136,6 +150,8 @@ class Plan:
             max_cost_usd=data["max_cost_usd"],
             alternatives=tuple(Alternative(**alt) for alt in data["alternatives"]),
             notes=tuple(data["notes"]),
+            # absent from a plan recorded before options were kept
+            provider_options=tuple(ProviderOption(**o) for o in data.get("provider_options", ())),
         )
 
 
@@ -220,6 +236,7 @@ def make_plan(spec: JobSpec, catalog: Catalog) -> Plan:
         max_cost_usd=max_cost,
         alternatives=runner_ups,
         notes=tuple(notes),
+        provider_options=_options_of(spec, provider),
     )
 
 
@@ -279,14 +296,34 @@ def _local_choice(
     return choice, notes, False
 
 
+def _options_of(spec: JobSpec, provider: str) -> tuple[ProviderOption, ...]:
+    """The options of `provider` in effect for `spec` with their sources: job.yaml, then what
+    the spec captured of config.yaml and the deprecated variables when it was validated. Pure."""
+    from cloudtrain.provider_config import resolve
+
+    return tuple(ProviderOption(**shown) for shown in resolve(spec, provider).shown())
+
+
 # (field path, the providers that ignore it, why): flags a provider does not use
-_IGNORED = (
+_IGNORED: tuple[tuple[tuple[str, ...], tuple[str, ...], str], ...] = (
     (("cluster", "ssh"), ("local",), "local nodes are processes on this machine"),
     (("cluster", "image"), ("local",), "local nodes run this machine's Python"),
     (("cluster", "disk_gb"), ("local",), "local nodes use this machine's disk"),
-    (("project",), ("local", "aws", "azure"), "only gcp uses a project"),
-    (("subscription",), ("local", "aws", "gcp"), "only azure uses a subscription"),
 )
+
+
+def _ignored_flags() -> tuple[tuple[tuple[str, ...], tuple[str, ...], str], ...]:
+    """_IGNORED plus the top-level account aliases (`project:`, `subscription:`), ignored by
+    every provider whose INFO names another account field (or none)."""
+    from cloudtrain.providers import names
+    from cloudtrain.spec_providers import account_field, users_of
+
+    flags = list(_IGNORED)
+    for field_name in dict.fromkeys(f for n in names() if (f := account_field(n))):
+        users = users_of(field_name)
+        others = tuple(n for n in names() if n not in users)
+        flags.append(((field_name,), others, f"only {', '.join(users)} uses a {field_name}"))
+    return tuple(flags)
 
 
 def _ignored_notes(spec: JobSpec, provider: str) -> list[str]:
@@ -294,7 +331,7 @@ def _ignored_notes(spec: JobSpec, provider: str) -> list[str]:
     when the spec file sets it (`JobSpec.where`). Pure."""
     notes = []
     where_of = getattr(spec, "where", lambda *loc: None)  # a stand-in spec may lack it
-    for loc, providers, why in _IGNORED:
+    for loc, providers, why in _ignored_flags():
         where = where_of(*loc)
         value = getattr(spec.cluster if loc[0] == "cluster" else spec, loc[-1], None)
         if provider not in providers or value in (None, False):

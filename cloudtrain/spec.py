@@ -42,8 +42,18 @@ from cloudtrain.jobs.node_rules import (
     spec_exec_problem,
     text_problem,
 )
+from cloudtrain.provider_config import outside_layers
 from cloudtrain.providers.uri_rules import SCHEMES, checkpoint_problem
 from cloudtrain.spec_errors import ENV_ENTRY_ERROR, spec_error
+from cloudtrain.spec_providers import (
+    SECTION,
+    account_field,
+    check_alias,
+    check_aliases,
+    model_at_section,
+    provider_names,
+    section_model,
+)
 from cloudtrain.spec_yaml import MAX_DEPTH, MAX_SPEC_BYTES, Loc, parse_yaml, read_spec_file, show
 
 __all__ = [
@@ -67,14 +77,13 @@ ROLES = ("chief", "worker", "ps", "evaluator")
 PROVIDER_SCHEMES: dict[str, str] = SCHEMES
 
 Strategy = Literal["one_device", "mirrored", "multi_worker_mirrored", "parameter_server", "horovod"]
-ProviderName = Literal["local", "aws", "gcp", "azure", "cheapest"]
+ProviderName = provider_names()  # the registered providers (cloudtrain.providers), cheapest
+ProvidersSection = section_model()  # `providers:`, one options model per registered provider
 
 _NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,29}$")
 _ACCELERATOR_RE = re.compile(r"^(?P<name>[A-Za-z0-9-]+)(?::(?P<count>[0-9]+))?$")
 _ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _PLACE = r"^[A-Za-z0-9-]{1,64}$"  # a region or zone name
-_PROJECT_RE = re.compile(r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$")  # a GCP project id
-_UUID_RE = re.compile(r"^[0-9a-fA-F]{8}-([0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}$")
 _WORD_RE = re.compile(r"^[\x21-\x7e]{1,1024}$")  # an image or machine type: one printable word
 
 
@@ -268,12 +277,18 @@ class JobSpec(BaseModel):
     zone: str | None = Field(None, pattern=_PLACE, description="a zone of the region")
     project: str | None = Field(
         None,
-        description="Google Cloud project id (gcp only; default: $GOOGLE_CLOUD_PROJECT or the"
-        " gcloud project)",
+        description="alias of providers.<the provider with projects>.project (GCP project id;"
+        " default: $GOOGLE_CLOUD_PROJECT or the gcloud project)",
     )
     subscription: str | None = Field(
         None,
-        description="Azure subscription id (azure only; default: $AZURE_SUBSCRIPTION_ID)",
+        description="alias of providers.<the provider with subscriptions>.subscription (Azure"
+        " subscription id; default: $AZURE_SUBSCRIPTION_ID)",
+    )
+    providers: ProvidersSection = Field(  # type: ignore[valid-type]
+        default_factory=ProvidersSection,
+        description="per-provider options, e.g. providers: {gcp: {network: my-vpc}}; each field"
+        " also read from $CLOUDTRAIN_HOME/config.yaml (the job's value wins)",
     )
     cluster: ClusterSpec = Field(default_factory=ClusterSpec)
     workdir: str = Field(".", description="folder shipped to each node, relative to the spec")
@@ -305,6 +320,7 @@ class JobSpec(BaseModel):
     _source_dir: Path = PrivateAttr(default_factory=Path.cwd)
     _filename: str = PrivateAttr("<spec>")
     _lines: dict[Loc, int] = PrivateAttr(default_factory=dict)
+    _outside: Any = PrivateAttr(None)  # config.yaml + deprecated variables, read when validated
 
     @field_validator("name", "entrypoint", "setup")
     @classmethod
@@ -322,22 +338,11 @@ class JobSpec(BaseModel):
             )
         return value
 
-    @field_validator("project")
+    @field_validator("project", "subscription")
     @classmethod
-    def _check_project(cls, value: str | None) -> str | None:
-        if value is not None and not _PROJECT_RE.match(value):
-            raise ValueError(
-                "must be a Google Cloud project id: 6-30 lowercase letters, digits or '-',"
-                f" starting with a letter (got {show(value)})"
-            )
-        return value
-
-    @field_validator("subscription")
-    @classmethod
-    def _check_subscription(cls, value: str | None) -> str | None:
-        if value is not None and not _UUID_RE.match(value):
-            raise ValueError(f"must be an Azure subscription id, a GUID (got {show(value)})")
-        return value
+    def _check_account_alias(cls, value: str | None, info: ValidationInfo) -> str | None:
+        """A top-level account alias, by the rule of the provider it belongs to."""
+        return None if value is None else check_alias(info.field_name or "", value)
 
     @field_validator("region", "zone")
     @classmethod
@@ -352,16 +357,32 @@ class JobSpec(BaseModel):
 
     @property
     def account(self) -> str | None:
-        """The cloud account of the spec's provider: the GCP project or the Azure
-        subscription (None: the SDK's default, and always None for local, aws and cheapest;
-        with cheapest, use `account_for(plan.provider)` once the plan has chosen the cloud)."""
+        """The cloud account of the spec's provider (its INFO's `account_field`: a project, a
+        subscription); None: the SDK's default, and always None for a provider without
+        accounts and for cheapest (use `account_for(plan.provider)` once the plan chose)."""
         return self.account_for(self.provider)
 
     def account_for(self, provider: str) -> str | None:
-        """The account to use on `provider` (a real cloud, e.g. the provider a plan chose): the
-        spec's GCP project for gcp, its Azure subscription for azure, else None (the SDK's
-        default). Pure."""
-        return {"gcp": self.project, "azure": self.subscription}.get(provider)
+        """The account to use on `provider` as job.yaml gives it: `providers.<provider>.<its
+        account_field>`, else the top-level alias of that field; None when neither is set or
+        the provider has no account (then config.yaml, the environment or the SDK decide:
+        `cloudtrain.provider_config.config_for`). Pure."""
+        field = account_field(provider)
+        if field is None:
+            return None
+        section = getattr(self.providers, provider, None)
+        value = getattr(section, field, None) if section is not None else None
+        return value if value is not None else getattr(self, field, None)
+
+    @property
+    def outside(self) -> Any:
+        """What config.yaml and the deprecated variables added when the spec was validated
+        (`cloudtrain.provider_config.OutsideLayers`), or None for a spec built in code."""
+        return self._outside
+
+    def provider_section(self, provider: str) -> Any:
+        """The options job.yaml gives for `provider` (its options model), or None. Pure."""
+        return getattr(self.providers, provider, None)
 
     @field_validator("workdir")
     @classmethod
@@ -551,6 +572,8 @@ def _validate(
     spec._source_dir = base_dir
     spec._filename = filename
     spec._lines = dict(lines)
+    check_aliases(spec, filename, lines)
+    spec._outside = outside_layers()  # like from_env: read once, when the spec is validated
     return spec
 
 
@@ -558,6 +581,8 @@ def _model_at(loc: Loc) -> type[BaseModel]:
     """The model that holds the field at the end of `loc`."""
     if len(loc) > 2 and loc[0] == "env":
         return EnvVar
+    if len(loc) > 1 and loc[0] == SECTION:
+        return model_at_section(loc)
     return ClusterSpec if len(loc) > 1 and loc[0] == "cluster" else JobSpec
 
 

@@ -1,5 +1,6 @@
 """Who may reach a run's nodes, shared by every cloud's firewall code: the TensorFlow port range
-and the one caller CIDR that SSH may come from. Pure apart from reading the environment.
+and the one caller CIDR that SSH may come from. Pure apart from the deprecated environment
+fallback of `ssh_cidr`.
 """
 
 from __future__ import annotations
@@ -9,28 +10,43 @@ import os
 
 from cloudtrain.errors import ProviderError
 
+# deprecated: the option providers.<cloud>.ssh_cidr (job.yaml or config.yaml) replaces it; still
+# read when a provider is built without that option (`cloudtrain.provider_config` warns once)
 SSH_CIDR_ENV = "CLOUDTRAIN_SSH_CIDR"
 
 
-def ssh_cidr() -> str:
-    """The caller's CIDR for SSH, from $CLOUDTRAIN_SSH_CIDR, normalised.
+def cidr_problem(raw: str) -> str | None:
+    """What is wrong with `raw` as the SSH source range, or None: it must be an IPv4/IPv6
+    address or network (host bits may be set) and not the whole internet (prefix 0). Pure."""
+    try:
+        net = ipaddress.ip_network(raw.strip(), strict=False)
+    except ValueError:
+        return f"{raw!r} is not a CIDR (e.g. 203.0.113.7/32)"
+    if net.prefixlen == 0:
+        return f"{raw!r} would open SSH to the whole internet; use your own address"
+    return None
+
+
+def ssh_cidr(configured: str | None = None) -> str:
+    """The caller's CIDR for SSH, normalised: `configured` (the provider's `ssh_cidr` option),
+    else $CLOUDTRAIN_SSH_CIDR (deprecated fallback).
 
     Raises ProviderError when it is unset, invalid, or open to the whole internet."""
-    raw = os.environ.get(SSH_CIDR_ENV, "").strip()
+    raw = (configured or "").strip() or os.environ.get(SSH_CIDR_ENV, "").strip()
+    where = "ssh_cidr" if (configured or "").strip() else SSH_CIDR_ENV
     if not raw:
         raise ProviderError(
             "ssh: true needs the address SSH may come from",
-            hint=f"set {SSH_CIDR_ENV} to your public IP as a CIDR, e.g. 203.0.113.7/32",
+            hint="set providers.<cloud>.ssh_cidr in job.yaml (or the deprecated"
+            f" {SSH_CIDR_ENV}) to your public IP as a CIDR, e.g. 203.0.113.7/32",
         )
     try:
         net = ipaddress.ip_network(raw, strict=False)
     except ValueError:
-        raise ProviderError(
-            f"{SSH_CIDR_ENV}={raw!r} is not a CIDR", hint="e.g. 203.0.113.7/32"
-        ) from None
+        raise ProviderError(f"{where}={raw!r} is not a CIDR", hint="e.g. 203.0.113.7/32") from None
     if net.prefixlen == 0:
         raise ProviderError(
-            f"{SSH_CIDR_ENV}={raw!r} would open SSH to the whole internet",
+            f"{where}={raw!r} would open SSH to the whole internet",
             hint="use your own address, e.g. 203.0.113.7/32",
         )
     return str(net)
