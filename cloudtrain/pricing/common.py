@@ -14,10 +14,10 @@ their bundled price and date so they stay visibly older; never a machine its clo
 and memory come from the bundled catalog where an API does not say them (GCP and Azure never do,
 AWS not the GPU model).
 
-Endpoint overrides (tests, proxies): `CLOUDTRAIN_PRICING_GCP_URL` and `CLOUDTRAIN_PRICING_AZURE_URL`
-replace the base URL (`https://cloudbilling.googleapis.com`, `https://prices.azure.com`); for AWS
-boto3 itself honours `AWS_ENDPOINT_URL_PRICING` and `AWS_ENDPOINT_URL`. The GCP API key is read from
-`CLOUDTRAIN_GCP_PRICING_KEY`. Stdlib only at import time.
+Each provider's price client is its own (`ProviderInfo.pricing`, e.g. providers/aws/pricing.py:
+`fetch(bundled, regions) -> offers` and the API's name as its module's `API`); its module says
+which endpoint override (tests, proxies) and which credentials it reads. Stdlib only at import
+time.
 """
 
 from __future__ import annotations
@@ -43,12 +43,15 @@ from cloudtrain.catalog import Offer, read_offers, user_catalog_dir
 from cloudtrain.errors import CloudtrainError, CredentialsError, ProviderError, TransientError
 from cloudtrain.pricing.retired import is_retired
 
-PRICED_PROVIDERS = ("aws", "gcp", "azure")
-GCP_URL_ENV = "CLOUDTRAIN_PRICING_GCP_URL"
-AZURE_URL_ENV = "CLOUDTRAIN_PRICING_AZURE_URL"
-GCP_KEY_ENV = "CLOUDTRAIN_GCP_PRICING_KEY"
 HTTP_TIMEOUT_S = 60.0
 HTTP_ATTEMPTS = 4
+
+
+def priced_providers() -> tuple[str, ...]:
+    """The providers with a price client (`ProviderInfo.pricing`), in registry order."""
+    from cloudtrain.providers import info, names
+
+    return tuple(n for n in names() if info(n).pricing is not None)
 
 
 def base_url(env: str, default: str) -> str:
@@ -63,7 +66,8 @@ def redact(url: str) -> str:
 
 
 def _error_detail(body: bytes) -> str:
-    """A one-line reason from an error body (Google, Azure or plain text). Pure."""
+    """A one-line reason from an error body (`{"error": {"message"}}` in either case, or plain
+    text). Pure."""
     text = body.decode("utf-8", "replace").strip()
     try:
         data = json.loads(text)
@@ -268,18 +272,21 @@ def refresh_result(
     written; then nothing is written.
     """
     from cloudtrain.errors import UsageError
+    from cloudtrain.providers import info, load
 
-    if provider not in PRICED_PROVIDERS:
+    priced = priced_providers()
+    ref = info(provider).pricing if provider in priced else None
+    if ref is None:
         raise UsageError(
-            f"no price API for provider {provider!r}",
-            hint=f"use one of {', '.join(PRICED_PROVIDERS)}",
+            f"no price API for provider {provider!r}", hint=f"use one of {', '.join(priced)}"
         )
-    module = importlib.import_module(f"cloudtrain.pricing.{provider}")
+    module = importlib.import_module(ref.partition(":")[0])
+    fetch = load(ref)
     bundled = bundled_offers(provider)
     wanted = list(regions) if regions else sorted({o.region for o in bundled})
     date = today or _dt.date.today().isoformat()
     try:
-        fresh = [replace(o, prices_date=date) for o in module.fetch(bundled, wanted)]
+        fresh = [replace(o, prices_date=date) for o in fetch(bundled, wanted)]
     except CloudtrainError:
         raise
     except (KeyError, TypeError, ValueError, AttributeError) as exc:  # an unexpected shape
@@ -298,8 +305,8 @@ def refresh_result(
             f"cannot write the user catalog {path}: {exc}",
             hint="check that $CLOUDTRAIN_HOME is writable",
         ) from None
-    priced = len({offer_key(o) for o in fresh if not is_retired(o.provider, o.instance_type)})
-    return RefreshResult(provider, path, len(rows), priced, len(rows) - priced, date)
+    fresh_rows = len({offer_key(o) for o in fresh if not is_retired(o.provider, o.instance_type)})
+    return RefreshResult(provider, path, len(rows), fresh_rows, len(rows) - fresh_rows, date)
 
 
 def refresh(provider: str, home: Path | None = None) -> tuple[Path, int]:

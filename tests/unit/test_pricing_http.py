@@ -29,6 +29,7 @@ import pytest
 from cloudtrain import retry
 from cloudtrain.errors import CredentialsError, ProviderError, TransientError
 from cloudtrain.pricing import common
+from cloudtrain.providers.gcp import pricing as gcp_pricing
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "pricing"
 GCP_PAGES = {
@@ -226,7 +227,7 @@ def test_get_json_connection_refused_is_transient(monkeypatch: pytest.MonkeyPatc
 
 
 def test_base_url_override(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(common.GCP_URL_ENV, raising=False)
-    assert common.base_url(common.GCP_URL_ENV, "https://x.test") == "https://x.test"
-    monkeypatch.setenv(common.GCP_URL_ENV, "http://127.0.0.1:9/ ")
-    assert common.base_url(common.GCP_URL_ENV, "https://x.test") == "http://127.0.0.1:9"
+    monkeypatch.delenv(gcp_pricing.GCP_URL_ENV, raising=False)
+    assert common.base_url(gcp_pricing.GCP_URL_ENV, "https://x.test") == "https://x.test"
+    monkeypatch.setenv(gcp_pricing.GCP_URL_ENV, "http://127.0.0.1:9/ ")
+    assert common.base_url(gcp_pricing.GCP_URL_ENV, "https://x.test") == "http://127.0.0.1:9"

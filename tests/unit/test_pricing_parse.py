@@ -8,8 +8,10 @@ from typing import Any
 
 import pytest
 
-from cloudtrain.pricing import aws, azure, gcp
 from cloudtrain.pricing.common import bundled_offers
+from cloudtrain.providers.aws import pricing as aws
+from cloudtrain.providers.azure import pricing as azure
+from cloudtrain.providers.gcp import pricing as gcp
 from tests.unit.test_pricing_http import load
 
 GCP_REGIONS = ["europe-west4", "us-central1", "us-east1"]

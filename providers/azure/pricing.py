@@ -25,9 +25,10 @@ from typing import Any
 
 from cloudtrain.catalog import Offer
 from cloudtrain.errors import ProviderError
-from cloudtrain.pricing.common import AZURE_URL_ENV, base_url, get_json
+from cloudtrain.pricing.common import base_url, get_json
 
 API = "Azure Retail Prices API"
+AZURE_URL_ENV = "CLOUDTRAIN_PRICING_AZURE_URL"  # test-only: the API's base URL (a fake)
 API_VERSION = "2023-01-01-preview"
 DEFAULT_BASE = "https://prices.azure.com"
 MAX_PAGES = 100

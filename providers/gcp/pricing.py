@@ -36,9 +36,11 @@ from typing import Any
 
 from cloudtrain.catalog import N1_GPU_COUNTS, Offer, canonical_accelerator
 from cloudtrain.errors import CredentialsError, ProviderError, TransientError
-from cloudtrain.pricing.common import GCP_KEY_ENV, GCP_URL_ENV, base_url, get_json
+from cloudtrain.pricing.common import base_url, get_json
 
 API = "GCP Cloud Billing Catalog API"
+GCP_URL_ENV = "CLOUDTRAIN_PRICING_GCP_URL"  # test-only: the API's base URL (a fake)
+GCP_KEY_ENV = "CLOUDTRAIN_GCP_PRICING_KEY"
 SERVICE_ID = "6F81-5844-456A"  # Compute Engine
 DEFAULT_BASE = "https://cloudbilling.googleapis.com"
 MAX_PAGES = 200
