@@ -13,7 +13,10 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, runtime_checkable
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
 
 NodeState = Literal["pending", "running", "stopped", "terminated", "preempted"]
 ALIVE_STATES: frozenset[str] = frozenset({"pending", "running"})
@@ -49,13 +52,28 @@ def run_labels(run_id: str, role: str | None = None, index: int | None = None) -
 
 @dataclass(frozen=True)
 class ProviderConfig:
-    """What an adapter is built from. Credentials never appear here: SDKs use their own chains."""
+    """What an adapter is built from. Credentials never appear here: SDKs use their own chains.
+
+    `options` is the provider's typed options model (the pydantic model its INFO's `options`
+    names, e.g. GcpOptions), as `cloudtrain.provider_config.config_for` resolves it from job.yaml,
+    config.yaml and the deprecated variables; empty means every option's default (how the node
+    side builds a store: it has no pydantic). Adapters read it with `option(name)` and import no
+    options module, so this stays standard library only. A plain mapping is still accepted (an
+    older caller's, a test fixture's) and read the same way."""
 
     name: str
     region: str | None = None
     zone: str | None = None
-    account: str | None = None  # GCP project / Azure subscription; None: the SDK's default
-    options: Mapping[str, Any] = field(default_factory=dict)
+    account: str | None = None  # the account INFO.account_field names; None: the SDK's default
+    options: BaseModel | Mapping[str, Any] = field(default_factory=dict)
+
+    def option(self, name: str, default: Any = None) -> Any:
+        """The value of option `name`, or `default` when it is unset (None) or absent. Pure."""
+        if isinstance(self.options, Mapping):
+            value = self.options.get(name)
+        else:
+            value = getattr(self.options, name, None)
+        return default if value is None else value
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ adapter reads its options with `ProviderConfig.option(name)`.
 
 from __future__ import annotations
 
-from typing import Annotated, ClassVar
+from typing import Annotated, Any, ClassVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
@@ -24,6 +24,12 @@ class ProviderOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
     ENV_FALLBACKS: ClassVar[dict[str, str]] = {}
+
+    def get(self, name: str, default: Any = None) -> Any:
+        """Mapping-style read of option `name` (`default` when unset), for adapter code written
+        against the untyped options mapping. Pure."""
+        value = getattr(self, name, None)
+        return default if value is None else value
 
 
 def _check_cidr(value: str | None) -> str | None:
