@@ -22,6 +22,7 @@ from cloudtrain.providers.base import (
     Compute,
     Node,
     NodeRequest,
+    ProviderConfig,
     Resource,
     RunInfo,
     StartupBlocks,
@@ -46,6 +47,7 @@ from cloudtrain.providers.gcp.errors import already_exists, gcp_errors
 from cloudtrain.providers.gcp.images import image_for
 
 VENV_PYTHON = "/opt/cloudtrain/venv/bin/python"
+# deprecated: the option providers.gcp.service_account (read only when the option is unset)
 SERVICE_ACCOUNT_ENV = "CLOUDTRAIN_GCP_SERVICE_ACCOUNT"
 DRIVER_WAIT_S = 900  # how long a Deep Learning VM node waits for its driver install
 
@@ -94,8 +96,16 @@ class GcpCompute(Compute):
 
     provider_name = "gcp"
 
-    def __init__(self, auth: GcpAuth, region: str, zone: str | None = None) -> None:
+    def __init__(
+        self,
+        auth: GcpAuth,
+        region: str,
+        zone: str | None = None,
+        config: ProviderConfig | None = None,
+    ) -> None:
         self.auth = auth
+        # the options (network, service_account, ssh_cidr); none: the deprecated variables
+        self.config = config or ProviderConfig(name="gcp")
         self.default_zone = zone
         self.project = auth.project
         self.region = region
@@ -109,25 +119,27 @@ class GcpCompute(Compute):
     # -- network and identity --------------------------------------------------------------
 
     def planned_network(self, run: RunInfo) -> list[Resource]:
-        """The firewall rule(s) and, unless $CLOUDTRAIN_GCP_SERVICE_ACCOUNT names the nodes'
+        """The firewall rule(s) and, unless the `service_account` option names the nodes'
         account, the run's service account that `ensure_network` makes. Pure apart from the
         environment."""
         planned = [
             Resource("gcp", network.KIND_FIREWALL, name, "global", run.run_id)
             for name in network.rule_names(run)
         ]
-        if _user_account() is None:
+        if self._user_account() is None:
             planned.append(identity.as_resource(self.project, run.run_id))
         return planned
 
     def ensure_network(self, run: RunInfo) -> list[Resource]:
         """The run's firewall (its TF ports from its network tag to its network tag, SSH from
-        $CLOUDTRAIN_SSH_CIDR only if asked), then the run's service account with its one
+        the `ssh_cidr` option only if asked), then the run's service account with its one
         binding on the run's bucket: objects under the run's prefix only (see `identity`). A
         bucket that does not exist yet gets no binding (the account then reaches nothing).
         Idempotent; blocks until in force (a new account is waited for up to a minute)."""
-        made = network.ensure_firewalls(self.clients, run)
-        if _user_account() is not None:
+        made = network.ensure_firewalls(
+            self.clients, run, self.config.option("network"), self.config.option("ssh_cidr")
+        )
+        if self._user_account() is not None:
             return made
         store = _store_of(run.store_uri)
         bucket, root = (store.bucket, store.prefix) if store else (None, "")
@@ -181,9 +193,13 @@ class GcpCompute(Compute):
 
     # -- nodes -----------------------------------------------------------------------------
 
+    def _user_account(self) -> str | None:
+        """The user's own account for the nodes (`_user_account`), or None."""
+        return _user_account(self.config.option("service_account"))
+
     def _service_account(self, run_id: str) -> str:
-        """The nodes' account: $CLOUDTRAIN_GCP_SERVICE_ACCOUNT, else the run's own."""
-        user = _user_account()
+        """The nodes' account: the `service_account` option, else the run's own."""
+        user = self._user_account()
         if user is not None:
             return user
         with self._lock:
@@ -215,14 +231,14 @@ class GcpCompute(Compute):
             request,
             self.project,
             zone,
-            network.network_url(self.project),
+            network.network_url(self.project, self.config.option("network")),
             network.run_tag(run.run_id),
             run_seconds,
             account,
         )
         what = f"create instance {request.name} ({request.instance_type}) in {zone}"
         resource = compute_v1.Instance.from_json(json.dumps(body))
-        waits_for = None if _user_account() is not None else account
+        waits_for = None if self._user_account() is not None else account
         try:
             self._insert(zone, resource, what, waits_for)
         except ProviderError as err:
@@ -381,9 +397,10 @@ class GcpCompute(Compute):
         )
 
 
-def _user_account() -> str | None:
-    """$CLOUDTRAIN_GCP_SERVICE_ACCOUNT: the user's own account for the nodes, or None."""
-    return os.environ.get(SERVICE_ACCOUNT_ENV, "").strip() or None
+def _user_account(configured: str | None = None) -> str | None:
+    """The user's own account for the nodes: `configured` (the `service_account` option), else
+    $CLOUDTRAIN_GCP_SERVICE_ACCOUNT (deprecated), or None (the run gets its own)."""
+    return (configured or "").strip() or os.environ.get(SERVICE_ACCOUNT_ENV, "").strip() or None
 
 
 def _store_of(store_uri: str) -> Any:

@@ -3,12 +3,15 @@
 One rule per run, `cloudtrain-<run_id>`, on the project's network (default `default`): TCP on the
 run's port range, from the run's network tag to the run's network tag, so no address outside
 the run's own nodes is ever allowed. With `ssh: true`, a second rule `cloudtrain-<run_id>-ssh`
-allows TCP 22 from $CLOUDTRAIN_SSH_CIDR only. Never 0.0.0.0/0. Firewall rules carry no labels
+allows TCP 22 from the `ssh_cidr` option only. Never 0.0.0.0/0. Firewall rules carry no labels
 on GCE, so the names are how `list_resources` finds them.
 
 Note: GCP's auto-created `default` network has its own `default-allow-ssh` rule (0.0.0.0/0 on
 port 22). cloudtrain neither adds nor removes it; set $CLOUDTRAIN_GCP_NETWORK to a network
-without it to keep SSH closed.
+without it (the `network` option) to keep SSH closed.
+
+The options come from the provider's config (`providers.gcp` in job.yaml or config.yaml); the
+deprecated $CLOUDTRAIN_GCP_NETWORK and $CLOUDTRAIN_SSH_CIDR are read only when an option is unset.
 """
 
 from __future__ import annotations
@@ -29,18 +32,19 @@ from cloudtrain.providers.gcp.clients import (
 from cloudtrain.providers.gcp.errors import already_exists, gcp_errors
 
 KIND_FIREWALL = "firewall"
-NETWORK_ENV = "CLOUDTRAIN_GCP_NETWORK"
+NETWORK_ENV = "CLOUDTRAIN_GCP_NETWORK"  # deprecated: the option providers.gcp.network
 SSH_SUFFIX = "-ssh"
 
 
-def network_name() -> str:
-    """The VPC network the run's nodes and firewall use ($CLOUDTRAIN_GCP_NETWORK or default)."""
-    return os.environ.get(NETWORK_ENV, "").strip() or "default"
+def network_name(configured: str | None = None) -> str:
+    """The VPC network the run's nodes and firewall use: `configured` (the `network` option),
+    else $CLOUDTRAIN_GCP_NETWORK (deprecated), else default. Pure apart from the environment."""
+    return (configured or "").strip() or os.environ.get(NETWORK_ENV, "").strip() or "default"
 
 
-def network_url(project: str) -> str:
-    """The network's relative resource URL."""
-    return f"projects/{project}/global/networks/{network_name()}"
+def network_url(project: str, network: str | None = None) -> str:
+    """The network's relative resource URL (`network`: the option, see `network_name`)."""
+    return f"projects/{project}/global/networks/{network_name(network)}"
 
 
 def run_tag(run_id: str) -> str:
@@ -54,8 +58,11 @@ def rule_names(run: RunInfo) -> list[str]:
     return [base, base + SSH_SUFFIX] if run.ssh else [base]
 
 
-def firewall_bodies(run: RunInfo, project: str) -> list[dict[str, Any]]:
-    """The run's firewall rules as GCE JSON. Raises ProviderError for a bad port range or a
+def firewall_bodies(
+    run: RunInfo, project: str, network: str | None = None, cidr: str | None = None
+) -> list[dict[str, Any]]:
+    """The run's firewall rules as GCE JSON, on `network` with SSH from `cidr` (the options;
+    None: the deprecated variables). Raises ProviderError for a bad port range or a
     missing/open SSH CIDR, before anything is created. Pure apart from the environment."""
     low, high = run.port_range
     check_port_range(low, high, run.run_id)
@@ -63,7 +70,7 @@ def firewall_bodies(run: RunInfo, project: str) -> list[dict[str, Any]]:
     rules: list[dict[str, Any]] = [
         {
             "name": tag,
-            "network": network_url(project),
+            "network": network_url(project, network),
             "direction": "INGRESS",
             "priority": 1000,
             "description": f"cloudtrain run {run.run_id}: TensorFlow ports between its nodes",
@@ -76,29 +83,32 @@ def firewall_bodies(run: RunInfo, project: str) -> list[dict[str, Any]]:
         rules.append(
             {
                 "name": tag + SSH_SUFFIX,
-                "network": network_url(project),
+                "network": network_url(project, network),
                 "direction": "INGRESS",
                 "priority": 1000,
                 "description": f"cloudtrain run {run.run_id}: SSH from one address",
                 "allowed": [{"IPProtocol": "tcp", "ports": ["22"]}],
-                "sourceRanges": [ssh_cidr()],
+                "sourceRanges": [ssh_cidr(cidr)],
                 "targetTags": [tag],
             }
         )
     return rules
 
 
-def ensure_firewalls(clients: ComputeClients, run: RunInfo) -> list[Resource]:
-    """Create the run's rules (an existing one is fine: names are the idempotency keys) and
-    wait until they are in force. Idempotent; blocks."""
+def ensure_firewalls(
+    clients: ComputeClients, run: RunInfo, network: str | None = None, cidr: str | None = None
+) -> list[Resource]:
+    """Create the run's rules on `network` (SSH from `cidr`; see `firewall_bodies`); an
+    existing rule is fine: names are the idempotency keys. Waits until they are in force.
+    Idempotent; blocks."""
     from google.cloud import compute_v1
 
     project = clients.auth.project
-    bodies = firewall_bodies(run, project)
+    bodies = firewall_bodies(run, project, network, cidr)
     out = []
     for body in bodies:
         name = body["name"]
-        what = f"create firewall rule {name} on network {network_name()}"
+        what = f"create firewall rule {name} on network {network_name(network)}"
         resource = compute_v1.Firewall.from_json(json.dumps(body))
         try:
             with gcp_errors(what):

@@ -2,7 +2,7 @@
 
 Building a GcpProvider reads no credentials: a node's agent builds one only to open its store,
 where google-cloud-storage finds the VM's service account (the run's own, or
-$CLOUDTRAIN_GCP_SERVICE_ACCOUNT) or STORAGE_EMULATOR_HOST itself.
+the `service_account` option) or STORAGE_EMULATOR_HOST itself.
 """
 
 from __future__ import annotations
@@ -20,7 +20,9 @@ if TYPE_CHECKING:
     from cloudtrain.providers.gcp.storage import GcsStore
 
 DEFAULT_BUCKET = "cloudtrain-{project}-{region}"
-SIGNER_ENV = "CLOUDTRAIN_GCP_SIGNER"  # a service account that signs the nodes' URLs (user ADC)
+# a service account that signs the nodes' URLs (user ADC); deprecated: the option
+# providers.gcp.signer, read only when the option is unset
+SIGNER_ENV = "CLOUDTRAIN_GCP_SIGNER"
 
 
 class GcpProvider(Provider):
@@ -62,7 +64,7 @@ class GcpProvider(Provider):
             if self._compute is None:
                 from cloudtrain.providers.gcp.compute import GcpCompute
 
-                self._compute = GcpCompute(auth, region, self.config.zone)
+                self._compute = GcpCompute(auth, region, self.config.zone, self.config)
             return self._compute
 
     def store(self, uri: str) -> GcsStore:
@@ -75,7 +77,9 @@ class GcpProvider(Provider):
             uri,
             project,
             location=self.region,
-            signer_email=os.environ.get(SIGNER_ENV, "").strip() or None,
+            signer_email=self.config.option("signer")
+            or os.environ.get(SIGNER_ENV, "").strip()
+            or None,
             node_identity_fallback=True,  # nodes fetch with their own service account
         )
 
