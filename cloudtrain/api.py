@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 
 from cloudtrain.api_logs import NODE_RE, LogStream, job_over, poll
 from cloudtrain.api_types import (
+    LOG,
     CostLine,
     DownReport,
     Launch,
@@ -42,7 +43,7 @@ from cloudtrain.errors import UsageError
 if TYPE_CHECKING:
     from cloudtrain.ledger import Ledger, RunRecord
     from cloudtrain.plan import Plan
-    from cloudtrain.providers.base import ObjectStore, Provider
+    from cloudtrain.providers.base import ObjectStore, Provider, ProviderConfig
     from cloudtrain.runtypes import Observer, RunOptions, RunResult
     from cloudtrain.spec import JobSpec
 
@@ -67,6 +68,7 @@ __all__ = [
     "prepare_resume",
     "resume",
     "run",
+    "set_warning_handler",
     "status",
 ]
 NO_SIGNALS_NOTE = (
@@ -83,32 +85,58 @@ def ledger() -> Ledger:
     return Ledger()
 
 
-def provider(
-    name: str, region: str | None = None, zone: str | None = None, account: str | None = None
-) -> Provider:
-    """The named provider, wrapped by the fault injector when $CLOUDTRAIN_FAULTS is set (tests
-    and benchmarks use it to make any provider slow or flaky). `account`: the GCP project /
-    Azure subscription. Loads that provider's SDK; creates nothing."""
+def _log_warning(line: str) -> None:
+    LOG.warning("%s", line)
+
+
+_warn: Callable[[str], None] = _log_warning
+
+
+def set_warning_handler(handler: Callable[[str], None] | None) -> None:
+    """Where the API's warnings go (one line each, e.g. a deprecated CLOUDTRAIN_* variable in
+    use): `handler`, or (None) the `cloudtrain.api` logger at WARNING, the default. The
+    `cloudtrain` command sends them to stderr as `warning: ...`. Process-wide."""
+    global _warn
+    _warn = handler or _log_warning
+
+
+def _built(config: ProviderConfig) -> Provider:
+    """The provider `config` names, wrapped by the fault injector when $CLOUDTRAIN_FAULTS is set
+    (tests and benchmarks use it to make any provider slow or flaky)."""
     from cloudtrain.providers import get_provider
-    from cloudtrain.providers.base import ProviderConfig
     from cloudtrain.providers.faults import FaultPlan, wrap
 
-    config = ProviderConfig(name=name, region=region, zone=zone, account=account)
-    prov = get_provider(name, config)
+    prov = get_provider(config.name, config)
     faults = FaultPlan.from_env()
     return wrap(prov, faults) if faults else prov
 
 
+def provider(
+    name: str, region: str | None = None, zone: str | None = None, account: str | None = None
+) -> Provider:
+    """The named provider with its options' defaults (no job spec, no ledger record: `down`
+    of an unrecorded run, `gc`). `account`: the GCP project / Azure subscription. Loads that
+    provider's SDK; creates nothing."""
+    from cloudtrain.providers.base import ProviderConfig
+
+    return _built(ProviderConfig(name=name, region=region, zone=zone, account=account))
+
+
 def run_provider(spec: JobSpec, the_plan: Plan) -> Provider:
     """The provider a run of `spec` uses: the plan's (with provider: cheapest, the cloud the
-    plan chose), in the plan's region and zone."""
-    name = the_plan.provider
-    return provider(name, the_plan.region, the_plan.zone, spec.account_for(name))
+    plan chose), in the plan's region and zone, with the options in effect
+    (`provider_config.config_for`). Creates nothing."""
+    from cloudtrain.provider_config import config_for
+
+    return _built(config_for(spec, the_plan, warn=_warn))
 
 
 def record_provider(rec: RunRecord) -> Provider:
-    """The provider a ledger record's run was made with (for status, logs, down, cost)."""
-    return provider(rec.provider, rec.region, rec.zone, rec.account)
+    """The provider a ledger record's run was made with, with the options it recorded
+    (`provider_config.config_for_record`): for status, logs, down, cost and resume."""
+    from cloudtrain.provider_config import config_for_record
+
+    return _built(config_for_record(rec, warn=_warn))
 
 
 def store(prov: Provider, uri: str) -> ObjectStore:

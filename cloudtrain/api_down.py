@@ -46,12 +46,15 @@ def down(
         raise UsageError(f"no run {run_id!r} in the ledger", hint="pass --provider")
     # no record: the cloud's tags are matched exactly, so only a whole run id will do
     rid = rec.run_id if rec else check_run_ref(run_id, exact=True)
-    prov = api.provider(
-        name,
-        region or (rec.region if rec else None),
-        rec.zone if rec else None,
-        account or (rec.account if rec else None),
-    )
+    if rec is not None and (provider, region, account) == (None, None, None):
+        prov = api.record_provider(rec)  # with the options the run was made with
+    else:
+        prov = api.provider(
+            name,
+            region or (rec.region if rec else None),
+            rec.zone if rec else None,
+            account or (rec.account if rec else None),
+        )
     store_uri = rec.store_uri if rec else prov.default_store_uri(rid)
 
     def told(signum: int) -> None:

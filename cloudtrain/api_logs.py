@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -39,16 +39,17 @@ def poll(reader: RunReader) -> tuple[Snapshot, str | None]:
         return reader.snapshot, str(exc)
 
 
-def job_over(statuses: dict[str, dict[str, Any]]) -> bool:
+def job_over(statuses: Mapping[str, Mapping[str, Any]]) -> bool:
     """Whether every node reported a final state in the newest attempt (a detached run's end).
     Pure."""
     if not statuses:
         return False
     attempt = max(int(s.get("attempt", 0)) for s in statuses.values())
     latest = [s for s in statuses.values() if int(s.get("attempt", 0)) == attempt]
-    from cloudtrain.jobs.agent import FINAL_STATES
+    from cloudtrain.jobs.protocol import FINAL_STATES
 
-    return all(s.get("state") in FINAL_STATES for s in latest)
+    final = {str(state) for state in FINAL_STATES}  # by value: a status may hold a plain str
+    return all(str(s.get("state")) in final for s in latest)
 
 
 def _log_wait(text: str) -> None:

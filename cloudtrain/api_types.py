@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -60,8 +61,8 @@ class RunStatus:
     record: RunRecord
     cost_usd: float
     controller: Controller
-    statuses: dict[str, dict[str, Any]]
-    heartbeats: dict[str, dict[str, Any]]
+    statuses: dict[str, Mapping[str, Any]]  # jobs.protocol documents, read as Mappings
+    heartbeats: dict[str, Mapping[str, Any]]
     bootstrap: dict[str, dict[str, Any]]
     failures: dict[str, NodeFailure]
     cloud_nodes: dict[str, str]
@@ -113,7 +114,7 @@ class RunStatus:
                 "state": self.controller.state,
             },
             "nodes": {
-                k: {"status": v, "heartbeat": self.heartbeats.get(k)}
+                k: {"status": _plain(v), "heartbeat": _plain(self.heartbeats.get(k))}
                 for k, v in self.statuses.items()
             },
             "bootstrap": self.bootstrap,
@@ -124,6 +125,14 @@ class RunStatus:
             "cloud_nodes": dict(self.cloud_nodes),
             "live_resources": list(self.live_resources),
         }
+
+
+def _plain(doc: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """A bucket document as its JSON object (a protocol Document's `to_dict`). Pure."""
+    if doc is None:
+        return None
+    to_dict = getattr(doc, "to_dict", None)
+    return dict(to_dict()) if callable(to_dict) else dict(doc)
 
 
 @dataclass(frozen=True)

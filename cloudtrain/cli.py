@@ -333,6 +333,9 @@ def _root(
 ) -> None:
     """Run a TensorFlow training job on the cheapest GPU VMs of AWS, GCP, Azure or this
     machine: planned and priced first, torn down always."""
+    from cloudtrain import api
+
+    api.set_warning_handler(common.warn)  # the API logs them; a command line shows them
 
 
 CONTROLLER_MIN_PYTHON = (3, 11)  # the nodes run on 3.10 (requires-python); the controller is

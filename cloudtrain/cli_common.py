@@ -47,6 +47,12 @@ def ledger() -> Ledger:
     return api.ledger()
 
 
+def warn(line: str) -> None:
+    """A warning of the API's (a deprecated variable in use) as one `warning: ...` line on
+    stderr."""
+    sys.stderr.write(f"warning: {line}\n")
+
+
 def emit_json(data: Any) -> None:
     """`data` as indented JSON on stdout."""
     sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
