@@ -45,6 +45,7 @@ from cloudtrain.providers.base import (
     Node,
     NodeRequest,
     NodeState,
+    ProviderConfig,
     Resource,
     RunInfo,
     StartupBlocks,
@@ -155,8 +156,10 @@ class AwsCompute(Compute):
 
     provider_name = "aws"
 
-    def __init__(self, region: str) -> None:
+    def __init__(self, region: str, config: ProviderConfig | None = None) -> None:
         self.region = region
+        # the options (ssh_cidr); none: the deprecated variables
+        self.config = config or ProviderConfig(name="aws")
         self._lock = threading.Lock()
         self._clients: dict[str, Any] = {}
         self._groups: dict[str, str] = {}  # run_id -> security group id
@@ -195,14 +198,15 @@ class AwsCompute(Compute):
         ]
 
     def ensure_network(self, run: RunInfo) -> list[Resource]:
-        """The run's security group (port range from itself only, SSH from $CLOUDTRAIN_SSH_CIDR
+        """The run's security group (port range from itself only, SSH from the `ssh_cidr` option
         if asked), its IAM role limited to the run's S3 prefix, and the role's instance profile.
         Idempotent; blocks until created (IAM may still take seconds to reach EC2: `create_node`
         retries that)."""
-        network.ingress_rules("sg-0", run)  # a bad port range or SSH CIDR fails before any
+        cidr = self.config.option("ssh_cidr")
+        network.ingress_rules("sg-0", run, cidr)  # a bad port range or SSH CIDR fails before any
         identity.s3_policy(run.store_uri, run.run_id)  # create, as does a non-s3:// store
         role_arn, profile_arn = identity.ensure_identity(self.iam, run.run_id, run.store_uri)
-        group_id = network.ensure_security_group(self.ec2, self.region, run)
+        group_id = network.ensure_security_group(self.ec2, self.region, run, cidr)
         with self._lock:
             self._groups[run.run_id] = group_id
         name = resource_name(run.run_id)

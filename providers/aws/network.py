@@ -88,9 +88,9 @@ def security_group_id(ec2: Any, run_id: str) -> str | None:
     return str(groups[0]["GroupId"]) if groups else None
 
 
-def ingress_rules(group_id: str, run: RunInfo) -> list[dict[str, Any]]:
-    """The group's ingress: the port range from itself; TCP 22 from $CLOUDTRAIN_SSH_CIDR if ssh.
-    Pure apart from the environment."""
+def ingress_rules(group_id: str, run: RunInfo, cidr: str | None = None) -> list[dict[str, Any]]:
+    """The group's ingress: the port range from itself; TCP 22 from `cidr` (the `ssh_cidr`
+    option; None: the deprecated $CLOUDTRAIN_SSH_CIDR) if ssh. Pure apart from the environment."""
     low, high = run.port_range
     check_port_range(low, high, run.run_id)
     rules: list[dict[str, Any]] = [
@@ -102,7 +102,7 @@ def ingress_rules(group_id: str, run: RunInfo) -> list[dict[str, Any]]:
         }
     ]
     if run.ssh:
-        cidr = ssh_cidr()
+        cidr = ssh_cidr(cidr)
         ranges = {"CidrIp": cidr, "Description": "cloudtrain ssh"}
         key = "IpRanges"
         if ipaddress.ip_network(cidr).version == 6:
@@ -111,11 +111,12 @@ def ingress_rules(group_id: str, run: RunInfo) -> list[dict[str, Any]]:
     return rules
 
 
-def ensure_security_group(ec2: Any, region: str, run: RunInfo) -> str:
-    """Create (or find) the run's group and authorize its rules; returns the group id.
-    Idempotent: an existing group or rule is fine. Blocks."""
+def ensure_security_group(ec2: Any, region: str, run: RunInfo, cidr: str | None = None) -> str:
+    """Create (or find) the run's group and authorize its rules (SSH from `cidr`, see
+    `ingress_rules`); returns the group id. Idempotent: an existing group or rule is fine.
+    Blocks."""
     name = resource_name(run.run_id)
-    ingress_rules("sg-0", run)  # a bad port range or a missing SSH CIDR fails before any create
+    ingress_rules("sg-0", run, cidr)  # a bad port range or missing SSH CIDR fails before any create
     vpc_id = default_vpc_id(ec2, region)
     tags = {TAG_RUN: run.run_id, "Name": name}
     created = call(
@@ -143,7 +144,7 @@ def ensure_security_group(ec2: Any, region: str, run: RunInfo) -> str:
         group_id = str(groups[0]["GroupId"])
         with aws_errors(f"tag security group {name}"):
             ec2.create_tags(Resources=[group_id], Tags=tag_list(tags))
-    for rule in ingress_rules(group_id, run):
+    for rule in ingress_rules(group_id, run, cidr):
         call(
             f"authorize ingress on {name} ({group_id})",
             lambda rule=rule: ec2.authorize_security_group_ingress(

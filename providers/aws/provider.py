@@ -28,7 +28,7 @@ class AwsProvider(Provider):
         if self._compute is None:
             from cloudtrain.providers.aws.compute import AwsCompute
 
-            self._compute = AwsCompute(self.region)  # type: ignore[assignment]
+            self._compute = AwsCompute(self.region, self.config)  # type: ignore[assignment]
         return self._compute
 
     def store(self, uri: str):  # type: ignore[no-untyped-def]
