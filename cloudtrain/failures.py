@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import signal
 from dataclasses import dataclass, field
-from typing import Any
 
+from cloudtrain.jobs.protocol import NodeStatus
 from cloudtrain.redact import Redactor
 from cloudtrain.runrules import agent_exit_verdict, status_verdict
 from cloudtrain.runstate import Snapshot
@@ -34,18 +34,18 @@ class Reports:
     reported_lost: set[str] = field(default_factory=set)
 
 
-def _reason(status: dict[str, Any]) -> str:
+def _reason(status: NodeStatus) -> str:
     """A failed status as words: its reason, else how the training process ended."""
-    if status.get("reason"):
-        return str(status["reason"])
-    sig = status.get("signal")
-    if isinstance(sig, int) and sig > 0:
+    if status.reason:
+        return status.reason
+    sig = status.signal
+    if sig is not None and sig > 0:
         try:
             name = signal.Signals(sig).name
         except ValueError:
             name = f"signal {sig}"
         return f"the training process was killed by {name}"
-    return f"the training process exited with code {status.get('exit_code')}"
+    return f"the training process exited with code {status.exit_code}"
 
 
 def read_reports(snap: Snapshot, attempt: int) -> Reports:
@@ -55,15 +55,13 @@ def read_reports(snap: Snapshot, attempt: int) -> Reports:
     the cloud listing: its node powers off and is found gone. Pure."""
     out = Reports()
     for node, status in snap.statuses.items():
-        if status.get("attempt") != attempt:
+        if status.attempt != attempt:
             continue
         verdict = status_verdict(status)
         if verdict == "lost":
             out.reported_lost.add(node)
         elif verdict == "failed":
-            tail = status.get("tail")
-            lines = tuple(str(x) for x in tail) if isinstance(tail, list) else ()
-            out.failed[node] = NodeFailure(node, _reason(status), lines)
+            out.failed[node] = NodeFailure(node, _reason(status), tuple(status.tail or ()))
     for node, rc in snap.agent_exits.items():
         if node not in out.failed and agent_exit_verdict(rc) == "failed":
             tail = tuple(snap.bootstrap_tails.get(node, ()))

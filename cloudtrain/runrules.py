@@ -13,6 +13,7 @@ from collections.abc import Mapping, Set
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from cloudtrain.jobs.protocol import NodeState
 from cloudtrain.runtypes import RunOptions
 
 if TYPE_CHECKING:
@@ -27,11 +28,11 @@ OUTSIDE_SIGNALS = frozenset({signal.SIGKILL, signal.SIGTERM, signal.SIGINT, sign
 
 
 def status_verdict(status: Mapping[str, Any]) -> Literal["lost", "failed"] | None:
-    """What a node's own status says about it: None unless its state is `failed`; "lost" when
-    a restart can fix it (a rendezvous timeout: a peer never came; the training killed from
-    outside); "failed" for everything else: the training exited non-zero or crashed, its setup
-    failed, or the agent itself raised. Pure."""
-    if status.get("state") != "failed":
+    """What a node's own status (a protocol.NodeStatus, or any Mapping of its fields) says
+    about it: None unless its state is `failed`; "lost" when a restart can fix it (a rendezvous
+    timeout: a peer never came; the training killed from outside); "failed" for everything else:
+    the training exited non-zero or crashed, its setup failed, or the agent itself raised. Pure."""
+    if status.get("state") != NodeState.FAILED:
         return None
     if status.get("reason") in RESTARTABLE_REASONS:
         return "lost"
@@ -45,7 +46,7 @@ def agent_exit_verdict(returncode: int) -> Literal["lost", "failed"] | None:
     """What the agent's exit code (the bootstrap log's `phase agent: exited with N`) says: None
     for 0 (it stopped as asked, or lingered out); "lost" when a signal from outside killed it
     (128 + SIGKILL/SIGTERM...); "failed" otherwise (it crashed: a traceback, a missing
-    cluster.json). Pure."""
+    cluster document). Pure."""
     if returncode == 0:
         return None
     if returncode > 128 and returncode - 128 in OUTSIDE_SIGNALS:

@@ -2,33 +2,37 @@
 
 One `poll()` is one prefix listing plus reads of only the objects that changed since the last
 poll, so watching costs the same whether the job has printed ten lines or ten million. Used by the
-orchestrator's watch loop and by `cloudtrain status` / `cloudtrain logs`. Not thread-safe.
+orchestrator's watch loop and by `cloudtrain status` / `cloudtrain logs`. Not thread-safe. The keys
+and the documents are jobs/protocol.py's; a document that does not parse (yet) is skipped.
 """
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 from cloudtrain import bootlog
 from cloudtrain.errors import NotFound
+from cloudtrain.jobs import protocol
+from cloudtrain.jobs.protocol import D, Document, Heartbeat, NodeStatus, NoticeDoc, run_prefix
 from cloudtrain.providers.base import ObjectStore
 
-
-def run_prefix(run_id: str) -> str:
-    """The run's folder in its bucket."""
-    return f"cloudtrain/runs/{run_id}/"
+__all__ = ["RunReader", "Snapshot", "archive_bootstrap_log", "run_prefix"]
+_DOCUMENTS: dict[str, type[Document]] = {
+    protocol.STATUS: NodeStatus,
+    protocol.HEARTBEAT: Heartbeat,
+    protocol.NOTICE: NoticeDoc,
+}
 
 
 @dataclass
 class Snapshot:
-    """What one poll found: statuses and heartbeats by node ('worker-1'), and new log lines."""
+    """What one poll found: statuses and heartbeats by node ('worker-1'), and new log lines.
+    The documents are typed (and read as Mappings too: `status["state"]`)."""
 
-    statuses: dict[str, dict[str, Any]] = field(default_factory=dict)
-    heartbeats: dict[str, dict[str, Any]] = field(default_factory=dict)
-    notices: dict[str, dict[str, Any]] = field(default_factory=dict)  # preemption notices
+    statuses: dict[str, NodeStatus] = field(default_factory=dict)
+    heartbeats: dict[str, Heartbeat] = field(default_factory=dict)
+    notices: dict[str, NoticeDoc] = field(default_factory=dict)  # preemption notices
     new_lines: list[tuple[str, str]] = field(default_factory=list)
     stop_requested: bool = False
     bootstrap_failures: dict[str, str] = field(default_factory=dict)  # node -> the FAILED reason
@@ -44,16 +48,16 @@ class RunReader:
     """Incremental reader of one run's prefix."""
 
     def __init__(self, store: ObjectStore, run_id: str) -> None:
-        self.store = store
-        self.prefix = run_prefix(run_id)
+        self.store, self.run_id = store, run_id
         self.snapshot = Snapshot()
         self._seen: dict[str, tuple[int, float]] = {}
         self._log_done: set[str] = set()
 
-    def _read_json(self, key: str) -> dict[str, Any] | None:
+    def _read(self, kind: type[D], key: str) -> D | None:
+        """The document at `key`; None while it is missing, half-written or unreadable."""
         try:
-            return json.loads(self.store.get(key))  # type: ignore[no-any-return]
-        except (NotFound, ValueError):
+            return kind.from_json(self.store.get(key))
+        except (NotFound, protocol.ProtocolError):
             return None
 
     def poll(self) -> Snapshot:
@@ -62,31 +66,30 @@ class RunReader:
         snap = self.snapshot
         snap.new_lines = []
         listed_at = time.time()
-        objects = self.store.list(self.prefix)
+        objects = self.store.list(run_prefix(self.run_id))
         keys = {o.key for o in objects}
-        snap.stop_requested = f"{self.prefix}control/stop" in keys
+        snap.stop_requested = protocol.stop_key(self.run_id) in keys
         self._forget_vanished_bootstrap_logs(keys)
         for obj in objects:
-            rel = obj.key[len(self.prefix) :]
+            found = protocol.classify(self.run_id, obj.key)
+            if found is None:
+                continue
+            kind, node = found
             sig = (obj.size, obj.updated)
-            if rel.startswith(("status/", "heartbeat/", "notice/")) and rel.endswith(".json"):
-                if self._seen.get(obj.key) == sig:
+            if kind in _DOCUMENTS:
+                if not self._changed(obj.key, sig):
                     continue
-                self._seen[obj.key] = sig
-                body = self._read_json(obj.key)
-                if body is None:
+                doc = self._read(_DOCUMENTS[kind], obj.key)
+                if doc is None:  # half-written: read again when it changes
                     continue
-                kind, _, name = rel.partition("/")
-                by_kind = {"status": snap.statuses, "heartbeat": snap.heartbeats}
-                by_kind["notice"] = snap.notices
-                by_kind[kind][name.removesuffix(".json")] = body
-                if kind == "heartbeat":
-                    snap.heartbeat_seen[name.removesuffix(".json")] = listed_at
-            elif rel.startswith("bootstrap/") and rel.endswith(".log"):
-                if self._seen.get(obj.key) == sig:
+                by_kind = {protocol.STATUS: snap.statuses, protocol.HEARTBEAT: snap.heartbeats}
+                by_kind[protocol.NOTICE] = snap.notices
+                by_kind[kind][node] = doc  # type: ignore[index]
+                if kind == protocol.HEARTBEAT:
+                    snap.heartbeat_seen[node] = listed_at
+            elif kind == protocol.BOOTSTRAP:
+                if not self._changed(obj.key, sig):
                     continue
-                self._seen[obj.key] = sig
-                node = rel.split("/", 1)[1].removesuffix(".log")
                 boot = bootlog.parse(self.bootstrap_log(node))
                 if boot.failed is not None:
                     snap.bootstrap_failures[node] = boot.failed
@@ -101,24 +104,28 @@ class RunReader:
                 else:
                     snap.agent_exits.pop(node, None)
                 snap.bootstrap_tails[node] = boot.tail
-            elif rel.startswith("logs/") and rel.endswith(".log") and obj.key not in self._log_done:
-                parts = rel.split("/")
-                if len(parts) != 3:
-                    continue
+            elif kind == protocol.LOG and obj.key not in self._log_done:
                 try:
                     text = self.store.get(obj.key).decode(errors="replace")
                 except NotFound:
                     continue
                 self._log_done.add(obj.key)
-                snap.new_lines.extend((parts[1], line) for line in text.splitlines())
+                snap.new_lines.extend((node, line) for line in text.splitlines())
         return snap
+
+    def _changed(self, key: str, sig: tuple[int, float]) -> bool:
+        """Whether the object at `key` changed since it was last read (and note it read)."""
+        if self._seen.get(key) == sig:
+            return False
+        self._seen[key] = sig
+        return True
 
     def _forget_vanished_bootstrap_logs(self, keys: set[str]) -> None:
         """A bootstrap log archived for a re-created node (`archive_bootstrap_log`) no longer
         speaks for the node: drop what it said."""
         snap = self.snapshot
         for node in list(snap.bootstrap_tails):
-            key = f"{self.prefix}bootstrap/{node}.log"
+            key = protocol.bootstrap_log_key(self.run_id, node)
             if key not in keys:
                 self._seen.pop(key, None)
                 for found in (snap.bootstrap_failures, snap.bootstrap_phases, snap.agent_exits):
@@ -128,13 +135,14 @@ class RunReader:
 
     def bootstrap_nodes(self) -> list[str]:
         """The nodes that uploaded a bootstrap log, sorted."""
-        base = f"{self.prefix}bootstrap/"
+        base = protocol.bootstrap_prefix(self.run_id)
         return sorted(o.key[len(base) :].removesuffix(".log") for o in self.store.list(base))
 
     def bootstrap_log(self, node: str) -> str:
         """The node's bootstrap log, uploaded by its startup script ('' if none yet)."""
         try:
-            return self.store.get(f"{self.prefix}bootstrap/{node}.log").decode(errors="replace")
+            key = protocol.bootstrap_log_key(self.run_id, node)
+            return self.store.get(key).decode(errors="replace")
         except NotFound:
             return ""
 
@@ -143,11 +151,10 @@ def archive_bootstrap_log(store: ObjectStore, run_id: str, node: str, attempt: i
     """Move a node's bootstrap log to `attempt-<n>/bootstrap/<node>.log` before the node is
     created again: until the new node uploads its own, the old log (an agent that exited, a
     FAILED line) would speak for it. Idempotent; blocks on the store."""
-    prefix = run_prefix(run_id)
-    key = f"{prefix}bootstrap/{node}.log"
+    key = protocol.bootstrap_log_key(run_id, node)
     try:
         body = store.get(key)
     except NotFound:
         return
-    store.put(f"{prefix}attempt-{attempt}/bootstrap/{node}.log", body)
+    store.put(protocol.archived_bootstrap_log_key(run_id, attempt, node), body)
     store.delete(key)

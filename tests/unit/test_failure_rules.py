@@ -13,6 +13,7 @@ import pytest
 from cloudtrain import bootlog
 from cloudtrain.errors import SpecError
 from cloudtrain.failures import NodeFailure, describe, not_retried, read_reports
+from cloudtrain.jobs.protocol import run_prefix
 from cloudtrain.providers.local import LocalStore
 from cloudtrain.redact import Redactor
 from cloudtrain.runrules import (
@@ -21,7 +22,7 @@ from cloudtrain.runrules import (
     judge_attempt,
     status_verdict,
 )
-from cloudtrain.runstate import RunReader, archive_bootstrap_log, run_prefix
+from cloudtrain.runstate import RunReader, archive_bootstrap_log
 from cloudtrain.spec import json_schema, load_spec_text
 
 RUN = "rules-run"
