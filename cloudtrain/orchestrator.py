@@ -13,24 +13,23 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from cloudtrain import __version__
 from cloudtrain.bundle import Bundle, build_spec_bundle
 from cloudtrain.crashpoints import crash_point
 from cloudtrain.errors import CloudtrainError, NoCapacityError
 from cloudtrain.failures import read_reports
-from cloudtrain.jobs.agent import FINAL_STATES
+from cloudtrain.jobs import protocol
+from cloudtrain.jobs.protocol import FINAL_STATES, ClusterDoc, NodeState, node_id
 from cloudtrain.ledger import Ledger
 from cloudtrain.paths import cloudtrain_home
 from cloudtrain.providers.base import Node, NodeRequest, Provider, Resource, RunInfo, node_name
-from cloudtrain.providers.retrying import RetryingStore
 from cloudtrain.recovery import Recovery, Stop
 from cloudtrain.resume import ResumeSource, copy_checkpoints
-from cloudtrain.retry import retrying
 from cloudtrain.runrules import judge_attempt, new_run_id, port_range_for
-from cloudtrain.runstate import RunReader, Snapshot, run_prefix
-from cloudtrain.runtypes import NodeView, Observer, RunOptions, RunResult, RunView
+from cloudtrain.runstate import RunReader, Snapshot
+from cloudtrain.runtypes import NodeView, Observer, Outcome, RunOptions, RunResult, RunView
 from cloudtrain.startup import StartupParams, render_startup
 from cloudtrain.stop_signals import StopSignals, signal_name, stop_detail
 from cloudtrain.teardown import request_stop, scrub_secrets, teardown
@@ -61,8 +60,8 @@ class Orchestrator(Recovery):
         self.options = options or RunOptions.for_provider(provider.name)
         self.run_id = run_id or new_run_id(spec.name)
         self.store_uri = spec.checkpoint or provider.default_store_uri(self.run_id)
-        self.store = RetryingStore(provider.store(self.store_uri))
-        self.prefix = run_prefix(self.run_id)
+        # the provider retries each call itself (the registry wraps it once): nothing here does
+        self.store = provider.store(self.store_uri)
         self.started = time.time()
         self.deadline = self.started + spec.max_hours * 3600
         self.attempt = 1
@@ -70,7 +69,7 @@ class Orchestrator(Recovery):
         self.error_retries = 0  # of failed nodes (max_restarts_on_errors)
         self.zone = plan.zone
         self.bundle: Bundle | None = None
-        self.cluster: dict[str, Any] = {}
+        self.cluster = ClusterDoc()  # the run's cluster.json, made by provision()
         self.info = RunInfo(
             run_id=self.run_id,
             region=plan.region,
@@ -121,7 +120,7 @@ class Orchestrator(Recovery):
             json.dumps(self.plan.to_dict()),
             account=self.provider.account(),
         )
-        outcome, detail = "failed", ""
+        outcome, detail = Outcome.FAILED, ""
         detached = False
         try:
             self.observer.event(f"run {self.run_id} on {self.provider.name}")
@@ -133,15 +132,15 @@ class Orchestrator(Recovery):
                 detached = True
                 ledger.set_status(self.run_id, "running")
                 self.observer.event("detached: the nodes stop themselves at the deadline")
-                return self._result("detached", "")
+                return self._result(Outcome.DETACHED, "")
             self._set_phase("running")
             outcome, detail = self.watch()
         except KeyboardInterrupt as exc:  # Ctrl-C, or StopSignal: SIGTERM, SIGHUP
-            outcome, detail = "interrupted", stop_detail(exc)
+            outcome, detail = Outcome.INTERRUPTED, stop_detail(exc)
         except Stop as stop:
             outcome, detail = stop.outcome, stop.detail
         except CloudtrainError as exc:
-            outcome, detail = "failed", str(exc)
+            outcome, detail = Outcome.FAILED, str(exc)
         finally:
             if not detached:
                 # CPython runs a signal's Python handler only at a call or a backward jump
@@ -149,7 +148,7 @@ class Orchestrator(Recovery):
                 try:
                     signals.defer()
                 except KeyboardInterrupt as exc:  # the first signal, just now
-                    outcome, detail = "interrupted", stop_detail(exc)
+                    outcome, detail = Outcome.INTERRUPTED, stop_detail(exc)
                 result = self._finish(outcome, detail)
         return result
 
@@ -160,13 +159,13 @@ class Orchestrator(Recovery):
             f"(`cloudtrain down {self.run_id}` also tears the run down)"
         )
 
-    def _finish(self, outcome: str, detail: str) -> RunResult:
+    def _finish(self, outcome: Outcome, detail: str) -> RunResult:
         ledger = self.ledger
-        if outcome in ("interrupted", "budget_exceeded", "deadline"):
+        if outcome in (Outcome.INTERRUPTED, Outcome.BUDGET_EXCEEDED, Outcome.DEADLINE):
             self._graceful_stop(outcome)
             if self.job_end is None:  # the job ended when its agents had stopped
                 self.job_end = time.time()
-        keep = self.spec.teardown == "keep-on-failure" and outcome == "failed"
+        keep = self.spec.teardown == "keep-on-failure" and outcome == Outcome.FAILED
         teardown_s = 0.0
         if keep:
             self.observer.event(
@@ -188,9 +187,11 @@ class Orchestrator(Recovery):
         ledger.event(self.run_id, "end", f"{outcome}: {detail}")
         return result
 
-    def _result(self, outcome: str, detail: str) -> RunResult:
-        base = self.store.uri.rstrip("/") + "/" + self.prefix
-        outputs = {d for d in ("model", "checkpoints") if self.store.list(f"{self.prefix}{d}/")}
+    def _result(self, outcome: Outcome, detail: str) -> RunResult:
+        model = protocol.model_prefix(self.run_id)
+        checkpoints = protocol.checkpoints_prefix(self.run_id)
+        uri = {key: self.store.uri.rstrip("/") + "/" + key for key in (model, checkpoints)}
+        outputs = {key for key in (model, checkpoints) if self.store.list(key)}
         now = time.time()
         bills = self.ledger.node_bills(self.run_id, self.job_end, now)
         by_node = {name: cost for name, (cost, _) in bills.items()}
@@ -199,8 +200,8 @@ class Orchestrator(Recovery):
             run_id=self.run_id,
             outcome=outcome,
             detail=detail,
-            model_uri=base + "model/" if "model" in outputs else "",
-            checkpoints_uri=base + "checkpoints/" if "checkpoints" in outputs else "",
+            model_uri=uri[model] if model in outputs else "",
+            checkpoints_uri=uri[checkpoints] if checkpoints in outputs else "",
             wall_s=now - self.started,
             cost_usd=sum(by_node.values()),
             cost_by_node=by_node,
@@ -217,11 +218,11 @@ class Orchestrator(Recovery):
         """Bucket, bundle, cluster.json, network, then every node at once. Blocks until the
         create calls return (not until the nodes boot)."""
         self.observer.event(f"bucket {self.store.uri}")
-        retrying(self.store.ensure_bucket, what=f"bucket {self.store.uri}")
+        self.store.ensure_bucket()
         assert self.bundle is not None
-        key = self.prefix + self.bundle.key
+        key = protocol.bundle_key(self.run_id, self.bundle.sha256)
         if not self.store.list(key):
-            retrying(lambda: self.store.put_file(key, str(self.bundle.path)), what="bundle upload")
+            self.store.put_file(key, str(self.bundle.path))
         left = self.bundle.left_out
         self.observer.event(
             f"bundle {self.bundle.sha256[:12]} ({self.bundle.files} files, "
@@ -231,11 +232,8 @@ class Orchestrator(Recovery):
         )
         if self.resume_from is not None:
             src = self.resume_from
-            source = (
-                self.store
-                if src.store_uri == self.store_uri
-                else RetryingStore(self.provider.store(src.store_uri))
-            )
+            same = src.store_uri == self.store_uri
+            source = self.store if same else self.provider.store(src.store_uri)
             copied = copy_checkpoints(source, src.run_id, self.store, self.run_id)
             self.ledger.event(self.run_id, "resume", f"from {src.run_id}: {copied} files")
             self.observer.event(f"resuming {src.run_id}: copied {copied} checkpoint files")
@@ -247,7 +245,7 @@ class Orchestrator(Recovery):
         for res in compute.planned_network(self.info):
             self.ledger.record_intent(res)
         crash_point("network-ledger")
-        network = retrying(lambda: compute.ensure_network(self.info), what="network")
+        network = compute.ensure_network(self.info)
         crash_point("network")
         for res in network:
             self.ledger.mark_created(self.run_id, res.kind, res.id, res.cloud_id)
@@ -257,7 +255,7 @@ class Orchestrator(Recovery):
         """Create every node, all in one zone: the planned one, then the region's other zones
         while a zone has no capacity (the nodes made in a full zone are deleted first).
         Raises NoCapacityError naming every zone tried."""
-        zones = retrying(self.provider.compute.zones, what="list zones")
+        zones = self.provider.compute.zones()
         candidates = [self.zone, *(z for z in zones if z != self.zone)]
         tried: list[str] = []
         for zone in candidates:
@@ -283,11 +281,8 @@ class Orchestrator(Recovery):
         )
 
     def _list_nodes(self) -> list[Node]:
-        """The run's nodes from the cloud, through the one retry policy. Blocks."""
-        compute = self.provider.compute
-        return retrying(
-            lambda: compute.list_nodes(self.run_id), what=f"list nodes of {self.run_id}"
-        )
+        """The run's nodes from the cloud (the provider retries the call). Blocks."""
+        return self.provider.compute.list_nodes(self.run_id)
 
     def _delete_nodes(self) -> None:
         """Delete every node of the run (not its network) and mark them in the ledger."""
@@ -298,33 +293,30 @@ class Orchestrator(Recovery):
             if rec.kind == "node":
                 self.ledger.mark_deleted(self.run_id, "node", rec.resource_id)
 
-    def _cluster_doc(self) -> dict[str, Any]:
+    def _cluster_doc(self) -> ClusterDoc:
+        """The run's cluster document; the agents' paces are ClusterDoc's defaults. Pure."""
         spec, opts = self.spec, self.options
-        return {
-            "run_id": self.run_id,
-            "strategy": spec.cluster.strategy,
-            "roles": self.plan.roles(),
-            "port": spec.cluster.port,
-            "attempt": self.attempt,
-            "deadline": self.deadline,
-            "entrypoint": spec.entrypoint,
-            "setup": spec.setup,
-            "env": spec.env_values(),  # secrets included: cluster.json is their only channel
-            "secrets": spec.secret_names(),  # names only; agents redact their values
-            "heartbeat_s": 2.0,
-            "log_flush_s": 1.0,
-            "sync_s": 2.0,
-            "control_s": 1.0,  # stop and new-attempt latency on the nodes
-            "poll_s": min(0.5, opts.poll_s),  # agents' rendezvous/barrier polling
-            "rendezvous_timeout_s": opts.rendezvous_timeout_s,
-            "stop_grace_s": max(1.0, opts.stop_grace_s - 5),
-            "linger_s": opts.linger_s,
-        }
+        return ClusterDoc(
+            run_id=self.run_id,
+            strategy=spec.cluster.strategy,
+            roles=self.plan.roles(),
+            port=spec.cluster.port,
+            attempt=self.attempt,
+            deadline=self.deadline,
+            entrypoint=spec.entrypoint,
+            setup=spec.setup or "",
+            env=spec.env_values(),  # secrets included: the cluster document is their only channel
+            secrets=list(spec.secret_names()),  # names only; agents redact their values
+            poll_s=min(ClusterDoc.poll_s, opts.poll_s),  # agents' rendezvous/barrier polling
+            rendezvous_timeout_s=opts.rendezvous_timeout_s,
+            stop_grace_s=max(1.0, opts.stop_grace_s - 5),
+            linger_s=opts.linger_s,
+        )
 
     def _write_cluster(self) -> None:
-        self.cluster["attempt"] = self.attempt
-        body = json.dumps(self.cluster, indent=1).encode()
-        retrying(lambda: self.store.put(self.prefix + "cluster.json", body), what="cluster.json")
+        """Write the cluster document for the current attempt (agents follow it). Blocks."""
+        self.cluster = dataclasses.replace(self.cluster, attempt=self.attempt)
+        self.store.put(protocol.cluster_key(self.run_id), self.cluster.to_json())
 
     def _request(self, node: NodePlan) -> NodeRequest:
         assert self.bundle is not None
@@ -348,10 +340,13 @@ class Orchestrator(Recovery):
             index=node.index,
             node_name=name,
             store_uri=self.store.uri,
-            bundle_url=self.store.presign_get(self.prefix + self.bundle.key, PRESIGN_TTL_S),
+            bundle_url=self.store.presign_get(
+                protocol.bundle_key(self.run_id, self.bundle.sha256), PRESIGN_TTL_S
+            ),
             bundle_sha256=self.bundle.sha256,
             log_put_url=self.store.presign_put(
-                f"{self.prefix}bootstrap/{node.role}-{node.index}.log", PRESIGN_TTL_S
+                protocol.bootstrap_log_key(self.run_id, node_id(node.role, node.index)),
+                PRESIGN_TTL_S,
             ),
             version=__version__,
             deadline_epoch=int(self.deadline),
@@ -393,7 +388,7 @@ class Orchestrator(Recovery):
             self.ledger.event(self.run_id, "node", f"created {node.name}")
 
     # --- watching --------------------------------------------------------------------------
-    def watch(self) -> tuple[str, str]:
+    def watch(self) -> tuple[Outcome, str]:
         """Poll the bucket and the cloud until the job ends; returns (outcome, detail).
         Raises Stop for deadline/budget/failure and KeyboardInterrupt for a stop signal."""
         reader = RunReader(self.store, self.run_id)
@@ -418,12 +413,17 @@ class Orchestrator(Recovery):
             self._check_bootstrap(snap)
             self._refresh_view(snap)
             if snap.stop_requested:  # only `cloudtrain down` writes it while a run is watched
-                raise Stop("interrupted", "stopped by `cloudtrain down` (control/stop)")
-            statuses = {k: v for k, v in snap.statuses.items() if v.get("attempt") == self.attempt}
-            if statuses.get(chief, {}).get("state") == "succeeded":
+                detail = f"stopped by `cloudtrain down` ({protocol.STOP_NAME})"
+                raise Stop(Outcome.INTERRUPTED, detail)
+            chief_status = snap.statuses.get(chief)
+            if (
+                chief_status is not None
+                and chief_status.attempt == self.attempt
+                and chief_status.state == NodeState.SUCCEEDED
+            ):
                 self.job_end = now
                 self._settle(reader)
-                return "succeeded", f"{chief} finished"
+                return Outcome.SUCCEEDED, f"{chief} finished"
             reports = read_reports(snap, self.attempt)
             if reports.failed and failed_since is None:
                 failed_since = now
@@ -446,10 +446,10 @@ class Orchestrator(Recovery):
                 attempt_started, failed_since = time.time(), None
                 continue
             if now > self.deadline:
-                raise Stop("deadline", f"max_hours ({self.spec.max_hours} h) reached")
+                raise Stop(Outcome.DEADLINE, f"max_hours ({self.spec.max_hours} h) reached")
             if self._over_budget():
                 raise Stop(
-                    "budget_exceeded",
+                    Outcome.BUDGET_EXCEEDED,
                     f"cost ${self.view.cost_usd:.2f} reached the budget "
                     f"(${self.spec.max_cost_usd:.2f}, less the teardown margin)",
                 )
@@ -476,7 +476,7 @@ class Orchestrator(Recovery):
             final = {
                 k
                 for k, v in snap.statuses.items()
-                if v.get("attempt") == self.attempt and v.get("state") in FINAL_STATES
+                if v.attempt == self.attempt and v.state in FINAL_STATES
             }
             if len(final) >= len(self.view.nodes):
                 return
@@ -488,44 +488,44 @@ class Orchestrator(Recovery):
 
     def _refresh_view(self, snap: Snapshot) -> None:
         for nv in self.view.nodes:
-            short = f"{nv.role}-{nv.index}"
+            short = node_id(nv.role, nv.index)
             status = snap.statuses.get(short)
             beat = snap.heartbeats.get(short)
             if status:
-                nv.agent_state = str(status.get("state"))
-                if nv.agent_state == "rendezvous":
+                nv.agent_state = str(status.state)
+                if nv.agent_state == NodeState.RENDEZVOUS:
                     crash_point("rendezvous")
-                nv.attempt = int(status.get("attempt", 0))
+                nv.attempt = status.attempt
             elif short in snap.bootstrap_phases:  # still booting: show the bootstrap's phase
                 nv.agent_state = snap.bootstrap_phases[short]
             if beat:
-                nv.epoch, nv.epochs = beat.get("epoch"), beat.get("epochs")
+                nv.epoch, nv.epochs = beat.epoch, beat.epochs
                 if nv.epoch is not None:
                     crash_point("training")
-                nv.last_line = str(beat.get("last_line") or "")
+                nv.last_line = beat.last_line
         now = time.time()
         if now - self._cost_at >= 1.0:  # a ledger query: once a second is enough for the meter
             self._cost_at = now
             self.view.cost_usd = self.ledger.billed_cost(self.run_id)
         self.observer.update(self.view)
 
-    def _graceful_stop(self, reason: str) -> None:
+    def _graceful_stop(self, reason: Outcome) -> None:
         """Write control/stop and give the agents time to flush a checkpoint and report."""
         self._set_phase("stopping")
         self.ledger.set_status(self.run_id, "stopping")
-        if not request_stop(self.provider, self.store_uri, self.run_id, reason):
+        if not request_stop(self.provider, self.store_uri, self.run_id, str(reason)):
             return
         self.observer.event("stop requested: agents flush a checkpoint")
         crash_point("stop")
         reader = RunReader(self.store, self.run_id)
         listed = self._list_nodes()
-        live = {f"{n.role}-{n.index}" for n in listed if n.alive}
+        live = {node_id(n.role, n.index) for n in listed if n.alive}
         end = time.time() + self.options.stop_grace_s
         while time.time() < end and live:
             snap = reader.poll()
             for node, line in snap.new_lines:
                 self.observer.log_line(node, line)
-            done = {k for k, v in snap.statuses.items() if v.get("state") == "stopped"}
+            done = {k for k, v in snap.statuses.items() if v.state == NodeState.STOPPED}
             if live <= done:
                 break
             time.sleep(min(0.5, self.options.poll_s))

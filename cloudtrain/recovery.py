@@ -13,11 +13,12 @@ import time
 from typing import TYPE_CHECKING
 
 from cloudtrain.failures import NodeFailure, describe, not_retried
+from cloudtrain.jobs.protocol import node_id
 from cloudtrain.providers.base import Node, node_name
 from cloudtrain.redact import Redactor
-from cloudtrain.retry import retrying
 from cloudtrain.runrules import Verdict, node_lost
 from cloudtrain.runstate import Snapshot, archive_bootstrap_log
+from cloudtrain.runtypes import Outcome
 
 if TYPE_CHECKING:
     from cloudtrain.ledger import Ledger
@@ -28,11 +29,11 @@ if TYPE_CHECKING:
 
 
 class Stop(Exception):
-    """End the watch with an outcome ("failed", "deadline", ...) and its detail."""
+    """End the watch with an outcome (Outcome.FAILED, Outcome.DEADLINE, ...) and its detail."""
 
-    def __init__(self, outcome: str, detail: str) -> None:
+    def __init__(self, outcome: Outcome, detail: str) -> None:
         super().__init__(detail)
-        self.outcome, self.detail = outcome, detail
+        self.outcome, self.detail = Outcome(outcome), detail
 
 
 class Recovery:
@@ -65,7 +66,7 @@ class Recovery:
     def _noticed(self, snap: Snapshot) -> list[str]:
         """Nodes whose agent reported a preemption notice in this attempt: replaced at once,
         not when the cloud finally reports them gone."""
-        noticed = [k for k, v in snap.notices.items() if v.get("attempt") == self.attempt]
+        noticed = [k for k, v in snap.notices.items() if v.attempt == self.attempt]
         for short in noticed:
             self.observer.event(f"{short}: preemption notice from the cloud")
         return sorted(noticed)
@@ -79,11 +80,11 @@ class Recovery:
         lost = []
         now = time.time()
         for nv in self.view.nodes:
-            short = f"{nv.role}-{nv.index}"
+            short = node_id(nv.role, nv.index)
             node = live.get(nv.name)
             nv.cloud_state = node.state if node else "missing"
             beat = snap.heartbeats.get(short)
-            beat_time = float(beat.get("time", 0)) if beat else None
+            beat_time = beat.time if beat else None
             if node_lost(node is not None and node.alive, beat_time, attempt_started, now, opts):
                 lost.append(short)
         return lost
@@ -94,7 +95,7 @@ class Recovery:
         return {
             node: snap.heartbeat_seen[node]
             for node, beat in snap.heartbeats.items()
-            if beat.get("attempt") == self.attempt and node in snap.heartbeat_seen
+            if beat.attempt == self.attempt and node in snap.heartbeat_seen
         }
 
     def _check_bootstrap(self, snap: Snapshot) -> None:
@@ -103,7 +104,7 @@ class Recovery:
         for short, reason in sorted(snap.bootstrap_failures.items()):
             self.job_end = time.time()
             raise Stop(
-                "failed",
+                Outcome.FAILED,
                 f"{short} failed to bootstrap: {reason} "
                 f"(`cloudtrain logs {self.run_id} --bootstrap` has the whole log)",
             )
@@ -117,7 +118,7 @@ class Recovery:
         if self.error_retries >= allowed:
             self.job_end = time.time()
             self.observer.event(f"{told.splitlines()[0]}; ending the run")
-            raise Stop("failed", f"{told}\n{not_retried(allowed, self.run_id)}")
+            raise Stop(Outcome.FAILED, f"{told}\n{not_retried(allowed, self.run_id)}")
         self.error_retries += 1
         what = ", ".join(f.node for f in failures)
         self.attempt += 1
@@ -126,7 +127,7 @@ class Recovery:
             f"(max_restarts_on_errors): attempt {self.attempt}"
         )
         live = {n.name for n in self._list_nodes() if n.alive}
-        dead = [f"{n.role}-{n.index}" for n in self.plan.nodes if self._name(n) not in live]
+        dead = [node_id(n.role, n.index) for n in self.plan.nodes if self._name(n) not in live]
         self._next_attempt("retry", what, dead, detail=f"{what} failed")
 
     def _restart(self, verdict: Verdict, recreate: list[str]) -> None:
@@ -136,7 +137,9 @@ class Recovery:
         what = ", ".join(verdict.lost)
         if self.restarts > self.spec.max_restarts:
             self.job_end = time.time()
-            raise Stop("failed", f"{what} lost again after {self.spec.max_restarts} restart(s)")
+            raise Stop(
+                Outcome.FAILED, f"{what} lost again after {self.spec.max_restarts} restart(s)"
+            )
         self.attempt += 1
         with_it = f" ({', '.join(verdict.failed)} failed with it)" if verdict.failed else ""
         self.observer.event(
@@ -153,21 +156,20 @@ class Recovery:
         `recreate` nodes again. Blocks."""
         self.ledger.event(self.run_id, kind, f"attempt {self.attempt}: {detail or what}")
         self._write_cluster()
-        self._recreate(recreate, what)
+        self._recreate(recreate)
         self.view.attempt = self.attempt
 
     def _name(self, node: NodePlan) -> str:
         return node_name(self.run_id, node.role, node.index)
 
-    def _recreate(self, shorts: list[str], what: str) -> None:
+    def _recreate(self, shorts: list[str]) -> None:
         """Delete these nodes (e.g. "worker-1") and create them again, each bootstrap log
         archived first (`archive_bootstrap_log`). Blocks until the create calls return."""
         if not shorts:
             return
-        by_short = {f"{n.role}-{n.index}": n for n in self.plan.nodes}
+        by_short = {node_id(n.role, n.index): n for n in self.plan.nodes}
         names = [self._name(by_short[s]) for s in shorts]
-        compute = self.provider.compute
-        retrying(lambda: compute.delete_nodes(self.run_id, names), what=f"delete {what}")
+        self.provider.compute.delete_nodes(self.run_id, names)  # retried by the provider
         for name in names:
             self.ledger.mark_deleted(self.run_id, "node", name)
         for short in shorts:  # the old log must not speak for the new node

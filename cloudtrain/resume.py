@@ -3,7 +3,8 @@
 `resume_source(ledger, run_id)` checks, before anything is created, that the earlier run is over
 and left checkpoints; `copy_checkpoints()` copies them into the new run's `checkpoints/` before
 its nodes start, where every agent restores from (the training's BackupAndRestore then carries
-on at the next epoch). The copy goes through this machine, file by file, in parallel.
+on at the next epoch). The copy goes through this machine, file by file, in parallel; the stores
+retry each call themselves (the registry wraps them once).
 """
 
 from __future__ import annotations
@@ -13,10 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cloudtrain.errors import UsageError
+from cloudtrain.jobs.protocol import checkpoints_prefix
 from cloudtrain.ledger import Ledger, RunRecord
 from cloudtrain.providers.base import ObjectStore, parallel_map
-from cloudtrain.retry import retrying
-from cloudtrain.runstate import run_prefix
 
 COPY_PARALLEL = 8
 
@@ -42,7 +42,7 @@ def resume_source(
             f"run {rec.run_id} is still {rec.status}",
             hint=f"wait for it, or stop it with `cloudtrain down {rec.run_id}` first",
         )
-    found = store.list(run_prefix(rec.run_id) + "checkpoints/")
+    found = store.list(checkpoints_prefix(rec.run_id))
     if not found:
         raise UsageError(
             f"run {rec.run_id} left no checkpoints in {rec.store_uri} to resume from",
@@ -55,17 +55,16 @@ def copy_checkpoints(
     source: ObjectStore, source_run: str, target: ObjectStore, target_run: str
 ) -> int:
     """Copy `checkpoints/` of one run into another run's prefix (another store is fine), each
-    file retried on transient errors. Idempotent (files are replaced whole); blocks. Returns
-    how many files were copied."""
-    src, dst = run_prefix(source_run) + "checkpoints/", run_prefix(target_run) + "checkpoints/"
+    call retried on transient errors by the stores. Idempotent (files are replaced whole);
+    blocks. Returns how many files were copied."""
+    src, dst = checkpoints_prefix(source_run), checkpoints_prefix(target_run)
     keys = [info.key for info in source.list(src)]
     with tempfile.TemporaryDirectory(prefix="cloudtrain-resume-") as tmp:
 
         def copy(key: str) -> None:
             local = Path(tmp) / key
-            retrying(lambda: source.get_file(key, str(local)), what=f"read {key}")
-            rel = key[len(src) :]
-            retrying(lambda: target.put_file(dst + rel, str(local)), what=f"write {dst}{rel}")
+            source.get_file(key, str(local))
+            target.put_file(dst + key[len(src) :], str(local))
             local.unlink()
 
         errors = [r for r in parallel_map(copy, keys, COPY_PARALLEL) if isinstance(r, Exception)]

@@ -3,24 +3,24 @@
 Used at the end of every `cloudtrain run` and by `cloudtrain down RUN`. Idempotent: it asks the
 cloud's tags what exists (`list_nodes`, `list_resources`) as well as the ledger, so it works after
 a controller crash and even with the ledger file gone. Blocks until everything is confirmed gone.
+Every cloud and bucket call is retried by the provider itself (the registry wraps it once).
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
+import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from cloudtrain.crashpoints import crash_point
 from cloudtrain.errors import CloudtrainError, ProviderError
+from cloudtrain.jobs.protocol import ClusterDoc, cluster_key, stop_key
 from cloudtrain.ledger import Ledger
 from cloudtrain.providers.base import Provider, Resource
-from cloudtrain.providers.retrying import RetryingStore
-from cloudtrain.retry import retrying
+from cloudtrain.redact import MASK
 from cloudtrain.runrules import RUN_REF_RE, check_run_ref
-from cloudtrain.runstate import run_prefix
 
 
 @dataclass(frozen=True)
@@ -38,8 +38,7 @@ def request_stop(provider: Provider, store_uri: str | None, run_id: str, reason:
     if not store_uri or RUN_REF_RE.fullmatch(run_id) is None:
         return False
     with contextlib.suppress(CloudtrainError, OSError):
-        store = RetryingStore(provider.store(store_uri))
-        store.put(f"{run_prefix(run_id)}control/stop", reason.encode())
+        provider.store(store_uri).put(stop_key(run_id), reason.encode())
         return True
     return False
 
@@ -50,15 +49,15 @@ def scrub_secrets(provider: Provider, store_uri: str | None, run_id: str) -> boo
     whether a value was blanked."""
     if not store_uri or RUN_REF_RE.fullmatch(run_id) is None:
         return False
-    key = f"{run_prefix(run_id)}cluster.json"
-    with contextlib.suppress(CloudtrainError, OSError, ValueError):
-        store = RetryingStore(provider.store(store_uri))
-        doc = json.loads(store.get(key))
-        env = doc.get("env") or {}
-        names = [n for n in doc.get("secrets") or [] if env.get(n) not in (None, "***")]
+    key = cluster_key(run_id)
+    with contextlib.suppress(CloudtrainError, OSError, ValueError):  # ProtocolError: unreadable
+        store = provider.store(store_uri)
+        doc = ClusterDoc.from_json(store.get(key))
+        env = doc.env
+        names = [n for n in doc.secrets if env.get(n) not in (None, MASK)]
         if names:
-            doc["env"] = {k: ("***" if k in names else v) for k, v in env.items()}
-            store.put(key, json.dumps(doc, indent=1).encode())
+            env = {k: (MASK if k in names else v) for k, v in env.items()}
+            store.put(key, dataclasses.replace(doc, env=env).to_json())
             return True
     return False
 
@@ -75,7 +74,7 @@ def teardown(
     check_run_ref(run_id)
     started = time.monotonic()
     compute = provider.compute
-    nodes = retrying(lambda: compute.list_nodes(run_id), what=f"list nodes of {run_id}")
+    nodes = compute.list_nodes(run_id)
     names = [n.name for n in nodes]
     if ledger is not None:
         for rec in ledger.resources(run_id, live_only=True):
@@ -84,7 +83,7 @@ def teardown(
     if names:
         say(f"deleting {len(names)} node(s)")
         compute.delete_listed(nodes)
-    listed = retrying(lambda: compute.list_nodes(run_id), what=f"check nodes of {run_id}")
+    listed = compute.list_nodes(run_id)
     left = [n.name for n in listed if n.alive]
     if left:
         raise ProviderError(
@@ -102,13 +101,13 @@ def teardown(
         for rec in ledger.resources(run_id, live_only=True):
             if rec.kind not in ("node", "bucket"):
                 found[(rec.kind, rec.resource_id)] = rec.to_resource()
-    tagged = retrying(lambda: compute.list_resources(run_id), what=f"list resources of {run_id}")
+    tagged = compute.list_resources(run_id)
     for res in tagged:
         found.setdefault((res.kind, res.id), res)
     resources = list(found.values())
     if resources:
         say(f"deleting {len(resources)} network/identity resource(s)")
-        retrying(lambda: compute.delete_resources(resources), what=f"delete resources of {run_id}")
+        compute.delete_resources(resources)
         crash_point("network-deleted")
         if ledger is not None:
             for res in resources:
