@@ -12,8 +12,8 @@ from cloudtrain import retry
 from cloudtrain.errors import NoCapacityError, TransientError, UsageError
 from cloudtrain.providers import faults
 from cloudtrain.providers.base import Node, NodeRequest, RunInfo, parallel_map
-from cloudtrain.providers.faults import FaultPlan, FaultyCompute, FaultyStore, wrap
-from cloudtrain.providers.retrying import RetryingCompute
+from cloudtrain.providers.faults import FaultPlan, FaultyCompute, FaultyProvider, FaultyStore, wrap
+from cloudtrain.providers.retrying import RetryingCompute, RetryingProvider, wrap_provider
 from cloudtrain.retry import retrying
 from tests.fakes.memory_provider import MemoryProvider
 
@@ -267,3 +267,28 @@ def test_plan_from_env() -> None:
 def test_bad_plan_in_env_is_a_usage_error(raw: str) -> None:
     with pytest.raises(UsageError, match="CLOUDTRAIN_FAULTS"):
         FaultPlan.from_env(environ={"CLOUDTRAIN_FAULTS": raw})
+
+
+def test_throttled_creates_throttle_one_node_only() -> None:
+    plan = FaultPlan.from_dict({"throttled_creates": {"worker-1": 2}})
+    inner, compute = make(plan)
+    first, second = requests(2)
+    assert compute.create_node(RUN, first).name == first.name
+    for _ in range(2):
+        with pytest.raises(TransientError, match="create ct-r1-worker-1"):
+            compute.create_node(RUN, second)
+    assert compute.create_node(RUN, second).name == second.name  # the third create gets through
+    assert compute.throttled["create_node"] == 2 and inner.compute.calls["create_node"] == 2
+    with pytest.raises(UsageError, match="throttled_creates"):
+        FaultPlan.from_dict({"throttled_creates": {"worker-1": -1}})
+
+
+def test_wrap_never_wraps_twice() -> None:
+    inner = MemoryProvider()
+    once = wrap(inner, FaultPlan(error_rate=1.0))
+    assert wrap(once, FaultPlan()) is once
+    retrying = wrap_provider(once)
+    assert wrap(retrying, FaultPlan()) is retrying  # faults already below the retries
+    later = wrap(wrap_provider(inner), FaultPlan(error_rate=1.0))  # goes below them too
+    assert isinstance(later, RetryingProvider) and isinstance(later.inner, FaultyProvider)
+    assert later.inner.inner is inner
