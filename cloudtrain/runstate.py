@@ -28,7 +28,7 @@ _DOCUMENTS: dict[str, type[Document]] = {
 @dataclass
 class Snapshot:
     """What one poll found: statuses and heartbeats by node ('worker-1'), and new log lines.
-    The documents are typed (and read as Mappings too: `status["state"]`)."""
+    The documents are typed (and are read-only dicts too: `status["state"]`)."""
 
     statuses: dict[str, NodeStatus] = field(default_factory=dict)
     heartbeats: dict[str, Heartbeat] = field(default_factory=dict)

@@ -18,11 +18,10 @@ Everything a run keeps in its bucket lives under `run_prefix(run_id)` ("cloudtra
 
 `<node>` is "<role>-<index>" (`node_id`). Every JSON document is a frozen dataclass below with
 `to_json()`/`from_json()`, a `version` field and its defaults (the one place they are written);
-each is also a read-only Mapping of its fields (`doc["state"]`, `doc.get("attempt")`, `dict(doc)`),
-the JSON object it is. `from_json` reads a document older than the `version` field (it reads as
-version 0) and ignores fields it does not know (a newer writer's). Standard library only and
-importing nothing else of the project: the agent runs it on the node (Python 3.10+), the
-controller reads with it.
+each is also the JSON object it is, a read-only dict (`doc["state"]`, `json.dumps(doc)`).
+`from_json` reads a document older than the `version` field (it reads as version 0) and ignores
+fields it does not know (a newer writer's). Standard library only and importing nothing else of
+the project: the agent runs it on the node (Python 3.10+), the controller reads with it.
 """
 
 from __future__ import annotations
@@ -30,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, ClassVar, TypeVar
@@ -262,32 +261,35 @@ D = TypeVar("D", bound="Document")
 
 
 @dataclass(frozen=True, eq=False)
-class Document(Mapping[str, Any]):
+class Document(dict):  # type: ignore[type-arg]
     """The base of every JSON document: a frozen dataclass whose fields are the JSON object's
-    (`version` first), read-only as a Mapping too. Equal to any Mapping with the same fields."""
+    (`version` first). It is also that JSON object: a read-only dict of `to_dict()`, so
+    `doc["state"]`, `doc.get("attempt")` and `json.dumps(doc)` work, and a document equals the
+    dict it reads from. Mutating it raises TypeError; `dataclasses.replace` makes a new one."""
 
     version: int = PROTOCOL_VERSION
     REQUIRED: ClassVar[tuple[str, ...]] = ()  # fields a document must have
     INDENT: ClassVar[int | None] = None
+    OMIT_NULLS: ClassVar[bool] = False  # whether a None field is left out of the JSON
 
-    def __getitem__(self, key: str) -> Any:
-        if key not in self._names():
-            raise KeyError(key)
-        return getattr(self, key)
+    def __post_init__(self) -> None:
+        dict.update(self, self.to_dict())
 
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._names())
+    def _read_only(self, *_args: Any, **_kwargs: Any) -> Any:
+        raise TypeError(f"a {type(self).__name__} is read-only: use dataclasses.replace")
 
-    def __len__(self) -> int:
-        return len(self._names())
+    __setitem__ = __delitem__ = __ior__ = _read_only
+    clear = pop = popitem = setdefault = update = _read_only
 
     @classmethod
     def _names(cls) -> tuple[str, ...]:
         return tuple(f.name for f in dataclasses.fields(cls))
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON object: every field, `version` included. Pure."""
-        return {name: _plain(getattr(self, name)) for name in self._names()}
+        """The JSON object: every field, `version` included (None fields left out where the
+        document says OMIT_NULLS). Pure."""
+        out = {name: _plain(getattr(self, name)) for name in self._names()}
+        return {k: v for k, v in out.items() if v is not None} if self.OMIT_NULLS else out
 
     def to_json(self) -> bytes:
         """The document as the bytes the bucket holds. Pure."""
@@ -414,7 +416,7 @@ class NoticeDoc(Document):
 class Registration(Document):
     """attempt-<n>/nodes/<node>.json: where a node listens in the attempt (its rendezvous)."""
 
-    REQUIRED: ClassVar[tuple[str, ...]] = ("address",)
+    OMIT_NULLS: ClassVar[bool] = True  # `slots` only under strategy horovod
 
     address: str = ""  # "host:port"
     time: float = 0.0

@@ -28,7 +28,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -84,8 +84,8 @@ def make_agent(
     return agent
 
 
-def put_json(store: LocalStore, key: str, value: Mapping[str, Any]) -> None:
-    store.put(PREFIX + key, json.dumps(dict(value)).encode())
+def put_json(store: LocalStore, key: str, value: dict[str, Any]) -> None:
+    store.put(PREFIX + key, json.dumps(value).encode())
 
 
 def get_json(store: LocalStore, key: str) -> dict[str, Any] | None:
