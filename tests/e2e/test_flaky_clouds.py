@@ -27,6 +27,7 @@ from cloudtrain.providers.aws.network import TAG_RUN
 from cloudtrain.providers.base import Compute, Node, NodeRequest, RunInfo, node_name
 from cloudtrain.providers.faults import THROTTLED, FaultPlan, FaultyCompute, wrap
 from cloudtrain.providers.local import LocalProvider
+from cloudtrain.providers.retrying import wrap_provider
 from cloudtrain.runtypes import RunOptions
 from cloudtrain.spec import load_spec
 from tests.e2e import reliability_report
@@ -93,9 +94,10 @@ def test_local_run_absorbs_throttling_and_lost_replies(
     monkeypatch.setattr(retry, "BACKOFF_INITIAL_S", 0.02)
     spec = load_spec(_job(ct.home, workers=3))
     plan = make_plan(spec, Catalog.bundled())
-    provider = wrap(LocalProvider(), FaultPlan.from_dict(FLAKY))
-    compute = FirstReplyLost(provider.inner.compute, provider.plan)
-    monkeypatch.setattr(type(provider), "compute", property(lambda self: compute))
+    faulty = wrap(LocalProvider(), FaultPlan.from_dict(FLAKY))
+    compute = FirstReplyLost(faulty.inner.compute, faulty.plan)
+    monkeypatch.setattr(type(faulty), "compute", property(lambda self: compute))
+    provider = wrap_provider(faulty)  # as the registry builds it: the retry layer outside
     orch = Orchestrator(
         spec,
         plan,
@@ -116,8 +118,8 @@ def test_local_run_absorbs_throttling_and_lost_replies(
     boots = {name: _boots(nodes_dir / name) for name in made}
     assert boots == dict.fromkeys(wanted, 1), boots
     assert home_processes(ct.home) == {}
-    throttled = sum(compute.throttled.values()) + sum(provider.store_faults.throttled.values())
-    calls = sum(compute.calls.values()) + sum(provider.store_faults.calls.values())
+    throttled = sum(compute.throttled.values()) + sum(faulty.store_faults.throttled.values())
+    calls = sum(compute.calls.values()) + sum(faulty.store_faults.calls.values())
     # the faults were really injected: calls throttled, and creates that succeeded but answered
     # with an error (at least the first of each node), so the run retried creates of live nodes
     assert throttled > 0, compute.calls
