@@ -1,11 +1,12 @@
 """The storage account behind cloudtrain's default Azure bucket, and the scope of a container.
 
-The default bucket of a subscription and region is account `ct<hash>` (or
-$CLOUDTRAIN_AZURE_STORAGE_ACCOUNT) in resource group `cloudtrain-<region>`, which outlives every
-run (checkpoints and models are kept after teardown); each run gets its own container
-`ct-<run_id>`, so a node's identity can be given that container and nothing else. The account is
-HTTPS only, TLS 1.2, with no public blob access. A storage account the user names (`checkpoint:
-az://...`) is only looked up, never created or changed.
+The default bucket of a subscription and region is account `ct<hash>` (or the `storage_account`
+option; the deprecated $CLOUDTRAIN_AZURE_STORAGE_ACCOUNT when it is unset) in resource group
+`cloudtrain-<region>`, which outlives every run (checkpoints and models are kept after
+teardown); each run gets its own container `ct-<run_id>`, so a node's identity can be given that
+container and nothing else. The account is HTTPS only, TLS 1.2, with no public blob access. A
+storage account the user names (`checkpoint: az://...`) is only looked up, never created or
+changed.
 """
 
 from __future__ import annotations
@@ -21,14 +22,15 @@ from cloudtrain.providers.azure.clients import ArmClients
 from cloudtrain.providers.azure.errors import azure_errors
 from cloudtrain.providers.azure.storage import BlobStore
 
-ACCOUNT_ENV = "CLOUDTRAIN_AZURE_STORAGE_ACCOUNT"
+ACCOUNT_ENV = "CLOUDTRAIN_AZURE_STORAGE_ACCOUNT"  # deprecated: providers.azure.storage_account
 SHARED_TAG = "cloudtrain-shared"
 
 
-def default_account(subscription: str, region: str) -> str:
-    """The default storage account name of a subscription and region (3-24 of a-z0-9). Pure
-    apart from the environment."""
-    override = os.environ.get(ACCOUNT_ENV, "").strip()
+def default_account(subscription: str, region: str, configured: str | None = None) -> str:
+    """The default storage account name of a subscription and region (3-24 of a-z0-9):
+    `configured` (the `storage_account` option), else $CLOUDTRAIN_AZURE_STORAGE_ACCOUNT
+    (deprecated), else `ct<hash>`. Pure apart from the environment."""
+    override = (configured or "").strip() or os.environ.get(ACCOUNT_ENV, "").strip()
     if override:
         return override
     digest = hashlib.sha256(f"{subscription}/{region}".encode()).hexdigest()
@@ -73,23 +75,30 @@ def find_account(clients: ArmClients, account: str) -> str | None:
     return None
 
 
-def default_container_scope(subscription: str, region: str, container: str) -> str:
-    """The ARM scope of a container in the default account of a region. Pure apart from the
-    environment (the account's name)."""
+def default_container_scope(
+    subscription: str, region: str, container: str, configured: str | None = None
+) -> str:
+    """The ARM scope of a container in the default account of a region (`configured`: the
+    `storage_account` option). Pure apart from the environment (the account's name)."""
     from cloudtrain.providers.azure.bodies import container_scope as scope
 
     return scope(
-        subscription, shared_group(region), default_account(subscription, region), container
+        subscription,
+        shared_group(region),
+        default_account(subscription, region, configured),
+        container,
     )
 
 
-def container_scope(clients: ArmClients, store: BlobStore, region: str) -> str:
+def container_scope(
+    clients: ArmClients, store: BlobStore, region: str, configured: str | None = None
+) -> str:
     """The ARM scope of the store's container (for a role assignment): known for the default
     account, looked up for a user's. Raises NotFound when the subscription has no such storage
-    account. Blocks only for a user's account."""
+    account. Blocks only for a user's account. `configured`: the `storage_account` option."""
     subscription = clients.auth.subscription
-    if store.account == default_account(subscription, region):
-        return default_container_scope(subscription, region, store.container)
+    if store.account == default_account(subscription, region, configured):
+        return default_container_scope(subscription, region, store.container, configured)
     found = find_account(clients, store.account)
     if found is None:
         raise NotFound(

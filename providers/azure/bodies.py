@@ -90,18 +90,20 @@ def _rule(name: str, priority: int, source: str, ports: str, what: str) -> dict[
     }
 
 
-def nsg_body(run: RunInfo, location: str, tags: dict[str, str]) -> dict[str, Any]:
+def nsg_body(
+    run: RunInfo, location: str, tags: dict[str, str], cidr: str | None = None
+) -> dict[str, Any]:
     """The run's network security group: TCP on the run's port range from inside the virtual
-    network, and SSH from $CLOUDTRAIN_SSH_CIDR when the run asks for it; any other port
-    between the nodes is denied, and the internet meets Azure's own DenyAllInBound. Raises
-    ProviderError for a bad port range or SSH CIDR. Pure apart from reading
-    $CLOUDTRAIN_SSH_CIDR."""
+    network, and SSH from `cidr` (the `ssh_cidr` option; None: the deprecated
+    $CLOUDTRAIN_SSH_CIDR) when the run asks for it; any other port between the nodes is
+    denied, and the internet meets Azure's own DenyAllInBound. Raises ProviderError for a bad
+    port range or SSH CIDR. Pure apart from reading $CLOUDTRAIN_SSH_CIDR."""
     low, high = run.port_range
     check_port_range(low, high, run.run_id)
     ports = str(low) if low == high else f"{low}-{high}"
     rules = [_rule(TF_RULE, TF_PRIORITY, VNET_CIDR, ports, "TensorFlow between the run's nodes")]
     if run.ssh:
-        rules.append(_rule(SSH_RULE, SSH_PRIORITY, ssh_cidr(), "22", "SSH from the caller"))
+        rules.append(_rule(SSH_RULE, SSH_PRIORITY, ssh_cidr(cidr), "22", "SSH from the caller"))
     # Azure's own AllowVnetInBound (65000) would open every port between the nodes: the run's
     # ports are all they need, so everything else from inside the network is denied here.
     deny = _rule(DENY_RULE, DENY_PRIORITY, "VirtualNetwork", "*", "nothing else between nodes")

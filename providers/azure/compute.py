@@ -38,6 +38,7 @@ from cloudtrain.providers.base import (
     Node,
     NodeRequest,
     NodeState,
+    ProviderConfig,
     Resource,
     RunInfo,
     StartupBlocks,
@@ -102,8 +103,18 @@ class AzureCompute(Compute):
 
     provider_name = "azure"
 
-    def __init__(self, clients: ArmClients, region: str, zone: str | None = None) -> None:
+    def __init__(
+        self,
+        clients: ArmClients,
+        region: str,
+        zone: str | None = None,
+        config: ProviderConfig | None = None,
+    ) -> None:
         self.clients = clients
+        # the options (resource_group, storage_account, ssh_cidr); none: the deprecated variables
+        self.config = config or ProviderConfig(name="azure")
+        self.rg: str | None = self.config.option("resource_group")
+        self.storage_account: str | None = self.config.option("storage_account")
         self.region = region
         self.default_zone = zone
         self.subscription = clients.auth.subscription
@@ -115,21 +126,23 @@ class AzureCompute(Compute):
 
     def planned_network(self, run: RunInfo) -> list[Resource]:
         """The run's resource group (or, in a user's group, its NSG and VNet). Pure."""
-        return network.planned(run, self.region)
+        return network.planned(run, self.region, self.rg)
 
     def ensure_network(self, run: RunInfo) -> list[Resource]:
         """Group, NSG (TF ports from the VNet only; SSH from one CIDR when asked) and VNet.
         Idempotent; blocks. The default storage account, whose container the nodes are
         granted, is made too if missing (normally `ensure_bucket` made it already)."""
-        made = network.ensure(self.clients, run, self.region)
+        made = network.ensure(
+            self.clients, run, self.region, self.rg, self.config.option("ssh_cidr")
+        )
         store = BlobStore(run.store_uri)
-        if store.account == default_account(self.subscription, self.region):
+        if store.account == default_account(self.subscription, self.region, self.storage_account):
             ensure_account(self.clients, store.account, self.region)
         return made
 
     def list_resources(self, run_id: str) -> list[Resource]:
         """The run's group (or NSG and VNet) that exist. Blocks."""
-        return network.find(self.clients, run_id, self.region)
+        return network.find(self.clients, run_id, self.region, self.rg)
 
     def delete_resources(self, resources: list[Resource]) -> None:
         """Remove what is left of the run's node grants (an evicted node's, which nothing else
@@ -137,7 +150,7 @@ class AzureCompute(Compute):
         group. Idempotent; blocks; run after the nodes are deleted."""
         for run_id in sorted({r.run_id for r in resources}):
             self._revoke_run_grants(run_id)
-        network.delete(self.clients, resources)
+        network.delete(self.clients, resources, self.rg)
 
     def _revoke_run_grants(self, run_id: str) -> None:
         """Remove every grant cloudtrain made for a node of run `run_id` at its containers (and
@@ -147,13 +160,15 @@ class AzureCompute(Compute):
             parsed = parse_node_name(node)
             return parsed is not None and parsed[0] == run_id
 
-        group = network.group_name(run_id)
+        group = network.group_name(run_id, self.rg)
         identity.revoke_stale(self.clients, self._containers(run_id), group, of_run)
 
     def _containers(self, run_id: str) -> set[str]:
         """Scopes that may hold the grants of run `run_id`'s nodes: its container in the default
         account, and the containers this process has granted on."""
-        default = default_container_scope(self.subscription, self.region, run_container(run_id))
+        default = default_container_scope(
+            self.subscription, self.region, run_container(run_id), self.storage_account
+        )
         with self._lock:
             return {default, *self._scopes.values()}
 
@@ -163,7 +178,9 @@ class AzureCompute(Compute):
         with self._lock:
             if store_uri in self._scopes:
                 return self._scopes[store_uri]
-        scope = container_scope(self.clients, BlobStore(store_uri), self.region)
+        scope = container_scope(
+            self.clients, BlobStore(store_uri), self.region, self.storage_account
+        )
         with self._lock:
             self._scopes[store_uri] = scope
         return scope
@@ -172,7 +189,7 @@ class AzureCompute(Compute):
         with self._lock:
             if run_id in self._subnets:
                 return self._subnets[run_id]
-        subnet = network.subnet_id(self.clients, run_id)
+        subnet = network.subnet_id(self.clients, run_id, self.rg)
         with self._lock:
             self._subnets[run_id] = subnet
         return subnet
@@ -196,12 +213,12 @@ class AzureCompute(Compute):
         )
         from cloudtrain.providers.azure.images import image_for
 
-        group, name = network.group_name(run.run_id), request.name
+        group, name = network.group_name(run.run_id, self.rg), request.name
         zone = request.zone or run.zone or self.default_zone
         existing = self._vm(group, name)
         if existing is not None:
             if _state(existing) in ("pending", "running"):
-                node = _to_node(existing, network.private_ips(self.clients, run.run_id))
+                node = _to_node(existing, network.private_ips(self.clients, run.run_id, self.rg))
                 if node is not None:  # a retried create: its grants may not have been made
                     self._grant(run, existing, self._scope(run.store_uri))
                     return node
@@ -210,7 +227,7 @@ class AzureCompute(Compute):
         image = image_for(request.instance_type, gpu, request.image)
         scope = self._scope(run.store_uri)
         nic, private_ip = network.ensure_nic(
-            self.clients, run, name, self.region, zone, self._subnet(run.run_id)
+            self.clients, run, name, self.region, zone, self._subnet(run.run_id), self.rg
         )
         tags = run_labels(run.run_id, request.role, request.index)
         body = vm_body(request, self.region, zone, nic, throwaway_ssh_key(), image, tags)
@@ -240,20 +257,20 @@ class AzureCompute(Compute):
         )
 
         name, principal = str(vm.name), str(vm.identity.principal_id)
-        group = network.group_name(run.run_id)
+        group = network.group_name(run.run_id, self.rg)
         identity.revoke_stale(self.clients, [scope], group, name.__eq__, keep=[principal])
         identity.grant(self.clients, scope, STORAGE_BLOB_DATA_CONTRIBUTOR, principal, name)
         identity.grant(self.clients, str(vm.id), VIRTUAL_MACHINE_CONTRIBUTOR, principal, name)
 
     def list_nodes(self, run_id: str) -> list[Node]:
         """The run's VMs (tags in its group) with their power state. Blocks."""
-        group = network.group_name(run_id)
+        group = network.group_name(run_id, self.rg)
         try:
             with azure_errors(f"list the VMs of run {run_id}"):
                 vms = list(self.clients.compute.virtual_machines.list(group, expand="instanceView"))
         except NotFound:
             return []
-        ips = network.private_ips(self.clients, run_id) if vms else {}
+        ips = network.private_ips(self.clients, run_id, self.rg) if vms else {}
         nodes = [n for vm in vms if (n := _to_node(vm, ips)) is not None and n.run_id == run_id]
         return sorted(nodes, key=lambda n: n.name)
 
@@ -268,7 +285,7 @@ class AzureCompute(Compute):
             node = _to_node(vm, {})
             parts = str(vm.id or "").split("/")
             group = parts[4] if len(parts) > 4 and parts[3].lower() == "resourcegroups" else ""
-            if node is None or group.lower() != network.group_name(node.run_id).lower():
+            if node is None or group.lower() != network.group_name(node.run_id, self.rg).lower():
                 continue
             if not network.same_region(vm.location, self.region):
                 continue
@@ -276,7 +293,7 @@ class AzureCompute(Compute):
             when = created.timestamp() if isinstance(created, datetime) else None
             itype = node.instance_type
             out.append(Tagged(node.run_id, "node", node.name, when, itype, self.region))
-        return out + network.tagged(self.clients, self.region)
+        return out + network.tagged(self.clients, self.region, self.rg)
 
     def delete_node(self, node: Node) -> None:
         """Remove the node's role assignments, then delete the VM (its NIC, disk and public IP
@@ -285,7 +302,7 @@ class AzureCompute(Compute):
         The assignments are found through the VM's identity (any scope), and by their names
         (derived from scope, role and principal) at the VM and the run's containers; an evicted
         VM's, whose identity is gone, are found by `delete_resources` and `create_node`."""
-        group = network.group_name(node.run_id)
+        group = network.group_name(node.run_id, self.rg)
         for assignment_id in self._grants_of(node, group):
             try:
                 with azure_errors(f"remove a role of {node.name}"):
@@ -320,7 +337,7 @@ class AzureCompute(Compute):
     def console_output(self, node: Node) -> str:
         """The VM's serial log from boot diagnostics ('' if none or the VM is gone). Best
         effort; blocks."""
-        group = network.group_name(node.run_id)
+        group = network.group_name(node.run_id, self.rg)
         try:
             with azure_errors(f"read the serial log of {node.name}"):
                 data = self.clients.compute.virtual_machines.retrieve_boot_diagnostics_data(

@@ -1,11 +1,11 @@
 """The run's network on Azure: its resource group, NSG, VNet/subnet, and each node's NIC.
 
 By default every run has its own resource group `cloudtrain-<run_id>` (tagged `cloudtrain-run`),
-so deleting that group after the VMs leaves nothing behind. With $CLOUDTRAIN_AZURE_RESOURCE_GROUP
-the run uses that existing group instead, which is never deleted: then only the run's own NSG
-and VNet (`ct-<run_id>-nsg`, `ct-<run_id>-vnet`) are. The NSG admits the TensorFlow ports from
-the VNet's address space only, and SSH from $CLOUDTRAIN_SSH_CIDR only when asked; NICs get a
-public IP only with SSH.
+so deleting that group after the VMs leaves nothing behind. With the `resource_group` option (the
+deprecated $CLOUDTRAIN_AZURE_RESOURCE_GROUP when it is unset) the run uses that existing group,
+which is never deleted: then only the run's own NSG and VNet (`ct-<run_id>-nsg`,
+`ct-<run_id>-vnet`) are. The NSG admits the TensorFlow ports from the VNet's address space only,
+and SSH from the `ssh_cidr` option only when asked; NICs get a public IP only with SSH.
 """
 
 from __future__ import annotations
@@ -18,20 +18,22 @@ from cloudtrain.providers.azure.clients import ArmClients
 from cloudtrain.providers.azure.errors import azure_errors
 from cloudtrain.providers.base import Resource, RunInfo, Tagged, run_labels
 
-GROUP_ENV = "CLOUDTRAIN_AZURE_RESOURCE_GROUP"
+GROUP_ENV = "CLOUDTRAIN_AZURE_RESOURCE_GROUP"  # deprecated: providers.azure.resource_group
 KIND_GROUP, KIND_NSG, KIND_VNET = "resource-group", "nsg", "vnet"
 TAG_RUN = "cloudtrain-run"
 SUBNET = "nodes"
 
 
-def user_group() -> str | None:
-    """The existing group every run uses ($CLOUDTRAIN_AZURE_RESOURCE_GROUP), or None."""
-    return os.environ.get(GROUP_ENV, "").strip() or None
+def user_group(configured: str | None = None) -> str | None:
+    """The existing group every run uses: `configured` (the `resource_group` option), else
+    $CLOUDTRAIN_AZURE_RESOURCE_GROUP (deprecated), or None (a group per run). Every function
+    below takes the option as `rg`."""
+    return (configured or "").strip() or os.environ.get(GROUP_ENV, "").strip() or None
 
 
-def group_name(run_id: str) -> str:
-    """The resource group of a run's resources."""
-    return user_group() or f"cloudtrain-{run_id}"
+def group_name(run_id: str, rg: str | None = None) -> str:
+    """The resource group of a run's resources (`rg`: the `resource_group` option)."""
+    return user_group(rg) or f"cloudtrain-{run_id}"
 
 
 def nsg_name(run_id: str) -> str:
@@ -49,26 +51,32 @@ def nic_name(node: str) -> str:
     return f"{node}-nic"
 
 
-def planned(run: RunInfo, region: str) -> list[Resource]:
+def planned(run: RunInfo, region: str, rg: str | None = None) -> list[Resource]:
     """What `ensure` makes, for the ledger: the run's group, or in a user's group the NSG and
     VNet. Pure apart from the environment."""
-    if user_group() is None:
-        return [Resource("azure", KIND_GROUP, group_name(run.run_id), region, run.run_id)]
+    if user_group(rg) is None:
+        return [Resource("azure", KIND_GROUP, group_name(run.run_id, rg), region, run.run_id)]
     return [
         Resource("azure", KIND_NSG, nsg_name(run.run_id), region, run.run_id),
         Resource("azure", KIND_VNET, vnet_name(run.run_id), region, run.run_id),
     ]
 
 
-def ensure(clients: ArmClients, run: RunInfo, region: str) -> list[Resource]:
-    """The run's group (unless a user's), NSG and VNet with its subnet. Idempotent (PUTs are
-    create-or-update); blocks until all are provisioned."""
+def ensure(
+    clients: ArmClients,
+    run: RunInfo,
+    region: str,
+    rg: str | None = None,
+    cidr: str | None = None,
+) -> list[Resource]:
+    """The run's group (unless a user's), NSG (SSH from `cidr`, the `ssh_cidr` option) and VNet
+    with its subnet. Idempotent (PUTs are create-or-update); blocks until all are provisioned."""
     from cloudtrain.providers.azure.bodies import nsg_body, vnet_body
 
     tags = run_labels(run.run_id)
-    nsg = nsg_body(run, region, tags)  # a bad port range or SSH CIDR fails before any create
-    group = group_name(run.run_id)
-    if user_group() is None:
+    nsg = nsg_body(run, region, tags, cidr)  # a bad port range or SSH CIDR fails before any create
+    group = group_name(run.run_id, rg)
+    if user_group(rg) is None:
         with azure_errors(f"create resource group {group} in {region}"):
             clients.resource.resource_groups.create_or_update(
                 group, {"location": region, "tags": tags}
@@ -81,12 +89,12 @@ def ensure(clients: ArmClients, run: RunInfo, region: str) -> list[Resource]:
         clients.network.virtual_networks.begin_create_or_update(
             group, vnet_name(run.run_id), vnet_body(region, str(made.id), tags)
         ).result()
-    return planned(run, region)
+    return planned(run, region, rg)
 
 
-def subnet_id(clients: ArmClients, run_id: str) -> str:
+def subnet_id(clients: ArmClients, run_id: str, rg: str | None = None) -> str:
     """The id of the run's subnet. Raises ProviderError before `ensure`. Blocks."""
-    group = group_name(run_id)
+    group = group_name(run_id, rg)
     try:
         with azure_errors(f"look up the subnet of run {run_id}"):
             return str(clients.network.subnets.get(group, vnet_name(run_id), SUBNET).id)
@@ -98,13 +106,19 @@ def subnet_id(clients: ArmClients, run_id: str) -> str:
 
 
 def ensure_nic(
-    clients: ArmClients, run: RunInfo, node: str, region: str, zone: str | None, subnet: str
+    clients: ArmClients,
+    run: RunInfo,
+    node: str,
+    region: str,
+    zone: str | None,
+    subnet: str,
+    rg: str | None = None,
 ) -> tuple[str, str | None]:
     """The node's NIC (and a public IP when the run asks for SSH); returns the NIC id and its
     private IP. Idempotent; blocks."""
     from cloudtrain.providers.azure.bodies import nic_body, public_ip_body
 
-    group, tags = group_name(run.run_id), run_labels(run.run_id)
+    group, tags = group_name(run.run_id, rg), run_labels(run.run_id)
     public_ip = None
     if run.ssh:
         with azure_errors(f"create public IP {node}-ip in {group}", zone=zone):
@@ -123,11 +137,13 @@ def ensure_nic(
     return str(nic.id), (str(configs[0].private_ip_address) if configs else None)
 
 
-def private_ips(clients: ArmClients, run_id: str) -> dict[str, str]:
+def private_ips(clients: ArmClients, run_id: str, rg: str | None = None) -> dict[str, str]:
     """NIC id (lower case) -> private IP, for the run's group. Blocks; {} without the group."""
     try:
         with azure_errors(f"list the network interfaces of run {run_id}"):
-            nics: list[Any] = list(clients.network.network_interfaces.list(group_name(run_id)))
+            nics: list[Any] = list(
+                clients.network.network_interfaces.list(group_name(run_id, rg))
+            )
     except NotFound:
         return {}
     out = {}
@@ -138,11 +154,11 @@ def private_ips(clients: ArmClients, run_id: str) -> dict[str, str]:
     return out
 
 
-def find(clients: ArmClients, run_id: str, region: str) -> list[Resource]:
+def find(clients: ArmClients, run_id: str, region: str, rg: str | None = None) -> list[Resource]:
     """The run's network resources that exist: its own group, or in a user's group its NSG and
     VNet. Blocks."""
-    group = group_name(run_id)
-    if user_group() is None:
+    group = group_name(run_id, rg)
+    if user_group(rg) is None:
         with azure_errors(f"look up resource group {group}"):
             exists = clients.resource.resource_groups.check_existence(group)
         return [Resource("azure", KIND_GROUP, group, region, run_id)] if exists else []
@@ -165,12 +181,12 @@ def same_region(location: object, region: str) -> bool:
     return str(location or "").replace(" ", "").lower() == region.replace(" ", "").lower()
 
 
-def tagged(clients: ArmClients, region: str) -> list[Tagged]:
+def tagged(clients: ArmClients, region: str, rg: str | None = None) -> list[Tagged]:
     """Every run's network resources in `region`, as `find` reports them: resource groups
     tagged `cloudtrain-run` and named after that run, or in a user's group its runs' NSGs and
     VNets (so tagged and named). ARM gives none of them a creation time. Blocks; read-only."""
     out: list[Tagged] = []
-    group = user_group()
+    group = user_group(rg)
     if group is None:
         with azure_errors("list cloudtrain's resource groups"):
             groups = list(clients.resource.resource_groups.list(filter=f"tagName eq '{TAG_RUN}'"))
@@ -196,16 +212,16 @@ def tagged(clients: ArmClients, region: str) -> list[Tagged]:
     return out
 
 
-def delete(clients: ArmClients, resources: list[Resource]) -> None:
+def delete(clients: ArmClients, resources: list[Resource], rg: str | None = None) -> None:
     """Delete the run's group (never a user's: only its VNet and NSG there), waiting for each
     deletion. Idempotent: missing ones are fine. Blocks."""
     for kind in (KIND_VNET, KIND_NSG, KIND_GROUP):  # the VNet holds the NSG: it goes first
         for res in (r for r in resources if r.kind == kind):
-            group = group_name(res.run_id)
+            group = group_name(res.run_id, rg)
             try:
                 with azure_errors(f"delete {kind} {res.id}"):
                     if kind == KIND_GROUP:
-                        if res.id == user_group():
+                        if res.id == user_group(rg):
                             continue
                         clients.resource.resource_groups.begin_delete(res.id).result()
                     elif kind == KIND_VNET:

@@ -62,7 +62,7 @@ class AzureProvider(Provider):
             if self._compute is None:
                 from cloudtrain.providers.azure.compute import AzureCompute
 
-                self._compute = AzureCompute(clients, region, self.config.zone)
+                self._compute = AzureCompute(clients, region, self.config.zone, self.config)
             return self._compute
 
     def store(self, uri: str) -> BlobStore:
@@ -77,13 +77,17 @@ class AzureProvider(Provider):
         from cloudtrain.providers.azure.account import default_account
 
         account = uri.split("://", 1)[-1].split("/", 1)[0]
-        return account == default_account(self.auth().subscription, self._region())
+        return account == default_account(
+            self.auth().subscription, self._region(), self.config.option("storage_account")
+        )
 
     def default_store_uri(self, run_id: str) -> str:
         """The run's own container in the default account of the subscription and region."""
         from cloudtrain.providers.azure.account import default_account, run_container
 
-        account = default_account(self.auth().subscription, self._region())
+        account = default_account(
+            self.auth().subscription, self._region(), self.config.option("storage_account")
+        )
         return f"az://{account}/{run_container(run_id)}"
 
     def owns_bucket(self, uri: str) -> bool:
