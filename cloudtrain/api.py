@@ -425,8 +425,8 @@ def cost(run_id: str | None = None, *, since: str | None = None) -> list[CostLin
     (priced per month; None where the bucket cannot be read). One run (a unique id prefix),
     or every run started within `since` ('30d', '12h', '2w'). Read-only; lists buckets."""
     from cloudtrain.cost_report import parse_since, report
+    from cloudtrain.jobs.protocol import run_prefix
     from cloudtrain.runrules import check_run_ref
-    from cloudtrain.runstate import run_prefix
 
     def stored_bytes(rec: RunRecord) -> int:
         bucket = record_provider(rec).store(str(rec.store_uri))
