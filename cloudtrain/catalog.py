@@ -4,10 +4,11 @@ The bundled catalog is `cloudtrain/catalog/<provider>.csv` (package data, regene
 `python -m cloudtrain.catalog_build`). A file `$CLOUDTRAIN_HOME/catalog/<provider>.csv` replaces the
 bundled one for that provider. Stdlib only, so importing this module is fast.
 
-GCP rows with an empty `instance_type` price a GPU alone. The catalog attaches such a GPU to the
-`n1-standard-8` host in the same zone: the offer is that machine with N GPUs, priced
-machine + N x GPU (`Offer.attached` is true). Accelerator names compare case-insensitively, and
-aliases are accepted: `a100-40gb` for `A100`, GCP's `nvidia-tesla-v100` for `V100`, and so on.
+Rows with an empty `instance_type` price a GPU alone. A provider's catalog rules
+(`ProviderInfo.catalog_rules`, e.g. providers/gcp/catalog_rules.py) turn them into launchable
+offers when the catalog loads: a host machine with N GPUs, priced machine + N x GPU
+(`Offer.attached` is true). Accelerator names compare case-insensitively, and aliases are
+accepted: `a100-40gb` for `A100`, `nvidia-tesla-v100` for `V100`, and so on.
 """
 
 from __future__ import annotations
@@ -20,20 +21,10 @@ from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
 
-from cloudtrain.errors import PlanError
+from cloudtrain.errors import CloudtrainError, PlanError
 from cloudtrain.paths import cloudtrain_home
 
-PROVIDERS = ("aws", "gcp", "azure", "local")
 LOCAL_PRICE_ENV = "CLOUDTRAIN_LOCAL_PRICE_USD"
-GCP_GPU_HOST = "n1-standard-8"
-# GPUs GCP attaches to n1 machines, with the GPU counts per VM it allows.
-N1_GPU_COUNTS: dict[str, tuple[int, ...]] = {
-    "T4": (1, 2, 4),
-    "V100": (1, 2, 4, 8),
-    "P100": (1, 2, 4),
-    "P4": (1, 2, 4),
-    "K80": (1, 2, 4, 8),
-}
 COLUMNS = (
     "provider",
     "instance_type",
@@ -112,7 +103,8 @@ class Offer:
 
     @property
     def gpu_only(self) -> bool:
-        """True for a GCP row that prices a GPU alone (not launchable by itself)."""
+        """True for a row that prices a GPU alone (not launchable by itself; a provider's
+        catalog rules may attach it to a host)."""
         return not self.instance_type
 
     def label(self) -> str:
@@ -122,47 +114,31 @@ class Offer:
         return self.instance_type
 
 
-def _attach_gcp_gpus(offers: list[Offer]) -> list[Offer]:
-    """Launchable offers: GCP GPU-only rows combined with the n1 host in the same zone. Pure."""
-    hosts = {
-        (o.region, o.zone): o
-        for o in offers
-        if o.provider == "gcp" and o.instance_type == GCP_GPU_HOST and not o.accelerator
-    }
-    gpus: dict[tuple[str, str | None, str], dict[int, Offer]] = {}
-    result = []
-    for offer in offers:
-        if not offer.gpu_only:
-            result.append(offer)
-        elif offer.provider == "gcp" and offer.accelerator in N1_GPU_COUNTS:
-            key = (offer.region, offer.zone, offer.accelerator)
-            gpus.setdefault(key, {})[offer.accelerator_count] = offer
-    for (region, zone, accelerator), by_count in gpus.items():
-        host = hosts.get((region, zone))
-        if host is None:
+def catalog_providers() -> tuple[str, ...]:
+    """The registered providers in catalog order: the clouds `provider: cheapest` searches
+    first, then the others (local), each group in registry order. Imports no SDK."""
+    from cloudtrain.providers import infos
+
+    known = infos()
+    return tuple(i.name for i in known if i.searched_by_cheapest) + tuple(
+        i.name for i in known if not i.searched_by_cheapest
+    )
+
+
+def _attach_gpus(offers: list[Offer]) -> list[Offer]:
+    """Launchable offers: every row but the GPU-only ones, then what each provider's catalog
+    rules (`attach`) make of its GPU-only rows. Pure (imports the rules, stdlib only)."""
+    from cloudtrain.providers import info, load
+
+    result = [o for o in offers if not o.gpu_only]
+    for provider in dict.fromkeys(o.provider for o in offers if o.gpu_only):
+        try:
+            ref = info(provider).catalog_rules
+        except CloudtrainError:  # a provider this version does not know: its rows stay out
             continue
-        for count in N1_GPU_COUNTS[accelerator]:
-            if count in by_count:
-                gpu, factor = by_count[count], 1
-            elif 1 in by_count:
-                gpu, factor = by_count[1], count
-            else:
-                continue
-            spot = None
-            if host.spot_price_hourly is not None and gpu.spot_price_hourly is not None:
-                spot = round(host.spot_price_hourly + factor * gpu.spot_price_hourly, 6)
-            result.append(
-                replace(
-                    host,
-                    accelerator=accelerator,
-                    accelerator_count=count,
-                    price_hourly=round(host.price_hourly + factor * gpu.price_hourly, 6),
-                    spot_price_hourly=spot,
-                    prices_date=min(host.prices_date, gpu.prices_date),
-                    attached=True,
-                    source=f"{host.instance_type} + {count} x {accelerator}",
-                )
-            )
+        attach = getattr(load(ref), "attach", None) if ref else None
+        if attach is not None:
+            result.extend(attach(offers))
     return result
 
 
@@ -180,11 +156,11 @@ class Catalog:
             if accelerator != offer.accelerator or count != offer.accelerator_count:
                 offer = replace(offer, accelerator=accelerator, accelerator_count=count)
             rows.append(offer)
-        self._offers = tuple(_attach_gcp_gpus(rows))
+        self._offers = tuple(_attach_gpus(rows))
 
     @classmethod
     def from_rows(cls, rows: Iterable[Offer]) -> Catalog:
-        """A catalog of the given rows (GCP GPU-only rows are attached to n1 hosts). Pure."""
+        """A catalog of the given rows (GPU-only rows attached by their provider's rules). Pure."""
         return cls(rows)
 
     @classmethod
@@ -198,7 +174,7 @@ class Catalog:
         """
         offers: list[Offer] = []
         package = resources.files("cloudtrain") / "catalog"
-        for provider in PROVIDERS:
+        for provider in catalog_providers():
             override = user_catalog_dir() / f"{provider}.csv"
             where = str(override)
             try:
@@ -250,9 +226,11 @@ class Catalog:
         return sorted(found, key=lambda o: (o.price(spot), *_order_key(o)))
 
     def providers(self) -> list[str]:
-        """Providers with at least one offer, in the order aws, gcp, azure, local. Pure."""
+        """Providers with at least one offer, in `catalog_providers()` order (then any other,
+        sorted). Pure."""
         present = {o.provider for o in self._offers}
-        return [p for p in PROVIDERS if p in present] + sorted(present - set(PROVIDERS))
+        order = catalog_providers()
+        return [p for p in order if p in present] + sorted(present - set(order))
 
     def regions(self, provider: str | None = None) -> list[str]:
         """Sorted regions with offers (for `provider`, or for all providers). Pure."""

@@ -7,15 +7,14 @@ region,zone,price_hourly_usd,spot_price_hourly_usd,source` (the layout of `gpu_p
 build:
 
 - normalises counts to ints and vcpus/memory to floats; prices are copied exactly as written;
-- adds `SUPPLEMENT_CSV` rows: CPU machines (for parameter servers) in zones the source lacks, and
-  the GCP accelerator-only rows needed below, all copied from the same upstream catalog commits;
-- turns GCP `a2-*`, `a3-*` and `g2-*` rows into whole-VM prices. The upstream catalog lists only the
-  host part (vCPU + memory) for these machine types and prices the built-in GPUs as separate
-  accelerator-only rows, so the VM costs host + the accelerator-only row for its GPU count;
-- drops machines their cloud has retired (`cloudtrain.pricing.retired`, e.g. Azure NCv3);
-- keeps GCP accelerator-only rows for GPUs that attach to n1 machines (T4, V100, ...): the catalog
-  module combines them with an n1 host at load time. Other accelerator-only rows are dropped;
-- writes `aws.csv`, `gcp.csv`, `azure.csv` and `local.csv`, sorted, with the catalog header.
+- adds each provider's supplement rows (`SUPPLEMENT_CSV` of its catalog rules,
+  `ProviderInfo.catalog_rules`): rows the source lacks, copied from the same upstream commits;
+- drops machines their cloud has retired (`cloudtrain.pricing.retired`);
+- applies each provider's `build` rule to its rows (e.g. providers/gcp/catalog_rules.py prices
+  machines with built-in GPUs as whole VMs, and keeps only the GPU-only rows the catalog
+  attaches to a host at load time);
+- writes one `<provider>.csv` per priced provider and `local.csv`, sorted, with the catalog
+  header.
 
 Everything here is I/O on the named files only; `build_rows` is pure.
 """
@@ -28,39 +27,13 @@ import io
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 from cloudtrain.catalog import COLUMNS
 from cloudtrain.pricing.retired import is_retired
 
 PRICES_DATE = "2026-11-21"
-CLOUDS = ("aws", "gcp", "azure")
 HEADER = (*COLUMNS, "source")
-# GPUs that GCP attaches to n1 machines (kept as accelerator-only rows; see cloudtrain.catalog).
-N1_ATTACHABLE = frozenset({"T4", "V100", "P100", "P4", "K80"})
-# GCP machine families whose upstream price is the host part only (their GPUs are built in).
-GCP_BUILT_IN_GPU_PREFIXES = ("a2-", "a3-", "g2-")
-
-_AWS_SRC = "skypilot-catalog v8 catalogs/v8/aws/vms.csv@00148f2af3672e2229b4f7bf8157d5a3f36e3c35"
-_GCP_SRC = "skypilot-catalog v8 catalogs/v8/gcp/vms.csv@006059e0f18acb1341e22a27751e9f80df6ba92f"
-
-# Rows the reference file lacks, copied verbatim from the same upstream files and commits: CPU
-# machines for `ps` nodes in every zone that has GPU rows, and the accelerator-only rows for the
-# GPUs built into a2 (A100 40GB) and a3 (H100) machines. Columns as in the source, `source` last.
-SUPPLEMENT_CSV = f"""\
-aws,m5.xlarge,,,4.0,16.0,eu-west-1,euw1-az2,0.214,0.100500,{_AWS_SRC}
-gcp,n1-standard-4,,,4.0,15.0,us-central1,us-central1-a,0.19,0.05223,{_GCP_SRC}
-gcp,n1-standard-4,,,4.0,15.0,us-east1,us-east1-b,0.19,0.05223,{_GCP_SRC}
-gcp,n1-standard-4,,,4.0,15.0,europe-west4,europe-west4-a,0.20917,0.08367,{_GCP_SRC}
-gcp,n1-standard-4,,,4.0,15.0,europe-west4,europe-west4-b,0.20917,0.08367,{_GCP_SRC}
-gcp,,A100,1,,,us-central1,us-central1-a,2.93391,1.4341,{_GCP_SRC}
-gcp,,A100,1,,,us-east1,us-east1-b,2.93391,1.4341,{_GCP_SRC}
-gcp,,A100,1,,,europe-west4,europe-west4-a,1.61365,1.1691,{_GCP_SRC}
-gcp,,A100,8,,,us-central1,us-central1-a,23.47126,11.4728,{_GCP_SRC}
-gcp,,A100,8,,,us-east1,us-east1-b,23.47126,11.4728,{_GCP_SRC}
-gcp,,A100,8,,,europe-west4,europe-west4-a,12.90919,9.3528,{_GCP_SRC}
-gcp,,H100,8,,,us-central1,us-central1-a,33.60609,23.9408,{_GCP_SRC}
-gcp,,H100,8,,,europe-west4,europe-west4-b,101.88413,23.2896,{_GCP_SRC}
-"""
 SOURCE_COLUMNS = (*HEADER[:10], "source")
 
 LOCAL_ROW: dict[str, str] = {
@@ -93,10 +66,6 @@ def _float_text(value: str) -> str:
     return repr(float(value)) if value else ""
 
 
-def _money(value: float) -> str:
-    return f"{value:.6f}".rstrip("0").rstrip(".")
-
-
 def _normalise(raw: dict[str, str], prices_date: str) -> dict[str, str]:
     row = {key: (raw.get(key) or "").strip() for key in HEADER}
     row["provider"] = row["provider"].lower()
@@ -114,47 +83,45 @@ def _normalise(raw: dict[str, str], prices_date: str) -> dict[str, str]:
     return row
 
 
-def _compose_gcp_built_in(row: dict[str, str], gpu_rows: dict[tuple[str, ...], dict]) -> dict:
-    """Whole-VM price of an a2/a3/g2 row = host row + accelerator-only row for its GPU count."""
-    count = int(row["accelerator_count"])
-    key = (row["region"], row["zone"], row["accelerator"])
-    by_count = gpu_rows.get(key, {})
-    if count in by_count:
-        gpu, factor = by_count[count], 1
-    elif 1 in by_count:
-        gpu, factor = by_count[1], count
-    else:
-        raise BuildError(
-            f"gcp {row['instance_type']} in {row['zone']}: the source prices only the host part "
-            f"and has no accelerator-only {row['accelerator']} row for that zone to add"
-        )
-    price = float(row["price_hourly_usd"]) + factor * float(gpu["price_hourly_usd"])
-    spot = None
-    if row["spot_price_hourly_usd"] and gpu["spot_price_hourly_usd"]:
-        spot = float(row["spot_price_hourly_usd"]) + factor * float(gpu["spot_price_hourly_usd"])
-    return {
-        **row,
-        "price_hourly_usd": _money(price),
-        "spot_price_hourly_usd": _money(spot) if spot is not None else "",
-        "source": f"{row['source']} (host row + accelerator-only {row['accelerator']} row)",
-    }
+def clouds() -> tuple[str, ...]:
+    """The providers whose catalog is built from the source: those with a price client
+    (`ProviderInfo.pricing`), in registry order. Imports no SDK."""
+    from cloudtrain.providers import infos
+
+    return tuple(i.name for i in infos() if i.pricing is not None)
+
+
+def _rules(provider: str) -> Any:
+    """The provider's catalog rules module, or None."""
+    from cloudtrain.providers import info, load
+
+    ref = info(provider).catalog_rules
+    return load(ref) if ref else None
+
+
+def supplement_csv(providers: Sequence[str]) -> str:
+    """The supplement rows of `providers`' catalog rules, in that order. Imports the rules."""
+    texts = [getattr(_rules(p), "SUPPLEMENT_CSV", "") for p in providers]
+    return "".join(t if t.endswith("\n") or not t else t + "\n" for t in texts)
 
 
 def build_rows(
     source_rows: Iterable[dict[str, str]], prices_date: str = PRICES_DATE
 ) -> dict[str, list[dict[str, str]]]:
-    """Turn source rows (plus `SUPPLEMENT_CSV`) into catalog rows per cloud. Pure.
+    """Turn source rows (plus the providers' supplement rows) into catalog rows per cloud. Pure
+    but for importing the providers' catalog rules.
 
     Raises BuildError for an unusable row (unknown provider, bad number, missing GPU price).
     """
+    known = clouds()
     rows: list[dict[str, str]] = []
-    supplement = csv.DictReader(io.StringIO(SUPPLEMENT_CSV), fieldnames=SOURCE_COLUMNS)
+    supplement = csv.DictReader(io.StringIO(supplement_csv(known)), fieldnames=SOURCE_COLUMNS)
     for number, raw in enumerate([*source_rows, *supplement], start=2):
         try:
             row = _normalise(raw, prices_date)
         except ValueError as exc:
             raise BuildError(f"row {number}: {exc}") from None
-        if row["provider"] not in CLOUDS:
+        if row["provider"] not in known:
             raise BuildError(f"row {number}: unknown provider {row['provider']!r}")
         if not is_retired(row["provider"], row["instance_type"]):
             rows.append(row)
@@ -168,21 +135,14 @@ def build_rows(
             seen.add(key)
             unique.append(row)
 
-    gpu_rows: dict[tuple[str, ...], dict[int, dict[str, str]]] = {}
-    for row in unique:
-        if row["provider"] == "gcp" and not row["instance_type"]:
-            key = (row["region"], row["zone"], row["accelerator"])
-            gpu_rows.setdefault(key, {})[int(row["accelerator_count"])] = row
-
-    out: dict[str, list[dict[str, str]]] = {cloud: [] for cloud in CLOUDS}
-    for row in unique:
-        if row["provider"] == "gcp":
-            if not row["instance_type"]:
-                if row["accelerator"] not in N1_ATTACHABLE:
-                    continue  # consumed by the a2/a3/g2 composition, not attachable to n1
-            elif row["instance_type"].startswith(GCP_BUILT_IN_GPU_PREFIXES) and row["accelerator"]:
-                row = _compose_gcp_built_in(row, gpu_rows)
-        out[row["provider"]].append(row)
+    out: dict[str, list[dict[str, str]]] = {}
+    for cloud in known:
+        mine = [row for row in unique if row["provider"] == cloud]
+        build = getattr(_rules(cloud), "build", None)
+        try:
+            out[cloud] = build(mine) if build is not None else mine
+        except ValueError as exc:
+            raise BuildError(str(exc)) from None
     for cloud_rows in out.values():
         cloud_rows.sort(
             key=lambda r: (

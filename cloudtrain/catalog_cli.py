@@ -2,11 +2,12 @@
 
 `catalog_app` is a typer sub-app (registered in cli.py with `app.add_typer(catalog_app,
 name="catalog")`). With no subcommand it prints the launchable offers cheapest first (a rich table,
-or JSON with `--json`), reading only the catalog files. `catalog refresh --provider aws|gcp|azure`
-blocks while it queries that cloud's public price API, then writes
+or JSON with `--json`), reading only the catalog files. `catalog refresh --provider NAME` blocks
+while it queries that cloud's public price API, then writes
 `$CLOUDTRAIN_HOME/catalog/<provider>.csv` (see `cloudtrain.pricing`). Module imports are typer
-only; rich, the catalog and the pricing code load when a command runs. Errors are CloudtrainErrors,
-which `cloudtrain.cli.main` prints as one line.
+and the provider registry's INFO objects (for the help text; no SDK); rich, the catalog and the
+pricing code load when a command runs. Errors are CloudtrainErrors, which `cloudtrain.cli.main`
+prints as one line.
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from cloudtrain.catalog import catalog_providers
+from cloudtrain.pricing import priced_providers
+
 if TYPE_CHECKING:
     from cloudtrain.catalog import Offer
 
@@ -24,6 +28,13 @@ catalog_app = typer.Typer(
     invoke_without_command=True,
     help="The price catalog: list offers cheapest first, or refresh prices from a cloud's API.",
 )
+
+
+
+def _listed(names: tuple[str, ...]) -> str:
+    """`a, b or c`, for help text. Pure."""
+    return ", ".join(names[:-1]) + " or " + names[-1] if len(names) > 1 else "".join(names)
+
 
 COLUMNS = (
     "provider",
@@ -77,13 +88,12 @@ def select_offers(
     Reads the catalog files. `accelerator` is NAME or NAME:COUNT (count per node); without a count
     every count matches. Raises UsageError for an unknown provider, PlanError for a bad request.
     """
-    from cloudtrain.catalog import PROVIDERS, Catalog, parse_accelerator
+    from cloudtrain.catalog import Catalog, parse_accelerator
     from cloudtrain.errors import UsageError
 
-    if provider is not None and provider not in PROVIDERS:
-        raise UsageError(
-            f"unknown provider {provider!r}", hint=f"use one of {', '.join(PROVIDERS)}"
-        )
+    known = catalog_providers()
+    if provider is not None and provider not in known:
+        raise UsageError(f"unknown provider {provider!r}", hint=f"use one of {', '.join(known)}")
     name: str | None = None
     count: int | None = None
     if accelerator:
@@ -101,7 +111,7 @@ def show(
         typer.Option("--accelerator", "-a", help="NAME or NAME:COUNT per node, e.g. V100:2."),
     ] = None,
     provider: Annotated[
-        str | None, typer.Option("--provider", "-p", help="aws, gcp, azure or local.")
+        str | None, typer.Option("--provider", "-p", help=_listed(catalog_providers()) + ".")
     ] = None,
     region: Annotated[str | None, typer.Option("--region", help="Only this region.")] = None,
     spot: Annotated[
@@ -151,7 +161,9 @@ def show(
 @catalog_app.command()
 def refresh(
     provider: Annotated[
-        str, typer.Option("--provider", "-p", help="aws, gcp or azure.", show_default=False)
+        str, typer.Option(
+            "--provider", "-p", help=_listed(priced_providers()) + ".", show_default=False
+        )
     ],
     region: Annotated[
         list[str] | None,

@@ -18,9 +18,6 @@ from dataclasses import asdict, dataclass
 from cloudtrain.errors import CloudtrainError, UsageError
 from cloudtrain.ledger import Ledger, RunRecord
 
-# USD per GB-month of standard storage (S3 Standard us-east-1, GCS Standard regional,
-# Azure Blob Hot LRS): list prices, 2026
-STORAGE_USD_PER_GB_MONTH = {"aws": 0.023, "gcp": 0.020, "azure": 0.018, "local": 0.0}
 GB = 1e9
 _SINCE_RE = re.compile(r"^(?P<n>\d+(?:\.\d+)?)(?P<unit>[hdw])$")
 _UNIT_S = {"h": 3600.0, "d": 86400.0, "w": 7 * 86400.0}
@@ -45,6 +42,17 @@ class RunCost:
         return asdict(self)
 
 
+def storage_usd_per_gb_month(provider: str) -> float:
+    """The provider's list price of standard storage per GB-month (its
+    `ProviderInfo.storage_usd_per_gb_month`); 0.0 for a provider this version does not know."""
+    from cloudtrain.providers import info
+
+    try:
+        return info(provider).storage_usd_per_gb_month
+    except CloudtrainError:
+        return 0.0
+
+
 def parse_since(text: str) -> float:
     """Seconds in '30d', '12h', '2w'. Raises UsageError. Pure."""
     m = _SINCE_RE.match(text.strip())
@@ -67,7 +75,7 @@ def run_cost(
         gb: float | None = stored_bytes(rec) / GB
     except CloudtrainError:
         gb = None
-    rate = STORAGE_USD_PER_GB_MONTH.get(rec.provider, 0.0)
+    rate = storage_usd_per_gb_month(rec.provider)
     return RunCost(
         run_id=rec.run_id,
         name=rec.name,

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from cloudtrain.errors import ProviderError, UsageError
+from cloudtrain.errors import CloudtrainError, ProviderError, UsageError
 from cloudtrain.ledger import Ledger, RunRecord
 from cloudtrain.providers.base import Provider, Tagged, parallel_map
 from cloudtrain.retry import retrying
@@ -34,7 +34,6 @@ if TYPE_CHECKING:
 
 UNKNOWN = "unknown"
 DEADLINE_GRACE_S = 1800.0  # past the deadline, a run's own teardown has had this long to finish
-PROJECT_WIDE = frozenset({"gcp", "local"})  # inventories that ignore the region
 GC_PARALLEL = 4  # runs torn down at once (each fans its own nodes out)
 ALL_RUNS = 1_000_000  # `list_runs` limit that means every run
 
@@ -147,13 +146,25 @@ def scopes(
         for scope in found:
             key = (
                 name,
-                None if name in PROJECT_WIDE else scope.region,
+                None if account_wide(name) else scope.region,
                 None if name == "local" else scope.account,
             )
             if key not in seen:
                 seen.add(key)
                 out.append(scope)
     return out
+
+
+def account_wide(provider: str) -> bool:
+    """Whether the provider's inventory ignores the region (`ProviderInfo.inventory_scope` is
+    "account": one scope per project/account). False for a provider this version does not
+    know. Imports no SDK."""
+    from cloudtrain.providers import info
+
+    try:
+        return info(provider).inventory_scope == "account"
+    except CloudtrainError:
+        return False
 
 
 def deadline(rec: RunRecord) -> float | None:

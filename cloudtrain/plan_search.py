@@ -3,7 +3,8 @@
 Pure, like `cloudtrain.plan` (which uses it): everything here reads only its arguments and the
 Catalog passed in. A choice is one offer for the GPU roles plus one CPU-only offer for `ps`, in one
 region and zone of one cloud. `cloud_choices` searches one provider; `cheapest_choices` searches
-aws, gcp and azure together (`provider: cheapest`).
+the clouds of CLOUDS together (`provider: cheapest`). What it knows of a provider comes from its
+ProviderInfo (the registry's INFO objects; no SDK).
 """
 
 from __future__ import annotations
@@ -12,8 +13,10 @@ from dataclasses import dataclass
 
 from cloudtrain.catalog import Catalog, Offer
 from cloudtrain.errors import PlanError
+from cloudtrain.providers import info, infos
 
-CLOUDS = ("aws", "gcp", "azure")  # what `provider: cheapest` searches (never local)
+# what `provider: cheapest` searches (never local), in registry order: ties go to the first
+CLOUDS = tuple(i.name for i in infos() if i.searched_by_cheapest)
 MAX_ALTERNATIVES = 3
 
 
@@ -118,17 +121,17 @@ def cloud_choices(
 def cheapest_choices(
     catalog: Catalog, request: Request, n_main: int, n_ps: int
 ) -> tuple[list[Choice], list[str]]:
-    """Every feasible choice in aws, gcp and azure together, cheapest first, plus a note naming
+    """Every feasible choice in the clouds of CLOUDS together, cheapest first, plus a note naming
     the chosen cloud and the runner-up cloud with its $/h. Pure; never empty.
 
-    Ties in $/h go to the cloud first in aws, gcp, azure. Raises PlanError when the catalog has
+    Ties in $/h go to the cloud first in CLOUDS. Raises PlanError when the catalog has
     none of these clouds, or nothing fits in any of them (the message names the nearest feasible
     offers across the clouds).
     """
     clouds = [p for p in CLOUDS if p in catalog.providers()]
     if not clouds:
         raise PlanError(
-            "the price catalog has no aws, gcp or azure offers",
+            f"the price catalog has no {listed(CLOUDS)} offers",
             hint=f"catalog providers: {', '.join(catalog.providers()) or 'none'}",
         )
     choices: list[Choice] = []
@@ -196,7 +199,7 @@ def infeasible(
 ) -> PlanError:
     """A PlanError naming what was asked and up to 3 nearest feasible offers with their $/h. Pure.
 
-    `provider` None means aws, gcp and azure together (`provider: cheapest`); the offers named
+    `provider` None means the clouds of CLOUDS together (`provider: cheapest`); the offers named
     then say their cloud.
     """
     spot = request.spot
@@ -229,14 +232,14 @@ def infeasible(
     picks = _round_robin(groups, MAX_ALTERNATIVES)
 
     spot_word = " spot" if spot else ""
-    clouds = provider or "aws, gcp or azure"
+    clouds = provider or listed(CLOUDS)
     place = (
         where(region, zone) if region else f"any {provider} region" if provider else "any region"
     )
     if acc and acc not in offered:
         asked = f"{provider} offers no {acc} in the price catalog"
         if provider is None:
-            asked = f"no cloud (aws, gcp or azure) offers {acc} in the price catalog"
+            asked = f"no cloud ({listed(CLOUDS)}) offers {acc} in the price catalog"
     else:
         asked = f"no {clouds}{spot_word} offer with {request.describe()} in {place}"
     nearest = ", ".join(
@@ -250,6 +253,11 @@ def infeasible(
     if spot:
         hint += "; spot: false also allows offers without a spot price"
     return PlanError(message, hint=hint)
+
+
+def listed(names: tuple[str, ...] | list[str]) -> str:
+    """`a, b or c`. Pure."""
+    return ", ".join(names[:-1]) + " or " + names[-1] if len(names) > 1 else "".join(names)
 
 
 def price(offer: Offer | None, spot: bool) -> float:
@@ -298,7 +306,7 @@ def _choices_in(
 
 
 def _sorted(choices: list[Choice]) -> list[Choice]:
-    """Cheapest first; ties by cloud (aws, gcp, azure), region, zone and instance type."""
+    """Cheapest first; ties by cloud (CLOUDS order), region, zone and instance type."""
 
     def rank(provider: str) -> int:
         return CLOUDS.index(provider) if provider in CLOUDS else len(CLOUDS)
@@ -339,8 +347,8 @@ def _zone_scope(
     """(zone to filter offers by, zone to force on every node, notes) for the spec's zone."""
     if not zone:
         return None, None, []
-    if provider == "azure":
-        return None, None, [f"zone {zone} ignored: the Azure catalog has no zones"]
+    if provider in CLOUDS and not info(provider).catalog_zones:
+        return None, None, [f"zone {zone} ignored: the {info(provider).label} catalog has no zones"]
     known = sorted({o.zone for o in scope if o.zone})
     if zone in known:
         return zone, None, []

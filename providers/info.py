@@ -34,6 +34,7 @@ class ProviderInfo:
     # where `gc` looks for leftovers: one region at a time, or the whole account (project)
     inventory_scope: Literal["region", "account"] = "region"
     searched_by_cheapest: bool = False  # does `plan --provider cheapest` consider it
+    catalog_zones: bool = True  # False: its catalog rows have no zones (a spec's zone is ignored)
     # "module:function" of its catalog rules (stdlib only): see cloudtrain/catalog.py
     catalog_rules: str | None = None
     display: str = ""  # how help text and reports name it ("AWS"); the name if empty

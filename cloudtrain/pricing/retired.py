@@ -2,13 +2,16 @@
 
 `is_retired(provider, instance_type)` is read by the catalog build (`cloudtrain.catalog_build`)
 and by `catalog refresh` (`cloudtrain.pricing.common`), so neither can bring such a machine back.
-Each rule names its source. Pure, stdlib only.
+The rules are each provider's own: `RETIRED` in its catalog rules (`ProviderInfo.catalog_rules`,
+e.g. providers/azure/catalog_rules.py), each naming its source. Pure but for importing those
+rules (stdlib only).
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 
 @dataclass(frozen=True)
@@ -21,18 +24,20 @@ class Retired:
     source: str
 
 
-RETIRED: tuple[Retired, ...] = (
-    Retired(
-        "azure",
-        re.compile(r"^standard_nc\d+r?s_v3$", re.IGNORECASE),  # NC6s/12s/24s(r)_v3, V100
-        "2025-09-30",
-        "MicrosoftDocs/azure-docs articles/virtual-machines/ncv3-nc6s-nc12s-nc24s-retirement.md",
-    ),
-)
+@lru_cache(maxsize=32)
+def retired_rules(provider: str) -> tuple[Retired, ...]:
+    """The provider's retirement rules (none for a provider this version does not know)."""
+    from cloudtrain.errors import CloudtrainError
+    from cloudtrain.providers import info, load
+
+    try:
+        ref = info(provider).catalog_rules
+    except CloudtrainError:
+        return ()
+    rules = getattr(load(ref), "RETIRED", ()) if ref else ()
+    return tuple(Retired(provider, pattern, date, source) for pattern, date, source in rules)
 
 
 def is_retired(provider: str, instance_type: str) -> Retired | None:
     """The rule that retires `instance_type` on `provider`, or None. Pure."""
-    return next(
-        (r for r in RETIRED if r.provider == provider and r.pattern.match(instance_type)), None
-    )
+    return next((r for r in retired_rules(provider) if r.pattern.match(instance_type)), None)

@@ -30,4 +30,5 @@ INFO = ProviderInfo(
     pricing="cloudtrain.providers.aws.pricing:fetch",
     inventory_scope="region",
     searched_by_cheapest=True,
+    catalog_rules="cloudtrain.providers.aws.catalog_rules",
 )

@@ -32,4 +32,6 @@ INFO = ProviderInfo(
     pricing="cloudtrain.providers.azure.pricing:fetch",
     inventory_scope="region",
     searched_by_cheapest=True,
+    catalog_zones=False,  # the Retail Prices API prices a size per region, not per zone
+    catalog_rules="cloudtrain.providers.azure.catalog_rules",
 )

@@ -33,4 +33,5 @@ INFO = ProviderInfo(
     pricing="cloudtrain.providers.gcp.pricing:fetch",
     inventory_scope="account",  # firewall rules and service accounts are global to the project
     searched_by_cheapest=True,
+    catalog_rules="cloudtrain.providers.gcp.catalog_rules",
 )

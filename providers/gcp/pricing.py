@@ -34,9 +34,10 @@ import urllib.parse
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from cloudtrain.catalog import N1_GPU_COUNTS, Offer, canonical_accelerator
+from cloudtrain.catalog import Offer, canonical_accelerator
 from cloudtrain.errors import CredentialsError, ProviderError, TransientError
 from cloudtrain.pricing.common import base_url, get_json
+from cloudtrain.providers.gcp.catalog_rules import N1_GPU_COUNTS
 
 API = "GCP Cloud Billing Catalog API"
 GCP_URL_ENV = "CLOUDTRAIN_PRICING_GCP_URL"  # test-only: the API's base URL (a fake)

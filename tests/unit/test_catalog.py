@@ -11,7 +11,6 @@ import pytest
 
 from cloudtrain import catalog_build
 from cloudtrain.catalog import (
-    GCP_GPU_HOST,
     LOCAL_PRICE_ENV,
     Catalog,
     Offer,
@@ -20,6 +19,7 @@ from cloudtrain.catalog import (
     read_offers,
 )
 from cloudtrain.errors import PlanError
+from cloudtrain.providers.gcp.catalog_rules import GPU_HOST as GCP_GPU_HOST
 
 HEADER = ",".join(catalog_build.HEADER)
 REFERENCE = Path("/work/shared/reference/gpu_prices.csv")

@@ -9,9 +9,10 @@ from typing import Any
 
 import pytest
 
-from cloudtrain.catalog import GCP_GPU_HOST, LOCAL_PRICE_ENV, Catalog, Offer
+from cloudtrain.catalog import LOCAL_PRICE_ENV, Catalog, Offer
 from cloudtrain.errors import PlanError
 from cloudtrain.plan import LOCAL_GPU_NOTE, Plan, make_plan
+from cloudtrain.providers.gcp.catalog_rules import GPU_HOST as GCP_GPU_HOST
 
 GPU_ROLES = ("chief", "worker", "evaluator")
 
