@@ -30,7 +30,7 @@ def down(
     matched exactly). SIGINT/SIGTERM/SIGHUP half-way only count (on the main thread): half a
     teardown is how VMs leak. `say` hears the progress (default: the `cloudtrain.api` logger).
     Idempotent; blocks until the cloud confirms the nodes are gone."""
-    from cloudtrain import api
+    from cloudtrain import api_build as api
     from cloudtrain.runrules import check_run_ref
     from cloudtrain.stop_signals import signal_name, signals_deferred
     from cloudtrain.teardown import request_stop, scrub_secrets, teardown

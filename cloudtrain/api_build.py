@@ -1,0 +1,93 @@
+"""The building blocks of `cloudtrain.api`: the ledger, the providers (built from the typed
+provider config of a spec or of a ledger record), their stores, and the run-id lookup. Also
+where the API's warnings go. Imports no SDK at module level.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from cloudtrain.api_types import LOG
+
+if TYPE_CHECKING:
+    from cloudtrain.ledger import Ledger, RunRecord
+    from cloudtrain.plan import Plan
+    from cloudtrain.providers.base import ObjectStore, Provider, ProviderConfig
+    from cloudtrain.spec import JobSpec
+
+
+def ledger() -> Ledger:
+    """The ledger at $CLOUDTRAIN_HOME/ledger.db (created on first use)."""
+    from cloudtrain.ledger import Ledger
+
+    return Ledger()
+
+
+def _log_warning(line: str) -> None:
+    LOG.warning("%s", line)
+
+
+_warn: Callable[[str], None] = _log_warning
+
+
+def set_warning_handler(handler: Callable[[str], None] | None) -> None:
+    """Where the API's warnings go (one line each, e.g. a deprecated CLOUDTRAIN_* variable in
+    use): `handler`, or (None) the `cloudtrain.api` logger at WARNING, the default. The
+    `cloudtrain` command sends them to stderr as `warning: ...`. Process-wide."""
+    global _warn
+    _warn = handler or _log_warning
+
+
+def _built(config: ProviderConfig) -> Provider:
+    """The provider `config` names, wrapped by the fault injector when $CLOUDTRAIN_FAULTS is set
+    (tests and benchmarks use it to make any provider slow or flaky)."""
+    from cloudtrain.providers import get_provider
+    from cloudtrain.providers.faults import FaultPlan, wrap
+
+    prov = get_provider(config.name, config)
+    faults = FaultPlan.from_env()
+    return wrap(prov, faults) if faults else prov
+
+
+def provider(
+    name: str, region: str | None = None, zone: str | None = None, account: str | None = None
+) -> Provider:
+    """The named provider with its options' defaults (no job spec, no ledger record: `down`
+    of an unrecorded run, `gc`). `account`: the GCP project / Azure subscription. Loads that
+    provider's SDK; creates nothing."""
+    from cloudtrain.providers.base import ProviderConfig
+
+    return _built(ProviderConfig(name=name, region=region, zone=zone, account=account))
+
+
+def run_provider(spec: JobSpec, the_plan: Plan) -> Provider:
+    """The provider a run of `spec` uses: the plan's (with provider: cheapest, the cloud the
+    plan chose), in the plan's region and zone, with the options in effect
+    (`provider_config.config_for`). Creates nothing."""
+    from cloudtrain.provider_config import config_for
+
+    return _built(config_for(spec, the_plan, warn=_warn))
+
+
+def record_provider(rec: RunRecord) -> Provider:
+    """The provider a ledger record's run was made with, with the options it recorded
+    (`provider_config.config_for_record`): for status, logs, down, cost and resume."""
+    from cloudtrain.provider_config import config_for_record
+
+    return _built(config_for_record(rec, warn=_warn))
+
+
+def store(prov: Provider, uri: str) -> ObjectStore:
+    """The provider's store at `uri`, every call through the one retry policy."""
+    from cloudtrain.providers.retrying import RetryingStore
+
+    return RetryingStore(prov.store(uri))
+
+
+def find_run(run_id: str) -> RunRecord:
+    """The ledger's run for a run id or a unique prefix of one. UsageError when it is not shaped
+    like a run id (checked before anything is built from it), unknown, or ambiguous."""
+    from cloudtrain.runrules import check_run_ref
+
+    return ledger().find_run(check_run_ref(run_id))
