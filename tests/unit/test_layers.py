@@ -1,6 +1,6 @@
-"""The layers (ARCHITECTURE.md, "Layers") hold: `lint-imports` keeps every import-linter contract
-in pyproject.toml, and those contracts classify every module of cloudtrain/ as core or
-controller, naming the same controller everywhere.
+"""The layers (ARCHITECTURE.md, "Layout and layers") hold: `lint-imports` keeps every
+import-linter contract in pyproject.toml, and those contracts classify every module of
+cloudtrain/ as core or controller, naming the same controller everywhere.
 
 The packages cloudtrain.providers and cloudtrain.jobs live in providers/ and jobs/ (pyproject's
 package-dir), where import-linter's module discovery does not look, so the check runs on a
