@@ -117,7 +117,7 @@ class Offer:
 def catalog_providers() -> tuple[str, ...]:
     """The registered providers in catalog order: the clouds `provider: cheapest` searches
     first, then the others (local), each group in registry order. Imports no SDK."""
-    from cloudtrain.providers import infos
+    from cloudtrain.providers.registry import infos
 
     known = infos()
     return tuple(i.name for i in known if i.searched_by_cheapest) + tuple(
@@ -128,7 +128,7 @@ def catalog_providers() -> tuple[str, ...]:
 def _attach_gpus(offers: list[Offer]) -> list[Offer]:
     """Launchable offers: every row but the GPU-only ones, then what each provider's catalog
     rules (`attach`) make of its GPU-only rows. Pure (imports the rules, stdlib only)."""
-    from cloudtrain.providers import info, load
+    from cloudtrain.providers.registry import info, load
 
     result = [o for o in offers if not o.gpu_only]
     for provider in dict.fromkeys(o.provider for o in offers if o.gpu_only):

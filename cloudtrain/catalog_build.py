@@ -86,14 +86,14 @@ def _normalise(raw: dict[str, str], prices_date: str) -> dict[str, str]:
 def clouds() -> tuple[str, ...]:
     """The providers whose catalog is built from the source: those with a price client
     (`ProviderInfo.pricing`), in registry order. Imports no SDK."""
-    from cloudtrain.providers import infos
+    from cloudtrain.providers.registry import infos
 
     return tuple(i.name for i in infos() if i.pricing is not None)
 
 
 def _rules(provider: str) -> Any:
     """The provider's catalog rules module, or None."""
-    from cloudtrain.providers import info, load
+    from cloudtrain.providers.registry import info, load
 
     ref = info(provider).catalog_rules
     return load(ref) if ref else None

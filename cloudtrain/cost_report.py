@@ -45,7 +45,7 @@ class RunCost:
 def storage_usd_per_gb_month(provider: str) -> float:
     """The provider's list price of standard storage per GB-month (its
     `ProviderInfo.storage_usd_per_gb_month`); 0.0 for a provider this version does not know."""
-    from cloudtrain.providers import info
+    from cloudtrain.providers.registry import info
 
     try:
         return info(provider).storage_usd_per_gb_month

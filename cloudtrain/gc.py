@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Any
 from cloudtrain.errors import CloudtrainError, ProviderError, UsageError
 from cloudtrain.ledger import Ledger, RunRecord
 from cloudtrain.providers.base import Provider, Tagged, parallel_map
-from cloudtrain.retry import retrying
 from cloudtrain.runrules import RUN_REF_RE
 from cloudtrain.teardown import TeardownReport, teardown
 
@@ -159,7 +158,7 @@ def account_wide(provider: str) -> bool:
     """Whether the provider's inventory ignores the region (`ProviderInfo.inventory_scope` is
     "account": one scope per project/account). False for a provider this version does not
     know. Imports no SDK."""
-    from cloudtrain.providers import info
+    from cloudtrain.providers.registry import info
 
     try:
         return info(provider).inventory_scope == "account"
@@ -231,10 +230,10 @@ def select(
 
 
 def survey(provider: Provider, ledger: Ledger, scope: Scope, now: float | None = None) -> Survey:
-    """List every cloudtrain resource of the scope (retried on transient errors), then read the
-    ledger for each run found, and select the leaked runs. Blocks; read-only."""
-    compute = provider.compute
-    items = retrying(compute.inventory, what=f"list cloudtrain resources in {scope.provider}")
+    """List every cloudtrain resource of the scope (retried on transient errors by the provider
+    the registry built: `get_provider` wraps it in the one retry policy), then read the ledger
+    for each run found, and select the leaked runs. Blocks; read-only."""
+    items = provider.compute.inventory()
     records = {run_id: ledger.get_run(run_id) for run_id in {t.run_id for t in items}}
     region = getattr(provider, "region", None) or provider.config.region or scope.region
     leaked, live = select(items, records, region, time.time() if now is None else now)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from cloudtrain.catalog import Catalog, Offer
 from cloudtrain.errors import PlanError
-from cloudtrain.providers import info, infos
+from cloudtrain.providers.registry import info, infos
 
 # what `provider: cheapest` searches (never local), in registry order: ties go to the first
 CLOUDS = tuple(i.name for i in infos() if i.searched_by_cheapest)

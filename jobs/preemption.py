@@ -21,8 +21,8 @@ import time
 from collections.abc import Callable
 
 from cloudtrain.errors import UsageError
-from cloudtrain.providers import info, info_for_uri, load, names
 from cloudtrain.providers.metadata import MetadataHttp, Notice, Probe, Unreachable
+from cloudtrain.providers.registry import info, info_for_uri, load, names
 
 log = logging.getLogger(__name__)
 

@@ -49,7 +49,7 @@ HTTP_ATTEMPTS = 4
 
 def priced_providers() -> tuple[str, ...]:
     """The providers with a price client (`ProviderInfo.pricing`), in registry order."""
-    from cloudtrain.providers import info, names
+    from cloudtrain.providers.registry import info, names
 
     return tuple(n for n in names() if info(n).pricing is not None)
 
@@ -272,7 +272,7 @@ def refresh_result(
     written; then nothing is written.
     """
     from cloudtrain.errors import UsageError
-    from cloudtrain.providers import info, load
+    from cloudtrain.providers.registry import info, load
 
     priced = priced_providers()
     ref = info(provider).pricing if provider in priced else None

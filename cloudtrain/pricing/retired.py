@@ -28,7 +28,7 @@ class Retired:
 def retired_rules(provider: str) -> tuple[Retired, ...]:
     """The provider's retirement rules (none for a provider this version does not know)."""
     from cloudtrain.errors import CloudtrainError
-    from cloudtrain.providers import info, load
+    from cloudtrain.providers.registry import info, load
 
     try:
         ref = info(provider).catalog_rules

@@ -20,10 +20,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import Any
 
-if TYPE_CHECKING:
-    from cloudtrain.catalog import Offer
+# cloudtrain.catalog's Offer: a provider imports nothing of the controller (pyproject's layers)
+Offer = Any
 
 PROVIDER = "gcp"
 GPU_HOST = "n1-standard-8"

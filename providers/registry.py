@@ -1,0 +1,99 @@
+"""The provider registry's reading side: each provider declares itself in one `INFO` object
+(`providers/info.py`), and these functions read those objects and nothing else.
+
+`info("aws")` imports `cloudtrain.providers.aws`, its light `__init__` holding INFO (no SDK);
+`load(ref)` imports what an INFO field names. Building a provider (`get_provider`, `open_store`)
+is in the package itself, `cloudtrain.providers`, which re-exports all of this; modules that only
+need to know about providers (the catalog, the planner, the pricing refresh, a cloud's price
+client) import this one, which reaches neither the retry layer nor the fault injector.
+Standard library only (the node agent reads it).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from typing import Any
+
+from cloudtrain.errors import UsageError
+from cloudtrain.providers.info import ProviderInfo
+
+# The registered providers' modules, in the order help text and error messages list them: each is
+# `cloudtrain.providers.<name>` (a package, or local.py) holding `INFO`, a ProviderInfo. Spelled
+# out in full so that tests/python_gate.py, which follows dotted names, reaches every provider.
+REGISTERED: tuple[str, ...] = (
+    "cloudtrain.providers.local",
+    "cloudtrain.providers.aws",
+    "cloudtrain.providers.gcp",
+    "cloudtrain.providers.azure",
+)
+_BUILT_IN = tuple(module.rpartition(".")[2] for module in REGISTERED)
+# Providers registered at run time (`register`): tests, or a provider outside this package.
+_EXTRA: dict[str, ProviderInfo] = {}
+
+
+def names() -> tuple[str, ...]:
+    """Every registered provider's name, built-in first. Pure; imports nothing."""
+    return _BUILT_IN + tuple(n for n in _EXTRA if n not in _BUILT_IN)
+
+
+def register(provider_info: ProviderInfo) -> None:
+    """Register a provider that is not built in (replaces one of the same name). Idempotent."""
+    _EXTRA[provider_info.name] = provider_info
+
+
+def info(name: str) -> ProviderInfo:
+    """The named provider's INFO. Imports only its light module (no SDK). Raises UsageError for
+    an unknown name or a provider whose module is not in this version."""
+    if name in _EXTRA:
+        return _EXTRA[name]
+    if name not in _BUILT_IN:
+        raise UsageError(f"unknown provider {name!r}; known providers: {', '.join(names())}")
+    module_name = REGISTERED[_BUILT_IN.index(name)]
+    if not module_exists(module_name):
+        raise UsageError(f"provider {name!r} is not available in this version of cloudtrain")
+    found = getattr(importlib.import_module(module_name), "INFO", None)
+    if not isinstance(found, ProviderInfo) or found.name != name:
+        raise UsageError(f"provider {name!r} is not available in this version of cloudtrain")
+    return found
+
+
+def infos() -> list[ProviderInfo]:
+    """Every registered provider's INFO, in `names()` order (imports each light module)."""
+    return [info(n) for n in names()]
+
+
+def load(ref: str) -> Any:
+    """The object a "module:attr" reference names (an INFO field), importing its module.
+    Raises ImportError/AttributeError as importing does."""
+    module_name, _, attr = ref.partition(":")
+    value: Any = importlib.import_module(module_name)
+    for part in attr.split(".") if attr else ():
+        value = getattr(value, part)
+    return value
+
+
+def info_for_uri(uri: str) -> ProviderInfo:
+    """The INFO of the provider that serves a storage URI (file://, s3://, gs://, az://).
+    Raises UsageError for any other scheme."""
+    scheme = uri.split("://", 1)[0] if "://" in uri else ""
+    known = infos()
+    for provider_info in known:
+        if provider_info.scheme == scheme:
+            return provider_info
+    schemes = [f"{i.scheme}://" for i in known]
+    listed = ", ".join(schemes[:-1]) + " or " + schemes[-1] if len(schemes) > 1 else schemes[0]
+    raise UsageError(f"unsupported storage URI {uri!r}; use {listed}")
+
+
+def provider_for_uri(uri: str) -> str:
+    """The provider name that serves a storage URI (file://, s3://, gs://, az://)."""
+    return info_for_uri(uri).name
+
+
+def module_exists(module_name: str) -> bool:
+    """Whether `module_name` can be imported (without importing it)."""
+    try:
+        return importlib.util.find_spec(module_name) is not None
+    except ModuleNotFoundError:
+        return False
