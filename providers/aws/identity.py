@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from cloudtrain.errors import ProviderError
+from cloudtrain.jobs import protocol
 from cloudtrain.providers.aws.errors import aws_errors
 from cloudtrain.providers.aws.network import TAG_RUN, call, resource_name, tag_dict, tag_list
 from cloudtrain.providers.base import Resource, Tagged
@@ -54,7 +55,7 @@ def parse_s3_uri(uri: str) -> tuple[str, str]:
 def s3_policy(store_uri: str, run_id: str) -> dict[str, Any]:
     """The inline policy: objects under the run's prefix only, listing of that prefix only. Pure."""
     bucket, prefix = parse_s3_uri(store_uri)
-    run_prefix = f"{prefix}cloudtrain/runs/{run_id}/"
+    run_prefix = f"{prefix}{protocol.run_prefix(run_id)}"
     return {
         "Version": "2012-10-17",
         "Statement": [

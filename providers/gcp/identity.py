@@ -39,6 +39,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from cloudtrain.errors import NotFound, ProviderError, TransientError
+from cloudtrain.jobs import protocol
 from cloudtrain.providers.base import Resource, Tagged
 from cloudtrain.providers.gcp.clients import GcpAuth
 from cloudtrain.providers.gcp.errors import already_exists, error_codes, gcp_errors, translate
@@ -92,7 +93,7 @@ def description(run_id: str, bucket: str | None) -> str:
     ProviderError when it would not fit IAM's 256 characters (a very long bucket name). Pure."""
     text = f"{DISPLAY_PREFIX}{run_id}: node identity"
     if bucket:
-        text += f", objects of gs://{bucket} under cloudtrain/runs/{run_id}/ only"
+        text += f", objects of gs://{bucket} under {protocol.run_prefix(run_id)} only"
     if len(text) > DESCRIPTION_MAX:
         raise ProviderError(
             f"run {run_id}: the bucket name gs://{bucket} is too long to record on the run's "
@@ -122,7 +123,7 @@ def run_of(account: dict[str, Any]) -> str | None:
 def run_prefix(root: str, run_id: str) -> str:
     """The object-name prefix of the run in its bucket (`root` is the store's own prefix, empty
     or ending in '/'). Pure."""
-    return f"{root}cloudtrain/runs/{run_id}/"
+    return f"{root}{protocol.run_prefix(run_id)}"
 
 
 def prefix_condition(bucket: str, root: str, run_id: str) -> dict[str, str]:
