@@ -1,19 +1,27 @@
 """The provider interface: a Compute and an ObjectStore behind one Provider, plus their dataclasses.
 
-Every adapter (local, aws, gcp, azure, and the faults wrapper) implements exactly this. Adapters
-turn SDK exceptions into `cloudtrain.errors` types; nothing above this layer sees an SDK exception.
-Each method's docstring states whether it is idempotent and whether it blocks.
+Every adapter (local.py, aws/, gcp/, azure/) implements exactly this, and so do the two wrappers
+the registry puts around each one it builds: the test-only fault injector (faults.py) and, outside
+it, the one retry layer (retrying.py). Adapters turn SDK exceptions into `cloudtrain.errors`
+types; nothing above this layer sees an SDK exception. Each method's docstring states whether it
+is idempotent and whether it blocks. Adding a cloud: follow the checklist in providers/README.md;
+the contract suite (tests/providers/) runs every check against every registered provider.
 """
 
 from __future__ import annotations
 
 import re
-import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+
+from cloudtrain.providers.parallel import Counter, first_error
+from cloudtrain.providers.parallel import parallel_map as parallel_map  # re-exported (importers)
+
+# re-exported until the adapters import them from providers/startup_snippets.py
+from cloudtrain.providers.startup_snippets import shutdown_at_deadline as shutdown_at_deadline
+from cloudtrain.providers.startup_snippets import wait_for_driver as wait_for_driver
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -21,8 +29,6 @@ if TYPE_CHECKING:
 NodeState = Literal["pending", "running", "stopped", "terminated", "preempted"]
 ALIVE_STATES: frozenset[str] = frozenset({"pending", "running"})
 ROLES: tuple[str, ...] = ("chief", "worker", "ps", "evaluator")
-T = TypeVar("T")
-R = TypeVar("R")
 
 _NAME_RE = re.compile(
     r"^ct-(?P<run>[a-z0-9-]+)-(?P<role>chief|worker|ps|evaluator)-(?P<index>\d+)$"
@@ -177,36 +183,6 @@ class StartupBlocks:
     power_off: str = ""  # bash run after the agent exits: stop the node's bill (shutdown -h now)
 
 
-def shutdown_at_deadline(why: str) -> str:
-    """Bash for a provider's self_shutdown block: power the node off at `$DEADLINE_EPOCH` (at
-    least a minute from now); `why` is a comment saying what that shutdown does on the cloud.
-    Pure."""
-    return f"""\
-ct_minutes=$(( (DEADLINE_EPOCH - $(date +%s)) / 60 ))
-if [ "$ct_minutes" -lt 1 ]; then ct_minutes=1; fi
-# {why}
-shutdown -h "+$ct_minutes" "cloudtrain: run deadline reached" ||
-  phase "WARNING: could not arm the self-shutdown in $ct_minutes min\""""
-
-
-def wait_for_driver(installer: str, timeout_s: int) -> str:
-    """Bash for a provider's metadata block: on a node with an NVIDIA device, wait up to
-    `timeout_s` for `installer` (an image's or extension's own driver install, running beside
-    the startup script) to make nvidia-smi work, rather than install a second driver. Pure."""
-    return f"""
-if grep -qsi '0x10de' "$CT_SYS_PCI"/*/vendor && ! nvidia-smi >/dev/null 2>&1; then
-  phase "driver: waiting for {installer}"
-  ct_waited=0
-  until nvidia-smi >/dev/null 2>&1; do
-    if [ "$ct_waited" -ge {int(timeout_s)} ]; then
-      fail "driver: nvidia-smi still fails after ${{ct_waited}}s of waiting for {installer}"
-    fi
-    sleep 10
-    ct_waited=$((ct_waited + 10))
-  done
-fi"""
-
-
 @runtime_checkable
 class ObjectStore(Protocol):
     """A bucket (or a prefix of one). Keys are '/'-separated and relative to `uri`."""
@@ -320,7 +296,7 @@ class Compute(ABC):
 
         if requests:
             self.prepare_nodes(run, requests)
-        done = _Counter()
+        done = Counter()
 
         def create(req: NodeRequest) -> Node:
             node = self.create_node(run, req)
@@ -328,7 +304,7 @@ class Compute(ABC):
                 crash_point("between-creates")
             return node
 
-        return _unwrap(parallel_map(create, requests, self.max_parallel))
+        return first_error(parallel_map(create, requests, self.max_parallel))
 
     def delete_nodes(self, run_id: str, names: list[str] | None = None) -> None:
         """Delete the run's nodes (all, or `names`) in parallel and wait until they are gone
@@ -344,14 +320,14 @@ class Compute(ABC):
         then retries that call as a whole."""
         from cloudtrain.crashpoints import crash_point
 
-        done = _Counter()
+        done = Counter()
 
         def delete(node: Node) -> None:
             self.delete_node(node)
             if done.bump() == 1:
                 crash_point("teardown-half")
 
-        _unwrap(parallel_map(delete, nodes, self.max_parallel))
+        first_error(parallel_map(delete, nodes, self.max_parallel))
 
     def console_output(self, node: Node) -> str:
         """The boot log of a node that never reported, if the cloud keeps one. Best effort."""
@@ -365,44 +341,6 @@ class Compute(ABC):
     def startup_blocks(self, run: RunInfo, request: NodeRequest) -> StartupBlocks:
         """The provider's pieces of the startup script for one node."""
         return StartupBlocks()
-
-
-class _Counter:
-    """A thread-safe counter for the fan-outs."""
-
-    def __init__(self) -> None:
-        self._n = 0
-        self._lock = threading.Lock()
-
-    def bump(self) -> int:
-        """Add one; returns the new count."""
-        with self._lock:
-            self._n += 1
-            return self._n
-
-
-def parallel_map(
-    fn: Callable[[T], R], items: list[T], max_parallel: int = 64
-) -> list[R | BaseException]:
-    """Run `fn` over `items` on a thread pool; results (or the exception raised) in input order."""
-    if not items:
-        return []
-
-    def call(item: T) -> R | BaseException:
-        try:
-            return fn(item)
-        except Exception as exc:  # collected, re-raised by the caller
-            return exc
-
-    with ThreadPoolExecutor(max_workers=max(1, min(max_parallel, len(items)))) as pool:
-        return list(pool.map(call, items))
-
-
-def _unwrap(results: list[R | BaseException]) -> list[R]:
-    errors = [r for r in results if isinstance(r, BaseException)]
-    if errors:
-        raise errors[0]
-    return [r for r in results if not isinstance(r, BaseException)]
 
 
 class Provider(ABC):

@@ -1,0 +1,36 @@
+"""Bash snippets that several providers' `startup_blocks` share (jobs/startup.sh.j2 runs them).
+
+Pure functions returning text; standard library only.
+"""
+
+from __future__ import annotations
+
+
+def shutdown_at_deadline(why: str) -> str:
+    """Bash for a provider's self_shutdown block: power the node off at `$DEADLINE_EPOCH` (at
+    least a minute from now); `why` is a comment saying what that shutdown does on the cloud.
+    Pure."""
+    return f"""\
+ct_minutes=$(( (DEADLINE_EPOCH - $(date +%s)) / 60 ))
+if [ "$ct_minutes" -lt 1 ]; then ct_minutes=1; fi
+# {why}
+shutdown -h "+$ct_minutes" "cloudtrain: run deadline reached" ||
+  phase "WARNING: could not arm the self-shutdown in $ct_minutes min\""""
+
+
+def wait_for_driver(installer: str, timeout_s: int) -> str:
+    """Bash for a provider's metadata block: on a node with an NVIDIA device, wait up to
+    `timeout_s` for `installer` (an image's or extension's own driver install, running beside
+    the startup script) to make nvidia-smi work, rather than install a second driver. Pure."""
+    return f"""
+if grep -qsi '0x10de' "$CT_SYS_PCI"/*/vendor && ! nvidia-smi >/dev/null 2>&1; then
+  phase "driver: waiting for {installer}"
+  ct_waited=0
+  until nvidia-smi >/dev/null 2>&1; do
+    if [ "$ct_waited" -ge {int(timeout_s)} ]; then
+      fail "driver: nvidia-smi still fails after ${{ct_waited}}s of waiting for {installer}"
+    fi
+    sleep 10
+    ct_waited=$((ct_waited + 10))
+  done
+fi"""
