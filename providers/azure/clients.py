@@ -1,12 +1,13 @@
 """Azure Resource Manager clients for cloudtrain: credential, subscription and endpoint.
 
 Credentials come from `DefaultAzureCredential` (az login, AZURE_CLIENT_* variables, a managed
-identity) only; none is ever in the spec, the ledger or the logs. The subscription is the spec's
-`subscription:`, else $AZURE_SUBSCRIPTION_ID.
+identity) only; none is ever in the spec, the ledger or the logs. The subscription is the
+provider config's account (`providers.azure.subscription` or the top-level `subscription:` of
+job.yaml, or config.yaml), else $AZURE_SUBSCRIPTION_ID (the Azure tools' own variable).
 
-`CLOUDTRAIN_ARM_ENDPOINT=https://host:port` (with `CLOUDTRAIN_ARM_CA=ca.pem` to trust it) points
-every management client at another ARM endpoint with an offline static token: that is how the
-offline tests reach the ARM fake. azure-core refuses bearer tokens over plain http, so the
+Test-only: `CLOUDTRAIN_ARM_ENDPOINT=https://host:port` (with `CLOUDTRAIN_ARM_CA=ca.pem` to trust
+it) points every management client at another ARM endpoint with an offline static token: that is
+how the offline tests reach the ARM fake. azure-core refuses bearer tokens over plain http, so the
 endpoint must be https.
 """
 
@@ -21,12 +22,13 @@ from typing import Any
 from cloudtrain.errors import ProviderError
 from cloudtrain.providers.azure.errors import azure_errors
 
-ENDPOINT_ENV = "CLOUDTRAIN_ARM_ENDPOINT"
-CA_ENV = "CLOUDTRAIN_ARM_CA"
+ENDPOINT_ENV = "CLOUDTRAIN_ARM_ENDPOINT"  # test-only: the ARM fake's endpoint
+CA_ENV = "CLOUDTRAIN_ARM_CA"  # test-only: the CA that signs the ARM fake's certificate
 SUBSCRIPTION_ENV = "AZURE_SUBSCRIPTION_ID"
 POOL_SIZE = 64  # connections kept open: the base class fans out up to 64 calls at once
 SUBSCRIPTION_HINT = (
-    "set subscription: in job.yaml or AZURE_SUBSCRIPTION_ID (`az account show --query id`)"
+    "set providers.azure.subscription (or subscription:) in job.yaml, or AZURE_SUBSCRIPTION_ID"
+    " (`az account show --query id`)"
 )
 
 
