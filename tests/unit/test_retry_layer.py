@@ -11,10 +11,15 @@ import pytest
 
 from cloudtrain import retry
 from cloudtrain.errors import TransientError
-from cloudtrain.providers import faults, get_provider
+from cloudtrain.providers import faults, get_provider, open_store
 from cloudtrain.providers.base import Node, NodeRequest, Provider, Resource, RunInfo
-from cloudtrain.providers.faults import FaultPlan, FaultyProvider
-from cloudtrain.providers.retrying import DEADLINES_S, RetryingProvider, wrap_provider
+from cloudtrain.providers.faults import FaultPlan, FaultyProvider, FaultyStore
+from cloudtrain.providers.retrying import (
+    DEADLINES_S,
+    RetryingProvider,
+    RetryingStore,
+    wrap_provider,
+)
 
 RUN = "layer-abc123"
 INFO = RunInfo(RUN, None, None, (2222, 2223))
@@ -29,14 +34,14 @@ def fast_backoff(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 
 def cli_stack(monkeypatch: pytest.MonkeyPatch, plan: FaultPlan) -> tuple[Provider, FaultyProvider]:
-    """The local provider as the CLI gets it, faults from $CLOUDTRAIN_FAULTS; and the fault
-    layer, whose counters see every attempt that left the retry layer. (wrap_provider and
-    faults.wrap are idempotent: no-ops where the registry has wrapped already.)"""
+    """The local provider as the CLI gets it from the registry, with faults from
+    $CLOUDTRAIN_FAULTS; and the fault layer below the retry layer, whose counters see every
+    attempt that left the retry layer."""
     monkeypatch.setenv(faults.FAULTS_ENV, plan.to_json())
-    provider = wrap_provider(faults.wrap(get_provider("local"), plan))
-    layer: object = provider
-    while not isinstance(layer, FaultyProvider):
-        layer = layer.inner  # type: ignore[attr-defined]
+    provider = get_provider("local")
+    assert isinstance(provider, RetryingProvider), "the registry must wrap in the retry layer"
+    layer = provider.inner
+    assert isinstance(layer, FaultyProvider), "the faults must sit right below the retries"
     return provider, layer
 
 
@@ -84,6 +89,12 @@ def test_every_store_call_is_attempted_at_most_the_policys_number_of_times(
         with pytest.raises(TransientError, match="throttled"):
             call()
         assert layer.store_faults.calls[method] == ATTEMPTS, method
+    # the node agent's way in: open_store(uri), the same layers
+    node_store = open_store((tmp_path / "bucket").as_uri())
+    assert isinstance(node_store, RetryingStore) and isinstance(node_store.inner, FaultyStore)
+    with pytest.raises(TransientError, match="throttled"):
+        node_store.put("k", b"x")
+    assert node_store.inner.calls["put"] == ATTEMPTS
 
 
 def test_a_fan_out_retries_the_throttled_node_once_not_once_per_layer(
@@ -114,12 +125,10 @@ def test_the_layers_wrap_once_and_faults_stay_below_the_retries(
     assert wrap_provider(provider) is provider
     assert faults.wrap(provider, plan) is provider
     assert faults.wrap(layer, plan) is layer
-    plain = get_provider("local")
-    while not isinstance(plain, RetryingProvider) and hasattr(plain, "inner"):
-        plain = plain.inner  # type: ignore[attr-defined]
-    if isinstance(plain, RetryingProvider):
-        plain = plain.inner
-    below = faults.wrap(wrap_provider(plain), plan)  # faults added later still go below
+    monkeypatch.delenv(faults.FAULTS_ENV)
+    plain = get_provider("local")  # no faults asked for: the retry layer over the adapter
+    assert isinstance(plain, RetryingProvider) and not isinstance(plain.inner, FaultyProvider)
+    below = faults.wrap(plain, plan)  # faults added later still go below the retries
     assert isinstance(below, RetryingProvider) and isinstance(below.inner, FaultyProvider)
     with pytest.raises(TransientError):
         below.compute.list_nodes(RUN)
