@@ -54,6 +54,7 @@ __all__ = [
     "OutsideLayers",
     "Resolved",
     "config_for",
+    "config_for_provider",
     "config_for_record",
     "deprecation_lines",
     "load_user_config",
@@ -250,23 +251,37 @@ def _config(name: str, region: str | None, zone: str | None, options: BaseModel)
     return ProviderConfig(name=name, region=region, zone=zone, account=account, options=options)
 
 
+def config_for_provider(
+    name: str,
+    region: str | None = None,
+    zone: str | None = None,
+    account: str | None = None,
+    *,
+    warn: Warn | None = warn_stderr,
+) -> ProviderConfig:
+    """The ProviderConfig of provider `name` with no job spec and no ledger record (`gc`, `down`
+    of an unrecorded run): config.yaml's options, else the deprecated variables (warned about
+    once), else the defaults; `account` (None: config.yaml's) wins. Reads config.yaml; raises
+    SpecError for a bad one."""
+    resolved = resolve(None, name, outside_layers())
+    _warn_once(resolved, warn)
+    config = _config(name, region, zone, resolved.options)
+    return replace(config, account=account) if account else config
+
+
 def config_for_record(record: RunRecord, *, warn: Warn | None = warn_stderr) -> ProviderConfig:
     """The ProviderConfig a recorded run was made with, for `down`, `status`, `logs` and `resume`:
     the run's provider, region, zone and account, and the options its plan JSON recorded
     (`provider_options`), so teardown reaches the same resource group or network. A run recorded
     before options were kept gets today's config.yaml and deprecated variables instead. Reads
     config.yaml only for such an old run."""
+    name, region, zone, account = record.provider, record.region, record.zone, record.account
     plan = record.plan if record.plan_json else None
     shown = plan.get("provider_options") if isinstance(plan, dict) else None
-    model = options_model(record.provider)
-    if isinstance(shown, list):
-        values = {o["name"]: o["value"] for o in shown if o.get("name") in model.model_fields}
-        options: BaseModel = model.model_validate(values)
-    else:
-        resolved = resolve(None, record.provider, outside_layers())
-        _warn_once(resolved, warn)
-        options = resolved.options
-    config = _config(record.provider, record.region, record.zone, options)
-    if record.account:  # the account the run was made in wins over any option
-        config = replace(config, account=record.account)
-    return config
+    if not isinstance(shown, list):  # recorded before options were kept
+        return config_for_provider(name, region, zone, account, warn=warn)
+    model = options_model(name)
+    values = {o["name"]: o["value"] for o in shown if o.get("name") in model.model_fields}
+    config = _config(name, region, zone, model.model_validate(values))
+    # the account the run was made in (the provider's own answer) wins over any option
+    return replace(config, account=account) if account else config

@@ -273,3 +273,13 @@ def test_node_side_config_has_no_options_model() -> None:
     no pydantic model needed."""
     config = ProviderConfig(name="gcp")
     assert config.option("network") is None and config.option("signer", "x") == "x"
+
+
+def test_config_without_spec_or_record_takes_config_yaml(home: Path) -> None:
+    (home / "config.yaml").write_text("providers:\n  azure:\n    resource_group: team-ml\n")
+    config = provider_config.config_for_provider("azure", "eastus", account=SUB)
+    assert (config.region, config.account, config.option("resource_group")) == (
+        "eastus",
+        SUB,
+        "team-ml",
+    )
