@@ -11,8 +11,9 @@ import pytest
 from cloudtrain import retry
 from cloudtrain.errors import NoCapacityError, TransientError, UsageError
 from cloudtrain.providers import faults
-from cloudtrain.providers.base import Node, NodeRequest, RunInfo, parallel_map
+from cloudtrain.providers.base import Node, NodeRequest, RunInfo
 from cloudtrain.providers.faults import FaultPlan, FaultyCompute, FaultyProvider, FaultyStore, wrap
+from cloudtrain.providers.parallel import parallel_map
 from cloudtrain.providers.retrying import RetryingCompute, RetryingProvider, wrap_provider
 from cloudtrain.retry import retrying
 from tests.fakes.memory_provider import MemoryProvider
