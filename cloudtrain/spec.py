@@ -484,6 +484,7 @@ class JobSpec(BaseModel):
         if not updates:
             return self.model_copy(deep=True)
         data = self.model_dump() | updates
+        data[SECTION] = self.providers.model_dump(exclude_unset=True)  # what job.yaml set only
         given = {"provider": provider, "region": region, "zone": zone}
         overridden = frozenset(k for k, v in given.items() if v is not None)
         spec = _validate(data, self._filename, self._lines, {}, self._source_dir, overridden)

@@ -283,3 +283,14 @@ def test_config_without_spec_or_record_takes_config_yaml(home: Path) -> None:
         SUB,
         "team-ml",
     )
+
+
+def test_overrides_keep_what_job_yaml_set_and_what_it_left_to_config_yaml(
+    tmp_path: Path, home: Path
+) -> None:
+    (home / "config.yaml").write_text("providers:\n  gcp:\n    network: team-vpc\n")
+    spec = load_spec(job(tmp_path, "providers:\n  gcp:\n    signer: null\n"))
+    moved = spec.with_overrides(provider="gcp", region="us-central1")
+    shown = by_name(provider_config.resolve(moved, "gcp").shown())
+    assert (shown["network"]["value"], shown["network"]["source"]) == ("team-vpc", "config.yaml")
+    assert shown["signer"]["source"] == "job.yaml"
