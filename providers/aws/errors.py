@@ -19,6 +19,7 @@ from botocore.exceptions import (
 )
 
 from cloudtrain.errors import (
+    AlreadyExists,
     CloudtrainError,
     CredentialsError,
     NoCapacityError,
@@ -68,13 +69,26 @@ NOT_FOUND_CODES = frozenset(
 )
 
 
+# a create that found its resource there already (S3, IAM, EC2 security groups and rules)
+ALREADY_EXISTS_CODES = frozenset(
+    {
+        "BucketAlreadyOwnedByYou",
+        "EntityAlreadyExists",
+        "InvalidGroup.Duplicate",
+        "InvalidPermission.Duplicate",
+    }
+)
+
+
 def error_code(exc: ClientError) -> str:
     """The AWS error code of a ClientError ('' if none)."""
     return str(exc.response.get("Error", {}).get("Code", ""))
 
 
 def translate(exc: Exception, what: str, zone: str | None = None) -> CloudtrainError:
-    """The cloudtrain error for an SDK exception raised while doing `what`."""
+    """The cloudtrain error for an SDK exception raised while doing `what`. A ClientError's
+    code and HTTP status are its `codes`; a duplicate of the caller's own resource
+    (ALREADY_EXISTS_CODES) is an AlreadyExists, a ProviderError. Pure."""
     if isinstance(exc, (NoCredentialsError, PartialCredentialsError)):
         return CredentialsError(
             f"{what}: no AWS credentials found",
@@ -89,14 +103,17 @@ def translate(exc: Exception, what: str, zone: str | None = None) -> CloudtrainE
         message = exc.response.get("Error", {}).get("Message", "") or str(exc)
         status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
         text = f"{what}: {code}: {message}"
+        codes = frozenset(c for c in (code, str(status) if status else "") if c)
         if code in CAPACITY_CODES:
-            return NoCapacityError(text, zone=zone, hint="cloudtrain tries the region's next zone")
+            return NoCapacityError(
+                text, zone=zone, hint="cloudtrain tries the region's next zone", codes=codes
+            )
         if code in QUOTA_CODES:
-            return QuotaError(text, hint=f"ask AWS to raise the {QUOTA_CODES[code]}")
+            return QuotaError(text, hint=f"ask AWS to raise the {QUOTA_CODES[code]}", codes=codes)
         if code in NOT_FOUND_CODES or status == 404:
-            return NotFound(text)
+            return NotFound(text, codes=codes)
         if code in TRANSIENT_CODES or status >= 500 or status == 429:
-            return TransientError(text)
+            return TransientError(text, codes=codes)
         if code in (
             "AuthFailure",
             "UnrecognizedClientException",
@@ -104,10 +121,14 @@ def translate(exc: Exception, what: str, zone: str | None = None) -> CloudtrainE
             "ExpiredToken",
             "SignatureDoesNotMatch",
         ):
-            return CredentialsError(text, hint="refresh your AWS credentials")
+            return CredentialsError(text, hint="refresh your AWS credentials", codes=codes)
         if code in ("AccessDenied", "AccessDeniedException", "UnauthorizedOperation"):
-            return CredentialsError(text, hint="the AWS identity lacks a permission for this")
-        return ProviderError(text)
+            return CredentialsError(
+                text, hint="the AWS identity lacks a permission for this", codes=codes
+            )
+        if code in ALREADY_EXISTS_CODES:
+            return AlreadyExists(text, codes=codes)
+        return ProviderError(text, codes=codes)
     if isinstance(exc, BotoCoreError):
         return TransientError(f"{what}: {exc}")
     raise exc

@@ -8,9 +8,10 @@ is the operation's code (AllocationFailed, ...), so it needs no separate helper.
 
 The error code decides before the exception type: ARM answers a quota or capacity failure with
 409, which the management SDKs raise as ResourceExistsError, and a 409 "another operation is in
-progress" is transient. Every error returned here carries the Azure codes it was made from (see
-`error_codes`), so a caller can tell "already exists" (a ProviderError) from other failures
-without catching SDK exceptions: `already_exists(err)`.
+progress" is transient. Every error returned here carries the Azure codes it was made from in its
+`codes` field (`error_codes(err)`), so a caller can tell one failure from another without
+catching SDK exceptions; "already exists" is an AlreadyExists (a ProviderError):
+`already_exists(err)`. Messages are scrubbed of secrets (`scrub`) as the error is made.
 
 Messages never include credentials: SAS query strings (`sig=`) are cut from URLs, `AccountKey=`,
 `sig=` and bearer tokens are redacted anywhere, and an identity error contributes its first line.
@@ -27,6 +28,7 @@ from typing import Any
 from azure.core import exceptions as core
 
 from cloudtrain.errors import (
+    AlreadyExists,
     CloudtrainError,
     CredentialsError,
     NoCapacityError,
@@ -151,7 +153,6 @@ _UNRESOLVED_RE = re.compile(
 _BLOB_HOST_RE = re.compile(r"\b(?P<account>[a-z0-9]{3,24})\.blob\.core\.[a-z.]+[a-z]")
 ACCOUNT_NOT_FOUND = "StorageAccountNotFound"  # cloudtrain's own code for that case
 EXISTS_ERROR = "ResourceExistsError"  # tagged on a 409 that no more specific code explained
-_CODES_ATTR = "azure_codes"
 MAX_TEXT = 1200
 
 
@@ -163,21 +164,22 @@ def scrub(text: str) -> str:
 
 
 def error_codes(err: BaseException) -> frozenset[str]:
-    """The Azure codes (and HTTP status, as a string) behind a translated error. Pure."""
-    return frozenset(getattr(err, _CODES_ATTR, ()))
+    """The Azure codes (and HTTP status, as a string) behind a translated error (its `codes`;
+    empty for any other exception). Pure."""
+    return frozenset(getattr(err, "codes", None) or ())
 
 
 def already_exists(err: BaseException) -> bool:
     """Whether a translated error means "the resource already exists" (a container, a blob, a
-    storage account name; a 409 that carries no more specific code)."""
-    return bool(error_codes(err) & (ALREADY_EXISTS_CODES | {EXISTS_ERROR}))
+    storage account name; a 409 that carries no more specific code): an AlreadyExists, or an
+    error carrying such a code. Pure."""
+    return isinstance(err, AlreadyExists) or bool(
+        error_codes(err) & (ALREADY_EXISTS_CODES | {EXISTS_ERROR})
+    )
 
 
-def _tag(err: CloudtrainError, codes: Iterable[str]) -> CloudtrainError:
-    err.message = scrub(err.message)
-    err.args = (err.message,)
-    setattr(err, _CODES_ATTR, frozenset(c for c in codes if c))
-    return err
+def _codeset(codes: Iterable[str]) -> frozenset[str]:
+    return frozenset(c for c in codes if c)
 
 
 def _code_text(code: Any) -> str:
@@ -259,14 +261,12 @@ def _quota_error(text: str, codes: list[str]) -> CloudtrainError:
     name = _quota_name(text)
     family = name.split(" (")[0]
     message = text if family in text else f"{text} (quota {name})"
-    return _tag(
-        QuotaError(
-            message,
-            hint=f"the {name} quota is too small: request more (Azure portal > Quotas > "
-            "Compute; `az vm list-usage --location REGION` shows it), or choose another region "
-            "or VM size",
-        ),
-        codes,
+    return QuotaError(
+        scrub(message),
+        hint=f"the {name} quota is too small: request more (Azure portal > Quotas > "
+        "Compute; `az vm list-usage --location REGION` shows it), or choose another region "
+        "or VM size",
+        codes=_codeset(codes),
     )
 
 
@@ -285,7 +285,9 @@ def _classify(what: str, detail: str, codes: list[str], zone: str | None) -> Clo
     if code_set & CAPACITY_CODES:
         shown = (f"zone {zone}", f"zones '{zone}'")
         where = f" (zone {zone})" if zone and not any(s in text for s in shown) else ""
-        return _tag(NoCapacityError(f"{text}{where}", zone=zone, hint=CAPACITY_HINT), codes)
+        return NoCapacityError(
+            scrub(f"{text}{where}"), zone=zone, hint=CAPACITY_HINT, codes=_codeset(codes)
+        )
     quota_text = any(r.search(detail) for r in _QUOTA_RES)
     if (
         quota_text
@@ -296,38 +298,34 @@ def _classify(what: str, detail: str, codes: list[str], zone: str | None) -> Clo
     if code_set & AUTHORIZATION_CODES:
         action = _permission(detail)
         if action is None:
-            return _tag(CredentialsError(text, hint=PERMISSION_HINT), codes)
-        return _tag(
-            CredentialsError(
-                f"{what}: the Azure identity lacks permission {action}: {detail}",
-                hint=f"grant it a role that allows {action} (e.g. Contributor) on the "
-                "subscription or resource group, then `az login` again",
-            ),
-            codes,
+            return CredentialsError(scrub(text), hint=PERMISSION_HINT, codes=_codeset(codes))
+        return CredentialsError(
+            scrub(f"{what}: the Azure identity lacks permission {action}: {detail}"),
+            hint=f"grant it a role that allows {action} (e.g. Contributor) on the "
+            "subscription or resource group, then `az login` again",
+            codes=_codeset(codes),
         )
     if "MissingSubscriptionRegistration" in code_set:
         match = _NAMESPACE_RE.search(detail)
         namespace = match["ns"] if match else "NAMESPACE"
-        return _tag(
-            ProviderError(
-                text,
-                hint=f"register the resource provider once: `az provider register --namespace "
-                f"{namespace}` (it takes a few minutes)",
-            ),
-            codes,
+        return ProviderError(
+            scrub(text),
+            hint=f"register the resource provider once: `az provider register --namespace "
+            f"{namespace}` (it takes a few minutes)",
+            codes=_codeset(codes),
         )
     if "RequestDisallowedByPolicy" in code_set:
-        return _tag(ProviderError(text, hint=POLICY_HINT), codes)
+        return ProviderError(scrub(text), hint=POLICY_HINT, codes=_codeset(codes))
     if code_set & STORAGE_PERMISSION_CODES:
-        return _tag(CredentialsError(text, hint=STORAGE_PERMISSION_HINT), codes)
+        return CredentialsError(scrub(text), hint=STORAGE_PERMISSION_HINT, codes=_codeset(codes))
     if code_set & LOGIN_CODES:
-        return _tag(CredentialsError(text, hint=LOGIN_HINT), codes)
+        return CredentialsError(scrub(text), hint=LOGIN_HINT, codes=_codeset(codes))
     if code_set & TRANSIENT_CODES:
-        return _tag(TransientError(text), codes)
+        return TransientError(scrub(text), codes=_codeset(codes))
     if code_set & NOT_FOUND_CODES:
-        return _tag(NotFound(text), codes)
+        return NotFound(scrub(text), codes=_codeset(codes))
     if code_set & ALREADY_EXISTS_CODES:
-        return _tag(ProviderError(text), codes)
+        return AlreadyExists(scrub(text), codes=_codeset(codes))
     return None
 
 
@@ -342,20 +340,20 @@ def translate(exc: BaseException, what: str, zone: str | None = None) -> Cloudtr
     RequestDisallowedByPolicy -> ProviderError; storage permission codes -> CredentialsError
     (data role hint); throttling, busy and "in progress" codes -> TransientError. Then types:
     ClientAuthenticationError (CredentialUnavailableError included) -> CredentialsError (log
-    in); ResourceNotFoundError -> NotFound; ResourceExistsError -> ProviderError with
-    `already_exists(err)` true; other 401/403 -> CredentialsError; 408/429/5xx (not 501),
-    ServiceRequestError and ServiceResponseError -> TransientError, except a blob endpoint whose
-    name does not resolve: NotFound (the storage account does not exist; code
-    StorageAccountNotFound); anything else from the SDK -> ProviderError. A non-SDK exception
-    is re-raised unchanged.
+    in); ResourceNotFoundError -> NotFound; the already-exists codes, and a ResourceExistsError
+    without a code of its own -> AlreadyExists (a ProviderError; `already_exists(err)` is true,
+    as it is for any other ResourceExistsError); other 401/403 -> CredentialsError; 408/429/5xx
+    (not 501), ServiceRequestError and ServiceResponseError -> TransientError, except a blob
+    endpoint whose name does not resolve: NotFound (the storage account does not exist; code
+    StorageAccountNotFound); anything else from the SDK -> ProviderError. A non-SDK exception is
+    re-raised unchanged.
     """
     if isinstance(exc, core.ClientAuthenticationError) and exc.response is None:
         # azure-identity: no usable credential, or the token endpoint refused
-        return _tag(
-            CredentialsError(
-                f"{what}: no usable Azure credentials: {_first_line(exc)}", hint=LOGIN_HINT
-            ),
-            [type(exc).__name__],
+        return CredentialsError(
+            scrub(f"{what}: no usable Azure credentials: {_first_line(exc)}"),
+            hint=LOGIN_HINT,
+            codes=_codeset([type(exc).__name__]),
         )
     if isinstance(exc, core.HttpResponseError):
         codes = _codes(exc)
@@ -366,37 +364,46 @@ def translate(exc: BaseException, what: str, zone: str | None = None) -> Cloudtr
             return decided
         status = int(exc.status_code or 0)
         if isinstance(exc, core.ResourceNotFoundError) or status == 404:
-            return _tag(NotFound(text), codes)
+            return NotFound(scrub(text), codes=_codeset(codes))
         if isinstance(exc, core.ResourceExistsError):
-            return _tag(ProviderError(text), [*codes, EXISTS_ERROR])
+            # a bare 409: "already exists"; one with a code of its own (OperationNotAllowed,
+            # ...) stays a ProviderError, tagged as before so `already_exists` is unchanged
+            specific = any(not c.isdigit() for c in codes)
+            kind = ProviderError if specific else AlreadyExists
+            return kind(scrub(text), codes=_codeset([*codes, EXISTS_ERROR]))
         if isinstance(exc, core.ClientAuthenticationError) or status == 401:
-            return _tag(CredentialsError(text, hint=LOGIN_HINT), codes)
+            return CredentialsError(scrub(text), hint=LOGIN_HINT, codes=_codeset(codes))
         if status == 403:
-            return _tag(CredentialsError(text, hint=PERMISSION_HINT), codes)
+            return CredentialsError(scrub(text), hint=PERMISSION_HINT, codes=_codeset(codes))
         if status in TRANSIENT_STATUS or (status > 500 and status != 501):
-            return _tag(TransientError(text), codes)
-        return _tag(ProviderError(text), codes)
+            return TransientError(scrub(text), codes=_codeset(codes))
+        return ProviderError(scrub(text), codes=_codeset(codes))
     if isinstance(exc, core.ServiceRequestError):
         if "non-TLS" in str(exc):  # azure-core sends bearer tokens over https only
-            return _tag(
-                ProviderError(f"{what}: {_first_line(exc)}", hint="use an https:// endpoint"),
-                [type(exc).__name__],
+            return ProviderError(
+                scrub(f"{what}: {_first_line(exc)}"),
+                hint="use an https:// endpoint",
+                codes=_codeset([type(exc).__name__]),
             )
         host = _BLOB_HOST_RE.search(str(exc))
         if host and _UNRESOLVED_RE.search(str(exc)):
-            return _tag(
-                NotFound(
+            return NotFound(
+                scrub(
                     f"{what}: storage account {host['account']!r} does not exist ({host[0]} "
-                    "does not resolve)",
-                    hint="check the az://ACCOUNT/... URI; cloudtrain's own account is made "
-                    "when the run starts",
+                    "does not resolve)"
                 ),
-                [ACCOUNT_NOT_FOUND],
+                hint="check the az://ACCOUNT/... URI; cloudtrain's own account is made "
+                "when the run starts",
+                codes=_codeset([ACCOUNT_NOT_FOUND]),
             )
     if isinstance(exc, TRANSIENT_EXCEPTIONS):
-        return _tag(TransientError(f"{what}: cannot reach Azure: {_first_line(exc)}"), [])
+        return TransientError(
+            scrub(f"{what}: cannot reach Azure: {_first_line(exc)}"), codes=_codeset([])
+        )
     if isinstance(exc, SDK_EXCEPTIONS):
-        return _tag(ProviderError(f"{what}: {_first_line(exc)}"), [type(exc).__name__])
+        return ProviderError(
+            scrub(f"{what}: {_first_line(exc)}"), codes=_codeset([type(exc).__name__])
+        )
     raise exc
 
 

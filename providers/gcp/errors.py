@@ -6,9 +6,9 @@ around every SDK call; `what` names the resource, so the message says what faile
 what to do. A finished Compute Engine Operation reports its failure in `error.errors` instead of
 raising: pass it to `operation_error(what, op, zone)`.
 
-Every error returned here carries the GCP codes/reasons it was made from (see `error_codes`), so
-a caller can tell, for instance, "already exists" (a ProviderError) from other failures without
-catching SDK exceptions: `already_exists(err)`.
+Every error returned here carries the GCP codes/reasons it was made from in its `codes` field
+(`error_codes(err)`), so a caller can tell one failure from another without catching SDK
+exceptions; "already exists" is an AlreadyExists (a ProviderError): `already_exists(err)`.
 
 Messages never include credentials: an auth error contributes its first line only (google-auth
 puts raw token-endpoint responses in later arguments).
@@ -26,6 +26,7 @@ from google.api_core import exceptions as api
 from google.auth import exceptions as auth
 
 from cloudtrain.errors import (
+    AlreadyExists,
     CloudtrainError,
     CredentialsError,
     NoCapacityError,
@@ -105,22 +106,29 @@ SDK_EXCEPTIONS: tuple[type[BaseException], ...] = (
 
 _QUOTA_RE = re.compile(r"Quota '(?P<name>[^']+)' exceeded\.?\s*(?:Limit:\s*(?P<limit>[\d.]+))?")
 _QUOTA_SCOPE_RE = re.compile(r"(?P<scope>in region [\w-]+|in zone [\w-]+|globally)")
-_CODES_ATTR = "gcp_codes"
 
 
 def error_codes(err: BaseException) -> frozenset[str]:
-    """The GCP codes/reasons (and HTTP status, as a string) behind a translated error. Pure."""
-    return frozenset(getattr(err, _CODES_ATTR, ()))
+    """The GCP codes/reasons (and HTTP status, as a string) behind a translated error (its
+    `codes`; empty for any other exception). Pure."""
+    return frozenset(getattr(err, "codes", None) or ())
 
 
 def already_exists(err: BaseException) -> bool:
-    """Whether a translated error means "the resource already exists" (409 / ALREADY_EXISTS)."""
-    return bool(error_codes(err) & ALREADY_EXISTS_CODES)
+    """Whether a translated error means "the resource already exists" (409 / ALREADY_EXISTS):
+    an AlreadyExists, or an error carrying such a code. Pure."""
+    return isinstance(err, AlreadyExists) or bool(error_codes(err) & ALREADY_EXISTS_CODES)
 
 
-def _tag(err: CloudtrainError, codes: Iterable[str]) -> CloudtrainError:
-    setattr(err, _CODES_ATTR, frozenset(c for c in codes if c))
-    return err
+def _codes(codes: Iterable[str]) -> frozenset[str]:
+    return frozenset(c for c in codes if c)
+
+
+def _refused(text: str, codes: Iterable[str]) -> ProviderError:
+    """A ProviderError, or an AlreadyExists when `codes` say the resource already exists."""
+    tagged = _codes(codes)
+    kind = AlreadyExists if tagged & ALREADY_EXISTS_CODES else ProviderError
+    return kind(text, codes=tagged)
 
 
 def _field(item: Any, name: str) -> Any:
@@ -175,13 +183,11 @@ def _quota_error(
     name = _quota_name(text, metadata)
     short = name.split(" ")[0]
     message = text if f"'{short}'" in text else f"{text} (quota {name})"
-    return _tag(
-        QuotaError(
-            message,
-            hint=f"ask Google Cloud to raise the {name} quota (console: IAM & Admin > Quotas), "
-            "or choose another region or GPU type",
-        ),
-        codes,
+    return QuotaError(
+        message,
+        hint=f"ask Google Cloud to raise the {name} quota (console: IAM & Admin > Quotas), "
+        "or choose another region or GPU type",
+        codes=_codes(codes),
     )
 
 
@@ -190,24 +196,25 @@ def _classify(
     codes: list[str],
     zone: str | None,
     metadata: Mapping[str, str] | None = None,
+    tagged: list[str] | None = None,
 ) -> CloudtrainError | None:
-    """The error for codes/text that decide it on their own (capacity, rate, quota), else None."""
+    """The error for codes/text that decide it on their own (capacity, rate, quota), else None.
+    The error carries `tagged` (default: `codes`)."""
     code_set = set(codes)
+    carried = _codes(codes if tagged is None else tagged)
     if code_set & CAPACITY_CODES or CAPACITY_TEXT in text:
         where = f" (zone {zone})" if zone and zone not in text else ""
-        return _tag(NoCapacityError(f"{text}{where}", zone=zone, hint=CAPACITY_HINT), codes)
+        return NoCapacityError(f"{text}{where}", zone=zone, hint=CAPACITY_HINT, codes=carried)
     if code_set & RATE_CODES:
-        return _tag(TransientError(text), codes)
+        return TransientError(text, codes=carried)
     if code_set & QUOTA_CODES or _QUOTA_RE.search(text):
-        return _quota_error(text, codes, metadata)
+        return _quota_error(text, list(carried), metadata)
     if code_set & SERVICE_DISABLED_CODES:
-        return _tag(
-            ProviderError(
-                text,
-                hint="enable the API: `gcloud services enable compute.googleapis.com "
-                "storage.googleapis.com`",
-            ),
-            codes,
+        return ProviderError(
+            text,
+            hint="enable the API: `gcloud services enable compute.googleapis.com "
+            "storage.googleapis.com`",
+            codes=carried,
         )
     return None
 
@@ -225,7 +232,7 @@ def translate(exc: BaseException, what: str, zone: str | None = None) -> Cloudtr
     DefaultCredentialsError/RefreshError -> CredentialsError (log in again); Unauthorized ->
     CredentialsError; Forbidden -> CredentialsError (a missing permission) unless it is a rate
     limit (TransientError), a quota (QuotaError) or a disabled API (ProviderError); NotFound ->
-    NotFound; Conflict/AlreadyExists -> ProviderError (`already_exists(err)` is true; Aborted,
+    NotFound; Conflict/AlreadyExists -> AlreadyExists (a ProviderError; Aborted,
     a concurrent change, is a TransientError);
     429/500/502/503/504 and connection failures -> TransientError; anything that reports
     ZONE_RESOURCE_POOL_EXHAUSTED[_WITH_DETAILS] -> NoCapacityError(zone); QUOTA_EXCEEDED ->
@@ -254,28 +261,29 @@ def translate(exc: BaseException, what: str, zone: str | None = None) -> Cloudtr
         if decided is not None:
             return decided
         if isinstance(exc, api.NotFound):
-            return _tag(NotFound(text), codes)
+            return NotFound(text, codes=_codes(codes))
         if isinstance(exc, api.Aborted):  # a concurrent change (gRPC ABORTED), not a duplicate
-            return _tag(TransientError(text), [c for c in codes if c != "409"])
-        if isinstance(exc, api.Conflict):
-            return _tag(ProviderError(text), codes)
+            return TransientError(text, codes=_codes(c for c in codes if c != "409"))
+        if isinstance(exc, api.Conflict):  # 409, and its subclass AlreadyExists
+            return AlreadyExists(text, codes=_codes(codes))
         if isinstance(exc, api.Unauthorized):
-            return _tag(CredentialsError(text, hint=LOGIN_HINT), codes)
+            return CredentialsError(text, hint=LOGIN_HINT, codes=_codes(codes))
         if isinstance(exc, api.Forbidden):
-            return _tag(CredentialsError(text, hint=PERMISSION_HINT), codes)
+            return CredentialsError(text, hint=PERMISSION_HINT, codes=_codes(codes))
         status = int(exc.code or 0)
         if isinstance(exc, TRANSIENT_EXCEPTIONS) or status in (408, 429) or status >= 500:
-            return _tag(TransientError(text), codes)
-        return _tag(ProviderError(text), codes)
+            return TransientError(text, codes=_codes(codes))
+        return _refused(text, codes)
     if DataCorruption is not None and isinstance(exc, DataCorruption):
         return TransientError(f"{what}: checksum mismatch in transfer: {_first_line(exc)}")
     if InvalidResponse is not None and isinstance(exc, InvalidResponse):
         status = int(getattr(getattr(exc, "response", None), "status_code", 0) or 0)
         text = f"{what}: unexpected response (HTTP {status or '?'}): {_first_line(exc)}"
         if status == 404:
-            return _tag(NotFound(text), [str(status)])
-        kind = TransientError if status in (408, 429) or status >= 500 else ProviderError
-        return _tag(kind(text), [str(status)] if status else [])
+            return NotFound(text, codes=_codes([str(status)]))
+        if status in (408, 429) or status >= 500:
+            return TransientError(text, codes=_codes([str(status)]))
+        return _refused(text, [str(status)] if status else [])
     if isinstance(exc, TRANSIENT_EXCEPTIONS):
         return TransientError(f"{what}: cannot reach Google Cloud: {_first_line(exc)}")
     if isinstance(exc, SDK_EXCEPTIONS):
@@ -299,7 +307,7 @@ def operation_error(what: str, op: Any, zone: str | None = None) -> CloudtrainEr
     `op` is a `compute_v1.Operation` or its JSON dict. Each entry's `code` decides, most
     specific first: ZONE_RESOURCE_POOL_EXHAUSTED[_WITH_DETAILS] -> NoCapacityError(zone);
     QUOTA_EXCEEDED -> QuotaError naming the quota; RESOURCE_NOT_FOUND -> NotFound;
-    RESOURCE_ALREADY_EXISTS -> ProviderError (`already_exists(err)`); rate limits,
+    RESOURCE_ALREADY_EXISTS -> AlreadyExists (a ProviderError); rate limits,
     RESOURCE_NOT_READY, RESOURCE_IN_USE_BY_ANOTHER_RESOURCE, INTERNAL_ERROR -> TransientError;
     permission codes -> CredentialsError; anything else -> ProviderError. Pure.
     """
@@ -315,16 +323,16 @@ def operation_error(what: str, op: Any, zone: str | None = None) -> CloudtrainEr
     text = f"{what}: {detail}"
     status = _field(op, "http_error_status_code") or 0
     tagged = [*codes, str(status)] if status else codes
-    decided = _classify(text, codes, zone)
+    decided = _classify(text, codes, zone, tagged=tagged)
     if decided is not None:
-        return _tag(decided, tagged)
+        return decided
     code_set = set(codes)
     if code_set & NOT_FOUND_CODES:
-        return _tag(NotFound(text), tagged)
+        return NotFound(text, codes=_codes(tagged))
     if code_set & ALREADY_EXISTS_CODES:
-        return _tag(ProviderError(text), tagged)
+        return AlreadyExists(text, codes=_codes(tagged))
     if code_set & TRANSIENT_CODES:
-        return _tag(TransientError(text), tagged)
+        return TransientError(text, codes=_codes(tagged))
     if code_set & PERMISSION_CODES:
-        return _tag(CredentialsError(text, hint=PERMISSION_HINT), tagged)
-    return _tag(ProviderError(text), tagged)
+        return CredentialsError(text, hint=PERMISSION_HINT, codes=_codes(tagged))
+    return _refused(text, tagged)

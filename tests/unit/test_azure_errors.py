@@ -26,6 +26,7 @@ from azure.mgmt.compute import ComputeManagementClient
 from azure.storage.blob import BlobServiceClient
 
 from cloudtrain.errors import (
+    AlreadyExists,
     CredentialsError,
     NoCapacityError,
     NotFound,
@@ -295,10 +296,10 @@ def test_not_found_and_already_exists() -> None:
     assert str(blob).startswith("g: BlobNotFound: The specified blob does not exist.")
     assert "RequestId" not in str(blob)
     exists = translate(storage_error(409, "ContainerAlreadyExists"), "create container")
-    assert type(exists) is ProviderError and already_exists(exists)
+    assert type(exists) is AlreadyExists and already_exists(exists)  # a ProviderError (issue 15)
     assert "ContainerAlreadyExists" in error_codes(exists) and "409" in error_codes(exists)
     bare = translate(core.ResourceExistsError("exists"), "create")
-    assert type(bare) is ProviderError and already_exists(bare)
+    assert type(bare) is AlreadyExists and already_exists(bare)
 
 
 @pytest.mark.parametrize("status", [429, 500, 502, 503, 504])

@@ -16,6 +16,7 @@ from google.auth import exceptions as auth
 from google.cloud.storage.exceptions import DataCorruption, InvalidResponse
 
 from cloudtrain.errors import (
+    AlreadyExists,
     CredentialsError,
     NoCapacityError,
     NotFound,
@@ -63,7 +64,7 @@ def test_not_found_and_conflicts() -> None:
     assert type(translate(api.NotFound("no such object"), "get")) is NotFound
     for exc in (api.Conflict("bucket exists"), api.AlreadyExists("instance exists")):
         err = translate(exc, "create")
-        assert type(err) is ProviderError
+        assert type(err) is AlreadyExists and isinstance(err, ProviderError)  # issue 15
         assert already_exists(err)
     aborted = translate(api.Aborted("concurrent change"), "patch")
     assert isinstance(aborted, TransientError) and not already_exists(aborted)
@@ -183,7 +184,7 @@ def test_operation_errors() -> None:
     assert "NVIDIA_T4_GPUS (limit 1.0 in region us-east1)" in (quota.hint or "")
     assert type(operation_error("d", op(("RESOURCE_NOT_FOUND", "gone")))) is NotFound
     exists = operation_error("c", op(("RESOURCE_ALREADY_EXISTS", "exists")), "z")
-    assert type(exists) is ProviderError and exists is not None and already_exists(exists)
+    assert type(exists) is AlreadyExists and exists is not None and already_exists(exists)
     for code in (
         "RATE_LIMIT_EXCEEDED",
         "RESOURCE_NOT_READY",
