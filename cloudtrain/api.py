@@ -84,9 +84,9 @@ __all__ = [
     "status",
     "store",
 ]
-NO_SIGNALS_NOTE = (
+NO_SIGNALS_NOTE = (  # .format(run_id=...)
     "not on the main thread: stop signals (Ctrl-C, SIGTERM, SIGHUP) are not handled here; "
-    "stop the run with cloudtrain.api.down(run_id) (the teardown at its end still runs)"
+    "stop the run with cloudtrain.api.down({run_id!r}) (the teardown at its end still runs)"
 )
 
 
@@ -209,7 +209,11 @@ def launch(
     down, on every path (a failure, the budget, the deadline, Ctrl-C: the orchestrator does
     it). Detached: returns once the nodes exist; they stop themselves at the deadline, and
     `down` stops them sooner. Returns the handle; the outcome is in `handle.result`, not an
-    exception. Progress goes to `observer` (default: a `SilentObserver`)."""
+    exception. Progress goes to `observer` (default: a `SilentObserver`). On the main thread
+    SIGINT (Ctrl-C, a notebook's interrupt), SIGTERM and SIGHUP stop the run gracefully and
+    tear it down (outcome interrupted); one that lands before the run's ledger row exists
+    raises KeyboardInterrupt, nothing made. Off the main thread no signal is handled: the
+    observer is told so with the run id, and `down(run_id)` from elsewhere stops the run."""
     from cloudtrain.orchestrator import Orchestrator
     from cloudtrain.runtypes import RunOptions
 
@@ -222,11 +226,11 @@ def launch(
 
         options = replace(options, detach=detach)
     seen = observer if observer is not None else SilentObserver()
-    if threading.current_thread() is not threading.main_thread():
-        seen.event(NO_SIGNALS_NOTE)
     orch = Orchestrator(
         ready.spec, the_plan, prov, ledger(), seen, options, resume_from=ready.resume_from
     )
+    if threading.current_thread() is not threading.main_thread():
+        seen.event(NO_SIGNALS_NOTE.format(run_id=orch.run_id))
     result = orch.run()
     return RunHandle(result.run_id, the_plan, result, seen)
 

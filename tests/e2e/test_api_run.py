@@ -6,6 +6,7 @@ thread (where stop signals cannot be handled: it says so) followed with `logs(fo
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -64,7 +65,7 @@ def test_a_detached_run_from_a_thread_then_logs_status_and_down(home: Env) -> No
     (handle,) = started
     assert isinstance(handle, api.RunHandle), handle
     assert handle.detached and handle.result.outcome is Outcome.DETACHED
-    assert api.NO_SIGNALS_NOTE in seen.events
+    assert api.NO_SIGNALS_NOTE.format(run_id=handle.run_id) in seen.events
     stream = handle.logs(follow=True)
     lines = [str(x) for x in stream]
     assert "[worker-0] cloudtrain: epoch 3/3 done" in lines, lines
@@ -77,3 +78,33 @@ def test_a_detached_run_from_a_thread_then_logs_status_and_down(home: Env) -> No
     assert api.status(handle.run_id).done
     assert handle.down().nodes_deleted == []  # idempotent
     assert_clean(home, handle.run_id)
+
+
+def test_an_attached_run_in_a_thread_is_stopped_by_down_and_torn_down(home: Env) -> None:
+    """No signal reaches a run off the main thread: `api.down(run_id)` from elsewhere stops
+    it; the attached call returns `interrupted` and nothing is left."""
+    job = home.tick_job("apistop", epochs=400, seconds=0.5)
+    seen = api.SilentObserver()
+    started: list[object] = []
+
+    def start() -> None:
+        try:
+            started.append(api.run(job, observer=seen))
+        except BaseException as exc:  # the test reports what escaped
+            started.append(exc)
+
+    thread = threading.Thread(target=start, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 120
+    while not any("epoch 2/400" in x.line for x in seen.lines):
+        assert time.monotonic() < deadline and thread.is_alive(), (started, seen.events)
+        time.sleep(0.2)
+    (run_id,) = home.run_ids()
+    assert api.NO_SIGNALS_NOTE.format(run_id=run_id) in seen.events
+    api.down(run_id)
+    thread.join(timeout=120)
+    (handle,) = started
+    assert isinstance(handle, api.RunHandle), handle
+    assert handle.result.outcome is Outcome.INTERRUPTED, handle.result.detail
+    assert "cloudtrain down" in handle.result.detail
+    assert_clean(home, run_id)
