@@ -221,10 +221,10 @@ def launch(
     prov = run_provider(ready.spec, the_plan)
     if options is None:
         options = RunOptions.for_provider(the_plan.provider, detach=detach)
-    elif options.detach != detach:
+    elif detach and not options.detach:  # detached if either says so
         from dataclasses import replace
 
-        options = replace(options, detach=detach)
+        options = replace(options, detach=True)
     seen = observer if observer is not None else SilentObserver()
     orch = Orchestrator(
         ready.spec, the_plan, prov, ledger(), seen, options, resume_from=ready.resume_from
