@@ -14,9 +14,7 @@ run's deadline; with InstanceInitiatedShutdownBehavior=terminate that deletes th
 
 from __future__ import annotations
 
-import gzip
 import hashlib
-import json
 import threading
 import time
 from datetime import datetime
@@ -27,14 +25,19 @@ from botocore.exceptions import ClientError
 from cloudtrain.crashpoints import crash_point
 from cloudtrain.errors import ProviderError, TransientError
 from cloudtrain.providers.aws import identity, network
+from cloudtrain.providers.aws.bodies import (
+    client_token,
+    launch_params,
+    node_state,
+    node_tags,
+    to_node,
+)
 from cloudtrain.providers.aws.clients import client
 from cloudtrain.providers.aws.errors import aws_errors, error_code
 from cloudtrain.providers.aws.identity import KIND_PROFILE, KIND_ROLE
 from cloudtrain.providers.aws.images import image_for, resolve_ami
 from cloudtrain.providers.aws.network import (
     KIND_GROUP,
-    TAG_INDEX,
-    TAG_ROLE,
     TAG_RUN,
     call,
     resource_name,
@@ -44,23 +47,18 @@ from cloudtrain.providers.base import (
     Compute,
     Node,
     NodeRequest,
-    NodeState,
     ProviderConfig,
     Resource,
     RunInfo,
     StartupBlocks,
     Tagged,
-    parse_node_name,
     shutdown_at_deadline,
 )
 
-USER_DATA_GZIP_OVER = 14 * 1024  # larger scripts are gzipped (cloud-init unpacks them)
-USER_DATA_MAX = 16 * 1024  # EC2's limit on raw user data
 LISTED_STATES = ["pending", "running", "stopping", "stopped", "shutting-down"]
 TERMINATE_POLL_S = 1.0
 TERMINATE_TIMEOUT_S = 600.0
 TERMINATE_AGAIN_EVERY = 30  # polls between repeated terminate calls for stragglers
-SPOT_INTERRUPTION = "Server.SpotInstanceTermination"
 VENV_PYTHON = "/opt/cloudtrain/venv/bin/python"
 
 _METADATA = """\
@@ -81,72 +79,11 @@ _SELF_SHUTDOWN = shutdown_at_deadline(
 )
 
 
-def user_data(script: str) -> bytes | str:
-    """The UserData for a startup script: as is, or gzipped (deterministically) when larger
-    than 14 KiB. boto3 base64-encodes it itself. Raises ProviderError past EC2's 16 KiB. Pure."""
-    raw = script.encode()
-    if len(raw) <= USER_DATA_GZIP_OVER:
-        return script
-    packed = gzip.compress(raw, compresslevel=9, mtime=0)
-    if len(packed) > USER_DATA_MAX:
-        raise ProviderError(
-            f"the startup script is {len(packed)} bytes gzipped; EC2 allows {USER_DATA_MAX}",
-            hint="keep job env values short; large files belong in the bundle",
-        )
-    return packed
-
-
-def client_token(name: str, fingerprint: dict[str, Any]) -> str:
-    """The ClientToken of a launch: the node name plus a hash of its parameters (startup script
-    included), at most 64 characters. The same launch retried gets the same token. Pure."""
-    digest = hashlib.sha256(json.dumps(fingerprint, sort_keys=True).encode()).hexdigest()[:16]
-    return f"{name[:47]}-{digest}"
-
-
 def _profile_not_ready(exc: ClientError) -> bool:
     """An instance profile IAM has made but EC2 does not see yet (eventual consistency)."""
     message = str(exc.response.get("Error", {}).get("Message", "")).lower()
     return error_code(exc) == "InvalidParameterValue" and (
         "iaminstanceprofile" in message or "instance profile" in message
-    )
-
-
-def _state(instance: dict[str, Any]) -> NodeState:
-    """EC2 state -> NodeState; a spot instance AWS is taking back is 'preempted'."""
-    name = str(instance.get("State", {}).get("Name", ""))
-    if name in ("pending", "running"):
-        return name  # type: ignore[return-value]
-    if name in ("stopping", "stopped"):
-        return "stopped"
-    reason = str(instance.get("StateReason", {}).get("Code", ""))
-    if instance.get("InstanceLifecycle") == "spot" and reason == SPOT_INTERRUPTION:
-        return "preempted"
-    return "terminated"
-
-
-def _to_node(instance: dict[str, Any]) -> Node | None:
-    """A Node from a described instance, or None if its tags do not name a cloudtrain node."""
-    tags = network.tag_dict(instance.get("Tags"))
-    name = tags.get("Name", "")
-    parsed = parse_node_name(name)
-    if parsed is None or TAG_RUN not in tags:
-        return None
-    try:
-        index = int(tags.get(TAG_INDEX, parsed[2]))
-    except ValueError:
-        index = parsed[2]
-    return Node(
-        name=name,
-        run_id=tags[TAG_RUN],
-        role=tags.get(TAG_ROLE, parsed[1]),
-        index=index,
-        state=_state(instance),
-        private_ip=instance.get("PrivateIpAddress"),
-        public_ip=instance.get("PublicIpAddress"),
-        spot=instance.get("InstanceLifecycle") == "spot",
-        zone=instance.get("Placement", {}).get("AvailabilityZone"),
-        instance_type=instance.get("InstanceType"),
-        cloud_id=instance.get("InstanceId"),
     )
 
 
@@ -272,7 +209,7 @@ class AwsCompute(Compute):
         if name is not None:
             filters.append({"Name": "tag:Name", "Values": [name]})
         nodes = [
-            n for i in self._describe(filters, f"list nodes of run {run_id}") if (n := _to_node(i))
+            n for i in self._describe(filters, f"list nodes of run {run_id}") if (n := to_node(i))
         ]
         # a name may have a dying instance and its replacement: the live one comes last, so
         # `{n.name: n for n in nodes}` keeps it
@@ -294,7 +231,7 @@ class AwsCompute(Compute):
         ]
         out: list[Tagged] = []
         for inst in self._describe(filters, f"list cloudtrain's instances in {self.region}"):
-            node = _to_node(inst)
+            node = to_node(inst)
             if node is None:
                 continue
             launched = inst.get("LaunchTime")
@@ -333,65 +270,19 @@ class AwsCompute(Compute):
         zone = zone_name(self.region, wanted)
         image = self.resolve_image(request)
         group_id = self._group_id(run.run_id)
-        tags = network.tag_list(
-            {
-                **{k: v for k, v in request.labels.items() if not k.startswith("aws:")},
-                TAG_RUN: run.run_id,
-                TAG_ROLE: request.role,
-                TAG_INDEX: str(request.index),
-                "Name": request.name,
-            }
-        )
-        params: dict[str, Any] = {
-            "ImageId": image,
-            "InstanceType": request.instance_type,
-            "MinCount": 1,
-            "MaxCount": 1,
-            "UserData": user_data(request.startup_script),
-            "TagSpecifications": [
-                {"ResourceType": "instance", "Tags": tags},
-                {"ResourceType": "volume", "Tags": tags},
-            ],
-            "InstanceInitiatedShutdownBehavior": "terminate",
-            "MetadataOptions": {
-                "HttpTokens": "required",
-                "HttpEndpoint": "enabled",
-                "HttpPutResponseHopLimit": 2,
-            },
-            "IamInstanceProfile": {"Name": resource_name(run.run_id)},
-            "SecurityGroupIds": [group_id],
-            "BlockDeviceMappings": [
-                {
-                    "DeviceName": "/dev/sda1",
-                    "Ebs": {
-                        "VolumeSize": request.disk_gb,
-                        "VolumeType": "gp3",
-                        "DeleteOnTermination": True,
-                    },
-                }
-            ],
-        }
-        if zone:
-            params["Placement"] = {"AvailabilityZone": zone}
-        if request.spot:
-            params["InstanceMarketOptions"] = {
-                "MarketType": "spot",
-                "SpotOptions": {
-                    "SpotInstanceType": "one-time",
-                    "InstanceInterruptionBehavior": "terminate",
-                },
-            }
+        tags = node_tags(run.run_id, request)
+        params = launch_params(run.run_id, request, image, group_id, zone, tags)
         fingerprint = {k: v for k, v in params.items() if k != "UserData"}
         fingerprint["script"] = hashlib.sha256(request.startup_script.encode()).hexdigest()
         params["ClientToken"] = client_token(request.name, fingerprint)
         where = zone if zone == wanted else f"{zone} ({wanted})"
         what = f"create instance {request.name} ({request.instance_type}) in {where or self.region}"
         instance = self._launch(params, what, wanted)
-        if _state(instance) not in ("pending", "running"):
+        if node_state(instance) not in ("pending", "running"):
             # the token matched an earlier launch whose instance is gone: launch afresh
             params["ClientToken"] = client_token(request.name, {**fingerprint, "t": time.time_ns()})
             instance = self._launch(params, what, wanted)
-        node = _to_node({**instance, "Tags": tags})
+        node = to_node({**instance, "Tags": tags})
         assert node is not None  # the tags above name a node
         return node
 

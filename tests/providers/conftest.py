@@ -1,9 +1,12 @@
-"""The `provider` fixture: the contract suite runs once per entry of `CASES`.
+"""The `provider` fixture: the contract suite runs once per registered provider
+(`cloudtrain.providers.names()`) and once for the in-memory test provider (`TEST_ONLY`).
 
-Each `ProviderCase` says how to build the provider for one test, which store URI to use, whether
-it can run today (an emulator or SDK may be missing: the case then skips with the reason), and
-what its nodes leave behind (for `local`, the processes of a node's session). Adding a cloud is
-one entry, e.g.
+Each `ProviderCase` of `CASES` says how to build the provider for one test, which store URI to
+use, whether it can run today (an emulator or SDK may be missing: the case then skips with the
+reason), and what its nodes leave behind (for `local`, the processes of a node's session). A
+registered provider without a case FAILS every contract test (it is never skipped silently), and
+so does a case for a provider that is not registered. Adding a cloud is one entry (see
+providers/README.md), e.g.
 
     "aws": ProviderCase(
         name="aws",
@@ -11,13 +14,12 @@ one entry, e.g.
         store_uri=lambda tmp: f"s3://cloudtrain-test-{uuid.uuid4().hex[:12]}/pfx",
         unavailable=lambda: None if moto_available() else "moto server mode is not installed",
         fixtures=("moto_server", "moto_public_images"),  # moto: one server, reset per test
-        compute_unavailable=_aws_compute_unavailable,  # None once providers/aws/compute.py exists
     ),
 
 `fixtures` are requested before `build` (e.g. an emulator that sets the SDK's environment), and
-`compute_unavailable` skips only the compute tests (at `harness.compute`), so a provider whose
-store is ready runs its store tests while its compute is still missing. Compute tests must take
-the compute as `provider.compute` (the harness), not `provider.provider.compute`.
+`compute_unavailable` skips only the compute tests (at `harness.compute`), for a case whose
+compute cannot run here (every registered provider's can today: none sets it). Compute tests
+must take the compute as `provider.compute` (the harness), not `provider.provider.compute`.
 
 The fixture records every run id a test uses (`harness.run_id()`) and tears all of them down:
 their nodes and network resources, and for `local` any process still in a node's session.
@@ -26,7 +28,6 @@ their nodes and network resources, and for `local` any process still in a node's
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import json
 import uuid
 from collections.abc import Callable, Iterator
@@ -35,6 +36,7 @@ from pathlib import Path
 
 import pytest
 
+from cloudtrain.providers import names
 from cloudtrain.providers.base import Compute, Node, Provider, ProviderConfig
 from tests.fakes.azure_cloud import azure_cloud, azurite, azurite_session
 from tests.fakes.gcp_cloud import gcp_cloud, gcs_emulator, gcs_emulator_session
@@ -107,13 +109,6 @@ def _aws_build(tmp: Path) -> Provider:
     return AwsProvider(ProviderConfig(name="aws", region="us-east-1"))
 
 
-def _aws_compute_unavailable() -> str | None:
-    """AwsCompute is being written: its tests skip until providers/aws/compute.py exists."""
-    if importlib.util.find_spec("cloudtrain.providers.aws.compute") is None:
-        return "providers/aws/compute.py (AwsCompute) does not exist yet"
-    return None
-
-
 def _gcp_build(tmp: Path) -> Provider:
     from cloudtrain.providers.gcp.provider import GcpProvider
 
@@ -124,13 +119,6 @@ def _azure_build(tmp: Path) -> Provider:
     from cloudtrain.providers.azure.provider import AzureProvider
 
     return AzureProvider(ProviderConfig(name="azure", region="eastus"))
-
-
-def _azure_compute_unavailable() -> str | None:
-    """AzureCompute is being written: its tests skip until providers/azure/compute.py exists."""
-    if importlib.util.find_spec("cloudtrain.providers.azure.compute") is None:
-        return "providers/azure/compute.py (AzureCompute) does not exist yet"
-    return None
 
 
 def _memory_build(tmp: Path) -> Provider:
@@ -160,7 +148,6 @@ CASES: dict[str, ProviderCase] = {
         store_uri=lambda tmp: f"s3://cloudtrain-test-{uuid.uuid4().hex[:12]}/pfx",
         unavailable=lambda: None if moto_available() else "moto server mode is not installed",
         fixtures=("moto_server", "moto_public_images"),
-        compute_unavailable=_aws_compute_unavailable,
     ),
     "gcp": ProviderCase(
         name="gcp",
@@ -173,10 +160,28 @@ CASES: dict[str, ProviderCase] = {
         build=_azure_build,
         store_uri=lambda tmp: f"az://devstoreaccount1/ct-test-{uuid.uuid4().hex[:12]}/pfx",
         fixtures=("azure_cloud",),  # the ARM fake and Azurite, env pointed at both
-        compute_unavailable=_azure_compute_unavailable,
         put_headers=("x-ms-blob-type: BlockBlob",),  # Put Blob needs it (as on Azure)
     ),
 }
+
+
+TEST_ONLY = ("memory",)  # providers the contract covers that are not registered (test doubles)
+CONTRACT = tuple(sorted({*names(), *TEST_ONLY}))  # what the `provider` fixture runs over
+
+
+def case_for(name: str) -> ProviderCase:
+    """The ProviderCase of `name`; FAILS the test (never skips) for a registered provider
+    without one, or a case of a provider that is neither registered nor test-only."""
+    case = CASES.get(name)
+    if case is None:
+        pytest.fail(
+            f"provider {name!r} is registered (cloudtrain.providers.names()) but has no "
+            "ProviderCase in tests/providers/conftest.py: add one (providers/README.md)"
+        )
+    stray = sorted(set(CASES) - set(CONTRACT))
+    if stray:
+        pytest.fail(f"ProviderCase(s) {stray} name no registered or test-only provider")
+    return case
 
 
 @dataclass
@@ -223,12 +228,13 @@ class Harness:
                 errors.append(exc)
 
 
-@pytest.fixture(params=sorted(CASES), ids=str)
+@pytest.fixture(params=CONTRACT, ids=str)
 def provider(
     request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[Harness]:
-    """One provider of `CASES`, isolated in `tmp_path`, with every run it made torn down."""
-    case = CASES[request.param]
+    """Each registered provider and each test-only one (`CONTRACT`), isolated in `tmp_path`,
+    with every run it made torn down."""
+    case = case_for(request.param)
     reason = case.unavailable()
     if reason:
         pytest.skip(f"{case.name}: {reason}")

@@ -38,11 +38,8 @@ from cloudtrain.errors import (  # noqa: E402
 )
 from cloudtrain.providers.aws import compute as compute_mod  # noqa: E402
 from cloudtrain.providers.aws import images, network, zones  # noqa: E402
-from cloudtrain.providers.aws.compute import (  # noqa: E402
-    AwsCompute,
-    client_token,
-    user_data,
-)
+from cloudtrain.providers.aws.bodies import client_token, user_data  # noqa: E402
+from cloudtrain.providers.aws.compute import AwsCompute  # noqa: E402
 from cloudtrain.providers.aws.identity import parse_s3_uri, s3_policy  # noqa: E402
 from cloudtrain.providers.base import NodeRequest, Resource, RunInfo, node_name  # noqa: E402
 from cloudtrain.providers.retrying import RetryingCompute  # noqa: E402
