@@ -16,10 +16,12 @@ from cloudtrain.providers.base import Node, NodeRequest, Provider, Resource, Run
 from cloudtrain.providers.faults import FaultPlan, FaultyProvider, FaultyStore
 from cloudtrain.providers.retrying import (
     DEADLINES_S,
+    RetryingCompute,
     RetryingProvider,
     RetryingStore,
     wrap_provider,
 )
+from tests.fakes.memory_provider import MemoryCompute
 
 RUN = "layer-abc123"
 INFO = RunInfo(RUN, None, None, (2222, 2223))
@@ -133,3 +135,35 @@ def test_the_layers_wrap_once_and_faults_stay_below_the_retries(
     with pytest.raises(TransientError):
         below.compute.list_nodes(RUN)
     assert below.inner.compute.calls["list_nodes"] == ATTEMPTS
+
+
+class BatchDeletes(MemoryCompute):
+    """An in-memory compute that deletes many nodes in one call (as AWS's terminate does), the
+    first `throttled` such calls throttled."""
+
+    def __init__(self, throttled: int) -> None:
+        super().__init__()
+        self.throttled = throttled
+        self.batches: list[list[str]] = []
+
+    def delete_listed(self, nodes: list[Node]) -> None:
+        self.batches.append([n.name for n in nodes])
+        if len(self.batches) <= self.throttled:
+            raise TransientError("throttled (batch)")
+        for node in nodes:
+            MemoryCompute.delete_node(self, node)
+
+
+def test_a_batch_delete_is_retried_as_one_call_not_per_node() -> None:
+    inner = BatchDeletes(throttled=2)
+    compute = RetryingCompute(inner)
+    nodes = compute.create_nodes(INFO, [request(i) for i in range(3)])
+    compute.delete_nodes(RUN)
+    names = sorted(n.name for n in nodes)
+    assert [sorted(b) for b in inner.batches] == [names] * 3  # two throttled, then done
+    assert inner.calls["delete_node"] == 3 and compute.list_nodes(RUN) == []
+    always = RetryingCompute(BatchDeletes(throttled=10**6))
+    made = always.create_nodes(INFO, [request(0)])
+    with pytest.raises(TransientError):
+        always.delete_listed(made)
+    assert len(always.inner.batches) == ATTEMPTS  # type: ignore[attr-defined]
