@@ -6,9 +6,10 @@ logs. The region comes from the spec, else from the profile/environment.
 This file holds only `INFO`, what the registry reads; it imports no SDK, so `cloudtrain --help`
 and the node agent may read it. The modules, named as in every cloud package
 (providers/README.md): `provider` (AwsProvider), `clients` (boto3 sessions and clients),
-`errors` (botocore -> cloudtrain errors), `compute` (AwsCompute, with its request bodies inline),
-`network` (the run's security group), `identity` (the run's IAM role), `storage` (S3Store),
-`images` (AMIs), `zones`, `preemption` (the node-side probe, stdlib only), `pricing` (the price list).
+`errors` (botocore -> cloudtrain errors), `bodies` (EC2 request bodies), `compute`
+(AwsCompute), `network` (the run's security group), `identity` (the run's IAM role), `storage`
+(S3Store), `images` (AMIs), `zones`, `preemption` (the node-side probe, stdlib only), `pricing`
+(the price list), `catalog_rules` (the catalog's supplement rows), `options` (its settings).
 """
 
 from __future__ import annotations

@@ -1,0 +1,166 @@
+"""No module outside providers/ (and tests/) names a cloud: what cloudtrain knows of a cloud is in
+its package, declared in its INFO (providers/README.md), and the rest asks the registry.
+
+Checked over cloudtrain/ and jobs/: every string literal of the Python code (docstrings are
+prose, and comments are not code), every identifier, and every non-comment line of the other
+files (the bootstrap template). A cloud name is `aws`, `gcp` or `azure` as a word, in any case.
+Each exception is listed in ALLOWED with its reason.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SCANNED = ("cloudtrain", "jobs")
+CLOUD = re.compile(r"(?<![A-Za-z0-9])(aws|gcp|azure)(?![A-Za-z0-9])", re.IGNORECASE)
+IDENTIFIER = re.compile(r"(?:^|_)(aws|gcp|azure)(?:_|$)", re.IGNORECASE)
+# folders that are data, not code
+SKIPPED_DIRS = {
+    # the bundled price catalog: one CSV per provider, each row keyed by the provider's name
+    # (package data, written by catalog_build); its README documents those files
+    "cloudtrain/catalog",
+}
+
+# (file, literal text it may contain): why. Each of these belongs to another part of issue 15
+# and says how it goes; nothing else may name a cloud.
+ALLOWED: dict[tuple[str, str], str] = {
+    (
+        "cloudtrain/cli.py",
+        "Run a TensorFlow training job on the cheapest GPU VMs of AWS, GCP, Azure or this ",
+    ): "the product's one-line description in `cloudtrain --help` (prose, like the README)",
+    (
+        "cloudtrain/cli.py",
+        "local, aws, gcp, azure, or cheapest of the clouds (overrides the spec)",
+    ): "--provider help text; to come from providers.names() (cli.py, H5)",
+    (
+        "cloudtrain/cli.py",
+        "GCP project / Azure subscription, when the ledger has no record of RUN.",
+    ): "--project help text; to come from INFO.account_field (cli.py, H5)",
+    ("cloudtrain/cli.py", "GCP project / Azure subscription."): (
+        "--project help text; to come from INFO.account_field (cli.py, H5)"
+    ),
+    ("cloudtrain/plan.py", ", or set provider to aws, gcp or azure"): (
+        "a hint naming the clouds; to come from plan_search.CLOUDS (plan.py, H4)"
+    ),
+    ("cloudtrain/spec.py", ", or set provider to aws, gcp or azure"): (
+        "a hint naming the clouds; to come from plan_search.CLOUDS (spec.py, H4)"
+    ),
+    ("cloudtrain/spec.py", "where to run; 'cheapest': the cheapest of aws, gcp and azure"): (
+        "schema description of `provider`; to come from the registry (spec.py, H4)"
+    ),
+    ("cloudtrain/spec.py", "GCP project id"): (
+        "schema description of the deprecated top-level `project:` alias (spec.py, H4)"
+    ),
+    ("cloudtrain/spec.py", "Azure subscription id"): (
+        "schema description of the deprecated top-level `subscription:` alias (spec.py, H4)"
+    ),
+    ("cloudtrain/spec.py", "e.g. providers: {gcp: {network: my-vpc}}"): (
+        "schema description of `providers:` with an example section (spec.py, H4)"
+    ),
+}
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                found.add(id(body[0].value))
+    return found
+
+
+def _identifiers(node: ast.AST) -> list[str]:
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return [node.name]
+    if isinstance(node, ast.Name):
+        return [node.id]
+    if isinstance(node, ast.Attribute):
+        return [node.attr]
+    if isinstance(node, ast.arg):
+        return [node.arg]
+    if isinstance(node, ast.alias):
+        return [node.asname or node.name.rsplit(".", 1)[-1]]
+    return []
+
+
+def python_findings(path: Path, rel: str) -> list[tuple[str, int, str]]:
+    """(file, line, text) of each string literal (not a docstring) or identifier naming a
+    cloud in one Python file. Pure but for reading it."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=rel)
+    docstrings = _docstrings(tree)
+    found = []
+    for node in ast.walk(tree):
+        text = node.value if isinstance(node, ast.Constant) else None
+        if isinstance(text, str) and id(node) not in docstrings and CLOUD.search(text):
+            found.append((rel, node.lineno, text))
+        for name in _identifiers(node):
+            if IDENTIFIER.search(name):
+                found.append((rel, getattr(node, "lineno", 0), name))
+    return found
+
+
+def text_findings(path: Path, rel: str) -> list[tuple[str, int, str]]:
+    """(file, line, text) of each non-comment line naming a cloud in a template or script."""
+    found = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        stripped = line.strip()
+        if stripped.startswith(("#", "{#")):
+            continue
+        if CLOUD.search(line):
+            found.append((rel, number, stripped))
+    return found
+
+
+def findings(root: Path = ROOT) -> list[tuple[str, int, str]]:
+    """Every place in cloudtrain/ and jobs/ that names a cloud and is not in ALLOWED."""
+    out = []
+    for folder in SCANNED:
+        for path in sorted((root / folder).rglob("*")):
+            rel = path.relative_to(root).as_posix()
+            if not path.is_file() or "__pycache__" in rel:
+                continue
+            if any(rel.startswith(skipped + "/") for skipped in SKIPPED_DIRS):
+                continue
+            if path.suffix == ".py":
+                found = python_findings(path, rel)
+            elif path.suffix in (".pyc", ".typed"):
+                continue
+            else:
+                found = text_findings(path, rel)
+            out += [
+                (file, line, text)
+                for file, line, text in found
+                if not any(file == f and snippet in text for f, snippet in ALLOWED)
+            ]
+    return out
+
+
+def test_no_module_outside_providers_names_a_cloud() -> None:
+    found = findings()
+    report = "\n".join(f"{file}:{line}: {text[:120]!r}" for file, line, text in found)
+    assert not found, (
+        "these name a cloud outside providers/: ask the registry (cloudtrain.providers: names, "
+        "info, INFO fields) instead, or add the exception to ALLOWED with its reason\n" + report
+    )
+
+
+def test_the_scan_finds_a_planted_cloud_name(tmp_path: Path) -> None:
+    planted = tmp_path / "jobs"
+    planted.mkdir()
+    (planted / "probe.py").write_text(
+        '"""Docstrings may say AWS."""\n'
+        "# and so may comments: gcp\n"
+        'SCHEMES = {"s3": "aws"}\n'
+        "def azure_only() -> None: ...\n"
+    )
+    (planted / "boot.sh.j2").write_text("# comments may: Azure\ncurl http://gcp.example\n")
+    found = findings(tmp_path)
+    assert sorted((f, line) for f, line, _ in found) == [
+        ("jobs/boot.sh.j2", 2),
+        ("jobs/probe.py", 3),
+        ("jobs/probe.py", 4),
+    ]
