@@ -33,7 +33,6 @@ from cloudtrain.api_build import (
     record_provider,
     run_provider,
     set_warning_handler,
-    store,
 )
 from cloudtrain.api_logs import NODE_RE, LogStream, job_over, poll
 from cloudtrain.api_types import (
@@ -82,7 +81,6 @@ __all__ = [
     "run_provider",
     "set_warning_handler",
     "status",
-    "store",
 ]
 NO_SIGNALS_NOTE = (  # .format(run_id=...)
     "not on the main thread: stop signals (Ctrl-C, SIGTERM, SIGHUP) are not handled here; "
@@ -274,7 +272,7 @@ def status(run_id: str) -> RunStatus:
     rec = find_run(run_id)
     the_ledger = ledger()
     prov = record_provider(rec)
-    snap, unreadable = poll(RunReader(store(prov, str(rec.store_uri)), rec.run_id))
+    snap, unreadable = poll(RunReader(prov.store(str(rec.store_uri)), rec.run_id))
     attempt = max((int(s.get("attempt", 0)) for s in snap.statuses.values()), default=0)
     nodes = {n.name: n for n in prov.compute.list_nodes(rec.run_id)}
     live = [r for r in the_ledger.resources(rec.run_id, live_only=True) if r.kind != "bucket"]
@@ -318,7 +316,7 @@ def logs(
     stream = LogStream(
         rec,
         prov,
-        RunReader(store(prov, str(rec.store_uri)), rec.run_id),
+        RunReader(prov.store(str(rec.store_uri)), rec.run_id),
         ledger(),
         node=node,
         follow=follow,
@@ -336,7 +334,7 @@ def bootstrap_logs(run_id: str, *, node: str | None = None) -> dict[str, str]:
 
     rec = find_run(run_id)
     _check_node(node)
-    reader = RunReader(store(record_provider(rec), str(rec.store_uri)), rec.run_id)
+    reader = RunReader(record_provider(rec).store(str(rec.store_uri)), rec.run_id)
     return {
         name: reader.bootstrap_log(name)
         for name in reader.bootstrap_nodes()

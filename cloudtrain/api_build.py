@@ -1,5 +1,6 @@
 """The building blocks of `cloudtrain.api`: the ledger, the providers (built from the typed
-provider config of a spec or of a ledger record), their stores, and the run-id lookup. Also
+provider config of a spec or of a ledger record; their stores retry every call), and the
+run-id lookup. Also
 where the API's warnings go. Imports no SDK at module level.
 """
 
@@ -13,7 +14,7 @@ from cloudtrain.api_types import LOG
 if TYPE_CHECKING:
     from cloudtrain.ledger import Ledger, RunRecord
     from cloudtrain.plan import Plan
-    from cloudtrain.providers.base import ObjectStore, Provider, ProviderConfig
+    from cloudtrain.providers.base import Provider, ProviderConfig
     from cloudtrain.spec import JobSpec
 
 
@@ -40,14 +41,12 @@ def set_warning_handler(handler: Callable[[str], None] | None) -> None:
 
 
 def _built(config: ProviderConfig) -> Provider:
-    """The provider `config` names, wrapped by the fault injector when $CLOUDTRAIN_FAULTS is set
-    (tests and benchmarks use it to make any provider slow or flaky)."""
+    """The provider `config` names, as the registry builds it: wrapped once by the test-only
+    faults of $CLOUDTRAIN_FAULTS and the one retry layer (every compute and store call of it is
+    retried; nothing here retries again)."""
     from cloudtrain.providers import get_provider
-    from cloudtrain.providers.faults import FaultPlan, wrap
 
-    prov = get_provider(config.name, config)
-    faults = FaultPlan.from_env()
-    return wrap(prov, faults) if faults else prov
+    return get_provider(config.name, config)
 
 
 def provider(
@@ -76,13 +75,6 @@ def record_provider(rec: RunRecord) -> Provider:
     from cloudtrain.provider_config import config_for_record
 
     return _built(config_for_record(rec, warn=_warn))
-
-
-def store(prov: Provider, uri: str) -> ObjectStore:
-    """The provider's store at `uri`, every call through the one retry policy."""
-    from cloudtrain.providers.retrying import RetryingStore
-
-    return RetryingStore(prov.store(uri))
 
 
 def find_run(run_id: str) -> RunRecord:

@@ -33,13 +33,6 @@ def provider(
     return api.provider(name, region, zone, account)
 
 
-def store(prov: Any, uri: str) -> Any:
-    """The provider's store at `uri` (see `cloudtrain.api.store`)."""
-    from cloudtrain import api
-
-    return api.store(prov, uri)
-
-
 def ledger() -> Ledger:
     """The ledger at $CLOUDTRAIN_HOME/ledger.db (created on first use)."""
     from cloudtrain import api
