@@ -19,8 +19,30 @@ from __future__ import annotations
 import ipaddress
 import re
 import urllib.parse
+from collections.abc import Iterator, Mapping
 
-SCHEMES = {"local": "file", "aws": "s3", "gcp": "gs", "azure": "az"}  # provider -> scheme
+
+class _Schemes(Mapping[str, str]):
+    """Provider name -> the URI scheme of its store, as each provider's INFO declares it. Read
+    from the registry when asked, not at import: local.py imports this module, and the registry
+    imports local.py for its INFO."""
+
+    def _map(self) -> dict[str, str]:
+        from cloudtrain.providers.registry import infos
+
+        return {i.name: i.scheme for i in infos()}
+
+    def __getitem__(self, name: str) -> str:
+        return self._map()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._map())
+
+    def __len__(self) -> int:
+        return len(self._map())
+
+
+SCHEMES: Mapping[str, str] = _Schemes()  # provider -> scheme
 _URI_RE = re.compile(r"^(?P<scheme>[a-z0-9]+)://(?P<rest>.*)$", re.DOTALL)
 
 # Linux: PATH_MAX 4096 bytes with the NUL, NAME_MAX 255 bytes per name (<linux/limits.h>)
