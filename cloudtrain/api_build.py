@@ -52,12 +52,32 @@ def _built(config: ProviderConfig) -> Provider:
 def provider(
     name: str, region: str | None = None, zone: str | None = None, account: str | None = None
 ) -> Provider:
-    """The named provider with its options' defaults (no job spec, no ledger record: `down`
-    of an unrecorded run, `gc`). `account`: the GCP project / Azure subscription. Loads that
-    provider's SDK; creates nothing."""
-    from cloudtrain.providers.base import ProviderConfig
+    """The named provider with no job spec and no ledger record to take its options from
+    (`down` of an unrecorded run, `gc`): config.yaml's and the deprecated variables' options,
+    as for a run recorded before options were kept. `account`: the GCP project / Azure
+    subscription (None: the options', else the SDK's default). Loads that provider's SDK;
+    creates nothing. UsageError for an unknown provider, SpecError for a bad config.yaml."""
+    from cloudtrain.ledger import RunRecord
+    from cloudtrain.providers import info
 
-    return _built(ProviderConfig(name=name, region=region, zone=zone, account=account))
+    info(name)  # an unknown name is a UsageError before any options model is looked for
+    unrecorded = RunRecord(
+        run_id="",
+        name="",
+        provider=name,
+        region=region,
+        zone=zone,
+        account=account,
+        spec_path=None,
+        store_uri=None,
+        plan_json=None,
+        status="",
+        outcome=None,
+        created_at=0.0,
+        ended_at=None,
+        detail=None,
+    )
+    return record_provider(unrecorded)
 
 
 def run_provider(spec: JobSpec, the_plan: Plan) -> Provider:

@@ -219,3 +219,14 @@ def test_stop_signals_degrade_when_python_refuses_the_handler(
     assert installed == [] and "main thread" in str(why)
     assert "are not handled" in caplog.text
     assert {s: signal.getsignal(s) for s in before} == before
+
+
+def test_a_provider_with_no_spec_or_record_takes_config_yaml_options(home: Path) -> None:
+    """`down` of an unrecorded run and `gc` build their provider from config.yaml's options
+    (as for a run recorded before options were kept), wrapped once by the retry layer."""
+    (home / "config.yaml").write_text(f"providers:\n  local:\n    root: {home / 'nodes'}\n")
+    prov = api.provider("local")
+    assert prov.config.option("root") == str(home / "nodes")
+    assert type(prov).__name__ == "RetryingProvider"
+    with pytest.raises(UsageError, match="unknown provider 'openstack'"):
+        api.provider("openstack")
