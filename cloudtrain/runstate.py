@@ -17,7 +17,7 @@ from cloudtrain.jobs import protocol
 from cloudtrain.jobs.protocol import D, Document, Heartbeat, NodeStatus, NoticeDoc, run_prefix
 from cloudtrain.providers.base import ObjectStore
 
-__all__ = ["RunReader", "Snapshot", "archive_bootstrap_log", "run_prefix"]
+__all__ = ["RunReader", "Snapshot", "archive_bootstrap_log"]
 _DOCUMENTS: dict[str, type[Document]] = {
     protocol.STATUS: NodeStatus,
     protocol.HEARTBEAT: Heartbeat,

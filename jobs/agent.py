@@ -42,7 +42,7 @@ from cloudtrain.jobs.tf_config import build_tf_config, chief_task, needs_tf_conf
 from cloudtrain.providers.base import node_name
 from cloudtrain.redact import Redactor
 
-__all__ = ["FINAL_STATES", "Agent", "LogPump", "NewAttempt", "StopRequested", "main"]
+__all__ = ["Agent", "LogPump", "NewAttempt", "StopRequested", "main"]
 D = TypeVar("D", bound=proto.Document)
 
 
