@@ -235,12 +235,24 @@ def survey(provider: Provider, ledger: Ledger, scope: Scope, now: float | None =
     for each run found, and select the leaked runs. Blocks; read-only."""
     items = provider.compute.inventory()
     records = {run_id: ledger.get_run(run_id) for run_id in {t.run_id for t in items}}
-    region = getattr(provider, "region", None) or provider.config.region or scope.region
+    region = _region_of(provider) or provider.config.region or scope.region
     leaked, live = select(items, records, region, time.time() if now is None else now)
     where = scope.provider if scope.provider == "local" else f"{scope.provider} {region or ''}"
     if scope.account and scope.provider != "local":
         where += f" ({scope.account})"
     return Survey(scope, where.strip(), region, tuple(leaked), tuple(live))
+
+
+def _region_of(provider: Provider) -> str | None:
+    """The region an adapter resolved (AWS: the SDK's default when none was given), looked up
+    through the layers the registry wraps it in (each keeps the adapter as `inner`)."""
+    layer: object = provider
+    while layer is not None:
+        region = getattr(layer, "region", None)
+        if region:
+            return str(region)
+        layer = getattr(layer, "inner", None)
+    return None
 
 
 def hourly_price(catalog: Catalog, provider: str, item: Tagged) -> float | None:
