@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -58,3 +59,19 @@ def test_lazy_import() -> None:
         del sys.modules[name]
     providers.get_provider("local")
     assert "cloudtrain.providers.aws" not in sys.modules
+
+
+def test_the_registry_wraps_each_provider_once(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from cloudtrain.providers.faults import FaultyProvider
+    from cloudtrain.providers.retrying import RetryingProvider, RetryingStore
+
+    monkeypatch.delenv("CLOUDTRAIN_FAULTS", raising=False)
+    plain = providers.get_provider("local")
+    assert isinstance(plain, RetryingProvider) and not isinstance(plain.inner, FaultyProvider)
+    assert isinstance(providers.open_store(f"file://{tmp_path}/bucket"), RetryingStore)
+    monkeypatch.setenv("CLOUDTRAIN_FAULTS", '{"latency_s": 0}')
+    faulty = providers.get_provider("local")  # faults inside, the retry layer outside
+    assert isinstance(faulty, RetryingProvider) and isinstance(faulty.inner, FaultyProvider)
+    assert providers.info_for_uri("s3://b/p").name == "aws"
