@@ -4,7 +4,7 @@ A node is one instance named `ct-<run>-<role>-<index>` (GCE names are unique per
 name is the create's idempotency key), labelled `cloudtrain-run`, `cloudtrain-role` and
 `cloudtrain-index`, tagged with the run's network tag. The labels are the source of truth:
 `list_nodes` asks GCE (one aggregated list across zones), never local state. Each run also owns
-its firewall rule(s) (`firewall`). Every insert and delete is awaited through our own
+its firewall rule(s) (`network`). Every insert and delete is awaited through our own
 operation-wait loop (`clients`), which is where ZONE_RESOURCE_POOL_EXHAUSTED (NoCapacityError,
 the orchestrator then tries the next zone) and QUOTA_EXCEEDED (QuotaError) surface.
 """

@@ -104,7 +104,6 @@ def start_moto() -> MotoServer:
 
 def clear_aws_caches() -> None:
     """Drop the cached boto3 sessions and account id of cloudtrain's AWS adapter."""
-    # importlib: the package re-exports a function named `session`, which hides the module.
     with contextlib.suppress(ImportError):
         mod = importlib.import_module("cloudtrain.providers.aws.clients")
         mod.clear_clients()
