@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 from cloudtrain.errors import CloudtrainError, ProviderError, UsageError
 from cloudtrain.ledger import Ledger, RunRecord
-from cloudtrain.providers.base import Provider, Tagged, parallel_map
+from cloudtrain.providers.base import Provider, Tagged
+from cloudtrain.providers.parallel import parallel_map
 from cloudtrain.runrules import RUN_REF_RE
 from cloudtrain.teardown import TeardownReport, teardown
 

@@ -25,6 +25,7 @@ from cloudtrain.plan_search import (
     alternatives,
     cheapest_choices,
     cloud_choices,
+    listed,
 )
 
 if TYPE_CHECKING:
@@ -255,7 +256,7 @@ def _refuse_place(region: str | None, zone: str | None) -> None:
             raise PlanError(
                 f"{field} {value!r} cannot be used with provider 'cheapest': a {field} belongs "
                 "to one cloud",
-                hint=f"remove {field}, or set provider to aws, gcp or azure",
+                hint=f"remove {field}, or set provider to {listed(list(CLOUDS))}",
             )
 
 

@@ -48,8 +48,10 @@ from cloudtrain.spec_errors import ENV_ENTRY_ERROR, spec_error
 from cloudtrain.spec_providers import (
     SECTION,
     account_field,
+    account_label,
     check_alias,
     check_aliases,
+    clouds_text,
     model_at_section,
     provider_names,
     section_model,
@@ -271,24 +273,24 @@ class JobSpec(BaseModel):
 
     name: str = Field(description="job name, used in cloud resource names")
     provider: ProviderName = Field(
-        "local", description="where to run; 'cheapest': the cheapest of aws, gcp and azure"
+        "local", description=f"where to run; 'cheapest': the cheapest of {clouds_text('and')}"
     )
     region: str | None = Field(None, pattern=_PLACE, description="default: the cheapest")
     zone: str | None = Field(None, pattern=_PLACE, description="a zone of the region")
     project: str | None = Field(
         None,
-        description="alias of providers.<the provider with projects>.project (GCP project id;"
-        " default: $GOOGLE_CLOUD_PROJECT or the gcloud project)",
+        description=f"alias of providers.<the provider with projects>.project"
+        f" ({account_label('project')} id; its default is that option's)",
     )
     subscription: str | None = Field(
         None,
-        description="alias of providers.<the provider with subscriptions>.subscription (Azure"
-        " subscription id; default: $AZURE_SUBSCRIPTION_ID)",
+        description=f"alias of providers.<the provider with subscriptions>.subscription"
+        f" ({account_label('subscription')} id; its default is that option's)",
     )
     providers: ProvidersSection = Field(  # type: ignore[valid-type]
         default_factory=ProvidersSection,
-        description="per-provider options, e.g. providers: {gcp: {network: my-vpc}}; each field"
-        " also read from $CLOUDTRAIN_HOME/config.yaml (the job's value wins)",
+        description="per-provider options, e.g. providers: {<provider>: {<option>: <value>}};"
+        " each field also read from $CLOUDTRAIN_HOME/config.yaml (the job's value wins)",
     )
     cluster: ClusterSpec = Field(default_factory=ClusterSpec)
     workdir: str = Field(".", description="folder shipped to each node, relative to the spec")
@@ -351,7 +353,7 @@ class JobSpec(BaseModel):
             field = info.field_name
             raise ValueError(
                 f"cannot be set with provider 'cheapest' (got {show(value)}): a {field} belongs"
-                f" to one cloud; remove {field}, or set provider to aws, gcp or azure"
+                f" to one cloud; remove {field}, or set provider to {clouds_text()}"
             )
         return value
 

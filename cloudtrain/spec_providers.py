@@ -24,6 +24,18 @@ CHEAPEST = "cheapest"  # the spec's provider meaning "the cheapest of the clouds
 SECTION = "providers"
 
 
+def clouds_text(conjunction: str = "or") -> str:
+    """The clouds `provider: cheapest` searches, for messages: "aws, gcp or azure". Pure."""
+    names = [i.name for i in registry.infos() if i.searched_by_cheapest]
+    return ", ".join(names[:-1]) + f" {conjunction} " + names[-1] if len(names) > 1 else names[0]
+
+
+def account_label(field: str) -> str:
+    """Who uses an account field, for descriptions: "GCP project". Pure."""
+    users = [i.label for i in registry.infos() if i.account_field == field]
+    return " / ".join(f"{label} {field}" for label in users)
+
+
 @functools.cache
 def options_model(name: str) -> type[ProviderOptions]:
     """The options model of provider `name` (an empty model when it declares none). Imports the

@@ -13,7 +13,8 @@
 
 from __future__ import annotations
 
-from cloudtrain.providers.base import StartupBlocks, wait_for_driver
+from cloudtrain.providers.base import StartupBlocks
+from cloudtrain.providers.startup_snippets import wait_for_driver
 
 VENV_PYTHON = "/opt/cloudtrain/venv/bin/python"
 DRIVER_WAIT_S = 1200  # the extension may take 10+ minutes (and reboot once)

@@ -49,7 +49,8 @@ from cloudtrain.providers.azure.errors import (
     error_codes,
     translate,
 )
-from cloudtrain.providers.base import ObjectInfo, Resource, parallel_map
+from cloudtrain.providers.base import ObjectInfo, Resource
+from cloudtrain.providers.parallel import parallel_map
 from cloudtrain.providers.uri_rules import uri_problem
 
 try:

@@ -98,7 +98,7 @@ def description(run_id: str, bucket: str | None) -> str:
         raise ProviderError(
             f"run {run_id}: the bucket name gs://{bucket} is too long to record on the run's "
             "service account",
-            hint="use a shorter bucket name, or set CLOUDTRAIN_GCP_SERVICE_ACCOUNT",
+            hint="use a shorter bucket name, or set providers.gcp.service_account in job.yaml",
         )
     return text
 
@@ -271,7 +271,7 @@ class IamClient:
         if run_of(account) != run_id:
             raise ProviderError(
                 f"{what}: an account of that id exists and is not cloudtrain's for run {run_id}",
-                hint="delete it, or set CLOUDTRAIN_GCP_SERVICE_ACCOUNT",
+                hint="delete it, or set providers.gcp.service_account in job.yaml",
             )
         return account
 

@@ -39,8 +39,9 @@ from google.cloud.storage.retry import DEFAULT_RETRY
 
 from cloudtrain.crashpoints import crash_point
 from cloudtrain.errors import CredentialsError, NotFound, ProviderError, TransientError
-from cloudtrain.providers.base import ObjectInfo, Resource, parallel_map
+from cloudtrain.providers.base import ObjectInfo, Resource
 from cloudtrain.providers.gcp.errors import already_exists, gcp_errors
+from cloudtrain.providers.parallel import parallel_map
 from cloudtrain.providers.uri_rules import uri_problem
 
 MiB = 1024 * 1024

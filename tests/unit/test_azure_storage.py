@@ -28,7 +28,8 @@ from azure.storage.blob import BlobServiceClient, ContainerClient
 from cloudtrain.errors import CredentialsError, NotFound, ProviderError, TransientError
 from cloudtrain.providers.azure import storage as azstorage
 from cloudtrain.providers.azure.storage import BLOB_TYPE_HEADER, BlobStore
-from cloudtrain.providers.base import ObjectStore, Resource, parallel_map
+from cloudtrain.providers.base import ObjectStore, Resource
+from cloudtrain.providers.parallel import parallel_map
 from tests.fakes import azurite as fake
 from tests.fakes.azurite import azurite, azurite_oauth, azurite_oauth_session, azurite_session
 from tests.fakes.in_flight import InFlight

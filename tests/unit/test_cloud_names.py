@@ -42,24 +42,6 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("cloudtrain/cli.py", "GCP project / Azure subscription."): (
         "--project help text; to come from INFO.account_field (cli.py, H5)"
     ),
-    ("cloudtrain/plan.py", ", or set provider to aws, gcp or azure"): (
-        "a hint naming the clouds; to come from plan_search.CLOUDS (plan.py, H4)"
-    ),
-    ("cloudtrain/spec.py", ", or set provider to aws, gcp or azure"): (
-        "a hint naming the clouds; to come from plan_search.CLOUDS (spec.py, H4)"
-    ),
-    ("cloudtrain/spec.py", "where to run; 'cheapest': the cheapest of aws, gcp and azure"): (
-        "schema description of `provider`; to come from the registry (spec.py, H4)"
-    ),
-    ("cloudtrain/spec.py", "GCP project id"): (
-        "schema description of the deprecated top-level `project:` alias (spec.py, H4)"
-    ),
-    ("cloudtrain/spec.py", "Azure subscription id"): (
-        "schema description of the deprecated top-level `subscription:` alias (spec.py, H4)"
-    ),
-    ("cloudtrain/spec.py", "e.g. providers: {gcp: {network: my-vpc}}"): (
-        "schema description of `providers:` with an example section (spec.py, H4)"
-    ),
 }
 
 
