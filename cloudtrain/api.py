@@ -33,6 +33,7 @@ from cloudtrain.api_build import (
     record_provider,
     run_provider,
     set_warning_handler,
+    warn_deprecated,
 )
 from cloudtrain.api_logs import NODE_RE, LogStream, job_over, poll
 from cloudtrain.api_types import (
@@ -120,7 +121,9 @@ def plan(
     from cloudtrain.plan import make_plan
 
     spec = load(job, provider=provider, region=region, zone=zone)
-    return make_plan(spec, Catalog.bundled())
+    the_plan = make_plan(spec, Catalog.bundled())
+    warn_deprecated(spec, the_plan)  # the plan shows these options: say now what is deprecated
+    return the_plan
 
 
 def prepare(

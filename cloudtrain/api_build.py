@@ -40,6 +40,14 @@ def set_warning_handler(handler: Callable[[str], None] | None) -> None:
     _warn = handler or _log_warning
 
 
+def warn_deprecated(spec: JobSpec, the_plan: Plan) -> None:
+    """Warn (once per process, through the warning handler) about each deprecated CLOUDTRAIN_*
+    variable the plan's options come from, as a run would. Creates nothing; reads no file."""
+    from cloudtrain.provider_config import config_for
+
+    config_for(spec, the_plan, warn=_warn)
+
+
 def _built(config: ProviderConfig) -> Provider:
     """The provider `config` names, as the registry builds it: wrapped once by the test-only
     faults of $CLOUDTRAIN_FAULTS and the one retry layer (every compute and store call of it is

@@ -75,6 +75,10 @@ def plan_table(plan: Plan) -> Group:
     )
     for alt in plan.alternatives:
         lines.append(Text(f"  alternative: {alt.description}: ${alt.hourly_usd:.4f}/h", "dim"))
+    for opt in plan.provider_options:
+        value = "-" if opt.value is None else str(opt.value)
+        where = f" ({opt.where})" if opt.where else ""
+        lines.append(Text(f"  {plan.provider}.{opt.name}: {value}  [{opt.source}{where}]", "dim"))
     for note in plan.notes:
         lines.append(Text(f"  note: {note}", "yellow"))
     return Group(*lines)

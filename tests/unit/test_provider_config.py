@@ -198,6 +198,28 @@ def test_plan_json_shows_the_options_in_effect_and_where_from(tmp_path: Path) ->
     assert list(shown) == ["project", "network", "service_account", "signer", "ssh_cidr"]
 
 
+def test_plan_text_shows_the_options_and_warns_once_about_a_deprecated_variable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    account = "trainer@my-project-1.iam.gserviceaccount.com"
+    monkeypatch.setenv("CLOUDTRAIN_GCP_SERVICE_ACCOUNT", account)
+    path = job(tmp_path, "provider: gcp\nregion: us-central1\nproviders:\n  gcp:\n    network: v\n")
+    result = CliRunner().invoke(app, ["plan", str(path)])
+    assert result.exit_code == 0, result.output
+    assert f"gcp.network: v  [job.yaml ({path}:7)]" in result.stdout
+    assert "gcp.signer: -  [default]" in result.stdout
+    assert (
+        f"gcp.service_account: {account}  [env (deprecated)"
+        " ($CLOUDTRAIN_GCP_SERVICE_ACCOUNT)]" in result.stdout
+    )
+    warned = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
+    assert warned == [
+        "warning: $CLOUDTRAIN_GCP_SERVICE_ACCOUNT is deprecated: set"
+        f" providers.gcp.service_account in job.yaml or {provider_config.user_config_path()}"
+        " instead"
+    ]
+
+
 def test_schema_includes_every_providers_options() -> None:
     schema = json_schema()
     section = schema["properties"]["providers"]
