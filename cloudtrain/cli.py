@@ -16,6 +16,7 @@ import typer
 
 from cloudtrain import cli_common as common
 from cloudtrain.errors import CloudtrainError
+from cloudtrain.providers.registry import infos, names
 
 if TYPE_CHECKING:
     from cloudtrain.api_types import Launch
@@ -29,12 +30,14 @@ app = typer.Typer(
     pretty_exceptions_show_locals=False,
 )
 
+# "GCP project / Azure subscription": the providers' own account fields (their INFO)
+ACCOUNTS = " / ".join(f"{i.label} {i.account_field}" for i in infos() if i.account_field)
 ProviderOpt = Annotated[
     str | None,
     typer.Option(
         "--provider",
         "-p",
-        help="local, aws, gcp, azure, or cheapest of the clouds (overrides the spec)",
+        help=f"{', '.join(names())}, or cheapest of the clouds (overrides the spec)",
     ),
 ]
 RegionOpt = Annotated[str | None, typer.Option("--region", help="Region (overrides the spec).")]
@@ -216,7 +219,7 @@ def down(
         str | None,
         typer.Option(
             "--project",
-            help="GCP project / Azure subscription, when the ledger has no record of RUN.",
+            help=f"{ACCOUNTS}, when the ledger has no record of RUN.",
         ),
     ] = None,
 ) -> None:
@@ -256,7 +259,7 @@ def gc(
         typer.Option("--region", help="Where to look; default: the regions of the ledger's runs."),
     ] = None,
     project: Annotated[
-        str | None, typer.Option("--project", help="GCP project / Azure subscription.")
+        str | None, typer.Option("--project", help=f"{ACCOUNTS}.")
     ] = None,
 ) -> None:
     """Find resources of finished or unknown runs left in the cloud; delete them with --yes.

@@ -24,24 +24,12 @@ SKIPPED_DIRS = {
     "cloudtrain/catalog",
 }
 
-# (file, literal text it may contain): why. Each of these belongs to another part of issue 15
-# and says how it goes; nothing else may name a cloud.
+# (file, literal text it may contain): why. Nothing else may name a cloud.
 ALLOWED: dict[tuple[str, str], str] = {
     (
         "cloudtrain/cli.py",
         "Run a TensorFlow training job on the cheapest GPU VMs of AWS, GCP, Azure or this ",
     ): "the product's one-line description in `cloudtrain --help` (prose, like the README)",
-    (
-        "cloudtrain/cli.py",
-        "local, aws, gcp, azure, or cheapest of the clouds (overrides the spec)",
-    ): "--provider help text; to come from providers.names() (cli.py, H5)",
-    (
-        "cloudtrain/cli.py",
-        "GCP project / Azure subscription, when the ledger has no record of RUN.",
-    ): "--project help text; to come from INFO.account_field (cli.py, H5)",
-    ("cloudtrain/cli.py", "GCP project / Azure subscription."): (
-        "--project help text; to come from INFO.account_field (cli.py, H5)"
-    ),
 }
 
 
