@@ -16,7 +16,8 @@ from pathlib import Path
 from cloudtrain.errors import UsageError
 from cloudtrain.jobs.protocol import checkpoints_prefix
 from cloudtrain.ledger import Ledger, RunRecord
-from cloudtrain.providers.base import ObjectStore, parallel_map
+from cloudtrain.providers.base import ObjectStore
+from cloudtrain.providers.parallel import parallel_map
 
 COPY_PARALLEL = 8
 

@@ -16,12 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
-from cloudtrain.providers.parallel import Counter, first_error
-from cloudtrain.providers.parallel import parallel_map as parallel_map  # re-exported (importers)
-
-# re-exported until the adapters import them from providers/startup_snippets.py
-from cloudtrain.providers.startup_snippets import shutdown_at_deadline as shutdown_at_deadline
-from cloudtrain.providers.startup_snippets import wait_for_driver as wait_for_driver
+from cloudtrain.providers.parallel import Counter, first_error, parallel_map
 
 if TYPE_CHECKING:
     from pydantic import BaseModel

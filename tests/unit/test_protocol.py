@@ -316,3 +316,19 @@ def test_the_controller_does_not_import_the_node_agent() -> None:
             if isinstance(node, ast.ImportFrom) and node.module == "cloudtrain.jobs.agent":
                 importers.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert importers == []
+
+
+def test_the_protocol_imports_only_the_standard_library() -> None:
+    """Both sides import jobs/protocol.py: it may depend on nothing of the project (and nothing
+    a node's bare Python lacks)."""
+    import sys
+
+    source = (ROOT / "jobs" / "protocol.py").read_text()
+    imported = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            imported |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            imported.add(node.module.split(".")[0])
+    assert imported, "the scan found no import at all"
+    assert sorted(imported - set(sys.stdlib_module_names)) == []
