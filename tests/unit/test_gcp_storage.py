@@ -1,22 +1,18 @@
 """GcsStore (providers/gcp/storage.py) against gcp-storage-emulator (the error mapping is in
-test_gcp_errors.py).
+test_gcp_errors.py; presigned URLs and credentials errors are in test_gcp_signing.py; the shared
+helpers are gcs_kit.py's).
 
 The ObjectStore contract suite (tests/providers/test_contract.py) runs here against GcsStore
 directly until a GcpProvider exists; then come the GCS specifics: URIs and keys, round trips,
 NotFound, listings, idempotent and many-object deletes, 20 MB resumable uploads in 8 MiB chunks,
-the bucket's privacy settings (default bucket, a user's bucket), presigned URLs in each signing
-mode (unsigned on the emulator, V4 with a key, V4 through IAM signBlob), and credentials errors.
+and the bucket's privacy settings (default bucket, a user's bucket).
 """
 
 from __future__ import annotations
 
-import base64
-import datetime
 import os
-import subprocess
 import threading
 import time
-import urllib.parse
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -26,8 +22,6 @@ import pytest
 pytest.importorskip("google.cloud.storage")
 
 from google.api_core import exceptions as api
-from google.auth import exceptions as auth
-from google.auth.credentials import AnonymousCredentials, Credentials
 from google.cloud import storage
 
 from cloudtrain.errors import (
@@ -43,35 +37,17 @@ from cloudtrain.providers.gcp.errors import (
 from cloudtrain.providers.gcp.storage import GcsStore
 from tests.fakes.gcs_emulator import GcsEmulator, gcs_emulator, gcs_emulator_session
 from tests.fakes.in_flight import InFlight
-from tests.fakes.shell import require_tool
 from tests.providers import test_contract as contract
+from tests.unit.gcs_kit import FakeUserCredentials, emulated, new_store
 
 __all__ = ["gcs_emulator", "gcs_emulator_session"]  # fixtures used by this module
 
 MiB = 1024 * 1024
-emulated = pytest.mark.usefixtures("gcs_emulator")
 
 
 def raw() -> storage.Client:
     """A plain SDK client on the emulator (the test's own view of the buckets)."""
     return storage.Client()
-
-
-def query(url: str) -> dict[str, str]:
-    return dict(urllib.parse.parse_qsl(urllib.parse.urlparse(url).query))
-
-
-def curl(*args: str) -> bytes:
-    """`curl -fsS ARGS`'s output (fails without curl: `require_tool`)."""
-    return subprocess.run(
-        [require_tool("curl"), "-fsS", *args], check=True, capture_output=True, timeout=30
-    ).stdout
-
-
-def new_store(uri: str = "gs://cloudtrain-test/pfx", **kwargs: Any) -> GcsStore:
-    store = GcsStore(uri, **kwargs)
-    store.ensure_bucket()
-    return store
 
 
 # --- the contract suite, on GcsStore -----------------------------------------------------------
@@ -426,181 +402,3 @@ def test_a_name_taken_by_another_project_is_a_provider_error(
         store.ensure_bucket()
     assert not isinstance(err.value, CredentialsError)
     assert isinstance(err.value.__cause__, ProviderError) and already_exists(err.value.__cause__)
-
-
-# --- presigned URLs ----------------------------------------------------------------------------
-
-
-@emulated
-def test_presigned_urls_on_the_emulator_are_its_object_paths(
-    gcs_emulator: GcsEmulator, tmp_path: Path
-) -> None:
-    store = new_store()
-    data = os.urandom(50_000)
-    store.put("runs/r/bundle/a b.tar.gz", data)
-    url = store.presign_get("runs/r/bundle/a b.tar.gz", ttl_s=600)
-    assert url == f"{gcs_emulator.url}/cloudtrain-test/pfx/runs/r/bundle/a%20b.tar.gz"
-    assert curl(url) == data
-
-    log = tmp_path / "boot.log"
-    log.write_text("phase 1\n")
-    put_url = store.presign_put("runs/r/bootstrap/w-0.log", ttl_s=99_999)
-    curl("-T", str(log), put_url)
-    assert store.get("runs/r/bootstrap/w-0.log") == b"phase 1\n"
-    log.write_text("replaced\n")
-    curl("-T", str(log), put_url)
-    assert store.get("runs/r/bootstrap/w-0.log") == b"replaced\n"
-    with pytest.raises(subprocess.CalledProcessError):
-        curl(store.presign_get("runs/r/missing"))
-
-
-def service_account_credentials(scopes: tuple[str, ...] = storage.Client.SCOPE) -> Any:
-    """A service-account credential with a fresh RSA key and a pre-set token (no refresh)."""
-    pytest.importorskip("cryptography")
-    from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric import rsa
-    from google.oauth2 import service_account
-
-    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    pem = key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption(),
-    ).decode()
-    info = {
-        "type": "service_account",
-        "project_id": "proj",
-        "private_key_id": "1",
-        "private_key": pem,
-        "client_email": "signer@proj.iam.gserviceaccount.com",
-        "client_id": "1",
-        "token_uri": "http://127.0.0.1:9/token",  # never called: the token is valid
-    }
-    creds = service_account.Credentials.from_service_account_info(info, scopes=list(scopes))
-    creds.token = "test-token"
-    creds.expiry = datetime.datetime.utcnow() + datetime.timedelta(hours=1)
-    return creds
-
-
-@emulated
-def test_v4_urls_signed_with_a_key_work_on_the_emulator(tmp_path: Path) -> None:
-    store = new_store(credentials=service_account_credentials())
-    store.put("k/x.bin", b"payload")
-    url = store.presign_get("k/x.bin", ttl_s=7200)
-    params = query(url)
-    assert params["X-Goog-Algorithm"] == "GOOG4-RSA-SHA256"
-    assert params["X-Goog-Expires"] == "3600", "capped at one hour"
-    assert params["X-Goog-SignedHeaders"] == "host"
-    assert params["X-Goog-Credential"].startswith("signer@proj.iam.gserviceaccount.com/")
-    assert urllib.parse.urlparse(url).path == "/cloudtrain-test/pfx/k/x.bin"
-    assert curl(url) == b"payload"
-    src = tmp_path / "up.txt"
-    src.write_text("up\n")
-    curl("-T", str(src), store.presign_put("k/up.txt", ttl_s=60))
-    assert store.get("k/up.txt") == b"up\n"
-    assert query(store.presign_put("k/up.txt", ttl_s=0))["X-Goog-Expires"] == "1"
-
-
-def test_v4_urls_signed_with_a_key_point_at_google(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("STORAGE_EMULATOR_HOST", raising=False)
-    store = GcsStore("gs://cloudtrain-x/p", credentials=service_account_credentials())
-    url = store.presign_put("a b", ttl_s=900)
-    assert url.startswith("https://storage.googleapis.com/cloudtrain-x/p/a%20b?")
-    assert query(url)["X-Goog-Expires"] == "900"
-
-
-class FakeUserCredentials(Credentials):
-    """Token-only credentials (like user ADC or a VM's metadata-server account): no signer."""
-
-    def __init__(self, email: str | None = None) -> None:
-        super().__init__()
-        self.refreshed = 0
-        self._email = email
-
-    @property
-    def service_account_email(self) -> str | None:
-        return self._email if self.refreshed else ("default" if self._email else None)
-
-    def refresh(self, request: Any) -> None:
-        self.refreshed += 1
-        self.token = "fresh-token"
-        self.expiry = datetime.datetime.utcnow() + datetime.timedelta(hours=1)
-
-
-@pytest.fixture
-def fake_sign_blob(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
-    """Replace the IAM signBlob call; records (access token, service account) per call."""
-    from google.cloud.storage import _signing
-
-    calls: list[tuple[str, str]] = []
-
-    def sign(message: Any, access_token: str, email: str, universe_domain: str = "") -> str:
-        calls.append((access_token, email))
-        return base64.b64encode(b"\x01" * 256).decode()
-
-    monkeypatch.setattr(_signing, "_sign_message", sign)
-    monkeypatch.delenv("STORAGE_EMULATOR_HOST", raising=False)
-    return calls
-
-
-def test_credentials_without_a_key_sign_through_iam(fake_sign_blob: list[tuple[str, str]]) -> None:
-    creds = FakeUserCredentials(email="vm-sa@proj.iam.gserviceaccount.com")
-    store = GcsStore("gs://cloudtrain-x/p", credentials=creds)
-    url = store.presign_get("k", ttl_s=5000)
-    assert creds.refreshed == 1, "refreshed first: a VM account learns its email that way"
-    assert fake_sign_blob == [("fresh-token", "vm-sa@proj.iam.gserviceaccount.com")]
-    params = query(url)
-    assert params["X-Goog-Credential"].startswith("vm-sa@proj.iam.gserviceaccount.com/")
-    assert params["X-Goog-Expires"] == "3600"
-    assert params["X-Goog-Signature"] == "01" * 256
-
-
-def test_user_credentials_sign_as_the_configured_service_account(
-    fake_sign_blob: list[tuple[str, str]],
-) -> None:
-    store = GcsStore(
-        "gs://cloudtrain-x",
-        credentials=FakeUserCredentials(),
-        signer_email="signer@proj.iam.gserviceaccount.com",
-    )
-    store.presign_put("k")
-    assert fake_sign_blob == [("fresh-token", "signer@proj.iam.gserviceaccount.com")]
-
-
-def test_credentials_that_cannot_sign_raise_credentials_error(
-    fake_sign_blob: list[tuple[str, str]],
-) -> None:
-    with pytest.raises(CredentialsError, match="no private key") as err:
-        GcsStore("gs://cloudtrain-x", credentials=FakeUserCredentials()).presign_get("k")
-    assert "impersonate-service-account" in (err.value.hint or "")
-    with pytest.raises(CredentialsError, match="anonymous"):
-        GcsStore("gs://cloudtrain-x", credentials=AnonymousCredentials()).presign_get("k")
-    assert fake_sign_blob == []
-
-
-def test_iam_refusing_to_sign_is_a_credentials_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    from google.cloud.storage import _signing
-
-    def refuse(*args: Any, **kwargs: Any) -> str:
-        raise auth.TransportError(
-            'Error calling the IAM signBytes API: b\'{"error": {"code": 403, '
-            '"status": "PERMISSION_DENIED"}}\''
-        )
-
-    monkeypatch.setattr(_signing, "_sign_message", refuse)
-    monkeypatch.delenv("STORAGE_EMULATOR_HOST", raising=False)
-    store = GcsStore("gs://cloudtrain-x", credentials=FakeUserCredentials(email="a@b.c"))
-    with pytest.raises(CredentialsError, match="IAM refused to sign") as err:
-        store.presign_get("k")
-    assert "roles/iam.serviceAccountTokenCreator" in (err.value.hint or "")
-
-
-def test_no_credentials_at_all_is_a_credentials_error(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    monkeypatch.delenv("STORAGE_EMULATOR_HOST", raising=False)
-    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(tmp_path / "missing.json"))
-    store = GcsStore("gs://cloudtrain-x")
-    with pytest.raises(CredentialsError) as err:
-        store.get("k")
-    assert "gcloud auth application-default login" in str(err.value)

@@ -94,7 +94,7 @@ def gcp(gcs_emulator_session: GcsEmulator, tmp_path_factory: pytest.TempPathFact
     from cloudtrain.providers.base import ProviderConfig, RunInfo
     from cloudtrain.providers.gcp.provider import GcpProvider
     from cloudtrain.providers.gcp.storage import GcsStore
-    from tests.unit.test_gcp_storage import service_account_credentials
+    from tests.unit.gcs_kit import service_account_credentials
 
     home = tmp_path_factory.mktemp("gcp-home")
     fake = start_gce_fake()
