@@ -52,8 +52,8 @@ from cloudtrain.providers.base import (
     RunInfo,
     StartupBlocks,
     Tagged,
-    shutdown_at_deadline,
 )
+from cloudtrain.providers.startup_snippets import shutdown_at_deadline
 
 LISTED_STATES = ["pending", "running", "stopping", "stopped", "shutting-down"]
 TERMINATE_POLL_S = 1.0

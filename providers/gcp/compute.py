@@ -27,8 +27,6 @@ from cloudtrain.providers.base import (
     RunInfo,
     StartupBlocks,
     Tagged,
-    shutdown_at_deadline,
-    wait_for_driver,
 )
 from cloudtrain.providers.gcp import identity, network
 from cloudtrain.providers.gcp.bodies import (
@@ -45,6 +43,7 @@ from cloudtrain.providers.gcp.clients import (
 )
 from cloudtrain.providers.gcp.errors import already_exists, gcp_errors
 from cloudtrain.providers.gcp.images import image_for
+from cloudtrain.providers.startup_snippets import shutdown_at_deadline, wait_for_driver
 
 VENV_PYTHON = "/opt/cloudtrain/venv/bin/python"
 # deprecated: the option providers.gcp.service_account (read only when the option is unset)
