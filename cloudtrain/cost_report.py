@@ -14,9 +14,12 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 from cloudtrain.errors import CloudtrainError, UsageError
-from cloudtrain.ledger import Ledger, RunRecord
+
+if TYPE_CHECKING:  # annotations only: `plan` imports the API's types and needs no sqlite
+    from cloudtrain.ledger import Ledger, RunRecord
 
 GB = 1e9
 _SINCE_RE = re.compile(r"^(?P<n>\d+(?:\.\d+)?)(?P<unit>[hdw])$")

@@ -41,20 +41,7 @@ from cloudtrain.providers.base import (
     Tagged,
     run_labels,
 )
-from cloudtrain.providers.info import ProviderInfo
 from cloudtrain.providers.uri_rules import split_uri, uri_problem
-
-INFO = ProviderInfo(
-    name="local",
-    scheme="file",
-    adapter="cloudtrain.providers.local:LocalProvider",
-    options="cloudtrain.providers.local_options:LocalOptions",
-    storage_usd_per_gb_month=0.0,  # a folder on this machine
-    preemption=None,  # a local node is never preempted
-    pricing=None,  # free
-    inventory_scope="account",  # one machine: its inventory has no region
-    searched_by_cheapest=False,  # `provider: cheapest` means the clouds
-)
 
 KILL_GRACE_S = 3.0
 # One folder name under the local root: a run id ("r1", "digits-3fa9c2") or a node name

@@ -1,7 +1,8 @@
 """The provider registry's reading side: each provider declares itself in one `INFO` object
 (`providers/info.py`), and these functions read those objects and nothing else.
 
-`info("aws")` imports `cloudtrain.providers.aws`, its light `__init__` holding INFO (no SDK);
+`info("aws")` imports `cloudtrain.providers.aws`, its light `__init__` holding INFO (no SDK;
+local's is `local_info`);
 `load(ref)` imports what an INFO field names. Building a provider (`get_provider`, `open_store`)
 is in the package itself, `cloudtrain.providers`, which re-exports all of this; modules that only
 need to know about providers (the catalog, the planner, the pricing refresh, a cloud's price
@@ -18,16 +19,17 @@ from typing import Any
 from cloudtrain.errors import UsageError
 from cloudtrain.providers.info import ProviderInfo
 
-# The registered providers' modules, in the order help text and error messages list them: each is
-# `cloudtrain.providers.<name>` (a package, or local.py) holding `INFO`, a ProviderInfo. Spelled
-# out in full so that tests/python_gate.py, which follows dotted names, reaches every provider.
-REGISTERED: tuple[str, ...] = (
-    "cloudtrain.providers.local",
-    "cloudtrain.providers.aws",
-    "cloudtrain.providers.gcp",
-    "cloudtrain.providers.azure",
-)
-_BUILT_IN = tuple(module.rpartition(".")[2] for module in REGISTERED)
+# The registered providers and the light module holding each one's `INFO` (a ProviderInfo), in
+# the order help text and error messages list them: a cloud's package `__init__`, or local's
+# local_info.py. Spelled out in full so that tests/python_gate.py, which follows dotted names,
+# reaches every provider.
+REGISTERED: dict[str, str] = {
+    "local": "cloudtrain.providers.local_info",
+    "aws": "cloudtrain.providers.aws",
+    "gcp": "cloudtrain.providers.gcp",
+    "azure": "cloudtrain.providers.azure",
+}
+_BUILT_IN = tuple(REGISTERED)
 # Providers registered at run time (`register`): tests, or a provider outside this package.
 _EXTRA: dict[str, ProviderInfo] = {}
 
@@ -49,7 +51,7 @@ def info(name: str) -> ProviderInfo:
         return _EXTRA[name]
     if name not in _BUILT_IN:
         raise UsageError(f"unknown provider {name!r}; known providers: {', '.join(names())}")
-    module_name = REGISTERED[_BUILT_IN.index(name)]
+    module_name = REGISTERED[name]
     if not module_exists(module_name):
         raise UsageError(f"provider {name!r} is not available in this version of cloudtrain")
     found = getattr(importlib.import_module(module_name), "INFO", None)

@@ -9,12 +9,28 @@ cloud SDKs (boto3, google-auth) are imported inside the functions that call them
 
 from __future__ import annotations
 
-from cloudtrain.pricing.common import (
-    RefreshResult,
-    priced_providers,
-    refresh,
-    refresh_result,
-)
+from typing import Any
+
+# Importing the package stays free: `cloudtrain --help` imports it for the refresh command's
+# help, and common pulls in http.client and ssl. These names load common on first use (PEP 562).
+_FROM_COMMON = ("RefreshResult", "refresh", "refresh_result")
+
+
+def priced_providers() -> tuple[str, ...]:
+    """The providers with a price client (`ProviderInfo.pricing`), in registry order. Imports
+    only the providers' light INFO modules."""
+    from cloudtrain.providers.registry import info, names
+
+    return tuple(n for n in names() if info(n).pricing is not None)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _FROM_COMMON:
+        from cloudtrain.pricing import common
+
+        return getattr(common, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "RefreshResult",

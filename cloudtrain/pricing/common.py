@@ -47,11 +47,6 @@ HTTP_TIMEOUT_S = 60.0
 HTTP_ATTEMPTS = 4
 
 
-def priced_providers() -> tuple[str, ...]:
-    """The providers with a price client (`ProviderInfo.pricing`), in registry order."""
-    from cloudtrain.providers.registry import info, names
-
-    return tuple(n for n in names() if info(n).pricing is not None)
 
 
 def base_url(env: str, default: str) -> str:
@@ -272,6 +267,7 @@ def refresh_result(
     written; then nothing is written.
     """
     from cloudtrain.errors import UsageError
+    from cloudtrain.pricing import priced_providers
     from cloudtrain.providers.registry import info, load
 
     priced = priced_providers()

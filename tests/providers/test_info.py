@@ -40,7 +40,7 @@ PROBE_IMPORTS = ("cloudtrain.providers.metadata", "cloudtrain.providers.registry
 
 
 def _folder(name: str) -> Path:
-    module = REGISTERED[names().index(name)]
+    module = REGISTERED[name]
     return ROOT / "providers" / module.rsplit(".", 1)[1]
 
 
