@@ -11,6 +11,7 @@ the contract suite (tests/providers/) runs every check against every registered 
 from __future__ import annotations
 
 import re
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -367,3 +368,41 @@ class Provider(ABC):
         """The cloud account the run is made in (GCP project, Azure subscription), for the
         ledger, so `down` and `status` reach the same one. None where there is no such thing."""
         return self.config.account
+
+
+class ProviderWrapper(Provider):
+    """A provider around another (the fault injector, the retry layer): the same name and
+    config; `compute` is the inner compute wrapped by `wrap_compute` (made lazily, once,
+    thread-safe); what touches no cloud passes through. Subclasses define `wrap_compute` and
+    `store`."""
+
+    def __init__(self, inner: Provider) -> None:
+        super().__init__(inner.config)
+        self.inner = inner
+        self.name = inner.name
+        self._compute: Compute | None = None
+        self._lock = threading.Lock()
+
+    @abstractmethod
+    def wrap_compute(self, inner: Compute) -> Compute:
+        """The wrapper's compute around `inner`. Called once."""
+
+    @property
+    def compute(self) -> Compute:
+        """The wrapped compute (the inner one is created on first access). Thread-safe."""
+        with self._lock:
+            if self._compute is None:
+                self._compute = self.wrap_compute(self.inner.compute)
+            return self._compute
+
+    def default_store_uri(self, run_id: str) -> str:
+        """Passed through (pure)."""
+        return self.inner.default_store_uri(run_id)
+
+    def owns_bucket(self, uri: str) -> bool:
+        """Passed through (pure)."""
+        return self.inner.owns_bucket(uri)
+
+    def account(self) -> str | None:
+        """Passed through."""
+        return self.inner.account()

@@ -30,6 +30,7 @@ from cloudtrain.providers.base import (
     ObjectInfo,
     ObjectStore,
     Provider,
+    ProviderWrapper,
     Resource,
     RunInfo,
     StartupBlocks,
@@ -401,46 +402,26 @@ class FaultyStore:
         return self.inner.presign_put(key, ttl_s)
 
 
-class FaultyProvider(Provider):
+class FaultyProvider(ProviderWrapper):
     """`inner` with `plan`'s faults: `.compute` is a FaultyCompute (made lazily, once), and
     `.store(uri)` a FaultyStore when store faults are configured. Same `name` as `inner`."""
 
     def __init__(
         self, inner: Provider, plan: FaultPlan, clock: Callable[[], float] = time.monotonic
     ) -> None:
-        super().__init__(inner.config)
-        self.inner = inner
+        super().__init__(inner)
         self.plan = plan
-        self.name = inner.name
         self._clock = clock
-        self._compute: FaultyCompute | None = None
-        self._lock = threading.Lock()
         self.store_faults = _Injector(plan.store_latency_s, plan.store_error_rate, plan.seed + 1)
 
-    @property
-    def compute(self) -> FaultyCompute:
-        """The wrapped compute (the inner one is created on first access). Thread-safe."""
-        with self._lock:
-            if self._compute is None:
-                self._compute = FaultyCompute(self.inner.compute, self.plan, self._clock)
-            return self._compute
+    def wrap_compute(self, inner: Compute) -> FaultyCompute:
+        """The inner compute with the plan's compute faults."""
+        return FaultyCompute(inner, self.plan, self._clock)
 
     def store(self, uri: str) -> ObjectStore:
         """The inner store at `uri`, wrapped when store faults are configured. Creates nothing."""
         inner = self.inner.store(uri)
         return FaultyStore(inner, self.store_faults) if self.plan.store_faults else inner
-
-    def default_store_uri(self, run_id: str) -> str:
-        """Passed through."""
-        return self.inner.default_store_uri(run_id)
-
-    def owns_bucket(self, uri: str) -> bool:
-        """Passed through."""
-        return self.inner.owns_bucket(uri)
-
-    def account(self) -> str | None:
-        """Passed through."""
-        return self.inner.account()
 
 
 def wrap(

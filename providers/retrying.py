@@ -23,7 +23,6 @@ again is safe. Thread-safe if the inner provider is.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -34,6 +33,7 @@ from cloudtrain.providers.base import (
     ObjectInfo,
     ObjectStore,
     Provider,
+    ProviderWrapper,
     Resource,
     RunInfo,
     StartupBlocks,
@@ -224,40 +224,17 @@ class RetryingStore:
         return self.inner.presign_put(key, ttl_s)
 
 
-class RetryingProvider(Provider):
+class RetryingProvider(ProviderWrapper):
     """`inner` with its compute a RetryingCompute (made lazily, once) and every store it opens
     a RetryingStore. Same `name` and `config` as `inner`."""
 
-    def __init__(self, inner: Provider) -> None:
-        super().__init__(inner.config)
-        self.inner = inner
-        self.name = inner.name
-        self._compute: RetryingCompute | None = None
-        self._lock = threading.Lock()
-
-    @property
-    def compute(self) -> RetryingCompute:
-        """The retrying compute (the inner one is created on first access). Thread-safe."""
-        with self._lock:
-            if self._compute is None:
-                self._compute = RetryingCompute(self.inner.compute)
-            return self._compute
+    def wrap_compute(self, inner: Compute) -> RetryingCompute:
+        """The inner compute, every call retried by the one policy."""
+        return RetryingCompute(inner)
 
     def store(self, uri: str) -> RetryingStore:
         """The inner store at `uri`, retrying. Creates nothing."""
         return RetryingStore(self.inner.store(uri))
-
-    def default_store_uri(self, run_id: str) -> str:
-        """Passed through (pure)."""
-        return self.inner.default_store_uri(run_id)
-
-    def owns_bucket(self, uri: str) -> bool:
-        """Passed through (pure)."""
-        return self.inner.owns_bucket(uri)
-
-    def account(self) -> str | None:
-        """Passed through."""
-        return self.inner.account()
 
 
 def wrap_provider(provider: Provider) -> Provider:
