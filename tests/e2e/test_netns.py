@@ -1,0 +1,132 @@
+"""tests/fakes/netns.py: hosts on one bridge reach each other and the machine, a host's nftables
+ruleset with policy drop blocks a TCP connect, and close() leaves nothing (leftovers() is empty).
+Also the leftover check itself can fail: a stray ctb namespace is named by leftovers()."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from tests.fakes import netns
+from tests.fakes.netns import Network, leftovers
+
+pytestmark = pytest.mark.timeout(120)
+
+# connect(ip, port) from inside a host: exit 0 connected, 1 refused, 2 timed out
+CONNECT = """
+import socket, sys
+try:
+    socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=float(sys.argv[3])).close()
+except ConnectionRefusedError:
+    sys.exit(1)
+except (TimeoutError, socket.timeout):
+    sys.exit(2)
+"""
+LISTEN = """
+import socket, sys
+s = socket.create_server((sys.argv[1], int(sys.argv[2])))
+print("listening", flush=True)
+while True:
+    s.accept()[0].close()
+"""
+DROP_IN = """
+table inet box {
+  chain input {
+    type filter hook input priority 0; policy drop;
+    ct state established,related accept
+    iif lo accept
+  }
+}
+"""
+
+
+def connect(host: netns.Host, ip: str, port: int, timeout: float = 2.0) -> int:
+    """Exit code of a TCP connect from `host`: 0 connected, 1 refused, 2 timed out."""
+    args = [sys.executable, "-c", CONNECT, ip, str(port), str(timeout)]
+    return host.run(args, capture_output=True, timeout=30).returncode
+
+
+def listen(host: netns.Host, port: int) -> subprocess.Popen:
+    proc = host.popen(
+        [sys.executable, "-c", LISTEN, host.ip, str(port)], stdout=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "listening"
+    return proc
+
+
+def host_listener() -> tuple[socket.socket, threading.Thread]:
+    """A listener on the machine's side, any address, a free port."""
+    server = socket.create_server(("0.0.0.0", 0))
+
+    def serve() -> None:
+        with server:
+            while True:
+                try:
+                    server.accept()[0].close()
+                except OSError:
+                    return
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return server, thread
+
+
+def test_hosts_reach_each_other_and_the_machine_and_a_drop_policy_blocks() -> None:
+    server, _ = host_listener()
+    port = server.getsockname()[1]
+    try:
+        with Network() as net:
+            chief, worker = net.add_host("chief"), net.add_host("worker_1")
+            assert chief.ip != worker.ip and worker.name == "worker-1"
+            assert net.subnet.startswith("10.213.") and net.subnet.endswith(".0/24")
+            assert net.host_ip.rsplit(".", 1)[1] == "1"
+            # each host is its own machine: its address is on its eth0, not the other's
+            addrs = worker.run(["ip", "-4", "-o", "addr"], capture_output=True, text=True).stdout
+            assert worker.ip in addrs and chief.ip not in addrs
+            listen(chief, 5000)
+            assert connect(worker, chief.ip, 5000) == 0
+            assert connect(chief, net.host_ip, port) == 0  # the emulators' address
+            assert connect(worker, chief.ip, 5001) == 1  # nothing there: refused, not dropped
+            chief.apply_nft(DROP_IN)
+            started = time.monotonic()
+            assert connect(worker, chief.ip, 5000, timeout=1.5) == 2  # dropped: a timeout
+            assert time.monotonic() - started >= 1.0
+            assert connect(chief, net.host_ip, port) == 0  # outbound is still open
+            chief.apply_nft("")  # replaced: no rules, open again
+            assert connect(worker, chief.ip, 5000) == 0
+            assert any(f"namespace {chief.ns}" == item for item in leftovers())
+            assert any(item.startswith("process ") for item in leftovers())
+        assert [item for item in leftovers() if net.bridge in item] == []
+        net.close()  # idempotent
+    finally:
+        server.close()
+
+
+def test_a_bad_ruleset_raises_with_nfts_message() -> None:
+    with Network() as net:
+        host = net.add_host("a")
+        with pytest.raises(subprocess.CalledProcessError) as caught:
+            host.apply_nft("table inet box { chain input { nonsense; } }")
+        assert "Error" in caught.value.stderr
+
+
+def test_close_after_a_failure_leaves_nothing() -> None:
+    with pytest.raises(RuntimeError, match="boom"), Network() as net:
+        net.add_host("a").popen(["sleep", "300"])
+        raise RuntimeError("boom")
+    assert [item for item in leftovers() if net.bridge in item] == []
+
+
+def test_the_leftover_check_names_a_stray_namespace() -> None:
+    stray = f"{netns.PREFIX}stray{netns.secrets.token_hex(2)}"
+    subprocess.run(["ip", "netns", "add", stray], check=True)
+    try:
+        assert f"namespace {stray}" in leftovers()
+    finally:
+        netns.delete_namespace(stray)
+    assert f"namespace {stray}" not in leftovers()
