@@ -1,5 +1,5 @@
-"""Azurite (the Azure Blob Storage emulator, from npm) for tests: one server per session, wiped
-before each test.
+"""Azurite (the Azure Blob Storage emulator, from npm) for tests: one server per session (shared
+by every module that imports the fixtures), wiped before each test.
 
     from tests.fakes.azurite import azurite, azurite_session  # noqa: F401
 
@@ -258,17 +258,42 @@ def use_azurite(monkeypatch: pytest.MonkeyPatch, server: Azurite) -> None:
         monkeypatch.setenv(name, f"{current},{HOST}" if current else HOST)
 
 
+# The session's servers, by `oauth`, with their number of users. Every test module that imports
+# `azurite_session` gets a session fixture of its own (pytest keys a fixture by where it is
+# defined), so the servers are shared here: one process per kind, not one per importing module
+# left running until the session ends.
+_SHARED: dict[bool, tuple[Azurite, int]] = {}
+
+
+@contextlib.contextmanager
+def shared_azurite(*, oauth: bool = False) -> Iterator[Azurite]:
+    """The session's one Azurite of this kind: started by its first user (a dead one is
+    replaced), stopped when its last user leaves. Blocks while starting."""
+    server, users = _SHARED.get(oauth, (None, 0))
+    if server is None or server.process is None or server.process.poll() is not None:
+        if server is not None:
+            server.stop()
+        server = start_azurite(oauth=oauth)
+    _SHARED[oauth] = (server, users + 1)
+    try:
+        yield server
+    finally:
+        current, users = _SHARED[oauth]
+        if users <= 1:
+            del _SHARED[oauth]
+            current.stop()
+        else:
+            _SHARED[oauth] = (current, users - 1)
+
+
 @pytest.fixture(scope="session")
 def azurite_session() -> Iterator[Azurite]:
     """One Azurite for the whole test session (skips if node or Azurite is missing)."""
     reason = azurite_missing()
     if reason:
         pytest.skip(reason)
-    server = start_azurite()
-    try:
+    with shared_azurite() as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture
@@ -287,11 +312,8 @@ def azurite_oauth_session() -> Iterator[Azurite]:
         reason = "trustme is not installed: pip install trustme"
     if reason:
         pytest.skip(reason)
-    server = start_azurite(oauth=True)
-    try:
+    with shared_azurite(oauth=True) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture
