@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -130,3 +131,34 @@ def test_the_leftover_check_names_a_stray_namespace() -> None:
     finally:
         netns.delete_namespace(stray)
     assert f"namespace {stray}" not in leftovers()
+
+
+STRAY_TEST = """
+import subprocess
+
+
+def test_leaves_a_namespace():
+    subprocess.run(["ip", "netns", "add", "{name}"], check=True)
+"""
+
+
+def test_the_session_fails_when_a_test_leaves_a_namespace(tmp_path: Path) -> None:
+    """tests/conftest.py's end-of-session check turns a passing session into a failed one."""
+    stray = f"{netns.PREFIX}stray{netns.secrets.token_hex(2)}"
+    (tmp_path / "test_stray.py").write_text(STRAY_TEST.format(name=stray))
+    root = Path(__file__).resolve().parents[2]
+    args = [sys.executable, "-m", "pytest", "-q", "-p", "tests.conftest", "-p", "no:cacheprovider"]
+    try:
+        done = subprocess.run(
+            [*args, "--rootdir", str(tmp_path), str(tmp_path / "test_stray.py")],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=90,
+        )
+    finally:
+        netns.delete_namespace(stray)
+    assert "1 passed" in done.stdout, done.stdout + done.stderr
+    assert done.returncode == 1, done.stdout
+    assert "error: the test session left" in done.stdout
+    assert f"namespace {stray}" in done.stdout
