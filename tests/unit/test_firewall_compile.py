@@ -1,0 +1,141 @@
+"""The firewall compilers of the box (tests/fakes/firewall_*.py), on cloud JSON recorded from the
+fakes (tests/fixtures/firewall/): which rules each node gets, in which order, from which sources,
+and the nftables text they render to. Pure: no namespace and no fake running (the probe tests in
+tests/e2e/test_firewall_probes.py send the packets)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+from tests.fakes.firewall_aws import AwsSnapshot, compile_aws, layers_aws
+from tests.fakes.firewall_nft import ACCEPT, DROP, Layer, Rule, port_range, render
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "firewall"
+A, B = "10.213.9.2", "10.213.9.3"
+SSH_CIDR = "203.0.113.7/32"  # the ssh_cidr the recordings were made with
+
+
+def recorded(name: str) -> dict[str, Any]:
+    return json.loads((FIXTURES / name).read_text())
+
+
+def summary(layer: Layer) -> list[tuple[str, str | None, tuple, tuple | None]]:
+    """(action, protocol, ports, sources) of each rule, in order."""
+    return [(r.action, r.protocol, r.ports, r.sources) for r in layer.rules]
+
+
+# --- the nftables frame ------------------------------------------------------------------------
+
+
+def test_render_denies_inbound_by_default_and_keeps_replies_and_loopback() -> None:
+    text = render([Layer("x", (Rule(ACCEPT, "tcp", ((2222, 2232),), (A, B)),))], "vm-1")
+    head = text.split("chain layer0", 1)[0]
+    assert "type filter hook input priority filter; policy drop;" in head
+    assert head.index("ct state established,related accept") < head.index("jump layer0")
+    assert 'iif "lo" accept' in head
+    assert "ip saddr { 10.213.9.2, 10.213.9.3 } meta l4proto tcp th dport 2222-2232 accept" in text
+    assert "hook output priority filter; policy accept;" in text  # egress unrestricted
+
+
+def test_render_layers_must_all_allow_and_first_match_wins() -> None:
+    first = Layer("subnet", (Rule(DROP, None, ((22, 22),), ("0.0.0.0/0",)), Rule(ACCEPT)))
+    last = Layer("nic", (Rule(ACCEPT, "tcp", ((2222, 2222),), (A,)),))
+    text = render([first, last])
+    layer0 = text.split("chain layer0", 1)[1].split("chain layer1", 1)[0]
+    lines = [line.strip() for line in layer0.splitlines()[1:] if line.strip() not in ("}", "")]
+    assert lines == [
+        "meta nfproto ipv4 meta l4proto { tcp, udp, sctp } th dport 22 drop",
+        "return",  # an allow in a layer that is not the last goes on to the next layer
+        'drop comment "no rule matched"',
+    ]
+    assert "jump layer0\n        jump layer1" in text
+
+
+def test_render_of_a_rule_with_no_source_in_the_box_matches_nothing() -> None:
+    text = render([Layer("x", (Rule(ACCEPT, "tcp", (), (), comment="from an empty group"),))])
+    assert "# no source in the box: from an empty group" in text
+    assert " accept comment" not in text.split("chain layer0", 1)[1]
+
+
+def test_port_ranges_as_clouds_write_them() -> None:
+    assert port_range("2222") == (2222, 2222)
+    assert port_range("2222-2232") == (2222, 2232)
+    assert port_range("*") is None
+
+
+# --- AWS ---------------------------------------------------------------------------------------
+
+
+def aws_snapshot() -> tuple[AwsSnapshot, list[str]]:
+    data = recorded("aws_recorded.json")
+    ids = [i["InstanceId"] for i in data["instances"]]
+    return AwsSnapshot(data["groups"], data["instances"]), ids
+
+
+def test_aws_group_rule_admits_the_members_and_ssh_only_its_cidr() -> None:
+    snap, (one, two) = aws_snapshot()
+    layers = layers_aws(snap, {one: A, two: B})
+    assert set(layers) == {one, two}
+    for (layer,) in layers.values():
+        assert summary(layer) == [
+            (ACCEPT, "tcp", ((2222, 2232),), (A, B)),
+            (ACCEPT, "tcp", ((22, 22),), (SSH_CIDR,)),
+        ]
+    text = compile_aws(snap, {one: A, two: B})[one]
+    assert "ip saddr 203.0.113.7/32 meta l4proto tcp th dport 22 accept" in text
+
+
+def test_aws_without_the_ssh_rule_port_22_is_not_opened() -> None:
+    snap, (one, two) = aws_snapshot()
+    for group in snap.groups:
+        group["IpPermissions"] = [p for p in group["IpPermissions"] if p["FromPort"] != 22]
+    (layer,) = layers_aws(snap, {one: A, two: B})[one]
+    assert summary(layer) == [(ACCEPT, "tcp", ((2222, 2232),), (A, B))]
+
+
+def test_aws_members_are_live_instances_with_a_box_address() -> None:
+    snap, (one, two) = aws_snapshot()
+    (layer,) = layers_aws(snap, {one: A})[one]  # the other instance is not in the box
+    assert layer.rules[0].sources == (A,)
+    dead = copy.deepcopy(snap)
+    dead.instances[1]["State"] = {"Code": 48, "Name": "terminated"}
+    layers = layers_aws(dead, {one: A, two: B})
+    assert set(layers) == {one}
+    assert layers[one][0].rules[0].sources == (A,)
+
+
+def test_aws_an_instance_without_the_group_is_no_source_and_gets_nothing() -> None:
+    snap, (one, two) = aws_snapshot()
+    default = next(g for g in snap.groups if g["GroupName"] == "default")
+    other = snap.instances[1]
+    other["SecurityGroups"] = [{"GroupId": default["GroupId"], "GroupName": "default"}]
+    for nic in other["NetworkInterfaces"]:
+        nic["Groups"] = list(other["SecurityGroups"])
+    layers = layers_aws(snap, {one: A, two: B})
+    assert layers[one][0].rules[0].sources == (A,)
+    assert layers[two][0].rules == ()  # moto's default group holds no ingress: nothing in
+
+
+def test_aws_cidr_rules_translate_cloud_addresses_and_groups_are_a_union() -> None:
+    snap, (one, two) = aws_snapshot()
+    private = snap.instances[1]["PrivateIpAddress"]
+    default = next(g for g in snap.groups if g["GroupName"] == "default")
+    default["IpPermissions"] = [
+        {
+            "IpProtocol": "-1",
+            "UserIdGroupPairs": [],
+            "IpRanges": [{"CidrIp": private + "/32"}],
+            "Ipv6Ranges": [{"CidrIpv6": "2001:db8::/64"}],
+        }
+    ]
+    snap.instances[0]["SecurityGroups"].append(
+        {"GroupId": default["GroupId"], "GroupName": "default"}
+    )
+    (layer,) = layers_aws(snap, {one: A, two: B})[one]
+    assert len(layer.rules) == 3  # the run group's two rules and the default group's one
+    everything = next(r for r in layer.rules if r.protocol is None)
+    assert everything.ports == ()  # "-1": all protocols, AWS ignores the ports
+    assert everything.sources == (B, private + "/32", "2001:db8::/64")
