@@ -2,7 +2,9 @@
 
 It talks to the controller only through the run's bucket (the layout and the documents:
 `jobs/protocol.py`):
-registers its address for the current attempt, waits for the whole cluster, builds TF_CONFIG,
+registers its address for the current attempt, waits for the whole cluster, checks that every
+peer answers at TCP level (a cloud firewall that drops the run's ports fails the node naming the
+peer: `jobs/reachability.py`), builds TF_CONFIG,
 restores checkpoints, runs setup and the entrypoint (under strategy horovod: one process per GPU
 with Horovod's Gloo environment, see `jobs/horovod.py`), streams logs in ordered chunks, beats a
 heartbeat, syncs the chief's checkpoints as they change, obeys `control/stop` and the deadline,
@@ -21,7 +23,6 @@ import functools
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -31,7 +32,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from cloudtrain.errors import NotFound
-from cloudtrain.jobs import horovod
+from cloudtrain.jobs import horovod, reachability
 from cloudtrain.jobs import protocol as proto
 from cloudtrain.jobs.checkpoints import Checkpoints
 from cloudtrain.jobs.logpump import TAIL_LINES, LogPump
@@ -177,9 +178,28 @@ class Agent(Checkpoints):
 
     # --- rendezvous -----------------------------------------------------------------------
     def address(self) -> str:
-        host = os.environ.get("CLOUDTRAIN_NODE_HOST") or socket.gethostbyname(socket.gethostname())
+        """host:port this node registers: $CLOUDTRAIN_NODE_HOST or the address of the interface
+        the default route leaves by, never a loopback while another exists (jobs/reachability.py);
+        $CLOUDTRAIN_NODE_PORT or the job's port (on a cloud every node uses the job's port)."""
+        host = reachability.discover_host()
         port = os.environ.get("CLOUDTRAIN_NODE_PORT") or str(self.cluster.port)
         return f"{host}:{port}"
+
+    def check_peers(self, cluster: dict[str, list[str]]) -> None:
+        """Before the training starts, every peer in `cluster` must answer at TCP level (a
+        refusal counts: the path is open). Blocking, ticking meanwhile; ~0 s when they answer at
+        once. Raises reachability.Unreachable (a RuntimeError: this attempt's failed status then
+        names the silent peer), StopRequested or NewAttempt."""
+        peers = reachability.peers_of(cluster, self.me)
+        timeout_s = reachability.probe_deadline_s(self.cluster.rendezvous_timeout_s)
+        try:
+            took = reachability.check_peers(peers, timeout_s, tick=self.tick)
+        except reachability.Unreachable as exc:
+            for node, why in exc.why.items():
+                self.say(f"{node} never answered: {why}")
+            raise
+        if peers:
+            self.say(f"attempt {self.attempt}: {len(peers)} peers reachable ({took:.2f} s)")
 
     def rendezvous(self) -> dict[str, list[str]]:
         """Register for this attempt and wait until every node has. Raises StopRequested,
@@ -355,6 +375,7 @@ class Agent(Checkpoints):
             self.say(f"restored {restored} checkpoint files from the bucket")
         self.write_status(NodeState.RENDEZVOUS)
         cluster = self.rendezvous()
+        self.check_peers(cluster)
         self.run_setup()
         self.child = self.launch(cluster)
         self.write_status(NodeState.RUNNING, pid=self.child.pid)
