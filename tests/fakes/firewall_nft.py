@@ -80,6 +80,8 @@ class Addresses:
         for raw in cidrs:
             net = ipaddress.ip_network(raw, strict=False)
             out.add(str(net))
+            if net.prefixlen == 0:
+                continue  # the whole family holds every box address already
             for cloud, box in self.cloud_to_box.items():
                 if ipaddress.ip_address(cloud) in net:
                     out.add(box)
@@ -187,8 +189,8 @@ def render(layers: Sequence[Layer], node: str = "") -> str:
 
 
 def port_range(text: str) -> tuple[int, int] | None:
-    """"2222" -> (2222, 2222), "2222-2232" -> (2222, 2232), "*" -> None (every port). Raises
-    ValueError for anything else. Pure."""
+    """A port range as clouds write it: "2222" -> (2222, 2222), "2222-2232" -> (2222, 2232),
+    "*" -> None (every port). Raises ValueError for anything else. Pure."""
     text = text.strip()
     if text in ("*", ""):
         return None

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.fakes.firewall_aws import AwsSnapshot, compile_aws, layers_aws
+from tests.fakes.firewall_gcp import GcpSnapshot, layers_gcp
 from tests.fakes.firewall_nft import ACCEPT, DROP, Layer, Rule, port_range, render
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "firewall"
@@ -139,3 +140,82 @@ def test_aws_cidr_rules_translate_cloud_addresses_and_groups_are_a_union() -> No
     everything = next(r for r in layer.rules if r.protocol is None)
     assert everything.ports == ()  # "-1": all protocols, AWS ignores the ports
     assert everything.sources == (B, private + "/32", "2001:db8::/64")
+
+
+# --- GCP ---------------------------------------------------------------------------------------
+
+
+def gcp_snapshot() -> tuple[GcpSnapshot, list[str]]:
+    data = recorded("gcp_recorded.json")
+    return GcpSnapshot(data["firewalls"], data["instances"]), [
+        str(i["id"]) for i in data["instances"]
+    ]
+
+
+def test_gcp_tag_rule_admits_the_tagged_instances_then_the_implied_deny() -> None:
+    snap, (one, two) = gcp_snapshot()
+    layers = layers_gcp(snap, {one: A, two: B})
+    assert set(layers) == {one, two}
+    for (layer,) in layers.values():
+        assert summary(layer) == [
+            (ACCEPT, "tcp", ((2222, 2232),), (A, B)),
+            (ACCEPT, "tcp", ((22, 22),), (SSH_CIDR,)),
+            (DROP, None, (), None),  # the implied deny-ingress, last
+        ]
+
+
+def test_gcp_untagged_instance_is_no_source_and_no_target() -> None:
+    snap, (one, two) = gcp_snapshot()
+    snap.instances[1]["tags"] = {"items": ["someone-else"]}
+    layers = layers_gcp(snap, {one: A, two: B})
+    assert layers[one][0].rules[0].sources == (A,)
+    assert summary(layers[two][0]) == [(DROP, None, (), None)]
+
+
+def test_gcp_priority_orders_rules_and_deny_wins_a_tie() -> None:
+    snap, (one, two) = gcp_snapshot()
+    tag = snap.firewalls[0]["targetTags"][0]
+    network = snap.firewalls[0]["network"]
+    snap.firewalls.extend(
+        [
+            {  # no target: every instance of the network; no source: 0.0.0.0/0
+                "name": "deny-2230",
+                "network": network,
+                "priority": 1000,
+                "direction": "INGRESS",
+                "denied": [{"IPProtocol": "tcp", "ports": ["2230"]}],
+            },
+            {
+                "name": "allow-early",
+                "network": network,
+                "priority": 900,
+                "allowed": [{"IPProtocol": "all"}],
+                "sourceTags": [tag],
+                "sourceRanges": ["10.128.0.0/9"],
+            },
+            {  # another network's rule and a disabled one apply to nobody here
+                "name": "elsewhere",
+                "network": network.replace("/default", "/other"),
+                "allowed": [{"IPProtocol": "tcp"}],
+            },
+            {
+                "name": "off",
+                "network": network,
+                "disabled": True,
+                "allowed": [{"IPProtocol": "udp"}],
+            },
+        ]
+    )
+    (layer,) = layers_gcp(snap, {one: A, two: B})[one]
+    assert [r.comment.split()[0] for r in layer.rules] == [
+        "allow-early",
+        "deny-2230",
+        snap.firewalls[0]["name"],
+        snap.firewalls[1]["name"],
+        "implied",
+    ]
+    early, deny = layer.rules[0], layer.rules[1]
+    # the range 10.128.0.0/9 holds both instances' networkIP: it stands for their box addresses
+    assert early.protocol is None and set(early.sources or ()) == {A, B, "10.128.0.0/9"}
+    assert deny.action == DROP and deny.ports == ((2230, 2230),)
+    assert deny.sources == ("0.0.0.0/0",)
