@@ -31,12 +31,24 @@ InstanceInitiatedShutdownBehavior=terminate would) while the VM's session is kil
 (or `shutdown -r`) kills the session and the harness boots the VM again. A VM the emulator
 reports terminated, or no longer lists at all
 (GCE forgets a deleted instance), has its session killed too.
+
+Namespace mode (`network=`, tests/fakes/netns.py): every VM is its own host. At its first boot
+it gets `network.add_host(<vm id>)`, `before_boot(vm, host)` runs (a test compiles the cloud's
+firewall into the host there), and its session runs inside the host's namespace: it has its own
+address and no CLOUDTRAIN_NODE_HOST/PORT, so its startup script asks the instance metadata
+service for its address and the agent listens on the job's port, as on a cloud. The harness
+serves 169.254.169.254:80 (and metadata.google.internal) to the namespaces from a fake metadata
+service on the network's host address (tests/fakes/metadata_server.py), which answers each VM
+its own address. The emulators' endpoints in `env` must then be on `network.host_ip`. A VM's
+namespace is removed when the VM is gone for good (terminated, deleted) and at `stop()`; the
+Network itself is the test's to close.
 """
 
 from __future__ import annotations
 
 import os
 import socket
+import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -46,6 +58,8 @@ from pathlib import Path
 from cloudtrain.providers.local import kill_session, session_pids, start_session
 from tests.fakes.bootstrap_shims import OS_RELEASES, T4_LSPCI, VGA_LSPCI
 from tests.fakes.box_images import facts, image_python, wheelhouse
+from tests.fakes.metadata_server import MetadataServer
+from tests.fakes.netns import Host, Network
 
 POWER = """#!/usr/bin/env bash
 # cloud-in-a-box shim: never acts on the test machine
@@ -152,6 +166,7 @@ class BootHarness:
         gpu: bool = False,
         module_needs_reboot: bool = False,
         extension_s: float = 3.0,
+        network: Network | None = None,
     ) -> None:
         self.root, self.discover, self.env = root, discover, env
         self.on_power_off, self.poll_s = on_power_off, poll_s
@@ -180,10 +195,24 @@ class BootHarness:
         # gets `<metadata_url>/vm/<id>` (tests/fakes/metadata_server.py); None = nothing
         # listens (the discard port), never the real link-local address
         self.metadata_url: str | None = None
+        # namespace mode (see the module docstring): vm id -> its host, and the hook that runs
+        # once per VM between the host's creation and the VM's first boot
+        self.network = network
+        self.hosts: dict[str, Host] = {}
+        self.before_boot: Callable[[Vm, Host], None] = lambda _vm, _host: None
+        self._imds: MetadataServer | None = None
 
     def start(self) -> BootHarness:
+        """Start polling (a daemon thread); in namespace mode serve 169.254.169.254 first."""
+        if self.network is not None and self._imds is None:
+            self._imds = MetadataServer(host=self.network.host_ip)
+            self.network.serve_link_local(int(self._imds.url.rsplit(":", 1)[1]))
         self._thread.start()
         return self
+
+    def host_of(self, vm_id: str) -> Host:
+        """The host (namespace, address) of a VM booted in namespace mode; KeyError if none."""
+        return self.hosts[vm_id]
 
     def _loop(self) -> None:
         while not self._stop.is_set():
@@ -200,9 +229,11 @@ class BootHarness:
                 self.boot(vm)
             elif not vm.alive and vm.id in self.sessions:
                 self.kill(vm.id)
+                self._drop_host(vm.id)
         known = {vm.id for vm in vms}
         for vm_id in [v for v in self.sessions if v not in known]:  # deleted from the cloud
             self.kill(vm_id)
+            self._drop_host(vm_id)
         log = self.root / "power.log"
         if log.exists():
             lines = log.read_text().splitlines()
@@ -234,6 +265,9 @@ class BootHarness:
             (pci / slot / "vendor").write_text(vendor + "\n")
         self._vms[vm.id] = vm
         self.booted.append(vm.name)
+        if self.network is not None:
+            host = self.hosts[vm.id] = self.network.add_host(vm.id)
+            self.before_boot(vm, host)
         self._start(vm, work / "startup.sh")
         if vm.driver_extension and self.gpu:
             threading.Timer(self.extension_s, self._extension_done, (vm.id,)).start()
@@ -271,6 +305,8 @@ class BootHarness:
         )
         if self.bare:  # the wheels a stock image's node downloads, from this disk
             env.update(PIP_FIND_LINKS=str(wheelhouse(image.python)), PIP_NO_INDEX="1")
+        if self.network is not None:  # its own host: its address and the job's port, as on a cloud
+            del env["CLOUDTRAIN_NODE_HOST"], env["CLOUDTRAIN_NODE_PORT"]
         return env
 
     def boot_id(self, vm_id: str) -> str:
@@ -278,9 +314,29 @@ class BootHarness:
         return f"{vm_id}-boot-{self.boots.get(vm_id, 0)}"
 
     def _start(self, vm: Vm, script: Path) -> None:
+        """Run `script` as this boot of `vm`: a new session (its id is the VM's), in the VM's
+        namespace in namespace mode. No wait."""
         self.boots[vm.id] = self.boots.get(vm.id, 0) + 1
-        proc = start_session(script, self.vm_dir(vm.id), self._env(vm))
+        host = self.hosts.get(vm.id)
+        if host is None:
+            proc = start_session(script, self.vm_dir(vm.id), self._env(vm))
+        else:  # `ip netns exec` execs bash in place: the session leader stays the same process
+            with open(self.vm_dir(vm.id) / "console.log", "ab") as console:
+                proc = subprocess.Popen(
+                    [*host.prefix(), "bash", str(script)],
+                    cwd=self.vm_dir(vm.id),
+                    env=self._env(vm),
+                    stdin=subprocess.DEVNULL,
+                    stdout=console,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
         self.sessions[vm.id] = proc.pid
+
+    def _drop_host(self, vm_id: str) -> None:
+        """The VM is gone for good: remove its namespace (killing what is left in it)."""
+        if self.network is not None and self.hosts.pop(vm_id, None) is not None:
+            self.network.remove_host(vm_id)
 
     def reboot(self, vm_id: str) -> None:
         """Reboot a VM now, as its cloud or an extension would: kill all it runs, then boot it
@@ -334,8 +390,15 @@ class BootHarness:
         return path.read_text().splitlines() if path.exists() else []
 
     def stop(self) -> None:
-        """Stop polling and kill every VM session."""
+        """Stop polling and kill every VM session; in namespace mode remove every VM's namespace
+        and stop the metadata service. Blocks; idempotent."""
         self._stop.set()
-        self._thread.join(timeout=5)
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
         for vm_id in list(self.sessions):
             self.kill(vm_id)
+        for vm_id in list(self.hosts):
+            self._drop_host(vm_id)
+        if self._imds is not None:
+            self._imds.close()
+            self._imds = None

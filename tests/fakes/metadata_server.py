@@ -1,4 +1,4 @@
-"""A fake instance metadata service for EC2, GCE and Azure, on 127.0.0.1, for preemption tests.
+"""A fake instance metadata service for EC2, GCE and Azure (127.0.0.1 unless `host` is given).
 
     with MetadataServer(vm_name="ct-run-worker-1") as server:
         watcher = PreemptionWatcher("aws", "ct-run-worker-1", base_url=server.url)
@@ -22,6 +22,13 @@ on all three clouds (the Azure event names `vm_name`, default the server's own `
 delays every answer; `requests` counts requests per path (query excluded);
 `tokens_issued` lists the EC2 tokens handed out. From another
 process: `POST /_fake/preempt?vm=NAME[&after_s=S]`. All state is behind one lock.
+
+A VM's own address: EC2's `meta-data/local-ipv4`, GCE's
+`instance/network-interfaces/0/ip` and Azure's
+`metadata/instance/network/interface/0/ipv4/ipAddress/0/privateIpAddress` (format=text) answer
+the address the request came from, as the real services answer the VM's primary private
+address: with `host` a bridge address of tests/fakes/netns.py, each namespace's VM asks from its
+own address (the cloud-in-a-box harness sends 169.254.169.254:80 there).
 
 Many VMs can share one server: a path prefixed `/vm/ID` is that VM's own view, in which the
 EC2 and GCE notices are seen only by the VM they were given to (`preempt(ID)`; the
@@ -53,6 +60,13 @@ EC2_TOKEN_PATH = "/latest/api/token"
 EC2_ACTION_PATH = "/latest/meta-data/spot/instance-action"
 GCE_PREEMPTED_PATH = "/computeMetadata/v1/instance/preempted"
 GCE_NAME_PATH = "/computeMetadata/v1/instance/name"
+# the VM's primary private address: EC2 docs.aws.amazon.com/AWSEC2/latest/UserGuide/
+# instancedata-data-categories.html; GCE cloud.google.com/compute/docs/metadata/
+# predefined-metadata-keys; Azure learn.microsoft.com/azure/virtual-machines/
+# instance-metadata-service ("Get the private IP address")
+EC2_IP_PATH = "/latest/meta-data/local-ipv4"
+GCE_IP_PATH = "/computeMetadata/v1/instance/network-interfaces/0/ip"
+AZURE_IP_PATH = "/metadata/instance/network/interface/0/ipv4/ipAddress/0/privateIpAddress"
 AZURE_EVENTS_PATH = "/metadata/scheduledevents"
 FAKE_PREEMPT_PATH = "/_fake/preempt"
 EC2_NOTICE_S = 120.0
@@ -79,7 +93,9 @@ class _Handler(BaseHTTPRequestHandler):
         if length > 0:
             self.rfile.read(length)
         headers = {k.lower(): v for k, v in self.headers.items()}
-        status, extra, body = self.server.fake.handle(self.command, self.path, headers)
+        status, extra, body = self.server.fake.handle(
+            self.command, self.path, headers, self.client_address[0]
+        )
         self.send_response(status)
         for key, value in {"Content-Type": "text/plain", **extra}.items():
             self.send_header(key, value)
@@ -96,8 +112,10 @@ class _Handler(BaseHTTPRequestHandler):
 class MetadataServer:
     """The fake service; starts serving on construction. Thread-safe."""
 
-    def __init__(self, *, port: int = 0, vm_name: str = "cloudtrain-vm") -> None:
-        """Bind 127.0.0.1:`port` (0: a free port) and serve in a daemon thread."""
+    def __init__(
+        self, *, port: int = 0, vm_name: str = "cloudtrain-vm", host: str = "127.0.0.1"
+    ) -> None:
+        """Bind `host`:`port` (0: a free port) and serve in a daemon thread."""
         self.vm_name = vm_name
         self.delay_s = 0.0
         self.requests: collections.Counter[str] = collections.Counter()
@@ -109,7 +127,7 @@ class MetadataServer:
         self._ec2_action = "terminate"
         self._events: list[dict[str, Any]] = []
         self._incarnation = 1
-        self._httpd = _Server(("127.0.0.1", port), _Handler)
+        self._httpd = _Server((host, port), _Handler)
         self._httpd.fake = self
         self._thread = threading.Thread(
             target=self._httpd.serve_forever,
@@ -121,7 +139,7 @@ class MetadataServer:
 
     @property
     def url(self) -> str:
-        """`http://127.0.0.1:PORT`, the base URL to give the poller."""
+        """`http://HOST:PORT`, the base URL to give the poller."""
         host, port = self._httpd.server_address[:2]
         return f"http://{host!s}:{port}"
 
@@ -175,8 +193,11 @@ class MetadataServer:
             self._tokens.clear()
 
     # --- the service ----------------------------------------------------------------------
-    def handle(self, method: str, target: str, headers: dict[str, str]) -> Answer:
-        """Answer one request: (status, extra headers, body). `headers` have lowercase keys."""
+    def handle(
+        self, method: str, target: str, headers: dict[str, str], client: str = "127.0.0.1"
+    ) -> Answer:
+        """Answer one request: (status, extra headers, body). `headers` have lowercase keys;
+        `client` is the address the request came from (the VM's own address)."""
         parts = urlsplit(target)
         path, query = parts.path, parse_qs(parts.query)
         asker = ""  # `/vm/NAME/...`: one VM's own view (a notice for another VM is not seen)
@@ -193,11 +214,13 @@ class MetadataServer:
             self.preempt(vm, float(query.get("after_s", ["0"])[0]))
             return _json(200, {"preempted": vm or self.vm_name})
         if path == EC2_TOKEN_PATH or path.startswith("/latest/"):
-            return self._ec2(method, path, headers, asker)
+            return self._ec2(method, path, headers, asker, client)
         if path.startswith("/computeMetadata/"):
-            return self._gce(method, path, headers, asker)
+            return self._gce(method, path, headers, asker, client)
         if path == AZURE_EVENTS_PATH:
             return self._azure(method, query, headers)
+        if path == AZURE_IP_PATH:
+            return self._azure_ip(query, headers, client)
         return 404, {}, b"Not Found"
 
     def _notice_for(self, asker: str) -> float | None:
@@ -207,7 +230,9 @@ class MetadataServer:
                 return None
             return self._notice_at
 
-    def _ec2(self, method: str, path: str, headers: dict[str, str], asker: str = "") -> Answer:
+    def _ec2(
+        self, method: str, path: str, headers: dict[str, str], asker: str = "", client: str = ""
+    ) -> Answer:
         if path == EC2_TOKEN_PATH:
             if method != "PUT":
                 return 405, {}, b"Method Not Allowed"
@@ -230,12 +255,16 @@ class MetadataServer:
         notice_at = self._notice_for(asker)
         if not valid:
             return 401, {}, b"Unauthorized"
+        if path == EC2_IP_PATH:
+            return 200, {}, client.encode()
         if path != EC2_ACTION_PATH or notice_at is None or time.time() < notice_at:
             return 404, {"Content-Type": "text/html"}, b"<title>404 - Not Found</title>"
         when = datetime.fromtimestamp(notice_at + EC2_NOTICE_S, timezone.utc)
         return _json(200, {"action": action, "time": when.strftime("%Y-%m-%dT%H:%M:%SZ")})
 
-    def _gce(self, method: str, path: str, headers: dict[str, str], asker: str = "") -> Answer:
+    def _gce(
+        self, method: str, path: str, headers: dict[str, str], asker: str = "", client: str = ""
+    ) -> Answer:
         if "x-forwarded-for" in headers or headers.get("metadata-flavor") != "Google":
             return 403, {"Content-Type": "text/html"}, b"Missing Metadata-Flavor:Google header."
         if method != "GET":
@@ -243,11 +272,24 @@ class MetadataServer:
         extra = {"Metadata-Flavor": "Google", "Content-Type": "application/text"}
         if path == GCE_NAME_PATH:
             return 200, extra, self.vm_name.encode()
+        if path == GCE_IP_PATH:
+            return 200, extra, client.encode()
         if path != GCE_PREEMPTED_PATH:
             return 404, {}, b"Not Found"
         notice_at = self._notice_for(asker)
         preempted = notice_at is not None and time.time() >= notice_at
         return 200, extra, b"TRUE" if preempted else b"FALSE"
+
+    def _azure_ip(
+        self, query: dict[str, list[str]], headers: dict[str, str], client: str
+    ) -> Answer:
+        if headers.get("metadata", "").lower() != "true" or "x-forwarded-for" in headers:
+            return _json(400, {"error": "Bad request. Required metadata header not specified"})
+        if not query.get("api-version"):
+            return _json(400, {"error": "Bad request. api-version was not specified"})
+        if query.get("format", [""])[0] == "text":
+            return 200, {}, client.encode()
+        return 200, {"Content-Type": "application/json; charset=utf-8"}, json.dumps(client).encode()
 
     def _azure(self, method: str, query: dict[str, list[str]], headers: dict[str, str]) -> Answer:
         if headers.get("metadata", "").lower() != "true" or "x-forwarded-for" in headers:
@@ -292,12 +334,13 @@ def _json(status: int, payload: dict[str, Any]) -> Answer:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Serve on 127.0.0.1:--port until interrupted (blocks); prints the URL first."""
+    """Serve on --host:--port until interrupted (blocks); prints the URL first."""
     parser = argparse.ArgumentParser(prog="python -m tests.fakes.metadata_server")
     parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--vm-name", default="cloudtrain-vm")
     args = parser.parse_args(argv)
-    server = MetadataServer(port=args.port, vm_name=args.vm_name)
+    server = MetadataServer(port=args.port, vm_name=args.vm_name, host=args.host)
     signal.signal(signal.SIGTERM, lambda _signum, _frame: sys.exit(0))
     print(server.url, flush=True)
     try:

@@ -91,12 +91,14 @@ def moto_available() -> bool:
     return all(importlib.util.find_spec(m) is not None for m in ("moto", "flask", "boto3"))
 
 
-def start_moto() -> MotoServer:
-    """Start moto's threaded server on a free port of 127.0.0.1; ready when this returns."""
+def start_moto(host: str = HOST) -> MotoServer:
+    """Start moto's threaded server on a free port of `host` (default 127.0.0.1; a netns bridge
+    address serves the namespaces' VMs and the controller alike, tests/fakes/netns.py); ready
+    when this returns. Stop it with `stop()`."""
     from moto.server import ThreadedMotoServer
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one log line per request otherwise
-    server = ThreadedMotoServer(ip_address=HOST, port=0, verbose=False)
+    server = ThreadedMotoServer(ip_address=host, port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
     return MotoServer(server=server, url=f"http://{host}:{port}")
@@ -118,9 +120,10 @@ def use_moto(monkeypatch: pytest.MonkeyPatch, server: MotoServer) -> None:
     monkeypatch.setenv("AWS_ENDPOINT_URL", server.url)
     for name, value in TEST_ENV.items():
         monkeypatch.setenv(name, value)
-    for name in ("NO_PROXY", "no_proxy"):  # loopback never through a proxy (boto3 and curl)
+    host = server.url.split("//", 1)[1].rsplit(":", 1)[0]
+    for name in ("NO_PROXY", "no_proxy"):  # the server never through a proxy (boto3 and curl)
         current = os.environ.get(name, "")
-        monkeypatch.setenv(name, f"{current},{HOST}" if current else HOST)
+        monkeypatch.setenv(name, f"{current},{host}" if current else host)
 
 
 def seed_ssm_parameter(name: str, value: str, region: str = "us-east-1") -> None:

@@ -18,10 +18,11 @@ veth pairs) and the bridge; it is idempotent, runs on `__exit__` also after a fa
 registered with atexit in case a test never gets there.
 
 `leftovers()` lists what any code of this suite may have left on the machine: every `ctb*`
-namespace, link and /etc/netns folder, every mount whose mount point contains "/ctb-" (the
-agreed marker for the Debian roots and their overlays, tests/fakes/debian_root.py, and anything
-else mounted by the suite), and every process still inside a `ctb*` namespace. The end of the
-pytest session fails if it is not empty (tests/conftest.py).
+namespace, link, /etc/netns folder and nftables table of the machine, every mount whose mount
+point contains "/ctb-" (the agreed marker for the Debian roots and their overlays,
+tests/fakes/debian_root.py, and anything else mounted by the suite), and every process still
+inside a `ctb*` namespace. The end of the pytest session fails if it is not empty
+(tests/conftest.py).
 
 Ownership, for helpers running test sessions side by side: a Network records its owner (this
 process's pid) under OWNERS; `claim(key)` does the same for any other marker (a mount folder's
@@ -55,6 +56,10 @@ _LOCK = Path("/run/ctb-netns.lock")
 # the machine's resolver, which a host cannot reach (http.server's getfqdn took 10 s)
 ETC_NETNS = Path("/etc/netns")
 RESOLV_CONF = "# cloudtrain test host: no DNS (tests/fakes/netns.py)\nnameserver 127.0.0.1\n"
+# The link-local instance metadata address of EC2 and Azure, and GCE's name for it (GCE's images
+# list metadata.google.internal in /etc/hosts; cloud.google.com/compute/docs/metadata/overview)
+LINK_LOCAL = "169.254.169.254"
+HOSTS = f"127.0.0.1 localhost\n::1 localhost\n{LINK_LOCAL} metadata.google.internal metadata\n"
 _NAME = re.compile(r"[^a-z0-9-]+")
 
 
@@ -187,8 +192,9 @@ def delete_namespace(ns: str) -> None:
     """Kill every process in namespace `ns`, then delete it (and so its veth pair). Idempotent."""
     _kill_ns_processes(ns)
     _ip("netns", "del", ns, check=False)
-    with contextlib.suppress(FileNotFoundError):
-        (ETC_NETNS / ns / "resolv.conf").unlink()
+    for name in ("resolv.conf", "hosts"):
+        with contextlib.suppress(FileNotFoundError):
+            (ETC_NETNS / ns / name).unlink()
     with contextlib.suppress(OSError):
         (ETC_NETNS / ns).rmdir()
 
@@ -248,6 +254,7 @@ class Network:
         self.hosts[clean], self._outer[clean] = host, outer
         (ETC_NETNS / ns).mkdir(parents=True, exist_ok=True)
         (ETC_NETNS / ns / "resolv.conf").write_text(RESOLV_CONF)
+        (ETC_NETNS / ns / "hosts").write_text(HOSTS)
         _ip("netns", "add", ns)
         _ip("link", "add", outer, "type", "veth", "peer", "name", inner)
         _ip("link", "set", inner, "netns", ns)
@@ -268,6 +275,24 @@ class Network:
             delete_namespace(host.ns)
             _ip("link", "del", self._outer.pop(clean), check=False)
 
+    def serve_link_local(self, port: int) -> None:
+        """Send every host's TCP to 169.254.169.254:80 (the clouds' instance metadata service)
+        to `host_ip:port`, where a fake metadata service listens (tests/fakes/metadata_server):
+        a DNAT rule in the machine's nftables table `ctb<hex>`, which close() deletes. The
+        service sees the asking host's own address as the source. Idempotent; blocks."""
+        table = f"""table ip {self.bridge}
+delete table ip {self.bridge}
+table ip {self.bridge} {{
+  chain prerouting {{
+    type nat hook prerouting priority dstnat; policy accept;
+    ip saddr {self.subnet} ip daddr {LINK_LOCAL} tcp dport 80 dnat to {self.host_ip}:{port}
+  }}
+}}
+"""
+        subprocess.run(
+            ["nft", "-f", "-"], input=table, text=True, capture_output=True, check=True, timeout=30
+        )
+
     def close(self) -> None:
         """Kill the processes in every host, delete the namespaces, veths and the bridge.
         Idempotent; never raises for what is already gone."""
@@ -276,6 +301,12 @@ class Network:
         self._closed = True
         for host in self.hosts.values():
             delete_namespace(host.ns)
+        subprocess.run(
+            ["nft", "delete", "table", "ip", self.bridge],
+            capture_output=True,
+            timeout=30,
+            check=False,
+        )
         for name in _links():  # a veth whose namespace end never moved, and the bridge
             if name.startswith(self.bridge):
                 _ip("link", "del", name, check=False)
@@ -309,6 +340,18 @@ def _mounts() -> list[str]:
     return points
 
 
+def _nft_tables() -> list[str]:
+    """The machine's nftables tables named ctb* ("<family> <name>")."""
+    try:
+        out = subprocess.run(
+            ["nft", "list", "tables"], capture_output=True, text=True, timeout=30
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    tables = [line.split(None, 1)[1] for line in out.splitlines() if line.startswith("table ")]
+    return [t for t in tables if t.split()[-1].startswith(PREFIX)]
+
+
 def leftovers(skip_live_owners: bool = False) -> list[str]:
     """Everything of the suite still on this machine, one line each: `ctb*` namespaces and
     links, mounts containing "/ctb-", processes inside `ctb*` namespaces. Empty when clean.
@@ -329,9 +372,8 @@ def leftovers(skip_live_owners: bool = False) -> list[str]:
             for entry in sorted(ETC_NETNS.iterdir())
             if entry.name.startswith(PREFIX) and not skipped(entry.name)
         ]
-    found += [
-        f"link {name}" for name in _links() if name.startswith(PREFIX) and not skipped(name)
-    ]
+    found += [f"link {name}" for name in _links() if name.startswith(PREFIX) and not skipped(name)]
+    found += [f"nftables table {t}" for t in _nft_tables() if not skipped(t)]
     found += [
         f"mount {point}" for point in _mounts() if MOUNT_MARKER in point and not skipped(point)
     ]
