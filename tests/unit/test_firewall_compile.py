@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.fakes.firewall_aws import AwsSnapshot, compile_aws, layers_aws
+from tests.fakes.firewall_azure import DEFAULT_INBOUND, LOAD_BALANCER, AzureSnapshot, layers_azure
 from tests.fakes.firewall_gcp import GcpSnapshot, layers_gcp
 from tests.fakes.firewall_nft import ACCEPT, DROP, Layer, Rule, port_range, render
 
@@ -219,3 +220,112 @@ def test_gcp_priority_orders_rules_and_deny_wins_a_tie() -> None:
     assert early.protocol is None and set(early.sources or ()) == {A, B, "10.128.0.0/9"}
     assert deny.action == DROP and deny.ports == ((2230, 2230),)
     assert deny.sources == ("0.0.0.0/0",)
+
+
+# --- Azure -------------------------------------------------------------------------------------
+
+
+def azure_snapshot() -> tuple[AzureSnapshot, list[str]]:
+    data = recorded("azure_recorded.json")
+    snap = AzureSnapshot(data["nsgs"], data["vnets"], data["nics"], data["vms"])
+    return snap, [v["properties"]["vmId"] for v in data["vms"]]
+
+
+def test_azure_nsg_by_priority_with_the_adapters_deny_and_azures_defaults() -> None:
+    snap, (one, two) = azure_snapshot()
+    layers = layers_azure(snap, {one: A, two: B})
+    assert set(layers) == {one, two}
+    (layer,) = layers[one]  # the subnet's NSG; the NICs have none
+    assert [r.comment for r in layer.rules] == [
+        "cloudtrain-tf p100",
+        "cloudtrain-ssh p110",
+        "cloudtrain-deny-vnet p4000",
+        "AllowVnetInBound p65000",
+        "AllowAzureLoadBalancerInBound p65001",
+        "DenyAllInBound p65500",
+    ]
+    assert summary(layer) == [
+        # 10.0.0.0/16 as the fake holds it: itself and both VMs (their NICs are in it)
+        (ACCEPT, "tcp", ((2222, 2232),), ("10.0.0.0/16", A, B)),
+        (ACCEPT, "tcp", ((22, 22),), (SSH_CIDR,)),
+        (DROP, None, (), (A, B)),  # VirtualNetwork: the VMs whose NIC is in the VNet
+        (ACCEPT, None, (), (A, B)),
+        (ACCEPT, None, (), (LOAD_BALANCER,)),
+        (DROP, None, (), None),
+    ]
+
+
+def test_azure_defaults_are_the_ones_the_fake_holds() -> None:
+    snap, _ = azure_snapshot()
+    held = [
+        (r["name"], r["properties"]["priority"], r["properties"]["access"])
+        for r in snap.nsgs[0]["properties"]["defaultSecurityRules"]
+        if r["properties"]["direction"] == "Inbound"
+    ]
+    assert held == [(name, prio, access) for name, prio, access, _, _ in DEFAULT_INBOUND]
+
+
+def test_azure_nic_nsg_is_a_second_layer_and_internet_excludes_the_vnet() -> None:
+    snap, (one, two) = azure_snapshot()
+    nsg_id = snap.nsgs[0]["id"].replace("ct-unit-abc123-nsg", "nic-nsg")
+    snap.nsgs.append(
+        {
+            "id": nsg_id,
+            "name": "nic-nsg",
+            "properties": {
+                "securityRules": [
+                    {
+                        "name": "web",
+                        "properties": {
+                            "priority": 200,
+                            "direction": "Inbound",
+                            "access": "Allow",
+                            "protocol": "Tcp",
+                            "sourceAddressPrefix": "Internet",
+                            "sourcePortRange": "*",
+                            "destinationAddressPrefix": "*",
+                            "destinationPortRanges": ["80", "443"],
+                        },
+                    },
+                    {  # not for this VM: another address
+                        "name": "elsewhere",
+                        "properties": {
+                            "priority": 300,
+                            "direction": "Inbound",
+                            "access": "Allow",
+                            "protocol": "*",
+                            "sourceAddressPrefix": "*",
+                            "destinationAddressPrefix": "10.0.9.9",
+                            "destinationPortRange": "*",
+                        },
+                    },
+                ]
+            },
+        }
+    )
+    snap.nics[0]["properties"]["networkSecurityGroup"] = {"id": nsg_id}
+    layers = layers_azure(snap, {one: A, two: B})
+    nic_of_one = next(
+        n for n in snap.nics if n["properties"]["virtualMachine"]["id"] == snap.vms[0]["id"]
+    )
+    first = one if nic_of_one is snap.nics[0] else two
+    subnet, nic = layers[first]
+    assert subnet.name.startswith("subnet") and nic.name == "NIC NSG nic-nsg"
+    web = nic.rules[0]
+    assert (web.sources, web.exclude, web.ports) == (None, (A, B), ((80, 80), (443, 443)))
+    assert [r.comment.split()[0] for r in nic.rules] == [
+        "web",
+        "AllowVnetInBound",
+        "AllowAzureLoadBalancerInBound",
+        "DenyAllInBound",
+    ]
+    assert len(layers[two if first == one else one]) == 1
+
+
+def test_azure_vm_without_any_nsg_is_unfiltered() -> None:
+    snap, (one, two) = azure_snapshot()
+    for vnet in snap.vnets:
+        for subnet in vnet["properties"]["subnets"]:
+            subnet["properties"].pop("networkSecurityGroup", None)
+    layers = layers_azure(snap, {one: A, two: B})
+    assert summary(layers[one][0]) == [(ACCEPT, None, (), None)]
