@@ -28,7 +28,7 @@ from cloudtrain.jobs import reachability as reach
 from cloudtrain.providers.local import LocalStore
 from cloudtrain.runrules import status_verdict
 from cloudtrain.runstate import RunReader
-from tests.fakes.netns import Host, Network
+from tests.fakes.netns import ETC_NETNS, Host, Network
 from tests.unit.agent_kit import (
     HANG_S,
     RUN_ID,
@@ -244,14 +244,33 @@ def test_the_node_host_variable_is_honoured_even_when_loopback() -> None:
 
 @needs_netns
 def test_a_node_finds_its_own_address_not_a_loopback(network: Network) -> None:
-    """On a host with a default route, the route's interface address; with no route at all, an
-    interface's; a loopback only when the host has nothing else. (On this machine the hostname
-    resolves to 127.0.0.1, as Debian's `127.0.1.1 hostname` line makes it on a real VM.)"""
+    """A host whose hostname resolves to a loopback (Debian's `127.0.1.1 hostname` line) and
+    whose first interface is not the one its default route leaves by (a second NIC, a docker0):
+    the default route's interface address; without a default route, the hostname's address when
+    it is not a loopback, else the first interface's; a loopback only when nothing else exists;
+    $CLOUDTRAIN_NODE_HOST above all."""
     host = network.add_host("node")
-    assert discovered(host) == host.ip
+    hosts_file = ETC_NETNS / host.ns / "hosts"  # what /etc/hosts is on that host
+    debian = hosts_file.read_text() + f"127.0.1.1 {socket.gethostname()}\n"
+    hosts_file.write_text(debian)
+    second = network.subnet.rsplit(".", 1)[0] + ".250"  # in the network's /24; no host gets it
+    for command in (
+        ["ip", "link", "add", "ctbnic", "type", "veth", "peer", "name", "ctbpeer"],
+        ["ip", "addr", "add", f"{second}/32", "dev", "ctbnic"],
+        ["ip", "link", "set", "ctbnic", "up"],
+        ["ip", "link", "set", "ctbpeer", "up"],
+    ):
+        host.run(command, check=True)
+    assert discovered(host) == host.ip  # the default route's interface
+
     host.run(["ip", "route", "del", "default"], check=True)
-    assert discovered(host) == host.ip  # no route anywhere off the subnet: the interface's
+    hosts_file.write_text(hosts_file.read_text() + f"{host.ip} {socket.gethostname()}\n")
+    hosts_file.write_text(hosts_file.read_text().replace("127.0.1.1", "# 127.0.1.1"))
+    assert discovered(host) == host.ip  # no route off the subnet: the hostname's address
+    hosts_file.write_text(debian)
+    assert discovered(host) == second  # the hostname's is a loopback: the first interface's
+    host.run(["ip", "link", "del", "ctbnic"], check=True)
     host.run(["ip", "addr", "flush", "dev", "eth0"], check=True)
-    assert discovered(host) == "127.0.0.1"  # nothing else exists
+    assert discovered(host) == "127.0.1.1"  # nothing else exists
     env = {**node_env(), reach.HOST_ENV: "10.213.9.9"}
     assert discovered(host, env) == "10.213.9.9"
