@@ -33,6 +33,7 @@ from cloudtrain.runtypes import NodeView, Observer, Outcome, RunOptions, RunResu
 from cloudtrain.startup import StartupParams, render_startup
 from cloudtrain.stop_signals import StopSignals, signal_name, stop_detail
 from cloudtrain.teardown import request_stop, scrub_secrets, teardown
+from cloudtrain.wheelhouse import WheelhousePlanner
 
 if TYPE_CHECKING:
     from cloudtrain.plan import NodePlan, Plan
@@ -93,6 +94,7 @@ class Orchestrator(Recovery):
         self.job_end: float | None = None
         self.resume_from = resume_from
         self._cost_at = 0.0
+        self._wheelhouse: WheelhousePlanner | None = None  # made at the first node's request
 
     # --- the whole run ---------------------------------------------------------------------
     def run(self) -> RunResult:
@@ -355,6 +357,11 @@ class Orchestrator(Recovery):
             require_horovod=self.spec.cluster.strategy == "horovod",
         )
         blocks = self.provider.compute.startup_blocks(self.info, skeleton)
+        if blocks.install_stack:  # a bare image's stack: from the bucket's wheelhouse if any
+            if self._wheelhouse is None:
+                self._wheelhouse = WheelhousePlanner(self.store, self.provider.name, PRESIGN_TTL_S)
+            offer = self._wheelhouse.offer_for(skeleton)
+            params = dataclasses.replace(params, wheelhouse=offer)
         script = render_startup(params, blocks)
         return NodeRequest(**{**skeleton.__dict__, "startup_script": script})
 

@@ -1,4 +1,5 @@
-"""Render `jobs/startup.sh.j2`, the one bootstrap script every node runs, for one node.
+"""Render `jobs/startup.sh.j2` (with `jobs/wheelhouse.sh.j2`), the one bootstrap script every node
+runs, for one node.
 
 Pure: no I/O besides reading the template. Values are shell-quoted by the `q` filter, so nothing in
 a spec can inject shell. Secrets never go in: the script carries only URLs that expire and names.
@@ -27,6 +28,21 @@ NODE_MIN_PYTHON = (3, 10)
 
 
 @dataclass(frozen=True)
+class WheelhouseOffer:
+    """What the controller offers a node's python phase (cloudtrain/wheelhouse.py): "warm" (the
+    presigned GET `url` of the tag's wheels.tar and its `sha256`, from the manifest) or "cold"
+    (build the wheelhouse and publish it: presigned PUT URLs of the tar and the manifest). The
+    script uses it only when `tag` is its own platform's; an empty mode offers nothing."""
+
+    mode: str = ""  # "warm", "cold" or ""
+    tag: str = ""  # py<X.Y>-<uname -m>-<pins hash>
+    url: str = ""
+    sha256: str = ""
+    put_url: str = ""
+    manifest_put_url: str = ""
+
+
+@dataclass(frozen=True)
 class StartupParams:
     """Everything one node's script needs."""
 
@@ -45,6 +61,8 @@ class StartupParams:
     env: Mapping[str, str] = field(default_factory=dict)
     # strategy: horovod: fail at bootstrap unless `import horovod.tensorflow` works
     require_horovod: bool = False
+    # the wheelhouse of the pinned stack (bare images only), or None: install from the index
+    wheelhouse: WheelhouseOffer | None = None
 
 
 def quote(value: object) -> str:
@@ -56,13 +74,19 @@ def quote(value: object) -> str:
 def _template():  # type: ignore[no-untyped-def]
     import jinja2
 
+    def load(name: str) -> str:  # the templates are package data of cloudtrain.jobs
+        return resources.files("cloudtrain.jobs").joinpath(name).read_text()
+
     env = jinja2.Environment(
-        undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False
+        loader=jinja2.FunctionLoader(load),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,
     )
     env.filters["q"] = quote
     env.filters["oneline"] = lambda v: " ".join(str(v).split())
-    text = resources.files("cloudtrain.jobs").joinpath("startup.sh.j2").read_text()
-    return env.from_string(text)
+    # startup.sh.j2 includes wheelhouse.sh.j2 (the python phase's wheelhouse functions)
+    return env.get_template("startup.sh.j2")
 
 
 def render_startup(params: StartupParams, blocks: StartupBlocks) -> str:
@@ -81,5 +105,6 @@ def render_startup(params: StartupParams, blocks: StartupBlocks) -> str:
         "min_python": ".".join(map(str, NODE_MIN_PYTHON)),
         "power_off": blocks.power_off or ":",
         "env": env,
+        "wheelhouse": dataclasses.asdict(params.wheelhouse or WheelhouseOffer()),
     }
     return str(_template().render(**values))

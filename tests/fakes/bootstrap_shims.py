@@ -2,7 +2,9 @@
 
 `FakeNode` puts shims first on PATH for everything the script may touch on a real VM: `lspci`,
 `nvidia-smi`, `apt-get`, `apt-cache`, `dpkg`, `modprobe`, `reboot`, `shutdown`, `uname`, `curl`,
-`python3` (the image's interpreter) and `pip`; the agent's interpreter ($CT_PYTHON) is a shim too.
+`python3` (the image's interpreter) and `pip`; the agent's interpreter ($CT_PYTHON) is a shim too:
+its `-m pip wheel -w DIR` writes two fake wheels of the stack, and its `-m pip install --no-index
+--find-links DIR` fails unless DIR holds them (the wheelhouse paths; sha256sum and tar are real).
 Every shim appends one line `<name> <args>` (newlines in arguments become spaces) to `calls.log`,
 so a test reads back what happened and in what order. Nothing touches this machine: `curl` passes
 file:// URLs (the bucket is a folder) to the real curl and answers anything else with a dummy
@@ -31,7 +33,7 @@ from cloudtrain.bundle import Bundle, build_bundle
 from cloudtrain.errors import NotFound
 from cloudtrain.providers.base import StartupBlocks
 from cloudtrain.providers.local import LocalStore
-from cloudtrain.startup import StartupParams, render_startup
+from cloudtrain.startup import StartupParams, WheelhouseOffer, render_startup
 
 OS_RELEASES = {
     "ubuntu-22.04": 'PRETTY_NAME="Ubuntu 22.04.5 LTS"\nID=ubuntu\nVERSION_ID="22.04"\n',
@@ -154,7 +156,29 @@ if [ "${1:-}" = -m ]; then
       exit 0 ;;
     pip)
       case "${3:-}" in
-        install) touch "$SHIM_STATE/tf-installed"; exit 0 ;;
+        wheel) # `pip wheel -w DIR ...`: two fake wheels of the stack in DIR
+          dir="" prev=""
+          for arg in "$@"; do
+            if [ "$prev" = -w ]; then dir="$arg"; fi
+            prev="$arg"
+          done
+          echo "fake tensorflow wheel" >"$dir/tensorflow-2.21.0-cp310-cp310-manylinux_x86_64.whl"
+          echo "fake tf-keras wheel" >"$dir/tf_keras-2.21.0-py3-none-any.whl"
+          exit 0 ;;
+        install)
+          case "$*" in
+            *--no-index*) # only from the --find-links folder: it must hold the stack's wheels
+              links="" prev=""
+              for arg in "$@"; do
+                if [ "$prev" = --find-links ]; then links="$arg"; fi
+                prev="$arg"
+              done
+              if ! ls "$links"/tensorflow-*.whl "$links"/tf_keras-*.whl >/dev/null 2>&1; then
+                echo "ERROR: No matching distribution found for tensorflow (--no-index)" >&2
+                exit 1
+              fi ;;
+          esac
+          touch "$SHIM_STATE/tf-installed"; exit 0 ;;
         list)
           echo "tensorflow 2.21.0"
           case "$(cat "$SHIM_CALLS")" in
@@ -239,6 +263,7 @@ class FakeNode:
     gpu_count: int = 0
     require_horovod: bool = False
     extra_env: dict[str, str] = field(default_factory=dict)
+    wheelhouse: WheelhouseOffer | None = None  # what the controller offers (the bucket's)
 
     def __post_init__(self) -> None:
         self.bin = self.root / "bin"
@@ -281,6 +306,7 @@ class FakeNode:
             gpu_count=self.gpu_count,
             pip_extra="aws",
             require_horovod=self.require_horovod,
+            wheelhouse=self.wheelhouse,
         )
         return render_startup(params, self.blocks)
 

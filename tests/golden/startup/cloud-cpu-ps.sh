@@ -20,7 +20,26 @@
 #                                  failure; driver includes the time before a reboot); written
 #                                  after every phase end and after FAILED, so it is the log's
 #                                  last line whenever the log is uploaded
+#   steps <phase>: apt=<N>s venv=<N>s fetch=<N>s pip=<N>s
+#                                  whole seconds of the steps inside a phase that had any (the
+#                                  python phase of a bare image: apt installs python3-venv, venv
+#                                  makes the venv, fetch gets and checks the wheelhouse, pip
+#                                  installs the stack), written before the phase's end line and
+#                                  before a FAILED line
+#   wheelhouse: <state>            the background publisher's outcome (after the python phase)
 # Provider blocks may also write `<name>: <state>` and `WARNING: <text>` lines.
+#
+# The wheelhouse (cloudtrain/wheelhouse.py; ARCHITECTURE.md, "The bucket"): on a bare image the
+# controller may offer the pinned stack's wheels, kept in the bucket under
+# cloudtrain/wheelhouse/<tag>/ (wheels.tar, then manifest.json), tag = py<X.Y>-<uname -m>-<first
+# 12 hex of the sha256 of the pins, one a line>. The script computes its own tag and uses an offer
+# only for that tag. "warm": one presigned GET of wheels.tar (one URL: EC2 user data is at most
+# 16 KB raw, docs.aws.amazon.com/AWSEC2/latest/UserGuide/user-data.html), checked against the
+# sha256 the controller read from the manifest (the bucket is never trusted at boot), then
+# `pip install --no-index --find-links`. "cold": `pip wheel` the stack into a folder, install from
+# it with --no-index, and publish the tar and then the manifest through presigned PUT URLs (the
+# run's presign ttl) in the background. A wrong tag, a failed fetch, a bad hash or a failed
+# install from the wheels falls back to the index with a `phase python: wheelhouse ...` line.
 #
 # Paths the boot environment (or a test) may override: CT_PYTHON, CT_WORK, CT_OS_RELEASE
 # (/etc/os-release), CT_SYS_PCI (/sys/bus/pci/devices), CT_STATE_DIR ($CT_WORK/state: the reboot
@@ -117,8 +136,26 @@ begin() {
   phase "phase $1: $2"
 }
 phase_seconds() { echo $((SECONDS - ct_phase_start + ct_phase_extra)); }
+# Steps inside a phase: `t=$SECONDS; ...; step NAME "$t"` adds the seconds to NAME's total.
+declare -A ct_step_s=()
+ct_step_order=""
+step() {
+  if [ -z "${ct_step_s[$1]+set}" ]; then
+    ct_step_order="${ct_step_order:+$ct_step_order }$1"
+    ct_step_s[$1]=0
+  fi
+  ct_step_s[$1]=$((ct_step_s[$1] + SECONDS - $2))
+}
+flush_steps() { # the phase's `steps` line, if it had steps
+  local name text=""
+  for name in $ct_step_order; do text="${text:+$text }$name=${ct_step_s[$name]}s"; done
+  if [ -n "$text" ]; then phase "steps $ct_phase: $text"; fi
+  ct_step_s=()
+  ct_step_order=""
+}
 finish() {
   local secs
+  flush_steps
   secs=$(phase_seconds)
   ct_durations="${ct_durations:+$ct_durations }$ct_phase=${secs}s"
   phase "phase $ct_phase: ${1:-done} in ${secs}s"
@@ -137,6 +174,7 @@ flush_output() { # let tee write what commands printed, so our last lines end th
 fail() {
   trap - ERR
   flush_output
+  if [ -n "$ct_phase" ]; then flush_steps; fi
   phase "FAILED: $*"
   if [ -n "$ct_phase" ]; then
     ct_durations="${ct_durations:+$ct_durations }$ct_phase=$(phase_seconds)s"
@@ -255,15 +293,141 @@ load_driver() { # load the module now, or reboot once (the script continues on t
   exit 0
 }
 make_venv() { # make_venv [--system-site-packages]: the venv $CT_PYTHON belongs to
-  local venv
+  local venv t=$SECONDS
   venv="$(dirname "$(dirname "$CT_PYTHON")")"
-  if command -v python3 >/dev/null 2>&1 && python3 -m venv "$@" "$venv"; then return 0; fi
+  if command -v python3 >/dev/null 2>&1 && python3 -m venv "$@" "$venv"; then
+    step venv "$t"
+    return 0
+  fi
   # stock Ubuntu and Debian images lack ensurepip (python3-venv)
   require_supported_os "python3-venv"
   rm -rf "$venv"
+  phase "phase python: installing python3-venv with apt"
+  t=$SECONDS
   apt_install python3 python3-venv
+  step apt "$t"
+  t=$SECONDS
   python3 -m venv "$@" "$venv" || fail "python: cannot make the venv $venv"
+  step venv "$t"
 }
+
+# --- the wheelhouse (see the header) -------------------------------------------------------------
+CT_WHEELHOUSE_MODE=''
+CT_WHEELHOUSE_TAG=''
+CT_WHEELHOUSE_URL=''
+CT_WHEELHOUSE_SHA256=''
+CT_WHEELHOUSE_PUT_URL=''
+CT_WHEELHOUSE_MANIFEST_PUT_URL=''
+CT_WHEELS="$CT_WORK/wheelhouse"
+ct_publisher="" # the pid of the background wheelhouse publisher, if any
+stack_tag() { # stack_tag REQUIREMENT...: this node's wheelhouse tag for these pins
+  local version
+  version="$("$CT_PYTHON" -c 'import platform; print(platform.python_version())' 2>/dev/null)" ||
+    version=unknown
+  printf 'py%s-%s-%s' "$(printf '%s' "$version" | cut -d. -f1-2)" "$(uname -m)" \
+    "$(printf '%s\n' "$@" | sha256sum | cut -c1-12)"
+}
+install_from_wheels() { # install_from_wheels DIR REQUIREMENT...: no index at all
+  local dir=$1
+  shift
+  "$CT_PYTHON" -m pip install -q --disable-pip-version-check --no-index --find-links "$dir" "$@"
+}
+wheelhouse_warm() { # wheelhouse_warm REQUIREMENT...: 0 if installed from the offered wheelhouse
+  local tag t=$SECONDS rc=0
+  tag="$(stack_tag "$@")"
+  if [ "$CT_WHEELHOUSE_TAG" != "$tag" ]; then
+    phase "phase python: wheelhouse not used: offered $CT_WHEELHOUSE_TAG, this node is $tag; installing from the index"
+    return 1
+  fi
+  phase "phase python: fetching the wheelhouse $tag"
+  rm -rf "$CT_WHEELS" && mkdir -p "$CT_WHEELS/wheels"
+  # the URL stays out of the log: curl's own messages are dropped, its exit code is said
+  ct_curl -fsSL --retry 5 --retry-connrefused -o "$CT_WHEELS/wheels.tar" "$CT_WHEELHOUSE_URL" \
+    >/dev/null 2>&1 || rc=$?
+  if [ "$rc" != 0 ]; then
+    step fetch "$t"
+    phase "phase python: wheelhouse not used: download failed (curl exit $rc); installing from the index"
+    return 1
+  fi
+  if ! echo "$CT_WHEELHOUSE_SHA256  $CT_WHEELS/wheels.tar" | sha256sum -c --quiet - >/dev/null 2>&1; then
+    step fetch "$t"
+    phase "phase python: wheelhouse not used: sha256 mismatch (expected $CT_WHEELHOUSE_SHA256); installing from the index"
+    return 1
+  fi
+  if ! tar -xf "$CT_WHEELS/wheels.tar" -C "$CT_WHEELS/wheels"; then
+    step fetch "$t"
+    phase "phase python: wheelhouse not used: cannot unpack wheels.tar; installing from the index"
+    return 1
+  fi
+  rm -f "$CT_WHEELS/wheels.tar"
+  step fetch "$t"
+  phase "phase python: installing $* from the wheelhouse (no index)"
+  t=$SECONDS
+  rc=0
+  install_from_wheels "$CT_WHEELS/wheels" "$@" || rc=$?
+  step pip "$t"
+  if [ "$rc" != 0 ]; then
+    phase "phase python: wheelhouse not used: pip could not install from it (exit $rc); installing from the index"
+    return 1
+  fi
+  rm -rf "$CT_WHEELS"
+}
+wheelhouse_cold() { # wheelhouse_cold REQUIREMENT...: 0 if built, installed and being published
+  local tag t=$SECONDS rc=0
+  tag="$(stack_tag "$@")"
+  if [ "$CT_WHEELHOUSE_TAG" != "$tag" ]; then
+    phase "phase python: wheelhouse not built: asked for $CT_WHEELHOUSE_TAG, this node is $tag; installing from the index"
+    return 1
+  fi
+  phase "phase python: building the wheelhouse $tag (pip wheel $*)"
+  upload_log
+  rm -rf "$CT_WHEELS" && mkdir -p "$CT_WHEELS/wheels"
+  "$CT_PYTHON" -m pip wheel -q --disable-pip-version-check -w "$CT_WHEELS/wheels" "$@" || rc=$?
+  if [ "$rc" != 0 ]; then
+    step pip "$t"
+    phase "phase python: wheelhouse not built: pip wheel failed (exit $rc); installing from the index"
+    return 1
+  fi
+  phase "phase python: installing $* from the new wheelhouse (no index)"
+  install_from_wheels "$CT_WHEELS/wheels" "$@" ||
+    fail "python: pip could not install $* from the wheels it just built (exit $?)"
+  step pip "$t"
+  publish_wheelhouse "$tag" "$@" &
+  ct_publisher=$!
+}
+publish_wheelhouse() { # publish_wheelhouse TAG REQUIREMENT... (in the background): tar, then
+  # the manifest; best effort and idempotent (same keys); only the outcome is said, no URL
+  trap - ERR
+  set +e
+  local tag=$1 tar="$CT_WHEELS/wheels.tar" manifest="$CT_WHEELS/manifest.json" name sha size
+  local pins="" files="" n=0 rc=0
+  shift
+  for name in "$@"; do pins="${pins:+$pins,}\"$name\""; done
+  for name in "$CT_WHEELS"/wheels/*; do
+    name="${name##*/}"
+    case "$name" in # wheel names are [A-Za-z0-9_.+!-] (PEP 427): safe inside a JSON string
+      *[!A-Za-z0-9_.+!-]* | '*') phase "wheelhouse: not published: unexpected file name in the wheels"; return 0 ;;
+    esac
+    files="${files:+$files,}\"$name\""
+    n=$((n + 1))
+  done
+  tar -cf "$tar" -C "$CT_WHEELS/wheels" . || { phase "wheelhouse: not published: tar failed"; return 0; }
+  sha="$(sha256sum "$tar" | cut -d' ' -f1)"
+  size="$(stat -c %s "$tar")"
+  printf '{"tag": "%s", "sha256": "%s", "size": %s, "pins": [%s], "files": [%s]}\n' \
+    "$tag" "$sha" "$size" "$pins" "$files" >"$manifest"
+  ct_curl -fsS --retry 3 -T "$tar" "$CT_WHEELHOUSE_PUT_URL" >/dev/null 2>&1 || rc=$?
+  if [ "$rc" = 0 ]; then
+    ct_curl -fsS --retry 3 -T "$manifest" "$CT_WHEELHOUSE_MANIFEST_PUT_URL" >/dev/null 2>&1 || rc=$?
+  fi
+  rm -rf "$tar" "$CT_WHEELS/wheels"
+  if [ "$rc" != 0 ]; then
+    phase "wheelhouse: not published: upload failed (curl exit $rc)"
+    return 0
+  fi
+  phase "wheelhouse: published $tag ($n wheels, $size bytes)"
+}
+
 require_python() { # require_python PYTHON: the node's agent runs on $CT_MIN_PYTHON or newer
   local version
   version="$("$1" -c 'import platform; print(platform.python_version())' 2>/dev/null)" ||
@@ -350,10 +514,19 @@ if ! stack_ok "$CT_PYTHON"; then
     if [ -n "$ct_gpu" ] || { [ "$CT_GPU_COUNT" -gt 0 ] && [ "${CT_ALLOW_NO_GPU:-}" != 1 ]; }; then
       tf_pkg="tensorflow[and-cuda]==$CT_TF_VERSION"
     fi
-    phase "phase python: installing $tf_pkg"
-    upload_log
-    "$CT_PYTHON" -m pip install -q --disable-pip-version-check "$tf_pkg" "tf-keras==$CT_TF_KERAS_VERSION" ||
-      fail "python: pip could not install $tf_pkg (exit $?)"
+    ct_installed=""
+    case "$CT_WHEELHOUSE_MODE" in
+      warm) if wheelhouse_warm "$tf_pkg" "tf-keras==$CT_TF_KERAS_VERSION"; then ct_installed=1; fi ;;
+      cold) if wheelhouse_cold "$tf_pkg" "tf-keras==$CT_TF_KERAS_VERSION"; then ct_installed=1; fi ;;
+    esac
+    if [ -z "$ct_installed" ]; then
+      phase "phase python: installing $tf_pkg"
+      upload_log
+      t=$SECONDS
+      "$CT_PYTHON" -m pip install -q --disable-pip-version-check "$tf_pkg" "tf-keras==$CT_TF_KERAS_VERSION" ||
+        fail "python: pip could not install $tf_pkg (exit $?)"
+      step pip "$t"
+    fi
     stack_ok "$CT_PYTHON" || fail "python: tensorflow $CT_TF_VERSION is still not importable after the install"
   fi
 fi
@@ -392,5 +565,12 @@ set +e
 agent_rc=$?
 flush_output # the agent's last lines (a traceback) belong in the uploaded log
 finish "exited with $agent_rc"
+# a wheelhouse still being published gets its upload finished before the node goes down; its
+# outcome line came after the durations, which end the log again
+if [ -n "$ct_publisher" ]; then
+  wait "$ct_publisher"
+  phase "durations $ct_durations"
+  upload_log
+fi
 :
 exit "$agent_rc"

@@ -20,7 +20,26 @@
 #                                  failure; driver includes the time before a reboot); written
 #                                  after every phase end and after FAILED, so it is the log's
 #                                  last line whenever the log is uploaded
+#   steps <phase>: apt=<N>s venv=<N>s fetch=<N>s pip=<N>s
+#                                  whole seconds of the steps inside a phase that had any (the
+#                                  python phase of a bare image: apt installs python3-venv, venv
+#                                  makes the venv, fetch gets and checks the wheelhouse, pip
+#                                  installs the stack), written before the phase's end line and
+#                                  before a FAILED line
+#   wheelhouse: <state>            the background publisher's outcome (after the python phase)
 # Provider blocks may also write `<name>: <state>` and `WARNING: <text>` lines.
+#
+# The wheelhouse (cloudtrain/wheelhouse.py; ARCHITECTURE.md, "The bucket"): on a bare image the
+# controller may offer the pinned stack's wheels, kept in the bucket under
+# cloudtrain/wheelhouse/<tag>/ (wheels.tar, then manifest.json), tag = py<X.Y>-<uname -m>-<first
+# 12 hex of the sha256 of the pins, one a line>. The script computes its own tag and uses an offer
+# only for that tag. "warm": one presigned GET of wheels.tar (one URL: EC2 user data is at most
+# 16 KB raw, docs.aws.amazon.com/AWSEC2/latest/UserGuide/user-data.html), checked against the
+# sha256 the controller read from the manifest (the bucket is never trusted at boot), then
+# `pip install --no-index --find-links`. "cold": `pip wheel` the stack into a folder, install from
+# it with --no-index, and publish the tar and then the manifest through presigned PUT URLs (the
+# run's presign ttl) in the background. A wrong tag, a failed fetch, a bad hash or a failed
+# install from the wheels falls back to the index with a `phase python: wheelhouse ...` line.
 #
 # Paths the boot environment (or a test) may override: CT_PYTHON, CT_WORK, CT_OS_RELEASE
 # (/etc/os-release), CT_SYS_PCI (/sys/bus/pci/devices), CT_STATE_DIR ($CT_WORK/state: the reboot
@@ -114,8 +133,26 @@ begin() {
   phase "phase $1: $2"
 }
 phase_seconds() { echo $((SECONDS - ct_phase_start + ct_phase_extra)); }
+# Steps inside a phase: `t=$SECONDS; ...; step NAME "$t"` adds the seconds to NAME's total.
+declare -A ct_step_s=()
+ct_step_order=""
+step() {
+  if [ -z "${ct_step_s[$1]+set}" ]; then
+    ct_step_order="${ct_step_order:+$ct_step_order }$1"
+    ct_step_s[$1]=0
+  fi
+  ct_step_s[$1]=$((ct_step_s[$1] + SECONDS - $2))
+}
+flush_steps() { # the phase's `steps` line, if it had steps
+  local name text=""
+  for name in $ct_step_order; do text="${text:+$text }$name=${ct_step_s[$name]}s"; done
+  if [ -n "$text" ]; then phase "steps $ct_phase: $text"; fi
+  ct_step_s=()
+  ct_step_order=""
+}
 finish() {
   local secs
+  flush_steps
   secs=$(phase_seconds)
   ct_durations="${ct_durations:+$ct_durations }$ct_phase=${secs}s"
   phase "phase $ct_phase: ${1:-done} in ${secs}s"
@@ -134,6 +171,7 @@ flush_output() { # let tee write what commands printed, so our last lines end th
 fail() {
   trap - ERR
   flush_output
+  if [ -n "$ct_phase" ]; then flush_steps; fi
   phase "FAILED: $*"
   if [ -n "$ct_phase" ]; then
     ct_durations="${ct_durations:+$ct_durations }$ct_phase=$(phase_seconds)s"
