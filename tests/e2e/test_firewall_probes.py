@@ -23,13 +23,15 @@ from typing import Any
 import pytest
 
 from cloudtrain.providers.base import Compute, NodeRequest, Provider, ProviderConfig, RunInfo
+from tests.fakes.azure_cloud import azure_cloud, azurite, azurite_session
+from tests.fakes.gce_fake import gce_fake
 from tests.fakes.netns import Host, Network
 
 boto3 = pytest.importorskip("boto3")
 from tests.unit import aws_kit  # noqa: E402
 from tests.unit.aws_kit import aws  # noqa: E402
 
-__all__ = ["aws"]  # fixtures, for pytest
+__all__ = ["aws", "azure_cloud", "azurite", "azurite_session", "gce_fake"]  # fixtures
 
 PORTS = (2222, 2232)  # the job's port range, as the orchestrator passes it
 LOW, HIGH = PORTS
@@ -179,3 +181,84 @@ def aws_cloud(aws: None) -> Cloud:
 
 def test_aws_security_group_is_enforced(aws_cloud: Cloud) -> None:
     check_enforced(aws_cloud)
+
+
+# --- GCP (the GCE fake, through google-cloud-compute) --------------------------------------------
+
+
+@pytest.fixture
+def gcp_cloud(gce_fake: Any, monkeypatch: pytest.MonkeyPatch) -> Cloud:
+    pytest.importorskip("google.cloud.compute_v1")
+    from cloudtrain.providers.gcp.provider import GcpProvider
+    from tests.fakes.firewall_gcp import gcp_rulesets
+
+    project, region, zone = "ct-fw-project", "us-central1", "us-central1-a"
+    monkeypatch.setenv("CLOUDTRAIN_GCE_ENDPOINT", gce_fake.url)
+    monkeypatch.setenv("CLOUDTRAIN_IAM_ENDPOINT", gce_fake.url)
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", project)
+    monkeypatch.delenv("CLOUDTRAIN_SSH_CIDR", raising=False)
+    monkeypatch.delenv("CLOUDTRAIN_GCP_NETWORK", raising=False)
+    monkeypatch.delenv("CLOUDTRAIN_GCP_SERVICE_ACCOUNT", raising=False)
+    gce_fake.operation_polls_to_done = 0
+
+    def provider(cidr: str | None) -> Provider:
+        options = {"ssh_cidr": cidr} if cidr else {}
+        return GcpProvider(ProviderConfig("gcp", region, zone, options=options))
+
+    def request(run_id: str, index: int) -> NodeRequest:
+        return NodeRequest(run_id, "worker", index, "n1-standard-4", SCRIPT, zone=zone)
+
+    return Cloud(
+        provider,
+        lambda run_id, ssh: RunInfo(run_id, region, zone, PORTS, ssh=ssh),
+        request,
+        lambda vm_to_ip: gcp_rulesets(gce_fake.url, project, vm_to_ip),
+        lambda node: str(node.cloud_id),  # GCE's numeric instance id, as the box keys VMs
+    )
+
+
+def test_gcp_firewall_rules_are_enforced(gcp_cloud: Cloud) -> None:
+    check_enforced(gcp_cloud)
+
+
+# --- Azure (the ARM fake, through azure-mgmt; Azurite for the run's container) ----------------
+
+
+@pytest.fixture
+def azure_box(azure_cloud: Any, monkeypatch: pytest.MonkeyPatch) -> Cloud:
+    from cloudtrain.providers.azure.provider import AzureProvider
+    from tests.fakes.arm_testkit import SUB
+    from tests.fakes.firewall_azure import azure_rulesets
+
+    monkeypatch.delenv("CLOUDTRAIN_SSH_CIDR", raising=False)
+    monkeypatch.delenv("CLOUDTRAIN_AZURE_RESOURCE_GROUP", raising=False)
+    arm = azure_cloud.arm
+    token = arm.credential().get_token("https://management.azure.com/.default").token
+
+    def provider(cidr: str | None) -> Provider:
+        options = {"ssh_cidr": cidr} if cidr else {}
+        return AzureProvider(ProviderConfig("azure", "eastus", options=options))
+
+    def run(run_id: str, ssh: bool) -> RunInfo:
+        store = f"az://devstoreaccount1/ct-{run_id}"
+        provider(None).store(store).ensure_bucket()
+        return RunInfo(run_id, "eastus", None, PORTS, ssh=ssh, store_uri=store)
+
+    def request(run_id: str, index: int) -> NodeRequest:
+        return NodeRequest(run_id, "worker", index, "Standard_D4s_v5", SCRIPT)
+
+    def vm_id(node: Any) -> str:  # the ARM id -> the vmId the box keys VMs by
+        (vm,) = [v for v in arm.resources("virtualMachines") if v["id"] == node.cloud_id]
+        return str(vm["properties"]["vmId"])
+
+    return Cloud(
+        provider,
+        run,
+        request,
+        lambda vm_to_ip: azure_rulesets(arm.url, arm.ca_path, SUB, token, vm_to_ip),
+        vm_id,
+    )
+
+
+def test_azure_nsg_is_enforced(azure_box: Cloud) -> None:
+    check_enforced(azure_box)
