@@ -19,6 +19,7 @@ instances as they come, as on AWS. Default deny inbound: only what the group all
 from __future__ import annotations
 
 import copy
+import json
 import subprocess
 import sys
 import threading
@@ -30,7 +31,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.conftest import Env
-from tests.e2e.test_aws_in_a_box import REGION, AwsBox, _discover
+from tests.e2e.test_aws_in_a_box import BUCKET, REGION, AwsBox, _discover
 from tests.fakes.boot_harness import BootHarness, Vm
 from tests.fakes.firewall_aws import AwsSnapshot, compile_aws, read_aws
 from tests.fakes.moto_server import clear_aws_caches, seed_public_images, start_moto, use_moto
@@ -202,6 +203,13 @@ def test_multiworker_trains_through_the_group_and_ssh_and_outsiders_are_shut_out
     assert len(box.harness.booted) == 2
     keys = box.keys(f"cloudtrain/runs/{run_id}/")
     assert f"cloudtrain/runs/{run_id}/model/saved_model/saved_model.pb" in keys
+    # each node registered its own address (from its route, not a loopback) and the job's port
+    registered = {
+        json.loads(box.s3.get_object(Bucket=BUCKET, Key=key)["Body"].read())["address"]
+        for key in keys
+        if "/attempt-" in key and "/nodes/" in key and key.endswith(".json")
+    }
+    assert registered == {f"{first.ip}:{port}", f"{second.ip}:{port}"}
     box.assert_nothing_left(run_id)
 
 
