@@ -7,8 +7,10 @@ its agent's traceback. The rules themselves are `runrules.status_verdict` / `age
 from __future__ import annotations
 
 import signal
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from cloudtrain.jobs import reachability
 from cloudtrain.jobs.protocol import NodeStatus
 from cloudtrain.redact import Redactor
 from cloudtrain.runrules import agent_exit_verdict, status_verdict
@@ -83,9 +85,19 @@ def describe(failures: list[NodeFailure], redactor: Redactor | None = None) -> s
     return "\n".join(lines)
 
 
-def not_retried(allowed: int, run_id: str) -> str:
-    """The last line of a failed run's detail: why it was not retried (again). Pure."""
-    if allowed:
+def repeats(failure: NodeFailure) -> bool:
+    """Whether a new attempt would fail the same way, whatever max_restarts_on_errors allows:
+    a node that found a peer silent after the rendezvous (jobs/reachability.py) is cut off by
+    the cloud's firewall, which a new attempt does not change. Pure."""
+    return failure.reason.endswith(reachability.HINT)
+
+
+def not_retried(allowed: int, run_id: str, failures: Iterable[NodeFailure] = ()) -> str:
+    """The last line of a failed run's detail: why it was not retried (again); `failures` are
+    the attempt's (one that `repeats` is never retried). Pure."""
+    if any(repeats(f) for f in failures):
+        why = "a peer that never answered is not retried (a new attempt meets the same firewall)"
+    elif allowed:
         retries = "retry" if allowed == 1 else "retries"
         why = f"failed again after {allowed} {retries} (max_restarts_on_errors: {allowed})"
     else:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from cloudtrain.failures import describe, read_reports
+from cloudtrain.failures import NodeFailure, describe, not_retried, read_reports, repeats
 from cloudtrain.jobs import reachability as reach
 from cloudtrain.providers.local import LocalStore
 from cloudtrain.runrules import status_verdict
@@ -218,7 +218,14 @@ def test_a_firewalled_peer_fails_the_real_agent_and_the_controller_shows_why(
     assert status_verdict(snap.statuses["chief-0"]) == "failed"  # ends the run: not a lost node
     reports = read_reports(snap, 1)
     assert reports.reported_lost == set()
-    assert describe(list(reports.failed.values())).splitlines()[0] == f"chief-0 failed: {expected}"
+    failures = list(reports.failed.values())
+    assert describe(failures).splitlines()[0] == f"chief-0 failed: {expected}"
+    # a firewall does not change between attempts: not retried, whatever the spec allows
+    assert [repeats(f) for f in failures] == [True]
+    assert not_retried(2, RUN_ID, failures).startswith("a peer that never answered is not retried")
+    crashed = NodeFailure("worker-0", "the training process exited with code 1")
+    assert not repeats(crashed)
+    assert not_retried(2, RUN_ID, [crashed]).startswith("failed again after 2 retries")
 
 
 # --- the node's own address ------------------------------------------------------------------
