@@ -1,11 +1,12 @@
 """The value types of a run: its options, the live view, the observer protocol and the result.
 
 Shared by the orchestrator (which fills them), the UI (which draws them) and the CLI (which
-prints the result). Pure data: no I/O.
+prints the result). Pure data: no I/O (`env_overrides` reads environment variables only).
 """
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from enum import Enum
@@ -67,7 +68,9 @@ class RunOptions:
 
     @classmethod
     def for_provider(cls, name: str, **overrides: Any) -> RunOptions:
-        """Defaults for a provider: local nodes boot in seconds, so it is watched more closely."""
+        """Defaults for a provider (local nodes boot in seconds, so it is watched more closely),
+        then the environment's knobs (`env_overrides`), then `overrides`. Raises UsageError
+        for a bad knob in the environment."""
         base: dict[str, Any] = {}
         if name == "local":
             base = dict(
@@ -81,10 +84,39 @@ class RunOptions:
                 settle_s=3.0,
                 teardown_margin_s=10.0,
             )
+        base.update(env_overrides())
         base.update(overrides)
         if base.get("detach") and "linger_s" not in overrides:
             base["linger_s"] = 120.0  # nobody will tear down: end soon after the job
         return cls(**base)
+
+
+HEARTBEAT_TIMEOUT_ENV = "CLOUDTRAIN_HEARTBEAT_TIMEOUT_S"
+# at least five of the agent's beats (jobs/protocol.py: ClusterConfig.heartbeat_s = 2 s), so a
+# node that is only slow to write is never taken for lost
+MIN_HEARTBEAT_TIMEOUT_S = 10.0
+
+
+def env_overrides() -> dict[str, Any]:
+    """The run knobs set in the environment: $CLOUDTRAIN_HEARTBEAT_TIMEOUT_S, the seconds a
+    node the cloud still lists may go without a heartbeat before it counts as lost (a VM cut
+    off from the network; default 180, local 60). Reads os.environ only. Raises UsageError
+    when it is set but not a number of seconds >= MIN_HEARTBEAT_TIMEOUT_S."""
+    value = os.environ.get(HEARTBEAT_TIMEOUT_ENV, "").strip()
+    if not value:
+        return {}
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not MIN_HEARTBEAT_TIMEOUT_S <= seconds < float("inf"):
+        from cloudtrain.errors import UsageError
+
+        raise UsageError(
+            f"{HEARTBEAT_TIMEOUT_ENV}={value!r} is not a heartbeat timeout",
+            hint=f"set it to a number of seconds >= {MIN_HEARTBEAT_TIMEOUT_S:g}, or unset it",
+        )
+    return {"heartbeat_timeout_s": seconds}
 
 
 @dataclass
