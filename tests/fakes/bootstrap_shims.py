@@ -8,7 +8,8 @@ its `-m pip wheel -w DIR` writes two fake wheels of the stack, and its `-m pip i
 Every shim appends one line `<name> <args>` (newlines in arguments become spaces) to `calls.log`,
 so a test reads back what happened and in what order. Nothing touches this machine: `curl` passes
 file:// URLs (the bucket is a folder) to the real curl and answers anything else with a dummy
-file; the rest only record and pretend.
+file (a URL containing $SHIM_SLOW_URL, an `extra_env` knob, takes 2 s more); the rest only record
+and pretend.
 
 The machine's facts are knobs (`Machine`): an NVIDIA GPU or not, a working driver from the start,
 a module that never loads, TensorFlow present (in the venv or the image's python3), how many GPUs
@@ -107,6 +108,7 @@ esac
 """,
     "curl": """\
 url="${*: -1}"
+if [ -n "${SHIM_SLOW_URL:-}" ] && [[ "$url" == *"$SHIM_SLOW_URL"* ]]; then sleep 2; fi
 case "$url" in
   file://*) exec "$SHIM_REAL_CURL" "$@" ;;
 esac

@@ -181,3 +181,47 @@ def test_a_publish_that_cannot_upload_is_said_and_the_boot_goes_on(
                      boot.boot_log, re.M), boot.boot_log  # fmt: skip
     assert put not in boot.boot_log
     assert read_manifest(node.store, TAG) is None
+
+
+def test_steps_and_wheelhouse_lines_leave_phase_and_durations_as_they_were() -> None:
+    from cloudtrain.bootlog import durations_text
+
+    head = "2026-11-25T10:00:00Z cloudtrain-bootstrap[worker-0]: "
+    log = "".join(
+        head + line + "\n"
+        for line in (
+            "phase python: checking",
+            f"phase python: wheelhouse not used: sha256 mismatch (expected {'f' * 64}); "
+            "installing from the index",
+            "steps python: apt=12s venv=3s pip=80s",
+            "phase python: done in 95s",
+            "durations driver=1s python=95s",
+            "phase bundle: fetching",
+            "wheelhouse: published py3.10-x86_64-0123456789ab (2 wheels, 10 bytes)",
+        )
+    )
+    info = parse(log)
+    assert info.phase == "bundle: fetching", "a steps or wheelhouse line is no phase"
+    assert info.durations == {"driver": 1.0, "python": 95.0}
+    assert info.steps == {"python": {"apt": 12.0, "venv": 3.0, "pip": 80.0}}
+    assert info.step_durations() == {"python.apt": 12.0, "python.venv": 3.0, "python.pip": 80.0}
+    assert info.wheelhouse.startswith("wheelhouse: published py3.10-x86_64-0123456789ab (2 wheels")
+    assert durations_text(info.durations, info.steps) == (
+        "driver 1s, python 95s (apt 12s, venv 3s, pip 80s)"
+    )
+    assert durations_text(info.durations) == "driver 1s, python 95s"
+
+
+def test_the_node_waits_for_a_slow_publish_before_powering_off(
+    tmp_path: Path, bundle: Bundle
+) -> None:
+    node = cpu_node(tmp_path / "node", bundle)
+    node.extra_env["SHIM_SLOW_URL"] = "/wheels.tar"  # the tar's upload outlasts the agent
+    offer = WheelhousePlanner(node.store, "aws", 3600).offer_for_tag(TAG)
+    boot = boot_ok(node, offer)  # the durations line still ends the log
+    lines = boot.boot_log.splitlines()
+    agent_end = next(i for i, line in enumerate(lines) if "phase agent: exited with 0" in line)
+    published = next(i for i, line in enumerate(lines) if "]: wheelhouse: published" in line)
+    assert agent_end < published, "the publish outlasted the agent"
+    assert boot.index(offer.manifest_put_url) < boot.index("shutdown -h now"), boot.calls
+    assert read_manifest(node.store, TAG) is not None
