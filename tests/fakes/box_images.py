@@ -94,15 +94,29 @@ FACTS: dict[str, ImageFacts] = {
     ),
 }
 
+# Images a job can name (an AMI id) that no adapter chooses by default, so not in FACTS (whose
+# keys a unit test holds equal to cloudtrain's default images).
+# Debian's own AMI: Debian publishes its AMI ids as public SSM parameters under
+# /aws/service/debian/release/<release>/latest/<arch> (wiki.debian.org/Cloud/AmazonEC2Image/
+# Bookworm); a job names the AMI id (`image: ami-...`). Booted by tests/fakes/debian_boot.py as
+# a real Debian 12 root, whose python3 is 3.11.
+DEBIAN_12_AMI_PARAM = "/aws/service/debian/release/12/latest/amd64"
+NAMED_ONLY: dict[str, ImageFacts] = {
+    "aws:" + DEBIAN_12_AMI_PARAM: ImageFacts(
+        "debian-12", "3.11", False, "packages.debian.org bookworm python3"
+    ),
+}
+
 
 class UnknownImage(LookupError):
     """The box does not know the image a VM was created with: it will not boot it."""
 
 
 def facts(image: str) -> ImageFacts:
-    """The facts of `image` (`<cloud>:<identifier>`). Raises UnknownImage."""
+    """The facts of `image` (`<cloud>:<identifier>`), a default image or one of NAMED_ONLY.
+    Raises UnknownImage."""
     try:
-        return FACTS[image]
+        return FACTS[image] if image in FACTS else NAMED_ONLY[image]
     except KeyError:
         raise UnknownImage(f"the box knows no image {image!r}") from None
 

@@ -1,0 +1,125 @@
+"""One real OS, booted as root (issue 16): `cloudtrain run --provider aws` against moto, whose
+one node boots "Debian's own Debian 12 AMI" as a real Debian 12 root (tests/fakes/debian_boot.py:
+a copy-on-write disk over a debootstrapped bookworm, the UserData run as root the way cloud-init
+runs it).
+
+Nothing stands in for Debian: the bootstrap's `apt-get install python3-venv` runs against
+deb.debian.org, `python3 -m venv /opt/cloudtrain/venv` uses Debian's python3 3.11, pip installs
+the pinned TensorFlow and tf-keras (from PyPI, or from the run bucket's wheelhouse when the
+template fetches one), curl fetches the bundle through the presigned URL from moto's S3, and the
+agent trains digits for 2 epochs on that interpreter. Afterwards every instance is terminated and
+nothing of the VM is left: no process in its root, no mount.
+
+Slow (a cold pip install of TensorFlow): marked `slow`; CI's tests/run.sh still runs it. Needs
+root and debootstrap (the root is built once per machine by `python3 -m tests.fakes.debian_root`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from cloudtrain.startup import TF_KERAS_VERSION, TF_VERSION
+from tests.e2e.conftest import Env
+from tests.e2e.test_aws_in_a_box import REGION, AwsBox, _discover
+from tests.fakes.box_images import DEBIAN_12_AMI_PARAM
+from tests.fakes.debian_boot import DebianBootHarness, mounts_under, pids_in_root
+from tests.fakes.moto_server import MotoServer, moto_amis, seed_ssm_parameter
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        os.geteuid() != 0 or shutil.which("debootstrap") is None,
+        reason="booting the Debian 12 root needs root and debootstrap",
+    ),
+]
+EPOCHS = "cloudtrain: epoch 2/2 done"
+
+
+@pytest.fixture
+def debian_box(
+    ct: Env, moto_server: MotoServer, moto_public_images: dict[str, str], tmp_path: Path
+) -> Iterator[tuple[AwsBox, str]]:
+    """The AWS box whose VMs boot the Debian root; yields it and the Debian AMI id."""
+    import boto3
+
+    ami = next(a for a in moto_amis(8) if a not in moto_public_images.values())
+    seed_ssm_parameter(DEBIAN_12_AMI_PARAM, ami, REGION)
+    images = {**moto_public_images, DEBIAN_12_AMI_PARAM: ami}
+    ct.env.update({k: v for k, v in os.environ.items() if k.startswith(("AWS_", "NO_PROXY"))})
+    clients = {
+        name: boto3.client(name, region_name=REGION, endpoint_url=moto_server.url)
+        for name in ("ec2", "s3", "iam")
+    }
+    ec2 = clients["ec2"]
+    harness = DebianBootHarness(
+        tmp_path / "box",
+        lambda: _discover(ec2, images),
+        dict(ct.env),
+        on_power_off=lambda vm: ec2.terminate_instances(InstanceIds=[vm]),
+    ).start()
+    try:
+        yield AwsBox(ct, harness, ec2, clients["s3"], clients["iam"]), ami
+    finally:
+        harness.stop()
+
+
+def test_a_plain_debian_12_node_installs_everything_as_root_and_trains(
+    debian_box: tuple[AwsBox, str],
+) -> None:
+    aws, ami = debian_box
+    harness = aws.harness
+    assert isinstance(harness, DebianBootHarness)
+    job = aws.ct.job(
+        "digits-mirrored",
+        "python train.py --epochs 2",
+        cluster={"strategy": "mirrored", "workers": 1, "accelerator": "T4:1", "image": ami},
+    )
+    proc = aws.run("run", "--provider", "aws", "--region", REGION, str(job), timeout=600)
+    out = proc.stdout + proc.stderr
+    (vm_id,) = harness.boots
+    disk = harness.disk(vm_id)
+    console = harness.console(vm_id)
+    assert proc.returncode == 0, out[-4000:] + "\n--- console\n" + console[-4000:]
+    assert EPOCHS in out, out[-3000:]
+
+    # the layers hold what the boot did; the cached root (the lower layer) is untouched
+    upper = disk.upper
+    boot_log = (upper / "opt/cloudtrain/bootstrap.log").read_text()
+    # apt really installed python3-venv, into this VM's disk only
+    status = (upper / "var/lib/dpkg/status").read_text()
+    assert re.search(r"Package: python3\.11-venv\nStatus: install ok installed", status), (
+        boot_log[-3000:]
+    )
+    assert any((upper / "var/lib/apt/lists").glob("deb.debian.org_debian_dists_bookworm_*"))
+    lower_status = (harness.lower / "var/lib/dpkg/status").read_text()
+    assert "Package: python3.11-venv\n" not in lower_status
+    assert not (harness.lower / "opt/cloudtrain").exists()
+    # the venv is Debian's python3 3.11, with the pinned stack pip installed into it
+    cfg = (upper / "opt/cloudtrain/venv/pyvenv.cfg").read_text()
+    assert "home = /usr/bin" in cfg and "version = 3.11.2" in cfg, cfg
+    assert "include-system-site-packages = false" in cfg, cfg
+    site = upper / "opt/cloudtrain/venv/lib/python3.11/site-packages"
+    assert (site / f"tensorflow-{TF_VERSION}.dist-info").is_dir()
+    assert (site / f"tf_keras-{TF_KERAS_VERSION}.dist-info").is_dir()
+    assert "phase python: /usr/bin/python3 is Python 3.11.2" in boot_log, boot_log[-3000:]
+    assert "python3-venv" in boot_log or "python3.11-venv" in console, boot_log[-3000:]
+    # the bundle came through the presigned URL (from moto's S3, by curl, sha256-checked)
+    assert re.search(r"phase bundle: done in \d+s", boot_log), boot_log[-3000:]
+    assert (upper / "opt/cloudtrain/bundle.tar.gz").stat().st_size > 0
+    user_data = (disk.root / "var/lib/cloud/instance/scripts/part-001").read_text()
+    url = re.search(r"^CT_BUNDLE_URL='?([^'\n]+)", user_data, re.M)
+    assert url and "X-Amz-Signature=" in url.group(1) and url.group(1).startswith("http://127.")
+    # the agent ran on that interpreter, as root, in the VM
+    assert re.search(r"phase agent: exited with 0 in \d+s", boot_log), boot_log[-3000:]
+
+    aws.assert_nothing_left(aws.ct.run_ids()[0])
+    # the VM is gone: no process runs in its root and nothing is mounted there
+    assert pids_in_root(disk.root) == [], "processes left in the VM's root"
+    assert mounts_under(disk.folder) == [], "mounts left in the VM's disk"
