@@ -208,3 +208,28 @@ def test_the_orchestrator_offers_the_first_node_the_build_and_later_runs_the_tar
         assert _script_value(script, "CT_WHEELHOUSE_SHA256") == sha
         assert _script_value(script, "CT_WHEELHOUSE_URL").endswith(f"/{wheel_tag}/wheels.tar")
         assert _script_value(script, "CT_WHEELHOUSE_PUT_URL") == ""
+
+
+def test_on_s3_under_a_prefix(monkeypatch: pytest.MonkeyPatch) -> None:
+    moto = pytest.importorskip("moto")
+    from cloudtrain.providers.aws.storage import S3Store
+
+    for key, value in {"AWS_ACCESS_KEY_ID": "t", "AWS_SECRET_ACCESS_KEY": "t"}.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
+    with moto.mock_aws():
+        s3 = S3Store("s3://ct-wheels/team/a", "us-east-1")
+        s3.ensure_bucket()
+        cold = WheelhousePlanner(s3, "aws", 3600).offer_for_tag(CPU_TAG)
+        assert cold is not None and cold.mode == "cold"
+        assert f"/team/a/cloudtrain/wheelhouse/{CPU_TAG}/wheels.tar?" in cold.put_url
+        assert "X-Amz-Expires=3600" in cold.put_url
+        data = b"w" * 2048
+        s3.put(tar_key(CPU_TAG), data)
+        assert read_manifest(s3, CPU_TAG) is None, "a tar without its manifest is no wheelhouse"
+        doc = {"tag": CPU_TAG, "sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
+        doc.update(pins=stack_pins(False), files=["t.whl"])
+        s3.put(manifest_key(CPU_TAG), json.dumps(doc).encode())
+        warm = WheelhousePlanner(s3, "aws", 3600).offer_for_tag(CPU_TAG)
+    assert warm is not None and warm.mode == "warm" and warm.sha256 == doc["sha256"]
+    assert f"/team/a/cloudtrain/wheelhouse/{CPU_TAG}/wheels.tar?" in warm.url
