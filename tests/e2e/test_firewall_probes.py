@@ -4,7 +4,8 @@ two member nodes (tests/fakes/netns.py); then TCP probes from a member and from 
 the same bridge.
 
 Per cloud, two runs through the provider (network first, then two nodes, as the orchestrator
-does): one without SSH, one with `ssh: true` and `ssh_cidr` = the outsider's address. A listener
+does): one without SSH, one with `ssh: true` and `ssh_cidr` = the outsider's address; a node of
+the first run, on a host of its own, is then an outsider of the same cloud to the second. A listener
 on the member's every probed port answers whatever reaches it, so a probe that times out was
 dropped by the firewall (nothing in the box refuses a connection otherwise). No booting, no
 TensorFlow: each cloud's test takes a few seconds.
@@ -143,10 +144,19 @@ def check_enforced(cloud: Cloud) -> None:
         assert probe(one, two, (LOW, HIGH)) == {LOW: "open", HIGH: "open"}
         assert set(probe(outsider, one).values()) == {"timeout"}, "an outsider reaches nothing"
 
+        # the second run, with SSH from the outsider; a node of the first run stays, on a host
+        # of its own: it is in the same cloud but not in this run's group, tag or VNet
+        first = ids[0]
+        other = net.add_host("other-run")
+        listen(other, PROBED)
         ids = stand_up(cloud, "fwprobe2", f"{outsider.ip}/32")
-        rulesets = cloud.rulesets({ids[0]: one.ip, ids[1]: two.ip})
+        rulesets = cloud.rulesets({ids[0]: one.ip, ids[1]: two.ip, first: other.ip})
         one.apply_nft(rulesets[ids[0]])
         two.apply_nft(rulesets[ids[1]])
+        other.apply_nft(rulesets[first])
+        assert set(probe(other, one).values()) == {"timeout"}, "another run reaches nothing"
+        assert set(probe(one, other).values()) == {"timeout"}, "nor does this run reach it"
+        assert set(probe(outsider, other).values()) == {"timeout"}, "its SSH stays closed"
         assert probe(outsider, one) == {
             22: "open",
             LOW - 1: "timeout",
@@ -233,6 +243,7 @@ def azure_box(azure_cloud: Any, monkeypatch: pytest.MonkeyPatch) -> Cloud:
     monkeypatch.delenv("CLOUDTRAIN_SSH_CIDR", raising=False)
     monkeypatch.delenv("CLOUDTRAIN_AZURE_RESOURCE_GROUP", raising=False)
     arm = azure_cloud.arm
+    arm.lro_polls = 0  # operations done in their first answer: the probes are the subject
     token = arm.credential().get_token("https://management.azure.com/.default").token
 
     def provider(cidr: str | None) -> Provider:

@@ -21,8 +21,9 @@ The semantics, from the VPC user guide's "Security group rules"
 
 In the box, an instance's private address is its namespace's (`vm_to_ip`): a group source is the
 box addresses of the live instances carrying the group; a CIDR is itself plus the box address of
-every instance whose cloud private address falls in it (see firewall_nft.Addresses). Instances
-that have no box address are nobody in the box. Prefix lists (`PrefixListIds`) are not modelled.
+every instance of the same VPC whose cloud private address falls in it (firewall_nft.Addresses;
+VPCs are isolated unless peered). Instances that have no box address are nobody in the box.
+Prefix lists (`PrefixListIds`) are not modelled.
 """
 
 from __future__ import annotations
@@ -110,7 +111,6 @@ def layers_aws(snapshot: AwsSnapshot, vm_to_ip: Mapping[str, str]) -> dict[str, 
     live = _live(snapshot)
     inside = [i for i in live if i["InstanceId"] in vm_to_ip]
     box = {i["InstanceId"]: vm_to_ip[i["InstanceId"]] for i in inside}
-    addresses = Addresses({i.get("PrivateIpAddress", ""): box[i["InstanceId"]] for i in inside})
     members: dict[str, list[str]] = {}
     for inst in live:
         if inst["InstanceId"] in box:
@@ -122,6 +122,11 @@ def layers_aws(snapshot: AwsSnapshot, vm_to_ip: Mapping[str, str]) -> dict[str, 
         iid = inst["InstanceId"]
         if iid not in box:
             continue
+        # only instances of the same VPC reach its private address (VPCs are isolated unless
+        # peered): they alone stand behind a CIDR
+        vpc = inst.get("VpcId")
+        same = [i for i in inside if i.get("VpcId") == vpc]
+        addresses = Addresses({i.get("PrivateIpAddress", ""): box[i["InstanceId"]] for i in same})
         rules: list[Rule] = []
         names = []
         for group_id in instance_groups(inst):

@@ -24,9 +24,11 @@ In the box a VM's address is its namespace's (`vm_to_ip`), not the 10.0.0.x the 
 NIC. So the VirtualNetwork tag becomes the box addresses of the VMs whose NIC is in the VNet,
 Internet becomes every address but those, and an address prefix as the fake holds it (the
 adapter's 10.0.0.0/16) becomes itself plus the box address of every VM whose NIC's private IP
-falls in it (firewall_nft.Addresses). A rule applies to a VM when its destination (`*`,
-VirtualNetwork, or a prefix holding the VM's private IP) names the VM. Application security
-groups and source port ranges other than `*` are not modelled (cloudtrain uses neither).
+falls in it (firewall_nft.Addresses); only VMs of the same VNet count, as VNets are isolated
+from each other unless peered (cloudtrain peers none). A rule applies to a VM when its
+destination (`*`, VirtualNetwork, or a prefix holding the VM's private IP) names the VM.
+Application security groups and source port ranges other than `*` are not modelled (cloudtrain
+uses neither).
 """
 
 from __future__ import annotations
@@ -261,11 +263,14 @@ def layers_azure(snapshot: AzureSnapshot, vm_to_ip: Mapping[str, str]) -> dict[s
     """Per `vmId` in `vm_to_ip` (-> its box address) that has a NIC, its firewall: the
     subnet's NSG, then the NIC's, as Layers (none of either: one Layer that allows all). Pure."""
     vms = _vms(snapshot, vm_to_ip)
-    addresses = Addresses({vm.cloud_ip: vm.box_ip for vm in vms})
     nsgs = {str(n["id"]).lower(): n for n in snapshot.nsgs}
     out: dict[str, list[Layer]] = {}
     for vm in vms:
-        members = tuple(sorted(v.box_ip for v in vms if v.vnet and v.vnet == vm.vnet))
+        # only VMs of the same VNet can reach this one (VNets are isolated unless peered,
+        # whatever an NSG says): they alone stand behind a prefix or the VirtualNetwork tag
+        same = [v for v in vms if v.vnet and v.vnet == vm.vnet]
+        members = tuple(sorted(v.box_ip for v in same))
+        addresses = Addresses({v.cloud_ip: v.box_ip for v in same})
         layers = [
             layer_of(nsgs.get(nsg_id), vm, members, addresses, where)
             for where, nsg_id in (("subnet", vm.subnet_nsg), ("NIC", vm.nic_nsg))

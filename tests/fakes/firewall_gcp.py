@@ -21,8 +21,8 @@ The semantics, from "VPC firewall rules" (https://cloud.google.com/firewall/docs
 - the implied deny-ingress rule at 65535 is last; rules are stateful (replies get back in).
 
 In the box, an instance's primary internal IP is its namespace's (`vm_to_ip`); a source range is
-itself plus the box address of every instance whose `networkIP` falls in it
-(firewall_nft.Addresses).
+itself plus the box address of every instance of the same network whose `networkIP` falls in
+it (firewall_nft.Addresses; networks are isolated unless peered).
 """
 
 from __future__ import annotations
@@ -150,13 +150,22 @@ def layers_gcp(snapshot: GcpSnapshot, vm_to_ip: Mapping[str, str]) -> dict[str, 
     equals), then the implied deny. Pure."""
     members = [i for i in snapshot.instances if str(i.get("id")) in vm_to_ip]
     box = {str(i["id"]): vm_to_ip[str(i["id"])] for i in members}
-    addresses = Addresses({_primary(i).get("networkIP", ""): box[str(i["id"])] for i in members})
     ordered = sorted(
         snapshot.firewalls,
         key=lambda r: (int(r.get("priority", DEFAULT_PRIORITY)), 0 if r.get("denied") else 1),
     )
     out: dict[str, list[Layer]] = {}
     for inst in members:
+        # only instances of the same network reach its internal IPs (VPC networks are isolated
+        # unless peered): they alone stand behind a source range
+        network = network_of(_primary(inst).get("network", ""))
+        addresses = Addresses(
+            {
+                _primary(i).get("networkIP", ""): box[str(i["id"])]
+                for i in members
+                if network_of(_primary(i).get("network", "")) == network
+            }
+        )
         rules: list[Rule] = []
         for fw in ordered:
             if applies_to(fw, inst):

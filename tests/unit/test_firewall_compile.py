@@ -331,3 +331,28 @@ def test_azure_vm_without_any_nsg_is_unfiltered() -> None:
             subnet["properties"].pop("networkSecurityGroup", None)
     layers = layers_azure(snap, {one: A, two: B})
     assert summary(layers[one][0]) == [(ACCEPT, None, (), None)]
+
+
+def test_azure_a_vm_of_another_vnet_is_no_source_even_inside_the_prefix() -> None:
+    snap, (one, two) = azure_snapshot()
+    # a second run's VNet with the same 10.0.0.0/16 (every run gets one): its VM is 10.0.0.x
+    # too, yet cannot reach the first VNet's VMs, whatever their NSG says
+    vnet = copy.deepcopy(snap.vnets[0])
+    vnet["id"] = vnet["id"].replace("ct-unit-abc123-vnet", "other-vnet")
+    subnet = vnet["properties"]["subnets"][0]
+    subnet["id"] = subnet["id"].replace("ct-unit-abc123-vnet", "other-vnet")
+    snap.vnets.append(vnet)
+    moved = snap.nics[1]["properties"]["ipConfigurations"][0]["properties"]
+    moved["subnet"] = {"id": subnet["id"]}
+    moved_vm = next(
+        v["properties"]["vmId"]
+        for v in snap.vms
+        if v["id"] == snap.nics[1]["properties"]["virtualMachine"]["id"]
+    )
+    stays = two if moved_vm == one else one
+    box = {stays: A, moved_vm: B}
+    layers = layers_azure(snap, box)
+    tf, _, deny, vnet_in = layers[stays][0].rules[:4]
+    assert tf.sources == ("10.0.0.0/16", A)  # not B, though its NIC has 10.0.0.5
+    assert deny.sources == (A,) and vnet_in.sources == (A,)
+    assert layers[moved_vm][0].rules[0].sources == ("10.0.0.0/16", B)
