@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from cloudtrain.failures import NodeFailure, describe, not_retried
+from cloudtrain.failures import NodeFailure, describe, not_retried, repeats
 from cloudtrain.jobs.protocol import node_id
 from cloudtrain.providers.base import Node, node_name
 from cloudtrain.redact import Redactor
@@ -112,13 +112,14 @@ class Recovery:
     def _after_failure(self, failures: list[NodeFailure]) -> None:
         """Nodes failed on their own (runrules.judge_attempt): a new attempt while
         `max_restarts_on_errors` allows (the failed nodes' agents follow it; a node that is
-        gone, as a crashed agent's is, is created again), else the run ends. Raises Stop."""
+        gone, as a crashed agent's is, is created again), else the run ends; a failure that
+        would repeat (failures.repeats: the firewall) ends it at once. Raises Stop."""
         told = describe(failures, Redactor(self.spec.secret_values()))
         allowed = self.spec.max_restarts_on_errors
-        if self.error_retries >= allowed:
+        if self.error_retries >= allowed or any(repeats(f) for f in failures):
             self.job_end = time.time()
             self.observer.event(f"{told.splitlines()[0]}; ending the run")
-            raise Stop(Outcome.FAILED, f"{told}\n{not_retried(allowed, self.run_id)}")
+            raise Stop(Outcome.FAILED, f"{told}\n{not_retried(allowed, self.run_id, failures)}")
         self.error_retries += 1
         what = ", ".join(f.node for f in failures)
         self.attempt += 1
