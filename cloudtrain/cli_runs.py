@@ -96,7 +96,8 @@ def logs(
         from cloudtrain.bootlog import durations_text, parse
 
         for name, text in api.bootstrap_logs(run_id, node=node).items():
-            took = durations_text(parse(text).durations)
+            info = parse(text)
+            took = durations_text(info.durations, info.steps)
             out.write(f"== {name} ==" + (f" ({took})" if took else "") + f"\n{text}")
         return
     stream = api.logs(run_id, follow=follow, node=node, on_wait=_waiting_to(sys.stderr))

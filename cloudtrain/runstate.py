@@ -97,8 +97,8 @@ class RunReader:
                     snap.bootstrap_failures.pop(node, None)
                 if boot.phase:
                     snap.bootstrap_phases[node] = boot.phase
-                if boot.durations:
-                    snap.bootstrap_durations[node] = boot.durations
+                if boot.durations:  # with a bare image's python steps ("python.pip", ...)
+                    snap.bootstrap_durations[node] = {**boot.durations, **boot.step_durations()}
                 if boot.agent_exit is not None:
                     snap.agent_exits[node] = boot.agent_exit
                 else:

@@ -41,3 +41,25 @@ def test_run_reader_reports_phases(tmp_path: Path) -> None:
     snap = reader.poll()
     assert snap.bootstrap_phases == {"worker-0": "python: installing tensorflow 2.21.0"}
     assert snap.bootstrap_failures == {}
+
+
+def test_run_reader_carries_the_python_steps(tmp_path: Path) -> None:
+    """A bare image's apt/venv/fetch/pip seconds reach the snapshot (status --json), beside the
+    phases."""
+    store = LocalStore(f"file://{tmp_path / 'bucket'}")
+    store.ensure_bucket()
+    at = "2026-11-21T08:01:40Z cloudtrain-bootstrap[worker-0]:"
+    log = LOG + (
+        f"{at} steps python: apt=12s venv=3s pip=80s\n"
+        f"{at} phase python: done in 95s\n"
+        f"{at} durations driver=1s python=95s\n"
+    )
+    store.put(run_prefix("r1") + "bootstrap/worker-0.log", log.encode())
+    snap = RunReader(store, "r1").poll()
+    assert snap.bootstrap_durations["worker-0"] == {
+        "driver": 1.0,
+        "python": 95.0,
+        "python.apt": 12.0,
+        "python.venv": 3.0,
+        "python.pip": 80.0,
+    }
