@@ -31,8 +31,6 @@ still checks the tag against its own, so a wrong value costs a fallback, never a
 from __future__ import annotations
 
 import hashlib
-import importlib
-import inspect
 import json
 import os
 import re
@@ -131,26 +129,14 @@ def read_manifest(store: ObjectStore, wheel_tag: str) -> Manifest | None:
 
 
 def image_python(provider_name: str, request: NodeRequest) -> str | None:
-    """The Python (X.Y) of the image the provider boots for this node, from its `images` module
-    (`image_for`, providers/*/images.py); None where unknown (a custom image, a provider without
-    images, an image the provider refuses). Pure but for importing that module."""
+    """The Python (X.Y) of the image the provider boots for this node (its INFO.node_image,
+    providers/*/images.py); None where unknown (a custom image, a provider without images, an
+    image the provider refuses). Pure but for importing that module."""
     from cloudtrain.providers import registry
 
     try:
-        adapter_module = registry.info(provider_name).adapter.partition(":")[0]
-    except CloudtrainError:
-        return None
-    module_name = adapter_module.rpartition(".")[0] + ".images"
-    if not registry.module_exists(module_name):
-        return None
-    image_for = getattr(importlib.import_module(module_name), "image_for", None)
-    if image_for is None:
-        return None
-    # the first parameter names what picks the image: the machine type, or the GPU model
-    first = next(iter(inspect.signature(image_for).parameters), "")
-    machine = request.accelerator if first == "accelerator" else request.instance_type
-    try:
-        image = image_for(machine, request.accelerator_count > 0, request.image)
+        ref = registry.info(provider_name).node_image
+        image = registry.load(ref)(request) if ref else None
     except CloudtrainError:
         return None
     python = getattr(image, "python", None)

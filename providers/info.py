@@ -31,6 +31,8 @@ class ProviderInfo:
     storage_usd_per_gb_month: float = 0.0  # list price of its standard object storage
     preemption: str | None = None  # "module:function", the node-side probe (stdlib only)
     pricing: str | None = None  # "module:function", its live price-list client
+    # "module:function" (NodeRequest) -> ImageInfo: the image a node boots (its OS and python3)
+    node_image: str | None = None
     # where `gc` looks for leftovers: one region at a time, or the whole account (project)
     inventory_scope: Literal["region", "account"] = "region"
     searched_by_cheapest: bool = False  # does `plan --provider cheapest` consider it

@@ -29,6 +29,7 @@ INFO = ProviderInfo(
     storage_usd_per_gb_month=0.023,
     preemption="cloudtrain.providers.aws.preemption:Ec2Probe",
     pricing="cloudtrain.providers.aws.pricing:fetch",
+    node_image="cloudtrain.providers.aws.images:node_image",
     inventory_scope="region",
     searched_by_cheapest=True,
     catalog_rules="cloudtrain.providers.aws.catalog_rules",

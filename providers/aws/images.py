@@ -25,11 +25,14 @@ and public uses that print the AMI id it resolves to, keep it.) Canonical publis
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cloudtrain.errors import ProviderError
 from cloudtrain.providers.aws.network import call
 from cloudtrain.providers.images import ImageInfo, custom_image
+
+if TYPE_CHECKING:
+    from cloudtrain.providers.base import NodeRequest
 
 _DLAMI = "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-{}/latest/ami-id"
 _CANONICAL = "/aws/service/canonical/ubuntu/server/{}/stable/current/amd64/hvm/{}/ami-id"
@@ -106,6 +109,12 @@ def image_for(instance_type: str, gpu: bool, explicit: str | None = None) -> Ima
     if not gpu or family(instance_type) in PRE_TURING_FAMILIES:
         return UBUNTU_2204
     return DLAMI_2204
+
+
+def node_image(request: NodeRequest) -> ImageInfo:
+    """The image `request`'s node boots (`image_for` with the node's instance type, GPU and
+    `image:`); INFO.node_image. Raises ProviderError as `image_for` does. Pure."""
+    return image_for(request.instance_type, request.accelerator_count > 0, request.image)
 
 
 def clear_image_cache() -> None:

@@ -30,6 +30,7 @@ INFO = ProviderInfo(
     storage_usd_per_gb_month=0.018,
     preemption="cloudtrain.providers.azure.preemption:ScheduledEventsProbe",
     pricing="cloudtrain.providers.azure.pricing:fetch",
+    node_image="cloudtrain.providers.azure.images:node_image",
     inventory_scope="region",
     searched_by_cheapest=True,
     catalog_zones=False,  # the Retail Prices API prices a size per region, not per zone

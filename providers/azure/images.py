@@ -25,9 +25,13 @@ NCv3 (V100) sizes were retired on 2025-09-30 (MicrosoftDocs/azure-docs,
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 from cloudtrain.errors import ProviderError
 from cloudtrain.providers.images import ImageInfo, custom_image
+
+if TYPE_CHECKING:
+    from cloudtrain.providers.base import NodeRequest
 
 _JAMMY = "Canonical:0001-com-ubuntu-server-jammy:22_04-lts-gen2:latest"
 _MANIFEST = "Azure/azhpc-extensions NvidiaGPU/Nvidia-GPU-Linux-Resources.json (CUDA, Ubuntu 22.04)"
@@ -120,6 +124,12 @@ def image_for(vm_size: str, gpu: bool, explicit: str | None = None) -> ImageInfo
         hint="use PUBLISHER:OFFER:SKU:VERSION, an image id /subscriptions/..., or one of: "
         + ", ".join(IMAGE_ALIASES),
     )
+
+
+def node_image(request: NodeRequest) -> ImageInfo:
+    """The image `request`'s node boots (`image_for` with the node's instance type, GPU and
+    `image:`); INFO.node_image. Raises ProviderError as `image_for` does. Pure."""
+    return image_for(request.instance_type, request.accelerator_count > 0, request.image)
 
 
 def reference(image: ImageInfo) -> dict[str, str]:

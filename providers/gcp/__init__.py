@@ -31,6 +31,7 @@ INFO = ProviderInfo(
     storage_usd_per_gb_month=0.020,
     preemption="cloudtrain.providers.gcp.preemption:GceProbe",
     pricing="cloudtrain.providers.gcp.pricing:fetch",
+    node_image="cloudtrain.providers.gcp.images:node_image",
     inventory_scope="account",  # firewall rules and service accounts are global to the project
     searched_by_cheapest=True,
     catalog_rules="cloudtrain.providers.gcp.catalog_rules",

@@ -18,8 +18,13 @@ Pure data and functions; no SDK.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from cloudtrain.errors import ProviderError
 from cloudtrain.providers.images import ImageInfo, custom_image
+
+if TYPE_CHECKING:
+    from cloudtrain.providers.base import NodeRequest
 
 DLVM_PROJECT = "deeplearning-platform-release"
 _DLVM = f"projects/{DLVM_PROJECT}/global/images/family/common-cu129-ubuntu-{{}}-nvidia-580"
@@ -105,3 +110,9 @@ def image_for(accelerator: str | None, gpu: bool, explicit: str | None = None) -
         hint="use projects/PROJECT/global/images/[family/]NAME or one of: "
         + ", ".join(IMAGE_ALIASES),
     )
+
+
+def node_image(request: NodeRequest) -> ImageInfo:
+    """The image `request`'s node boots (`image_for` with the node's accelerator, GPU and
+    `image:`); INFO.node_image. Raises ProviderError as `image_for` does. Pure."""
+    return image_for(request.accelerator, request.accelerator_count > 0, request.image)
