@@ -16,7 +16,10 @@ import pytest
 from tests.fakes import netns
 from tests.fakes.netns import Network, leftovers
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [
+    pytest.mark.timeout(120),
+    pytest.mark.skipif(netns.unavailable() is not None, reason=str(netns.unavailable())),
+]
 
 # connect(ip, port) from inside a host: exit 0 connected, 1 refused, 2 timed out
 CONNECT = """

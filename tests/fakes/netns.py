@@ -40,6 +40,7 @@ import json
 import os
 import re
 import secrets
+import shutil
 import signal
 import subprocess
 import time
@@ -61,6 +62,15 @@ RESOLV_CONF = "# cloudtrain test host: no DNS (tests/fakes/netns.py)\nnameserver
 LINK_LOCAL = "169.254.169.254"
 HOSTS = f"127.0.0.1 localhost\n::1 localhost\n{LINK_LOCAL} metadata.google.internal metadata\n"
 _NAME = re.compile(r"[^a-z0-9-]+")
+
+
+def unavailable() -> str | None:
+    """Why this machine cannot make namespaces (not root, no iproute2 or nftables), else None:
+    a test module skips with this reason."""
+    if os.geteuid() != 0:
+        return "network namespaces need root"
+    missing = [tool for tool in ("ip", "nft") if shutil.which(tool) is None]
+    return f"not installed: {', '.join(missing)}" if missing else None
 
 
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
