@@ -32,4 +32,6 @@ if [ "$#" -eq 0 ]; then
 fi
 # The box's custom-image interpreter (Python 3.10 with the pinned stack), built once per machine
 python3 -m tests.fakes.box_images 3.10
+# The Debian 12 root (debootstrap, ~1 min) that tests/e2e/test_debian_boot.py boots as root, once
+if [ "$(id -u)" = 0 ] && command -v debootstrap >/dev/null 2>&1; then python3 -m tests.fakes.debian_root; fi
 exec python3 -m pytest -q "$@"

@@ -6,8 +6,10 @@ sessions on this machine's filesystem but chroots into a Debian 12 root (tests/f
 debian_root.py), one copy-on-write disk per VM:
 
 - the disk: an overlayfs whose lower layer is the cached root (never written) and whose upper and
-  work layers are the VM's own, under `<harness root>/disks/ctb-<vm id>/` (the "/ctb-" in the
-  path lets the suite's leftover check, tests/conftest.py, see any mount left behind);
+  work layers are the VM's own, on a tmpfs (a venv with TensorFlow is GBs of small files: an
+  unmount frees them at once, where deleting them took a minute), all under
+  `<harness root>/disks/ctb-<vm id>/` (the "/ctb-" in the path lets the suite's leftover check,
+  tests/conftest.py, see any mount left behind);
 - mounted into it: /proc, /sys, /dev (a bind of this machine's), /dev/pts and a fresh /run;
   /etc/resolv.conf is this machine's, and so is the CA bundle: this machine reaches deb.debian.org
   and PyPI through an egress proxy whose CA only its own bundle has (PIP_CERT points pip at it,
@@ -32,8 +34,9 @@ of the instance metadata service).
 
 A VM's processes are those whose root directory is its disk: `kill` and `stop` end them all
 (also ones that left the boot's session), then unmount, in reverse order, lazily as a last
-resort. `stop()` also removes the disks' layers once nothing is mounted there. A reboot keeps
-the mounts (its /run and /tmp are not emptied).
+resort. `kill` (the VM is gone) keeps the layers' tmpfs, so a test can read what the VM wrote;
+`stop()` unmounts that too and removes the disks' folders once nothing is mounted there. A
+reboot keeps the mounts (its /run and /tmp are not emptied).
 """
 
 from __future__ import annotations
@@ -72,6 +75,9 @@ done
 # the endpoints and credentials of the emulated cloud (what a real VM gets from its role and
 # region), passed through from the harness's environment
 _PASSED = ("AWS_", "CLOUDTRAIN_", "NO_PROXY", "no_proxy", "PIP_CERT")
+# the tmpfs of a VM's upper layer: room for the venv (~2 GB with TensorFlow) and a wheelhouse
+# build (~1.3 GB); memory is used only as far as it is filled
+LAYERS_SIZE = "8g"
 
 
 class DiskError(RuntimeError):
@@ -112,16 +118,31 @@ class Disk:
 
     def __init__(self, folder: Path, lower: Path) -> None:
         self.folder, self.lower = folder, lower
-        self.upper, self.work, self.root = folder / "upper", folder / "work", folder / "root"
+        self.layers, self.root = folder / "layers", folder / "root"
+        self.upper, self.work = self.layers / "upper", self.layers / "work"
 
     def mount(self) -> None:
-        """Mount the overlay and /proc, /sys, /dev, /dev/pts, /run in it. Blocking; on failure
-        unmounts what it mounted and raises DiskError."""
-        for folder in (self.upper, self.work, self.root):
+        """Mount the layers' tmpfs, the overlay and /proc, /sys, /dev, /dev/pts, /run in it.
+        Blocking; on failure unmounts what it mounted and raises DiskError."""
+        for folder in (self.layers, self.root):
             folder.mkdir(parents=True, exist_ok=True)
         r = str(self.root)
         opts = f"lowerdir={self.lower},upperdir={self.upper},workdir={self.work}"
         try:
+            # the VM's writes (a venv with TensorFlow: GBs) in memory: gone at once at unmount
+            _run(
+                [
+                    "mount",
+                    "-t",
+                    "tmpfs",
+                    "-o",
+                    f"size={LAYERS_SIZE},mode=700",
+                    "tmpfs",
+                    str(self.layers),
+                ]
+            )
+            self.upper.mkdir()
+            self.work.mkdir()
             _run(["mount", "-t", "overlay", "overlay", "-o", opts, r])
             # private: nothing mounted below propagates to this machine's own /dev or /sys
             _run(["mount", "--make-private", r])
@@ -149,14 +170,17 @@ class Disk:
                     os.kill(pid, signal.SIGKILL)
             time.sleep(0.05)
 
-    def unmount(self) -> list[str]:
-        """Unmount everything at or under the root, deepest first (lazily when busy). Idempotent;
-        returns what is still mounted (nothing, normally)."""
+    def unmount(self, keep_layers: bool = False) -> list[str]:
+        """Unmount everything at or under the root, deepest first (lazily when busy), then,
+        unless `keep_layers`, the layers' tmpfs (what the VM wrote is then gone). Idempotent;
+        returns what is still mounted of what was to go (nothing, normally)."""
         self.kill_all()
-        for point in mounts_under(self.root):
+        # the root's mounts (the overlay last), then the layers below the overlay
+        points = mounts_under(self.root) + ([] if keep_layers else mounts_under(self.layers))
+        for point in points:
             if subprocess.run(["umount", point], capture_output=True, check=False).returncode:
                 subprocess.run(["umount", "-l", point], capture_output=True, check=False)
-        return mounts_under(self.root)
+        return mounts_under(self.root if keep_layers else self.folder)
 
     def remove(self) -> None:
         """Delete the VM's layers. Refuses (DiskError) while anything is mounted there: a
@@ -273,13 +297,14 @@ class DebianBootHarness(BootHarness):
             self._rebooting.discard(vm_id)
 
     def kill(self, vm_id: str) -> None:
-        """End every process of the VM; unless it is rebooting, unmount its disk too."""
+        """End every process of the VM; unless it is rebooting, unmount its root too (its
+        layers, what it wrote, stay readable in `disk(vm_id).upper` until `stop()`)."""
         super().kill(vm_id)
         disk = self.disks.get(vm_id)
         if disk is not None:
             disk.kill_all()
             if vm_id not in self._rebooting:
-                disk.unmount()
+                disk.unmount(keep_layers=True)
 
     def stop(self) -> None:
         """Stop polling, end every VM, unmount every disk and delete its layers. Idempotent;
