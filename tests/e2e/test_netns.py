@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.fakes import netns
+from tests.fakes.metadata_server import MetadataServer
 from tests.fakes.netns import Network, leftovers
 
 pytestmark = [
@@ -165,3 +166,50 @@ def test_the_session_fails_when_a_test_leaves_a_namespace(tmp_path: Path) -> Non
     assert done.returncode == 1, done.stdout
     assert "error: the test session left" in done.stdout
     assert f"namespace {stray}" in done.stdout
+
+
+def test_each_host_asks_the_metadata_address_and_hears_its_own_address() -> None:
+    """169.254.169.254 (EC2, Azure) and metadata.google.internal (GCE) from inside a host reach
+    the fake metadata service on the bridge, which answers the asking host's own address."""
+    with Network() as net, MetadataServer(host=net.host_ip) as imds:
+        net.serve_link_local(int(imds.url.rsplit(":", 1)[1]))
+        for host in (net.add_host("a"), net.add_host("b")):
+            curl = ["curl", "-fsS", "-m", "5"]
+            token = host.run(
+                [
+                    *curl,
+                    "-X",
+                    "PUT",
+                    "http://169.254.169.254/latest/api/token",
+                    "-H",
+                    "X-aws-ec2-metadata-token-ttl-seconds: 60",
+                ],
+                capture_output=True,
+                text=True,
+            ).stdout
+            answers = [
+                [
+                    *curl,
+                    "-H",
+                    f"X-aws-ec2-metadata-token: {token}",
+                    "http://169.254.169.254/latest/meta-data/local-ipv4",
+                ],
+                [
+                    *curl,
+                    "-H",
+                    "Metadata-Flavor: Google",
+                    "http://metadata.google.internal/"
+                    "computeMetadata/v1/instance/network-interfaces/0/ip",
+                ],
+                [
+                    *curl,
+                    "-H",
+                    "Metadata: true",
+                    "http://169.254.169.254/metadata/instance/network/"
+                    "interface/0/ipv4/ipAddress/0/privateIpAddress?api-version=2021-02-01&format=text",
+                ],
+            ]
+            for args in answers:
+                done = host.run(args, capture_output=True, text=True)
+                assert (done.returncode, done.stdout) == (0, host.ip), (args, done.stderr)
+    assert [item for item in leftovers() if net.bridge in item] == []
