@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Install everything the test suite needs, then run the whole suite. CI runs exactly this.
 #   pip extras (.[dev]: TensorFlow, tf-keras, the cloud SDKs, moto, the GCS emulator, pytest, ruff),
-#   Azurite (the Azure Blob emulator) from npm into tests/.azurite, and shellcheck from Debian;
+#   Azurite (the Azure Blob emulator) from npm into tests/.azurite; from Debian: shellcheck, and
+#   iproute2, nftables and debootstrap for the box's machines (a network namespace per node, each
+#   cloud's firewall as nftables rules, a Debian 12 root booted as root: tests/fakes/netns.py,
+#   debian_root.py; the suite runs as root, as CI does);
 #   venvs for Python 3.10 and 3.12 (pyenv's) in tests/.venvs, for the node-side tests; and the
 #   cloud-in-a-box's image interpreter with the stack baked in (tests/fakes/box_images.py, cached
 #   in ~/.cache/cloudtrain-box).
@@ -15,12 +18,18 @@ if [ ! -x tests/.azurite/node_modules/.bin/azurite-blob ]; then
   npm install --silent --no-audit --no-fund --prefix tests/.azurite azurite@3.35.0
 fi
 
-if ! command -v shellcheck >/dev/null 2>&1; then
+# Debian packages the suite needs, by the command each provides
+missing=()
+for pair in shellcheck:shellcheck ip:iproute2 nft:nftables debootstrap:debootstrap; do
+  command -v "${pair%%:*}" >/dev/null 2>&1 || missing+=("${pair#*:}")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    (apt-get update -qq && apt-get install -y -qq shellcheck >/dev/null) ||
-      { echo "tests/run.sh: shellcheck could not be installed; its checks would fail" >&2; exit 1; }
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null) ||
+      { echo "tests/run.sh: could not install ${missing[*]}; their tests would fail" >&2; exit 1; }
   else
-    echo "tests/run.sh: install shellcheck for the bootstrap-script checks" >&2
+    echo "tests/run.sh: install ${missing[*]} (Debian packages) and run as root" >&2
+    exit 1
   fi
 fi
 
@@ -33,5 +42,5 @@ fi
 # The box's custom-image interpreter (Python 3.10 with the pinned stack), built once per machine
 python3 -m tests.fakes.box_images 3.10
 # The Debian 12 root (debootstrap, ~1 min) that tests/e2e/test_debian_boot.py boots as root, once
-if [ "$(id -u)" = 0 ] && command -v debootstrap >/dev/null 2>&1; then python3 -m tests.fakes.debian_root; fi
+python3 -m tests.fakes.debian_root
 exec python3 -m pytest -q "$@"
