@@ -3,10 +3,14 @@ checkpoints flushed and nothing left, then `cloudtrain resume` finishes the trai
 and `cloudtrain cost` reports both runs from the ledger and their kept storage.
 
 Prices: each local node costs $3600/h ($1/s) through CLOUDTRAIN_LOCAL_PRICE_USD, so the two
-workers cost $2/s. max_hours is 80 s (an estimate of $160) and the budget $161: with local's
-stop grace and teardown margin (20 s + 10 s, $60), the budget stop comes about 50 s in, before
-the deadline, with about 45 of the 60 one-second epochs done; the resumed run (same budget)
-needs the remaining ones only.
+workers cost $2/s. max_hours is 60 s (an estimate of $120) and the budget $121: with local's
+stop grace and teardown margin (20 s + 10 s, $60), the budget stop comes about 30 s in, before
+the deadline and at least 8 s before the 38 one-second epochs can end (the agents act on a
+stop within about a second), with 30 s less TensorFlow's start-up T0 done (a checkpoint needs
+T0 < ~29 s). The resumed run (the job.yaml as it is then: the budget raised to $161,
+max_hours 80 s, so its stop would come 50 s in) trains the 8 + T0 remaining epochs after its
+own start-up. The two runs together train the 38 epochs once, so their time is about 38 s
+plus the two start-ups, whatever the first stop's moment (it was 60 epochs).
 """
 
 from __future__ import annotations
@@ -15,12 +19,14 @@ import json
 import re
 
 import pytest
+import yaml
 
 from tests.e2e.conftest import Env, assert_clean
 
 pytestmark = pytest.mark.e2e
-EPOCHS = 60
-BUDGET = 161.0
+EPOCHS = 38
+BUDGET = 121.0
+RESUME_BUDGET = 161.0  # the user raises the budget to finish the job
 
 
 def test_budget_stops_the_run_and_resume_finishes_it(ct: Env) -> None:
@@ -28,7 +34,7 @@ def test_budget_stops_the_run_and_resume_finishes_it(ct: Env) -> None:
     job = ct.job(
         "digits-multiworker",
         entrypoint=f"python train.py --epochs {EPOCHS} --epoch-seconds 1",
-        max_hours=80 / 3600,
+        max_hours=60 / 3600,
         max_cost_usd=BUDGET,
     )
     first = ct.cli("run", "--json", str(job), timeout=300)
@@ -41,6 +47,8 @@ def test_budget_stops_the_run_and_resume_finishes_it(ct: Env) -> None:
     assert_clean(ct, run_id)
     assert set(result["billed_idle_s"]) == set(result["cost_by_node"])
 
+    spec = yaml.safe_load(job.read_text())
+    job.write_text(yaml.safe_dump({**spec, "max_hours": 80 / 3600, "max_cost_usd": RESUME_BUDGET}))
     second = ct.cli("resume", run_id[:12], timeout=300)
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
     assert f"resuming {run_id}: copied" in second.stdout
