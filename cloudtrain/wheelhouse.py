@@ -172,9 +172,13 @@ class WheelhousePlanner:
         return self.offer_for_tag(tag(python, IMAGE_MACHINE, pins))
 
     def offer_for_tag(self, wheel_tag: str) -> WheelhouseOffer | None:
-        """The offer for a node whose platform has this tag (see `offer_for`)."""
+        """The offer for a node whose platform has this tag (see `offer_for`); None also when
+        the store cannot be read: the node then installs from the index, as without one."""
         with self._lock:
-            manifest = self._published.get(wheel_tag) or read_manifest(self.store, wheel_tag)
+            try:
+                manifest = self._published.get(wheel_tag) or read_manifest(self.store, wheel_tag)
+            except CloudtrainError:  # unreadable (denied, unreachable): an optimisation, skipped
+                return None
             if manifest is not None:
                 self._published[wheel_tag] = manifest
                 url = self.store.presign_get(tar_key(wheel_tag), self.ttl_s)

@@ -233,3 +233,19 @@ def test_on_s3_under_a_prefix(monkeypatch: pytest.MonkeyPatch) -> None:
         warm = WheelhousePlanner(s3, "aws", 3600).offer_for_tag(CPU_TAG)
     assert warm is not None and warm.mode == "warm" and warm.sha256 == doc["sha256"]
     assert f"/team/a/cloudtrain/wheelhouse/{CPU_TAG}/wheels.tar?" in warm.url
+
+
+def test_a_store_that_cannot_be_read_offers_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The wheelhouse is an optimisation: a bucket the controller cannot read (here nothing
+    listens at its endpoint) makes the node install from the index, never fails the run."""
+    from cloudtrain.errors import CloudtrainError
+    from cloudtrain.providers.aws.storage import S3Store
+
+    for key, value in {"AWS_ACCESS_KEY_ID": "t", "AWS_SECRET_ACCESS_KEY": "t"}.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # the discard port: refused
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+    s3 = S3Store("s3://ct-wheels", "us-east-1")
+    with pytest.raises(CloudtrainError):
+        read_manifest(s3, CPU_TAG)
+    assert WheelhousePlanner(s3, "aws", 3600).offer_for_tag(CPU_TAG) is None
