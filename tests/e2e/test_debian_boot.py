@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,18 +29,15 @@ from cloudtrain import wheelhouse
 from cloudtrain.startup import TF_KERAS_VERSION, TF_VERSION
 from tests.e2e.conftest import Env
 from tests.e2e.test_aws_in_a_box import REGION, AwsBox, _discover
+from tests.fakes.boot_harness import Vm
 from tests.fakes.box_images import DEBIAN_12_AMI_PARAM
-from tests.fakes.debian_boot import DebianBootHarness, mounts_under, pids_in_root
+from tests.fakes.debian_boot import DebianBootHarness, mounts_under
 from tests.fakes.moto_server import MotoServer, moto_amis, seed_ssm_parameter
 
-pytestmark = [
-    pytest.mark.e2e,
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        os.geteuid() != 0 or shutil.which("debootstrap") is None,
-        reason="booting the Debian 12 root needs root and debootstrap",
-    ),
-]
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("debootstrap") is None,
+    reason="booting the Debian 12 root needs root and debootstrap",
+)
 EPOCHS = "cloudtrain: epoch 2/2 done"
 
 
@@ -71,6 +69,8 @@ def debian_box(
         harness.stop()
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_a_plain_debian_12_node_installs_everything_as_root_and_trains(
     debian_box: tuple[AwsBox, str],
 ) -> None:
@@ -100,9 +100,9 @@ def test_a_plain_debian_12_node_installs_everything_as_root_and_trains(
     boot_log = (upper / "opt/cloudtrain/bootstrap.log").read_text()
     # apt really installed python3-venv, into this VM's disk only
     status = (upper / "var/lib/dpkg/status").read_text()
-    assert re.search(r"Package: python3\.11-venv\nStatus: install ok installed", status), (
-        boot_log[-3000:]
-    )
+    assert re.search(r"Package: python3\.11-venv\nStatus: install ok installed", status), boot_log[
+        -3000:
+    ]
     assert any((upper / "var/lib/apt/lists").glob("deb.debian.org_debian_dists_bookworm_*"))
     lower_status = (harness.lower / "var/lib/dpkg/status").read_text()
     assert "Package: python3.11-venv\n" not in lower_status
@@ -133,6 +133,59 @@ def test_a_plain_debian_12_node_installs_everything_as_root_and_trains(
 
     aws.assert_nothing_left(aws.ct.run_ids()[0])
     # the VM is gone: no process runs in its root and nothing is mounted there
-    assert pids_in_root(disk.root) == [], "processes left in the VM's root"
+    assert disk.pids() == [], "processes left in the VM's root"
     assert mounts_under(disk.root) == [], "mounts left in the VM's root"
     assert len(mounts_under(disk.folder)) == 1  # its layers, readable until the harness stops
+
+
+# What the VM's first boot does, as root in the Debian root (no TensorFlow: a few seconds).
+_PROBE = """#!/usr/bin/env bash
+echo "uid=$(id -u) cwd=$PWD script=$0"
+. /etc/os-release && echo "os=$ID-$VERSION_ID"
+python3 -c 'import sys; print("python", sys.version.split()[0])'
+echo "no-ensurepip=$(python3 -m venv /tmp/v 2>&1 | grep -c 'ensurepip is not')"
+echo "proc=$(grep -c '^proc /proc proc' /proc/mounts)" ; test -c /dev/null && echo dev-ok
+curl -sS -o /dev/null -w 'curl %{http_code}\\n' http://127.0.0.1:9/ || echo curl-refused
+(sleep 600 &) ; setsid sleep 600 &
+sleep 600
+"""
+
+
+def test_the_first_boot_runs_user_data_as_cloud_init_does_and_nothing_is_left(
+    tmp_path: Path,
+) -> None:
+    alive = {"i-debian": True}
+
+    def discover() -> list[Vm]:
+        return [
+            Vm(v, "worker-0", up, lambda: _PROBE, f"aws:{DEBIAN_12_AMI_PARAM}")
+            for v, up in alive.items()
+        ]
+
+    harness = DebianBootHarness(tmp_path / "box", discover, {"AWS_X": "1"}).start()
+    try:
+        disk = None
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and "curl" not in harness.console("i-debian"):
+            time.sleep(0.2)
+        console = harness.console("i-debian")
+        assert harness.errors == [], harness.errors
+        disk = harness.disk("i-debian")
+        assert "uid=0 cwd=/ script=/var/lib/cloud/instance/scripts/part-001" in console, console
+        assert "os=debian-12" in console and "python 3.11.2" in console, console
+        assert "no-ensurepip=1" in console, console  # python3-venv is not on the image
+        assert "proc=1" in console and "dev-ok" in console, console
+        sem = disk.upper / "var/lib/cloud/instances/i-debian/sem/config_scripts_user"
+        assert sem.exists()  # once per instance
+        assert len(disk.pids()) >= 3  # the boot, and sleeps outside its session
+        assert not (harness.lower / "var/lib/cloud").exists()  # the cached root is untouched
+        alive["i-debian"] = False  # terminated: every process in its root ends, it unmounts
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and mounts_under(disk.root):
+            time.sleep(0.2)
+        assert disk.pids() == []
+        assert mounts_under(disk.root) == []
+    finally:
+        harness.stop()
+    assert disk is not None and mounts_under(disk.folder) == [] and not disk.folder.exists()
+    assert disk.pids() == []

@@ -102,13 +102,18 @@ def mounts_under(path: Path) -> list[str]:
     return sorted(found, key=len, reverse=True)
 
 
-def pids_in_root(root: Path) -> list[int]:
-    """Processes whose root directory is `root` (the VM's processes, whatever their session)."""
+def pids_in_root(root: Path, dev: int | None = None) -> list[int]:
+    """Processes whose root directory is `root` (the VM's processes, whatever their session),
+    or, with `dev`, any directory of that filesystem: a process whose root was detached by a
+    lazy unmount reads as "/" but still has the VM's device."""
     pids = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             with contextlib.suppress(OSError):
-                if os.readlink(f"/proc/{entry}/root") == str(root):
+                link = f"/proc/{entry}/root"
+                if os.readlink(link) == str(root) or (
+                    dev is not None and os.stat(link).st_dev == dev
+                ):
                     pids.append(int(entry))
     return pids
 
@@ -120,6 +125,7 @@ class Disk:
         self.folder, self.lower = folder, lower
         self.layers, self.root = folder / "layers", folder / "root"
         self.upper, self.work = self.layers / "upper", self.layers / "work"
+        self.dev: int | None = None  # the overlay's device, once mounted
 
     def mount(self) -> None:
         """Mount the layers' tmpfs, the overlay and /proc, /sys, /dev, /dev/pts, /run in it.
@@ -144,6 +150,7 @@ class Disk:
             self.upper.mkdir()
             self.work.mkdir()
             _run(["mount", "-t", "overlay", "overlay", "-o", opts, r])
+            self.dev = os.stat(r).st_dev
             # private: nothing mounted below propagates to this machine's own /dev or /sys
             _run(["mount", "--make-private", r])
             _run(["mount", "-t", "proc", "proc", f"{r}/proc"])
@@ -156,11 +163,15 @@ class Disk:
             self.unmount()
             raise
 
+    def pids(self) -> list[int]:
+        """The VM's processes: those whose root is this disk (also after a lazy unmount)."""
+        return pids_in_root(self.root, self.dev)
+
     def kill_all(self, wait_s: float = 5.0) -> bool:
         """SIGKILL every process running in this disk's root; True when none is left."""
         deadline = time.monotonic() + wait_s
         while True:
-            pids = pids_in_root(self.root)
+            pids = self.pids()
             if not pids:
                 return True
             if time.monotonic() >= deadline:
