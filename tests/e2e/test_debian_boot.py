@@ -189,3 +189,33 @@ def test_the_first_boot_runs_user_data_as_cloud_init_does_and_nothing_is_left(
         harness.stop()
     assert disk is not None and mounts_under(disk.folder) == [] and not disk.folder.exists()
     assert disk.pids() == []
+
+
+_REBOOTS = """#!/usr/bin/env bash
+echo user-data >>/root/boots
+printf '#!/bin/sh\\necho per-boot >>/root/boots\\nsleep 600\\n' >/var/lib/cloud/scripts/per-boot/x
+chmod 700 /var/lib/cloud/scripts/per-boot/x
+reboot
+"""
+
+
+def test_a_reboot_from_inside_runs_only_the_per_boot_scripts(tmp_path: Path) -> None:
+    vm = Vm("i-reboot", "worker-0", True, lambda: _REBOOTS, f"aws:{DEBIAN_12_AMI_PARAM}")
+    harness = DebianBootHarness(tmp_path / "box", lambda: [vm], {}).start()
+    try:
+        deadline = time.monotonic() + 60
+        boots = Path("/nonexistent")
+        while time.monotonic() < deadline:
+            if "i-reboot" in harness.disks:
+                boots = harness.disk("i-reboot").root / "root/boots"
+                if boots.exists() and "per-boot" in boots.read_text():
+                    break
+            time.sleep(0.2)
+        assert harness.errors == [], harness.errors
+        # the `reboot` shim asked the harness: user data ran once, then cloud-init's per-boot
+        assert boots.read_text() == "user-data\nper-boot\n", harness.console("i-reboot")
+        assert harness.boots["i-reboot"] == 2
+        disk = harness.disk("i-reboot")
+    finally:
+        harness.stop()
+    assert disk.pids() == [] and mounts_under(disk.folder) == []
