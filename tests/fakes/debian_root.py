@@ -8,11 +8,12 @@ suite, the mirror and the package list: a changed list builds a new root beside 
 Builds take a lock (concurrent callers wait for one build), run in a temporary folder and are
 renamed into place when complete, so a killed build leaves no half root behind.
 
-What the image has, from Debian's cloud image build (salsa.debian.org/cloud-team/
-debian-cloud-images, config_space/bookworm/package_config: DEBIAN, CLOUD and EC2 list ca-
-certificates, curl, iproute2, procps and cloud-init, whose dependency brings python3, which is
-3.11.2 in bookworm: packages.debian.org/bookworm/python3), and what it lacks: python3-venv
-(ensurepip), which the bootstrap must apt-get install, and pip. cloud-init itself is not in the
+What the image has, from Debian's cloud image build (the package lists in
+salsa.debian.org/cloud-team/debian-cloud-images, config_space/bookworm/package_config): among
+much else curl, ca-certificates, iproute2, procps and cloud-init, whose dependencies bring
+python3, 3.11.2 in bookworm (packages.debian.org/bookworm/python3); and what it lacks:
+python3-venv (ensurepip), which the bootstrap must apt-get install, and pip. Only the packages a
+boot touches are installed here (PACKAGES). cloud-init itself is not in the
 root: the harness (tests/fakes/debian_boot.py) does its one job here, running user data once
 per instance from /var/lib/cloud/instance/scripts. apt's sources are the cloud image's (bookworm,
 bookworm-updates, bookworm-security) and its package lists are empty, as after the image build,
