@@ -34,3 +34,20 @@ if grep -qsi '0x10de' "$CT_SYS_PCI"/*/vendor && ! nvidia-smi >/dev/null 2>&1; th
     ct_waited=$((ct_waited + 10))
   done
 fi"""
+
+
+def node_address(fetch: str, what: str, prelude: str = "") -> str:
+    """Bash for a provider's metadata block: unless $CLOUDTRAIN_NODE_HOST is set, the node's
+    private address from `fetch` (a command printing it; `prelude` runs first, e.g. IMDSv2's
+    token), exported as CLOUDTRAIN_NODE_HOST. Only an IPv4 address is taken: an error page or a
+    proxy's refusal fails the boot naming the answer, so peers never dial a sentence. Pure."""
+    return f"""\
+if [ -z "${{CLOUDTRAIN_NODE_HOST:-}}" ]; then
+{prelude}  ct_host="$({fetch})" ||
+    fail "metadata: no {what} from the instance metadata service"
+  if ! [[ "$ct_host" =~ ^([0-9]{{1,3}}\\.){{3}}[0-9]{{1,3}}$ ]]; then
+    fail "metadata: the {what} answered is not an IPv4 address: '${{ct_host:0:80}}'"
+  fi
+  CLOUDTRAIN_NODE_HOST=$ct_host
+fi
+export CLOUDTRAIN_NODE_HOST"""

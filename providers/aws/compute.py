@@ -53,7 +53,7 @@ from cloudtrain.providers.base import (
     StartupBlocks,
     Tagged,
 )
-from cloudtrain.providers.startup_snippets import shutdown_at_deadline
+from cloudtrain.providers.startup_snippets import node_address, shutdown_at_deadline
 
 LISTED_STATES = ["pending", "running", "stopping", "stopped", "shutting-down"]
 TERMINATE_POLL_S = 1.0
@@ -61,18 +61,19 @@ TERMINATE_TIMEOUT_S = 600.0
 TERMINATE_AGAIN_EVERY = 30  # polls between repeated terminate calls for stragglers
 VENV_PYTHON = "/opt/cloudtrain/venv/bin/python"
 
-_METADATA = """\
-if [ -z "${CLOUDTRAIN_NODE_HOST:-}" ]; then
-  imds_token="$(curl -sS --retry 5 --retry-connrefused -X PUT \\
+# the node's private address: IMDSv2 (a session token first), EC2 User Guide "Instance metadata
+# categories": local-ipv4
+_METADATA = node_address(
+    'curl -fsS --retry 5 --retry-connrefused -H "X-aws-ec2-metadata-token: $imds_token" '
+    "http://169.254.169.254/latest/meta-data/local-ipv4",
+    "local-ipv4",
+    prelude="""\
+  imds_token="$(curl -fsS --retry 5 --retry-connrefused -X PUT \\
     http://169.254.169.254/latest/api/token \\
     -H "X-aws-ec2-metadata-token-ttl-seconds: 300")" ||
     fail "metadata: no IMDSv2 token from 169.254.169.254"
-  CLOUDTRAIN_NODE_HOST="$(curl -sS --retry 5 --retry-connrefused \\
-    -H "X-aws-ec2-metadata-token: $imds_token" \\
-    http://169.254.169.254/latest/meta-data/local-ipv4)" ||
-    fail "metadata: no local-ipv4 from the instance metadata service"
-fi
-export CLOUDTRAIN_NODE_HOST"""
+""",
+)
 
 _SELF_SHUTDOWN = shutdown_at_deadline(
     "InstanceInitiatedShutdownBehavior=terminate: this shutdown deletes the instance"

@@ -14,7 +14,7 @@
 from __future__ import annotations
 
 from cloudtrain.providers.base import StartupBlocks
-from cloudtrain.providers.startup_snippets import wait_for_driver
+from cloudtrain.providers.startup_snippets import node_address, wait_for_driver
 
 VENV_PYTHON = "/opt/cloudtrain/venv/bin/python"
 DRIVER_WAIT_S = 1200  # the extension may take 10+ minutes (and reboot once)
@@ -43,15 +43,13 @@ if [ "$ct_wait" -lt 60 ]; then ct_wait=60; fi
   </dev/null >/dev/null 2>&1 &"""
 )
 
-_METADATA = """\
-if [ -z "${CLOUDTRAIN_NODE_HOST:-}" ]; then
-  ct_ip="${CLOUDTRAIN_AZURE_IMDS:-http://169.254.169.254}/metadata/instance/network"
-  ct_ip="$ct_ip/interface/0/ipv4/ipAddress/0/privateIpAddress"
-  CLOUDTRAIN_NODE_HOST="$(curl -fsS --retry 5 --retry-connrefused -H Metadata:true \\
-    "$ct_ip?api-version=2021-02-01&format=text")" ||
-    fail "metadata: no private IP from the instance metadata service"
-fi
-export CLOUDTRAIN_NODE_HOST
+# the node's private IP (Azure IMDS, "Instance metadata": network/interface/0/ipv4/ipAddress/0)
+_METADATA = node_address(
+    'curl -fsS --retry 5 --retry-connrefused -H Metadata:true '
+    '"${CLOUDTRAIN_AZURE_IMDS:-http://169.254.169.254}/metadata/instance/network'
+    '/interface/0/ipv4/ipAddress/0/privateIpAddress?api-version=2021-02-01&format=text"',
+    "private IP",
+) + """
 storage_headers() { # Put Blob through a SAS URL needs the blob type
   case "$1" in *sig=*) printf 'x-ms-blob-type: BlockBlob\\n' ;; esac
 }"""

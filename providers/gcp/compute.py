@@ -43,20 +43,23 @@ from cloudtrain.providers.gcp.clients import (
 )
 from cloudtrain.providers.gcp.errors import already_exists, gcp_errors
 from cloudtrain.providers.gcp.images import image_for
-from cloudtrain.providers.startup_snippets import shutdown_at_deadline, wait_for_driver
+from cloudtrain.providers.startup_snippets import (
+    node_address,
+    shutdown_at_deadline,
+    wait_for_driver,
+)
 
 VENV_PYTHON = "/opt/cloudtrain/venv/bin/python"
 # deprecated: the option providers.gcp.service_account (read only when the option is unset)
 SERVICE_ACCOUNT_ENV = "CLOUDTRAIN_GCP_SERVICE_ACCOUNT"
 DRIVER_WAIT_S = 900  # how long a Deep Learning VM node waits for its driver install
 
-_METADATA = """\
-if [ -z "${CLOUDTRAIN_NODE_HOST:-}" ]; then
-  CLOUDTRAIN_NODE_HOST="$(curl -sS --retry 5 --retry-connrefused -H "Metadata-Flavor: Google" \\
-    http://metadata.google.internal/computeMetadata/v1/instance/network-interfaces/0/ip)" ||
-    fail "metadata: no internal IP from the metadata server"
-fi
-export CLOUDTRAIN_NODE_HOST"""
+# the node's internal IP (GCE "About VM metadata": instance/network-interfaces/0/ip)
+_METADATA = node_address(
+    'curl -fsS --retry 5 --retry-connrefused -H "Metadata-Flavor: Google" '
+    "http://metadata.google.internal/computeMetadata/v1/instance/network-interfaces/0/ip",
+    "internal IP",
+)
 
 # A URL the controller could not sign (user credentials hold no key) is fetched with the VM's
 # own service account (the run's: it reaches the run's prefix only): a token from the metadata
