@@ -58,7 +58,11 @@ host, port = config["cluster"]["worker"][me].rsplit(":", 1)
 peer_host, peer_port = config["cluster"]["worker"][1 - me].rsplit(":", 1)
 if me == 1:
     server = socket.create_server((host, int(port)))
-    conn, _ = server.accept()
+    while True:  # as a real server, outlive connections that close unused (the agents' probe)
+        conn, _ = server.accept()
+        if conn.recv(1, socket.MSG_PEEK):
+            break
+        conn.close()
 else:
     deadline = time.time() + 60
     while True:
