@@ -14,7 +14,6 @@ TensorFlow: each cloud's test takes a few seconds.
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -24,6 +23,7 @@ from typing import Any
 import pytest
 
 from cloudtrain.providers.base import Compute, NodeRequest, Provider, ProviderConfig, RunInfo
+from tests.fakes import netns
 from tests.fakes.azure_cloud import azure_cloud, azurite, azurite_session
 from tests.fakes.gce_fake import gce_fake
 from tests.fakes.netns import Host, Network
@@ -40,8 +40,12 @@ PROBED = (22, LOW - 1, LOW, HIGH, HIGH + 1)
 PROBE_TIMEOUT_S = 0.5  # a dropped SYN on a local bridge never comes back later
 SCRIPT = "#!/bin/bash\necho boot\n"
 
-if shutil.which("nft") is None or shutil.which("ip") is None:
-    pytest.skip("needs iproute2 and nftables (root)", allow_module_level=True)
+
+
+@pytest.fixture(autouse=True)
+def _namespaces_possible() -> None:
+    netns.require()  # fails, never skips: tests/run.sh installs what it needs
+
 
 LISTENER = """
 import socket, sys

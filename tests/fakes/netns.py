@@ -73,6 +73,17 @@ def unavailable() -> str | None:
     return f"not installed: {', '.join(missing)}" if missing else None
 
 
+def require() -> None:
+    """Fail the calling test when this machine cannot make namespaces (see `unavailable`):
+    never a skip, as with every tool the suite uses (tests/fakes/shell.require_tool):
+    tests/run.sh installs iproute2 and nftables, and the suite runs as root."""
+    import pytest
+
+    problem = unavailable()
+    if problem is not None:
+        pytest.fail(f"{problem}: tests/run.sh installs iproute2 and nftables (as root)", False)
+
+
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["ip", *args], capture_output=True, text=True, check=check, timeout=30)
 

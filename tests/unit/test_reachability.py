@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import socket
 import sys
 import time
@@ -40,10 +39,14 @@ from tests.unit.agent_kit import (
     work,  # noqa: F401 - a fixture, taken by name
 )
 
-needs_netns = pytest.mark.skipif(
-    os.geteuid() != 0 or not shutil.which("ip") or not shutil.which("nft"),
-    reason="network namespaces need root, iproute2 and nftables",
-)
+needs_netns = pytest.mark.usefixtures("_namespaces_possible")
+
+
+@pytest.fixture
+def _namespaces_possible() -> None:
+    from tests.fakes import netns
+
+    netns.require()  # fails, never skips: tests/run.sh installs what it needs
 PORT = 2222
 
 
