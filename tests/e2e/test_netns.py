@@ -16,6 +16,7 @@ import pytest
 from tests.fakes import netns
 from tests.fakes.metadata_server import MetadataServer
 from tests.fakes.netns import Network, leftovers
+from tests.fakes.netns_probe import connect, listen
 
 pytestmark = [
     pytest.mark.timeout(120),
@@ -26,23 +27,7 @@ pytestmark = [
 def _namespaces_possible() -> None:
     netns.require()  # fails, never skips: tests/run.sh installs what it needs
 
-# connect(ip, port) from inside a host: exit 0 connected, 1 refused, 2 timed out
-CONNECT = """
-import socket, sys
-try:
-    socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=float(sys.argv[3])).close()
-except ConnectionRefusedError:
-    sys.exit(1)
-except (TimeoutError, socket.timeout):
-    sys.exit(2)
-"""
-LISTEN = """
-import socket, sys
-s = socket.create_server((sys.argv[1], int(sys.argv[2])))
-print("listening", flush=True)
-while True:
-    s.accept()[0].close()
-"""
+
 DROP_IN = """
 table inet box {
   chain input {
@@ -52,20 +37,6 @@ table inet box {
   }
 }
 """
-
-
-def connect(host: netns.Host, ip: str, port: int, timeout: float = 2.0) -> int:
-    """Exit code of a TCP connect from `host`: 0 connected, 1 refused, 2 timed out."""
-    args = [sys.executable, "-c", CONNECT, ip, str(port), str(timeout)]
-    return host.run(args, capture_output=True, timeout=30).returncode
-
-
-def listen(host: netns.Host, port: int) -> subprocess.Popen:
-    proc = host.popen(
-        [sys.executable, "-c", LISTEN, host.ip, str(port)], stdout=subprocess.PIPE, text=True
-    )
-    assert proc.stdout is not None and proc.stdout.readline().strip() == "listening"
-    return proc
 
 
 def host_listener() -> tuple[socket.socket, threading.Thread]:

@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import copy
 import json
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -37,6 +35,7 @@ from tests.fakes.boot_harness import BootHarness, Vm
 from tests.fakes.firewall_aws import AwsSnapshot, compile_aws, read_aws
 from tests.fakes.moto_server import clear_aws_caches, seed_public_images, start_moto, use_moto
 from tests.fakes.netns import Host, Network
+from tests.fakes.netns_probe import connect, listen
 
 pytestmark = [
     pytest.mark.e2e,
@@ -47,23 +46,9 @@ pytestmark = [
 @pytest.fixture(autouse=True)
 def _namespaces_possible() -> None:
     netns.require()  # fails, never skips: tests/run.sh installs what it needs
+
+
 Mutate = Callable[[AwsSnapshot], AwsSnapshot]
-LISTEN = """
-import socket, sys
-s = socket.create_server((sys.argv[1], int(sys.argv[2])))
-print("listening", flush=True)
-while True:
-    s.accept()[0].close()
-"""
-CONNECT = """
-import socket, sys
-try:
-    socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=float(sys.argv[3])).close()
-except ConnectionRefusedError:
-    sys.exit(1)
-except (TimeoutError, socket.timeout):
-    sys.exit(2)
-"""
 
 
 class Firewall:
@@ -97,21 +82,6 @@ def shift_run_ports(snapshot: AwsSnapshot) -> AwsSnapshot:
                     perm["FromPort"] += 1
                     perm["ToPort"] += 1
     return AwsSnapshot(groups, snapshot.instances)
-
-
-def connect(host: Host, ip: str, port: int, timeout: float = 2.0) -> int:
-    """A TCP connect from `host`: 0 connected, 1 refused, 2 timed out (dropped)."""
-    args = [sys.executable, "-c", CONNECT, ip, str(port), str(timeout)]
-    return host.run(args, capture_output=True, timeout=30).returncode
-
-
-def listen(host: Host, port: int) -> subprocess.Popen:
-    """A listener on `host`'s address; the host's removal kills it."""
-    proc = host.popen(
-        [sys.executable, "-c", LISTEN, host.ip, str(port)], stdout=subprocess.PIPE, text=True
-    )
-    assert proc.stdout is not None and proc.stdout.readline().strip() == "listening"
-    return proc
 
 
 class NetBox(AwsBox):
