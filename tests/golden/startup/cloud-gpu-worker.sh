@@ -505,7 +505,13 @@ if ! stack_ok "$CT_PYTHON"; then
   if [ ! -x "$CT_PYTHON" ] && command -v python3 >/dev/null 2>&1 && stack_ok python3; then
     # a Deep Learning image: its python3 has the stack; the venv builds on it
     phase "phase python: making a venv over the image's python3, which has tensorflow $CT_TF_VERSION"
-    make_venv --system-site-packages
+    if python3 -m pip --version >/dev/null 2>&1; then
+      # the image's pip serves the venv (it installs into the venv it runs from): no ensurepip
+      # copy of pip, which costs seconds on every boot
+      make_venv --system-site-packages --without-pip
+    else
+      make_venv --system-site-packages
+    fi
   fi
   if ! stack_ok "$CT_PYTHON"; then
     require_supported_os "tensorflow $CT_TF_VERSION"
