@@ -52,6 +52,9 @@ MAX_PRESIGN_TTL_S = 3600
 XML_API = "https://storage.googleapis.com"  # GET/PUT of /{bucket}/{object}, signed or with OAuth
 DELETE_PARALLEL = 8  # concurrent single-object deletes in delete_prefix
 EMULATOR_ENV = "STORAGE_EMULATOR_HOST"  # read by google-cloud-storage itself, too
+# READ_RETRY: reads (get, get_file, list) pass retry=None. The registry's RetryingStore retries
+# every store call (providers/retrying.py); google-cloud-storage's DEFAULT_RETRY (up to 120 s on
+# a 503 or a connection error) under it multiplied the wait: one unreachable read took minutes.
 OCTET = "application/octet-stream"
 LIST_FIELDS = "items(name,size,updated),nextPageToken"  # partial responses: faster listings
 SIGN_HINT = (
@@ -278,7 +281,7 @@ class GcsStore:
         Blocks."""
         blob = self._blob(key)
         with gcp_errors(f"get {self._where(key)}"):
-            return bytes(blob.download_as_bytes())
+            return bytes(blob.download_as_bytes(retry=None))  # one retry layer: see READ_RETRY
 
     def put_file(self, key: str, path: str) -> None:
         """Upload a file: up to 8 MiB in one request, larger ones as a resumable upload in 8 MiB
@@ -300,7 +303,7 @@ class GcsStore:
         os.close(fd)
         try:
             with gcp_errors(f"download {self._where(key)}"):
-                blob.download_to_filename(tmp)
+                blob.download_to_filename(tmp, retry=None)
             os.replace(tmp, dest)
         except BaseException:
             with contextlib.suppress(OSError):
@@ -313,7 +316,7 @@ class GcsStore:
             raise ProviderError(f"invalid prefix {prefix!r} in {self.uri}")
         with gcp_errors(f"list {self._where(prefix)}"):
             blobs = self._client().list_blobs(
-                self.bucket, prefix=self._root + prefix, fields=LIST_FIELDS
+                self.bucket, prefix=self._root + prefix, fields=LIST_FIELDS, retry=None
             )
             for blob in blobs:
                 yield blob.name, blob
