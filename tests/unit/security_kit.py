@@ -235,13 +235,23 @@ def run_detached(home: Path, job: Path) -> CliRun:
 # --- presigned URLs ---------------------------------------------------------------------------
 
 
+# the presigned URLs a script may carry beyond the bundle's and the log's: the wheelhouse's GET
+# (warm) or its two PUTs (the cold node that publishes it), cloudtrain/wheelhouse.py
+OPTIONAL_URLS = ("CT_WHEELHOUSE_URL", "CT_WHEELHOUSE_PUT_URL", "CT_WHEELHOUSE_MANIFEST_PUT_URL")
+
+
 def startup_urls(script: str) -> dict[str, str]:
-    """The bundle and log URLs of a rendered startup script (bash single-quoted values)."""
+    """Every presigned URL of a rendered startup script (bash single-quoted values): the bundle
+    and log URLs, which every script has, and the wheelhouse's where the node got an offer."""
     out = {}
     for name in ("CT_BUNDLE_URL", "CT_LOG_URL"):
         m = re.search(rf"^{name}='([^']*)'$", script, re.M)
         assert m, f"{name} not in the script"
         out[name] = m[1]
+    for name in OPTIONAL_URLS:
+        m = re.search(rf"^{name}='([^']+)'$", script, re.M)
+        if m:
+            out[name] = m[1]
     return out
 
 
