@@ -13,14 +13,14 @@ import pytest
 
 pytest.importorskip("google.cloud.storage")
 
-from cloudtrain.errors import TransientError  # noqa: E402
-from cloudtrain.providers.gcp.storage import EMULATOR_ENV, GcsStore  # noqa: E402
+from cloudtrain.errors import TransientError
+from cloudtrain.providers.gcp.storage import EMULATOR_ENV, GcsStore
 
 
 class _Unavailable(BaseHTTPRequestHandler):
     seen: list[str] = []
 
-    def do_GET(self) -> None:  # noqa: N802 - the http.server API
+    def do_GET(self) -> None:
         _Unavailable.seen.append(self.path)
         body = b'{"error": {"code": 503, "message": "backend unavailable"}}'
         self.send_response(503)
