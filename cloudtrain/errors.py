@@ -94,3 +94,20 @@ class TransientError(ProviderError):
 class AlreadyExists(ProviderError):
     """The resource already exists (a 409 / ALREADY_EXISTS): a create that is idempotent by name
     treats this as success and reads the existing resource."""
+
+
+class PreconditionFailed(ProviderError):
+    """A conditional write lost: the object changed (or exists, or is gone) since it was read.
+    Never retried: the caller reads again and decides."""
+
+
+class LeaseError(CloudtrainError):
+    """The run's control lease (cloudtrain/lease.py)."""
+
+
+class LeaseHeld(LeaseError):
+    """Another live owner holds the run's lease; the message names it and its expiry."""
+
+
+class LeaseLost(LeaseError):
+    """This process no longer holds the lease (expired, taken over): it must stop acting now."""

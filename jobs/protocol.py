@@ -37,6 +37,7 @@ from typing import Any, ClassVar, TypeVar
 RUNS_ROOT = "cloudtrain/runs/"
 CLUSTER_NAME = "cluster.json"  # the names inside the run's prefix that prose may mention too
 STOP_NAME = "control/stop"
+LEASE_NAME = "control/lease"
 # the reason in the status of an agent that stopped because it found the stop key
 STOPPED_BY_CONTROL = STOP_NAME
 PROTOCOL_VERSION = 1  # what the writers write; a document without `version` reads as 0
@@ -70,6 +71,31 @@ def node_id(role: str, index: int) -> str:
 def run_prefix(run_id: str) -> str:
     """The run's folder in its bucket: 'cloudtrain/runs/<run_id>/'. Pure."""
     return f"{RUNS_ROOT}{run_id}/"
+
+
+def lease_key(run_id: str) -> str:
+    """control/lease: who controls the run (LeaseDoc), written only by conditional writes."""
+    return run_prefix(run_id) + LEASE_NAME
+
+
+def orphaned_key(run_id: str) -> str:
+    """control/orphaned: a node saw the lease expired (OrphanedDoc): the run needs a controller."""
+    return run_prefix(run_id) + "control/orphaned"
+
+
+def yield_key(run_id: str) -> str:
+    """control/yield: `cloudtrain attach` asks the controller node to hand the lease back."""
+    return run_prefix(run_id) + "control/yield"
+
+
+def launch_key(run_id: str) -> str:
+    """control/launch.json: what a controller needs to adopt the run (cloudtrain/launch_doc.py)."""
+    return run_prefix(run_id) + "control/launch.json"
+
+
+def journal_prefix(run_id: str) -> str:
+    """ledger/: the run's journal, one object per ledger write (cloudtrain/journal.py)."""
+    return run_prefix(run_id) + "ledger/"
 
 
 def cluster_key(run_id: str) -> str:
@@ -431,6 +457,30 @@ class CheckpointsReady(Document):
     by: str = ""  # the chief's node id
 
 
+@dataclass(frozen=True, eq=False)
+class LeaseDoc(Document):
+    """control/lease: exactly one process controls a run (cloudtrain/lease.py). `term` only
+    grows: every takeover adds one, a renewal keeps it. `successor` names the owner a release
+    hands the run to (the controller node); it may take the lease while the document is live."""
+
+    REQUIRED: ClassVar[tuple[str, ...]] = ("owner", "term", "expires")
+
+    owner: str = ""
+    term: int = 0
+    expires: float = 0.0  # epoch seconds
+    successor: str = ""
+    time: float = 0.0  # when it was written
+
+
+@dataclass(frozen=True, eq=False)
+class OrphanedDoc(Document):
+    """control/orphaned: a node saw the lease expired: nobody replaces lost nodes meanwhile."""
+
+    time: float = 0.0
+    by: str = ""  # the node id
+    term: int = 0  # the expired lease's term
+
+
 DOCUMENTS: tuple[type[Document], ...] = (
     ClusterDoc,
     NodeStatus,
@@ -438,4 +488,6 @@ DOCUMENTS: tuple[type[Document], ...] = (
     NoticeDoc,
     Registration,
     CheckpointsReady,
+    LeaseDoc,
+    OrphanedDoc,
 )

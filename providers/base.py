@@ -225,6 +225,19 @@ class ObjectStore(Protocol):
         """A URL that PUTs the object without credentials for `ttl_s` seconds (at most 1 h)."""
         ...
 
+    def get_tagged(self, key: str) -> tuple[bytes, str] | None:
+        """The object and its version tag (S3 ETag, GCS generation, Azure ETag, local: a
+        content-and-write stamp), or None when there is none. Blocks."""
+        ...
+
+    def put_if(self, key: str, data: bytes, tag: str | None) -> str:
+        """Write the object only if its current tag is `tag` (None: only if there is no object),
+        atomically against every other writer (S3 If-Match/If-None-Match, GCS
+        ifGenerationMatch, Azure If-Match/If-None-Match, local: a lock and an atomic rename).
+        Returns the new tag. Raises PreconditionFailed when the condition does not hold; never
+        retried by the retry layer. Blocks."""
+        ...
+
 
 class Compute(ABC):
     """The VMs and their network.
@@ -328,6 +341,19 @@ class Compute(ABC):
     def console_output(self, node: Node) -> str:
         """The boot log of a node that never reported, if the cloud keeps one. Best effort."""
         return ""
+
+    def planned_controller_identity(self, run: RunInfo) -> list[Resource]:
+        """The controller node's own identity (role, policy, account, grants) that
+        `ensure_controller_identity` makes, for the ledger before they exist. Every kind starts
+        with `controller-` (teardown deletes them after everything else). Pure. Default: none
+        (local: the controller node is this user's process)."""
+        return []
+
+    def ensure_controller_identity(self, run: RunInfo) -> list[Resource]:
+        """Create the controller node's identity, scoped to this run only (README, "Managed
+        runs"); a NodeRequest with role `controller` runs under it. Idempotent; blocks until it
+        is usable. Default: none."""
+        return []
 
     def zones(self) -> list[str]:
         """Zones of the region a run may fail over to when its zone has no capacity, in the

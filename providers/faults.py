@@ -225,6 +225,15 @@ class FaultyCompute(Compute):
         self._faults.gate("ensure_network")
         return self.inner.ensure_network(run)
 
+    def planned_controller_identity(self, run: RunInfo) -> list[Resource]:
+        """Pure: passed through without faults."""
+        return self.inner.planned_controller_identity(run)
+
+    def ensure_controller_identity(self, run: RunInfo) -> list[Resource]:
+        """The inner `ensure_controller_identity`, with latency and throttling. Idempotent."""
+        self._faults.gate("ensure_network")
+        return self.inner.ensure_controller_identity(run)
+
     def prepare_nodes(self, run: RunInfo, requests: list[NodeRequest]) -> None:
         """Passed through without faults (a cache warm-up; `create_node` works without it)."""
         self.inner.prepare_nodes(run, requests)

@@ -106,6 +106,17 @@ class RetryingCompute(Compute):
         what = f"network of run {run.run_id}"
         return _retry("ensure_network", what, lambda: self.inner.ensure_network(run))
 
+    def planned_controller_identity(self, run: RunInfo) -> list[Resource]:
+        """See Compute.planned_controller_identity (pure: not retried)."""
+        return self.inner.planned_controller_identity(run)
+
+    def ensure_controller_identity(self, run: RunInfo) -> list[Resource]:
+        """See Compute.ensure_controller_identity; retried. Idempotent; blocks."""
+        what = f"controller identity of run {run.run_id}"
+        return _retry(
+            "ensure_network", what, lambda: self.inner.ensure_controller_identity(run)
+        )
+
     def prepare_nodes(self, run: RunInfo, requests: list[NodeRequest]) -> None:
         """See Compute.prepare_nodes; retried. Idempotent; blocks."""
         what = f"prepare {len(requests)} node(s) of run {run.run_id}"
