@@ -20,6 +20,8 @@ from cloudtrain.jobs.protocol import (
     PROTOCOL_VERSION,
     UNVERSIONED,
     CheckpointsReady,
+    LeaseDoc,
+    OrphanedDoc,
     ClusterDoc,
     Document,
     Heartbeat,
@@ -76,6 +78,14 @@ EXAMPLES: dict[type[Document], Document] = {
     ),
     Registration: Registration(address="10.0.0.7:2222", time=1_800_000_003.0, slots=4),
     CheckpointsReady: CheckpointsReady(time=1_800_000_004.0, by="chief-0"),
+    LeaseDoc: LeaseDoc(
+        owner="controller:ct-r1-controller-0",
+        term=3,
+        expires=1_800_000_030.0,
+        successor="",
+        time=1_800_000_000.0,
+    ),
+    OrphanedDoc: OrphanedDoc(time=1_800_000_005.0, by="worker-1", term=3),
 }
 
 
