@@ -205,27 +205,33 @@ def launch(
     detach: bool = False,
     observer: Observer | None = None,
     options: RunOptions | None = None,
+    controller: bool = True,
 ) -> RunHandle:
     """Start the prepared run. Attached (default): blocks until the job ends and the run is torn
     down, on every path (a failure, the budget, the deadline, Ctrl-C: the orchestrator does
-    it). Detached: returns once the nodes exist; they stop themselves at the deadline, and
-    `down` stops them sooner. Returns the handle; the outcome is in `handle.result`, not an
-    exception. Progress goes to `observer` (default: a `SilentObserver`). On the main thread
-    SIGINT (Ctrl-C, a notebook's interrupt), SIGTERM and SIGHUP stop the run gracefully and
-    tear it down (outcome interrupted); one that lands before the run's ledger row exists
-    raises KeyboardInterrupt, nothing made. Off the main thread no signal is handled: the
-    observer is told so with the run id, and `down(run_id)` from elsewhere stops the run."""
+    it). Detached: returns once the nodes and a controller node exist; the controller node
+    watches the run as the attached process would (recovery, budget, deadline, teardown),
+    `attach` takes it back and `down` ends it sooner (`controller=False`: no controller node;
+    the nodes stop themselves at the deadline). Returns the handle; the outcome is in
+    `handle.result`, not an exception. Progress goes to `observer` (default: a
+    `SilentObserver`). On the main thread SIGINT (Ctrl-C, a notebook's interrupt), SIGTERM and
+    SIGHUP stop the run gracefully and tear it down (outcome interrupted); one that lands
+    before the run's ledger row exists raises KeyboardInterrupt, nothing made. Off the main
+    thread no signal is handled: the observer is told so with the run id, and `down(run_id)`
+    from elsewhere stops the run."""
     from cloudtrain.orchestrator import Orchestrator
     from cloudtrain.runtypes import RunOptions
 
     the_plan = ready.plan
     prov = run_provider(ready.spec, the_plan)
-    if options is None:
-        options = RunOptions.for_provider(the_plan.provider, detach=detach)
-    elif detach and not options.detach:  # detached if either says so
-        from dataclasses import replace
+    from dataclasses import replace
 
+    if options is None:
+        options = RunOptions.for_provider(the_plan.provider, detach=detach, controller=controller)
+    elif detach and not options.detach:  # detached if either says so
         options = replace(options, detach=True)
+    if not controller and options.controller:
+        options = replace(options, controller=False)
     seen = observer if observer is not None else SilentObserver()
     orch = Orchestrator(
         ready.spec, the_plan, prov, ledger(), seen, options, resume_from=ready.resume_from

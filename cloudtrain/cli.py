@@ -74,6 +74,14 @@ def plan(
 
 
 DetachOpt = Annotated[bool, typer.Option("--detach", help="Return once the nodes are created.")]
+NoControllerOpt = Annotated[
+    bool,
+    typer.Option(
+        "--no-controller",
+        help="With --detach: no controller node; nobody replaces lost nodes or enforces the "
+        "budget, and the nodes stop themselves at the deadline.",
+    ),
+]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="Do not stream logs.")]
 
 
@@ -84,19 +92,25 @@ def run(
     region: RegionOpt = None,
     zone: ZoneOpt = None,
     detach: DetachOpt = False,
+    no_controller: NoControllerOpt = False,
     quiet: QuietOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Plan, create, train, stream logs, and always tear down. Exit 0 only on success."""
+    """Plan, create, train, stream logs, and always tear down. Exit 0 only on success.
+
+    With --detach a small controller node in the cloud watches the run instead of this
+    process: close the laptop; `cloudtrain attach RUN` takes it back."""
     from cloudtrain import api
 
-    _execute(api.prepare(job, provider=provider, region=region, zone=zone), detach, quiet, as_json)
+    ready = api.prepare(job, provider=provider, region=region, zone=zone)
+    _execute(ready, detach, quiet, as_json, controller=not no_controller)
 
 
 @app.command()
 def resume(
     run_id: RunArg,
     detach: DetachOpt = False,
+    no_controller: NoControllerOpt = False,
     quiet: QuietOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
@@ -105,10 +119,12 @@ def resume(
     The run's job.yaml is read as it is now; the provider and region are the run's."""
     from cloudtrain import api
 
-    _execute(api.prepare_resume(run_id), detach, quiet, as_json)
+    _execute(api.prepare_resume(run_id), detach, quiet, as_json, controller=not no_controller)
 
 
-def _execute(ready: Launch, detach: bool, quiet: bool, as_json: bool) -> None:
+def _execute(
+    ready: Launch, detach: bool, quiet: bool, as_json: bool, controller: bool = True
+) -> None:
     """Show the plan, run it and summarise it (run and resume); exits with the outcome's code."""
     from cloudtrain import api
     from cloudtrain.ui import ConsoleObserver, plan_table, summary
@@ -120,16 +136,44 @@ def _execute(ready: Launch, detach: bool, quiet: bool, as_json: bool) -> None:
     progress = _console(stderr=True) if as_json else console
     observer = ConsoleObserver(progress, show_logs=not quiet and not as_json)
     with observer:
-        result = api.launch(ready, detach=detach, observer=observer).result
+        result = api.launch(ready, detach=detach, observer=observer, controller=controller).result
     if as_json:
         _emit_json(result.__dict__)
     else:
         console.print(summary(result))
         if detach:
             console.print(
-                f"follow with `cloudtrain status {result.run_id}` and `cloudtrain logs "
-                f"{result.run_id} --follow`; stop with `cloudtrain down {result.run_id}`"
+                f"follow with `cloudtrain attach {result.run_id}` (or `status`, `logs "
+                f"--follow`); stop with `cloudtrain down {result.run_id}`"
             )
+    raise typer.Exit(result.outcome.exit_code)
+
+
+@app.command()
+def attach(
+    run_id: RunArg,
+    provider: Annotated[
+        str | None,
+        typer.Option("--provider", "-p", help="Needed only when the ledger has no record of RUN."),
+    ] = None,
+    region: RegionOpt = None,
+    detach: Annotated[
+        bool, typer.Option("--detach", help="Hand the run to a new controller node and return.")
+    ] = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """Take control of a detached run back: follow it live to its end, and tear it down.
+
+    A live controller node is asked to hand the run over; a lost one is replaced once its lease
+    expires. Ctrl-C stops the run, as in `run`."""
+    from cloudtrain.attach import attach as attach_run
+    from cloudtrain.ui import ConsoleObserver, summary
+
+    console = _console()
+    observer = ConsoleObserver(console, show_logs=not quiet)
+    with observer:
+        result = attach_run(run_id, observer, provider=provider, region=region, detach=detach)
+    console.print(summary(result))
     raise typer.Exit(result.outcome.exit_code)
 
 

@@ -12,16 +12,21 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import socket
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from cloudtrain import __version__
 from cloudtrain.bundle import Bundle, build_spec_bundle
 from cloudtrain.crashpoints import crash_point
-from cloudtrain.errors import CloudtrainError, NoCapacityError
+from cloudtrain.errors import CloudtrainError, LeaseLost, NoCapacityError
 from cloudtrain.failures import read_reports
 from cloudtrain.jobs import protocol
 from cloudtrain.jobs.protocol import FINAL_STATES, ClusterDoc, NodeState, node_id
+from cloudtrain.lease import Lease, LeaseKeeper
+from cloudtrain.lease_holder import LeaseHolder
 from cloudtrain.ledger import Ledger
 from cloudtrain.paths import cloudtrain_home
 from cloudtrain.providers.base import Node, NodeRequest, Provider, Resource, RunInfo, node_name
@@ -40,9 +45,11 @@ if TYPE_CHECKING:
     from cloudtrain.spec import JobSpec
 
 PRESIGN_TTL_S = 3600
+CONTROLLER_GRACE_S = 900  # the controller node's deadline is the run's plus its teardown
+CONTROLLER_DISK_GB = 30  # the controller node's: Azure's smallest OS disk of the images is 30 GB
 
 
-class Orchestrator(Recovery):
+class Orchestrator(LeaseHolder, Recovery):
     """Runs one job spec through its whole lifecycle on one provider. Not reusable."""
 
     def __init__(
@@ -95,6 +102,11 @@ class Orchestrator(Recovery):
         self.resume_from = resume_from
         self._cost_at = 0.0
         self._wheelhouse: WheelhousePlanner | None = None  # made at the first node's request
+        self.lease: Lease | None = None  # cloudtrain/lease.py: held from the bucket on
+        self._keeper: LeaseKeeper | None = None
+        self.owner = f"run:{socket.gethostname()}:{os.getpid()}"
+        self.spare = ""  # the controller node's own name, when it is this process's host
+        self.extra_hourly_usd = 0.0  # the controller node's $/h (budget margin)
 
     # --- the whole run ---------------------------------------------------------------------
     def run(self) -> RunResult:
@@ -122,21 +134,54 @@ class Orchestrator(Recovery):
             json.dumps(self.plan.to_dict()),
             account=self.provider.account(),
         )
+        return self._control(signals, self._provision_and_watch)
+
+    def follow(self) -> RunResult:
+        """An adopted run (cloudtrain/adopt.py: the lease is held, the provider fenced): watch
+        it from where it is, stop, tear down, as `run` does from its watch on. Blocks."""
+        with StopSignals(self._signal_notice) as signals:
+            return self._control(signals, self._watch_adopted)
+
+    def _watch_adopted(self, _signals: StopSignals) -> tuple[Outcome, str] | RunResult:
+        self._set_phase("running")
+        return self.watch()
+
+    def _provision_and_watch(self, signals: StopSignals) -> tuple[Outcome, str] | RunResult:
+        self.observer.event(f"run {self.run_id} on {self.provider.name}")
+        crash_point("ledger-row")
+        self._set_phase("provisioning")
+        self.provision()
+        if not self.options.detach:
+            self._set_phase("running")
+            return self.watch()
+        if self.options.controller:
+            from cloudtrain.controller_launch import launch_controller
+
+            launch_controller(self)  # hands the lease to the controller node
+        signals.defer()  # the nodes exist: from here the controller leaves on purpose
+        self.ledger.set_status(self.run_id, "running")
+        if not self.options.controller:
+            self.hand_over()  # expired now: `cloudtrain attach` takes it at once
+            self.observer.event("detached: the nodes stop themselves at the deadline")
+        return self._result(Outcome.DETACHED, "")
+
+    def _control(
+        self,
+        signals: StopSignals,
+        body: Callable[[StopSignals], tuple[Outcome, str] | RunResult],
+    ) -> RunResult:
+        """Run `body` (provision and/or watch); then stop and tear down on every exit path but
+        a detached one, and none when the lease was lost (its new holder goes on)."""
         outcome, detail = Outcome.FAILED, ""
         detached = False
         try:
-            self.observer.event(f"run {self.run_id} on {self.provider.name}")
-            crash_point("ledger-row")
-            self._set_phase("provisioning")
-            self.provision()
-            if self.options.detach:
-                signals.defer()  # the nodes exist: from here the controller leaves on purpose
+            got = body(signals)
+            if isinstance(got, RunResult):
                 detached = True
-                ledger.set_status(self.run_id, "running")
-                self.observer.event("detached: the nodes stop themselves at the deadline")
-                return self._result(Outcome.DETACHED, "")
-            self._set_phase("running")
-            outcome, detail = self.watch()
+                return got
+            outcome, detail = got
+        except LeaseLost as exc:
+            outcome, detail = Outcome.LEASE_LOST, str(exc)
         except KeyboardInterrupt as exc:  # Ctrl-C, or StopSignal: SIGTERM, SIGHUP
             outcome, detail = Outcome.INTERRUPTED, stop_detail(exc)
         except Stop as stop:
@@ -163,6 +208,11 @@ class Orchestrator(Recovery):
 
     def _finish(self, outcome: Outcome, detail: str) -> RunResult:
         ledger = self.ledger
+        if outcome == Outcome.LEASE_LOST:  # its holder stops and tears down, not this process
+            self.hand_over()
+            ledger.event(self.run_id, "lease", detail)
+            self.observer.event(f"stopped acting: {detail}")
+            return self._result(outcome, detail)
         if outcome in (Outcome.INTERRUPTED, Outcome.BUDGET_EXCEEDED, Outcome.DEADLINE):
             self._graceful_stop(outcome)
             if self.job_end is None:  # the job ended when its agents had stopped
@@ -178,10 +228,14 @@ class Orchestrator(Recovery):
         else:
             self._set_phase("tearing down")
             ledger.set_status(self.run_id, "tearing_down")
-            report = teardown(self.provider, ledger, self.run_id, self.observer.event)
+            report = teardown(
+                self.provider, ledger, self.run_id, self.observer.event, spare=self.spare
+            )
             teardown_s = report.seconds
             scrub_secrets(self.provider, self.store_uri, self.run_id)
             ledger.set_status(self.run_id, "done", outcome, detail)
+        if not self.spare:  # the controller node hands over after deleting itself
+            self.hand_over()  # expired now: the next `attach` or `down` takes it at once
         result = self._result(outcome, detail)
         result.teardown_s = teardown_s
         if self.job_end is not None and not keep:
@@ -221,6 +275,10 @@ class Orchestrator(Recovery):
         create calls return (not until the nodes boot)."""
         self.observer.event(f"bucket {self.store.uri}")
         self.store.ensure_bucket()
+        if self.lease is None:  # a new run: nobody else can hold it; term 1
+            lease = Lease(self.store, self.run_id, self.owner)
+            lease.acquire()
+            self.take_lease(lease)
         assert self.bundle is not None
         key = protocol.bundle_key(self.run_id, self.bundle.sha256)
         if not self.store.list(key):
@@ -320,9 +378,10 @@ class Orchestrator(Recovery):
         self.cluster = dataclasses.replace(self.cluster, attempt=self.attempt)
         self.store.put(protocol.cluster_key(self.run_id), self.cluster.to_json())
 
-    def _request(self, node: NodePlan) -> NodeRequest:
+    def node_request(self, node: NodePlan) -> NodeRequest:
         assert self.bundle is not None
         name = node_name(self.run_id, node.role, node.index)
+        controller = node.role == "controller"  # the controller node: CPU, the cloud's image
         skeleton = NodeRequest(
             run_id=self.run_id,
             role=node.role,
@@ -331,8 +390,8 @@ class Orchestrator(Recovery):
             startup_script="",
             zone=self.zone,
             spot=node.spot,
-            image=self.spec.cluster.image,
-            disk_gb=self.spec.cluster.disk_gb,
+            image=None if controller else self.spec.cluster.image,
+            disk_gb=CONTROLLER_DISK_GB if controller else self.spec.cluster.disk_gb,
             accelerator=node.accelerator,
             accelerator_count=node.accelerator_count,
         )
@@ -351,13 +410,15 @@ class Orchestrator(Recovery):
                 PRESIGN_TTL_S,
             ),
             version=__version__,
-            deadline_epoch=int(self.deadline),
+            # the controller node outlives the nodes by the teardown: its dead-man switch too
+            deadline_epoch=int(self.deadline + (CONTROLLER_GRACE_S if controller else 0)),
             gpu_count=node.accelerator_count,
             pip_extra=self.provider.name,
-            require_horovod=self.spec.cluster.strategy == "horovod",
+            require_horovod=not controller and self.spec.cluster.strategy == "horovod",
         )
         blocks = self.provider.compute.startup_blocks(self.info, skeleton)
-        if blocks.install_stack:  # a bare image's stack: from the bucket's wheelhouse if any
+        # a bare image's stack: from the bucket's wheelhouse if any (not the controller's)
+        if blocks.install_stack and not controller:
             if self._wheelhouse is None:
                 self._wheelhouse = WheelhousePlanner(self.store, self.provider.name, PRESIGN_TTL_S)
             offer = self._wheelhouse.offer_for(skeleton)
@@ -368,7 +429,7 @@ class Orchestrator(Recovery):
     def create_nodes(self, nodes: list[NodePlan]) -> None:
         """Record every node in the ledger, then create them all in parallel. Raises
         NoCapacityError/QuotaError (with a hint) after every request was attempted."""
-        requests = [self._request(n) for n in nodes]
+        requests = [self.node_request(n) for n in nodes]
         prices = {node_name(self.run_id, n.role, n.index): n.price_hourly for n in nodes}
         for req in requests:
             self.ledger.record_intent(
@@ -407,6 +468,7 @@ class Orchestrator(Recovery):
         chief = self._chief_name()
         snap = reader.snapshot
         while True:
+            self._check_lease()
             now = time.time()
             gone: list[str] = []
             if now - last_list >= opts.list_nodes_s:
@@ -469,7 +531,8 @@ class Orchestrator(Recovery):
         if budget is None:
             return False
         opts = self.options
-        margin = self.plan.hourly_usd * (opts.stop_grace_s + opts.teardown_margin_s) / 3600
+        hourly = self.plan.hourly_usd + self.extra_hourly_usd
+        margin = hourly * (opts.stop_grace_s + opts.teardown_margin_s) / 3600
         return self.view.cost_usd + margin >= budget
 
     def _settle(self, reader: RunReader) -> None:
@@ -526,7 +589,7 @@ class Orchestrator(Recovery):
         crash_point("stop")
         reader = RunReader(self.store, self.run_id)
         listed = self._list_nodes()
-        live = {node_id(n.role, n.index) for n in listed if n.alive}
+        live = {node_id(n.role, n.index) for n in listed if n.alive and n.role != "controller"}
         end = time.time() + self.options.stop_grace_s
         while time.time() < end and live:
             snap = reader.poll()

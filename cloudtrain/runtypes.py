@@ -23,10 +23,12 @@ class Outcome(str, Enum):
     BUDGET_EXCEEDED = "budget_exceeded"
     DEADLINE = "deadline"
     INTERRUPTED = "interrupted"
+    LEASE_LOST = "lease_lost"  # another process controls the run now (cloudtrain/lease.py)
 
     @property
     def exit_code(self) -> int:
-        """0 for succeeded/detached; 3 failed, 4 budget, 5 deadline, 130 interrupted."""
+        """0 for succeeded/detached; 3 failed, 4 budget, 5 deadline, 6 lease lost (another
+        process controls the run), 130 interrupted."""
         return _EXIT_CODES[self]
 
     @property
@@ -44,6 +46,7 @@ _EXIT_CODES = {
     Outcome.FAILED: 3,
     Outcome.BUDGET_EXCEEDED: 4,
     Outcome.DEADLINE: 5,
+    Outcome.LEASE_LOST: 6,
     Outcome.INTERRUPTED: 130,
 }
 
@@ -53,6 +56,8 @@ class RunOptions:
     """Knobs of one run. Defaults suit the clouds; `for_provider('local')` tightens them."""
 
     detach: bool = False
+    # with detach on a cloud: a controller node watches the run (False: `--no-controller`)
+    controller: bool = True
     poll_s: float = 2.0
     list_nodes_s: float = 15.0
     heartbeat_timeout_s: float = 180.0
@@ -86,7 +91,7 @@ class RunOptions:
             )
         base.update(env_overrides())
         base.update(overrides)
-        if base.get("detach") and "linger_s" not in overrides:
+        if base.get("detach") and not base.get("controller", True) and "linger_s" not in overrides:
             base["linger_s"] = 120.0  # nobody will tear down: end soon after the job
         return cls(**base)
 

@@ -22,6 +22,8 @@ from cloudtrain.providers.base import Provider, Resource
 from cloudtrain.redact import MASK
 from cloudtrain.runrules import RUN_REF_RE, check_run_ref
 
+CONTROLLER_KIND_PREFIX = "controller-"  # the controller node's identity (Compute docs)
+
 
 @dataclass(frozen=True)
 class TeardownReport:
@@ -67,24 +69,27 @@ def teardown(
     ledger: Ledger | None,
     run_id: str,
     say: Callable[[str], None] = lambda _m: None,
+    spare: str = "",
 ) -> TeardownReport:
     """Delete every node of the run, then its network/identity resources; mark the ledger.
+    `spare`: a node name left alone with every `controller-*` resource (the controller node
+    tearing a run down deletes those itself, last: cloudtrain/controller_node.py).
     Idempotent; blocks until the cloud confirms the nodes are gone. UsageError, before any
     cloud call, for a run id not shaped like one (the cloud's filters are built from it)."""
     check_run_ref(run_id)
     started = time.monotonic()
     compute = provider.compute
-    nodes = compute.list_nodes(run_id)
+    nodes = [n for n in compute.list_nodes(run_id) if n.name != spare]
     names = [n.name for n in nodes]
     if ledger is not None:
         for rec in ledger.resources(run_id, live_only=True):
-            if rec.kind == "node":
+            if rec.kind == "node" and rec.resource_id != spare:
                 ledger.mark_deleting(run_id, "node", rec.resource_id)
     if names:
         say(f"deleting {len(names)} node(s)")
         compute.delete_listed(nodes)
     listed = compute.list_nodes(run_id)
-    left = [n.name for n in listed if n.alive]
+    left = [n.name for n in listed if n.alive and n.name != spare]
     if left:
         raise ProviderError(
             f"run {run_id}: nodes {', '.join(left)} still exist after delete",
@@ -92,7 +97,7 @@ def teardown(
         )
     if ledger is not None:
         for rec in ledger.resources(run_id, live_only=True):
-            if rec.kind == "node":
+            if rec.kind == "node" and rec.resource_id != spare:
                 ledger.mark_deleted(run_id, "node", rec.resource_id)
     crash_point("nodes-deleted")
     # network and identity: the ledger's record and the cloud's tags, deduplicated
@@ -104,7 +109,9 @@ def teardown(
     tagged = compute.list_resources(run_id)
     for res in tagged:
         found.setdefault((res.kind, res.id), res)
-    resources = list(found.values())
+    resources = [
+        r for r in found.values() if not (spare and r.kind.startswith(CONTROLLER_KIND_PREFIX))
+    ]
     if resources:
         say(f"deleting {len(resources)} network/identity resource(s)")
         compute.delete_resources(resources)

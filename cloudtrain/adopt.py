@@ -1,0 +1,68 @@
+"""Adopt a run someone else started: rebuild its Orchestrator from the bucket (issue 17).
+
+The controller node and `cloudtrain attach` both take over a run that exists already. With the
+run's journal imported into their ledger (cloudtrain/journal.py) and its launch document
+(cloudtrain/launch_doc.py), they rebuild the same Orchestrator the laptop ran, at the same
+attempt, deadline and restart counts, and watch it with the same code (`Orchestrator.follow`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from cloudtrain import __version__, launch_doc
+from cloudtrain.bundle import Bundle
+from cloudtrain.errors import UsageError
+from cloudtrain.jobs import protocol
+from cloudtrain.jobs.protocol import ClusterDoc
+from cloudtrain.lease import Lease
+from cloudtrain.ledger import Ledger
+from cloudtrain.orchestrator import Orchestrator
+from cloudtrain.plan import Plan
+from cloudtrain.providers.base import Provider
+from cloudtrain.runtypes import Observer
+
+
+def adopt(
+    provider: Provider,
+    ledger: Ledger,
+    observer: Observer,
+    lease: Lease,
+    run_id: str,
+    store_uri: str,
+    spare: str = "",
+) -> Orchestrator:
+    """The run's Orchestrator, acting under `lease` (held: acquired by the caller), ready to
+    `follow()`. `spare`: the caller's own node (the controller node), left for it to delete
+    last. The ledger must hold the run (its journal imported). UsageError when the run cannot
+    be adopted (no record, no launch document). Blocks (bucket reads)."""
+    rec = ledger.get_run(run_id)
+    if rec is None or not rec.plan_json:
+        raise UsageError(f"run {run_id}: no record of it in the ledger or its journal")
+    store = provider.store(store_uri)
+    doc = launch_doc.read(store, run_id)
+    cluster = ClusterDoc.from_json(store.get(protocol.cluster_key(run_id)))
+    spec = doc.job_spec(cluster)
+    plan = Plan.from_dict(rec.plan)
+    options = dataclasses.replace(doc.run_options(), detach=False)
+    orch = Orchestrator(spec, plan, provider, ledger, observer, options, run_id=run_id)
+    orch.store_uri, orch.store = store_uri, store
+    orch.started = doc.started
+    orch.deadline = cluster.deadline
+    orch.zone = rec.zone
+    orch.info = dataclasses.replace(
+        orch.info, zone=rec.zone, store_uri=store_uri, deadline=cluster.deadline
+    )
+    orch.view.started = doc.started
+    orch.attempt = cluster.attempt
+    orch.cluster = cluster
+    events = ledger.events(run_id)
+    orch.restarts = sum(1 for e in events if e.kind == "restart")
+    orch.error_retries = sum(1 for e in events if e.kind == "retry")
+    # the bundle is in the bucket already: the nodes made from here fetch it by its sha256
+    orch.bundle = Bundle(Path(), doc.bundle_sha256, 0, "", __version__, 0)
+    orch.extra_hourly_usd = doc.controller_hourly_usd
+    orch.spare = spare
+    orch.take_lease(lease)
+    return orch

@@ -1,0 +1,133 @@
+"""control/launch.json: what a controller needs to adopt a run it did not start (issue 17).
+
+The laptop writes it before it creates the controller node; the controller node and
+`cloudtrain attach` read it. With the run's journal (cloudtrain/journal.py: the run's ledger row,
+plan, provider options, resources) it is enough to rebuild the Orchestrator anywhere:
+- the spec as the laptop validated it, without its env (the values, secrets included, travel only
+  in cluster.json, and are blanked there at teardown) and with `workdir: .` (the bundle in the
+  bucket is the workdir now);
+- the run's options (RunOptions), its start, the bundle's sha256 and the controller node's name
+  and $/h.
+Holds no secret. Pure but for `write`/`read`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from cloudtrain.errors import UsageError
+from cloudtrain.jobs import protocol
+from cloudtrain.jobs.protocol import ClusterDoc
+from cloudtrain.providers.base import ObjectStore
+from cloudtrain.runtypes import RunOptions
+
+if TYPE_CHECKING:
+    from cloudtrain.spec import JobSpec
+
+VERSION = 1
+
+
+@dataclass(frozen=True)
+class LaunchDoc:
+    """The run as a controller adopts it (see the module)."""
+
+    run_id: str
+    spec: dict[str, Any]  # JobSpec.model_dump(json) without env, workdir "."
+    options: dict[str, Any]  # RunOptions as fields
+    started: float
+    bundle_sha256: str
+    store_uri: str
+    controller: str = ""  # the controller node's name ("" while attached)
+    controller_hourly_usd: float = 0.0
+    version: int = VERSION
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(
+        cls,
+        spec: JobSpec,
+        run_id: str,
+        options: RunOptions,
+        started: float,
+        bundle_sha256: str,
+        store_uri: str,
+        controller: str = "",
+        controller_hourly_usd: float = 0.0,
+    ) -> LaunchDoc:
+        """The document for a run of `spec`. Pure."""
+        data = spec.model_dump(mode="json", exclude_unset=True, by_alias=True)
+        data.pop("env", None)
+        data["workdir"] = "."
+        return cls(
+            run_id,
+            data,
+            dataclasses.asdict(options),
+            started,
+            bundle_sha256,
+            store_uri,
+            controller,
+            controller_hourly_usd,
+        )
+
+    def to_json(self) -> bytes:
+        """The bytes the bucket holds. Pure."""
+        return json.dumps(dataclasses.asdict(self), indent=1).encode()
+
+    @classmethod
+    def from_json(cls, body: bytes) -> LaunchDoc:
+        """Parse the bucket's bytes (unknown fields ignored). UsageError when unreadable."""
+        try:
+            data = json.loads(body)
+            names = {f.name for f in dataclasses.fields(cls)}
+            return cls(**{k: v for k, v in data.items() if k in names})
+        except (ValueError, TypeError) as exc:
+            raise UsageError(f"control/launch.json is unreadable: {exc}") from None
+
+    def run_options(self) -> RunOptions:
+        """The run's options (fields a newer writer added are ignored). Pure."""
+        names = {f.name for f in dataclasses.fields(RunOptions)}
+        return RunOptions(**{k: v for k, v in self.options.items() if k in names})
+
+    def job_spec(self, cluster: ClusterDoc) -> JobSpec:
+        """The spec, its env taken back from the run's cluster document (secrets as secret
+        entries). Raises SpecError when it no longer validates (a newer writer's spec)."""
+        import yaml
+
+        from cloudtrain.spec import load_spec_text
+
+        data = dict(self.spec)
+        secrets = set(cluster.secrets)
+        data["env"] = {
+            k: ({"value": v, "secret": True} if k in secrets else v) for k, v in cluster.env.items()
+        }
+        with tempfile.TemporaryDirectory(prefix="ct-launch-") as base:
+            # the workdir is the bundle in the bucket: "." only has to exist while validating
+            return load_spec_text(
+                yaml.safe_dump(data), protocol.launch_key(self.run_id), base_dir=Path(base)
+            )
+
+
+def write(store: ObjectStore, doc: LaunchDoc) -> None:
+    """Put the document in the run's bucket. Idempotent; blocks."""
+    store.put(protocol.launch_key(doc.run_id), doc.to_json())
+
+
+def read(store: ObjectStore, run_id: str) -> LaunchDoc:
+    """The run's launch document. UsageError when the run has none (started before managed runs,
+    or not by cloudtrain). Blocks."""
+    from cloudtrain.errors import NotFound
+
+    try:
+        body = store.get(protocol.launch_key(run_id))
+    except NotFound:
+        raise UsageError(
+            f"run {run_id} has no control/launch.json in {store.uri}: it was not started by a "
+            "cloudtrain that can hand it over",
+            hint=f"`cloudtrain down {run_id}` still tears it down",
+        ) from None
+    return LaunchDoc.from_json(body)

@@ -1,0 +1,246 @@
+"""The run's control lease: exactly one process controls a run at a time (issue 17).
+
+`control/lease` (protocol.LeaseDoc) names the owner, an expiry and a term. It is only ever
+written with a conditional write (ObjectStore.put_if: S3 If-Match/If-None-Match, GCS
+ifGenerationMatch, Azure If-Match, local: a lock and an atomic rename), so two writers can never
+both believe they wrote last. Rules:
+
+- `acquire` takes a lease that is absent, expired, or handed to this owner as its `successor`;
+  every takeover adds one to the term. A live lease of someone else raises LeaseHeld, unless
+  `force` (`cloudtrain down`: a teardown outranks any controller).
+- `renew` rewrites the lease on the tag this process last wrote, same term, later expiry. Any
+  other writer in between (a takeover, `down`) moved the tag: PreconditionFailed, and the lease
+  raises LeaseLost. So does a lease this process let expire (a paused process resumes late: its
+  expiry is in the past, and it must not act on it even if nobody took over yet).
+- `check` is what guards every create and delete (cloudtrain/fencing.py): a renewal. Nobody
+  creates or deletes a node without the current term.
+- `release(successor)` hands the run over: the lease stays live (`ttl` of the successor's boot)
+  with `successor` named, so the controller node takes it without a race; or, with no successor,
+  expires now, so the next `attach` takes it at once.
+
+A lost reply to a conditional write that did write reads back as PreconditionFailed; `_write`
+then reads the lease again and counts the write as its own when the document is its own
+(owner, term and nonce), so the retry layer's ambiguity never costs the lease.
+Clocks: the expiry is the writer's wall clock; every owner renews at a sixth of the ttl, so a
+skew smaller than most of the ttl is harmless.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import threading
+import time
+import uuid
+from collections.abc import Callable
+
+from cloudtrain.errors import CloudtrainError, LeaseHeld, LeaseLost, PreconditionFailed
+from cloudtrain.jobs import protocol
+from cloudtrain.jobs.protocol import LeaseDoc, ProtocolError
+from cloudtrain.providers.base import ObjectStore
+
+DEFAULT_TTL_S = 30.0
+TTL_ENV = "CLOUDTRAIN_LEASE_TTL_S"
+
+
+def lease_ttl_s() -> float:
+    """The lease's ttl: $CLOUDTRAIN_LEASE_TTL_S (tests shorten it), else 30 s. Pure."""
+    raw = os.environ.get(TTL_ENV, "")
+    try:
+        value = float(raw) if raw else DEFAULT_TTL_S
+    except ValueError:
+        return DEFAULT_TTL_S
+    return value if value >= 1.0 else DEFAULT_TTL_S
+
+
+def read_lease(store: ObjectStore, run_id: str) -> LeaseDoc | None:
+    """The run's lease as the bucket holds it, or None (none, or unreadable). Blocks."""
+    got = store.get_tagged(protocol.lease_key(run_id))
+    if got is None:
+        return None
+    try:
+        return LeaseDoc.from_json(got[0])
+    except ProtocolError:
+        return None
+
+
+def describe(doc: LeaseDoc, now: float | None = None) -> str:
+    """'controller:ct-x-controller-0 (term 3, expires in 12 s)'. Pure."""
+    left = doc.expires - (time.time() if now is None else now)
+    when = f"expires in {left:.0f} s" if left >= 0 else f"expired {-left:.0f} s ago"
+    return f"{doc.owner} (term {doc.term}, {when})"
+
+
+class Lease:
+    """This process's hold on one run's lease. Thread-safe; not reusable across runs."""
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        run_id: str,
+        owner: str,
+        ttl_s: float | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.store, self.run_id, self.owner = store, run_id, owner
+        self.ttl_s = ttl_s if ttl_s is not None else lease_ttl_s()
+        self.clock = clock
+        self.key = protocol.lease_key(run_id)
+        self.term = 0
+        self._tag: str | None = None
+        self._expires = 0.0
+        self._nonce = ""
+        self._lock = threading.Lock()
+
+    @property
+    def held(self) -> bool:
+        """Whether this process believes it holds the lease (not a check against the bucket)."""
+        return self._tag is not None and self.clock() < self._expires
+
+    def acquire(self, force: bool = False) -> int:
+        """Take the lease: absent, expired, handed to this owner, or held by this owner already
+        (then a renewal); with `force`, whatever holds it. Returns the term. Raises LeaseHeld
+        naming the live holder. Blocks (one read, one conditional write, a retry on a race)."""
+        with self._lock:
+            for _ in range(5):  # each loss of a race is someone's progress; a few are plenty
+                got = self.store.get_tagged(self.key)
+                doc, tag = self._parse(got)
+                now = self.clock()
+                if doc is not None and not force:
+                    live = doc.expires > now
+                    mine = doc.owner == self.owner or doc.successor == self.owner
+                    if live and not mine:
+                        raise LeaseHeld(
+                            f"run {self.run_id} is controlled by {describe(doc, now)}",
+                            hint="wait for it to expire, or `cloudtrain down` the run",
+                        )
+                term = (doc.term if doc else 0) + 1
+                if doc is not None and doc.owner == self.owner and doc.expires > now:
+                    term = doc.term  # still ours: a renewal
+                try:
+                    self._write(term, tag if got is not None else None)
+                    return self.term
+                except PreconditionFailed:
+                    continue
+            raise LeaseHeld(f"run {self.run_id}: the lease kept changing while taking it")
+
+    def renew(self) -> None:
+        """Extend the lease, same term. Raises LeaseLost when it expired first or anyone else
+        wrote it since this process did. Blocks (one conditional write)."""
+        with self._lock:
+            if self._tag is None:
+                raise LeaseLost(f"run {self.run_id}: {self.owner} does not hold the lease")
+            if self.clock() >= self._expires:
+                raise LeaseLost(
+                    f"run {self.run_id}: the lease of {self.owner} (term {self.term}) expired "
+                    "before it was renewed"
+                )
+            try:
+                self._write(self.term, self._tag)
+            except PreconditionFailed:
+                self._tag = None
+                now = read_lease(self.store, self.run_id)
+                holder = describe(now) if now else "nobody"
+                raise LeaseLost(
+                    f"run {self.run_id}: {self.owner} lost the lease (term {self.term}); "
+                    f"now {holder}"
+                ) from None
+
+    def check(self) -> None:
+        """Fencing: prove the lease is still this process's, right before acting (a renewal).
+        Raises LeaseLost. Blocks."""
+        self.renew()
+
+    def release(self, successor: str = "", ttl_s: float | None = None) -> None:
+        """Give the lease up: to `successor` (live for `ttl_s`, default the ttl, so nobody else
+        takes it while the successor boots), or to whoever comes next (expired now). Best effort
+        when the lease is lost already (then a no-op). Blocks."""
+        with self._lock:
+            if self._tag is None:
+                return
+            until = self.clock() + (ttl_s if ttl_s is not None else self.ttl_s) if successor else 0
+            with contextlib.suppress(PreconditionFailed):  # lost already: nothing to give
+                self._write(self.term, self._tag, expires=until, successor=successor)
+            self._tag = None
+
+    # --- one conditional write ----------------------------------------------------------------
+    def _parse(self, got: tuple[bytes, str] | None) -> tuple[LeaseDoc | None, str | None]:
+        if got is None:
+            return None, None
+        try:
+            return LeaseDoc.from_json(got[0]), got[1]
+        except ProtocolError:  # an unreadable lease: taken over like an expired one
+            return LeaseDoc(owner="?", term=0, expires=0.0), got[1]
+
+    def _write(
+        self, term: int, tag: str | None, expires: float | None = None, successor: str = ""
+    ) -> None:
+        now = self.clock()
+        until = now + self.ttl_s if expires is None else expires
+        nonce = uuid.uuid4().hex
+        doc = LeaseDoc(owner=self.owner, term=term, expires=until, successor=successor, time=now)
+        body = doc.to_dict()
+        body["nonce"] = nonce  # tells this write from any other of the same owner and term
+        data = json.dumps(body).encode()
+        try:
+            new_tag = self.store.put_if(self.key, data, tag)
+        except PreconditionFailed:
+            got = self.store.get_tagged(self.key)  # a lost reply to a write that did land?
+            if got is None or _nonce_of(got[0]) != nonce:
+                raise
+            new_tag = got[1]
+        self.term, self._tag, self._expires, self._nonce = term, new_tag, until, nonce
+
+
+def _nonce_of(data: bytes) -> str:
+    try:
+        value = json.loads(data)
+    except ValueError:
+        return ""
+    return str(value.get("nonce", "")) if isinstance(value, dict) else ""
+
+
+class LeaseKeeper:
+    """Renews a held lease from its own thread every ttl/6 until stopped or lost. `lost` is set
+    (and `on_lost` called once, from the thread) when a renewal fails, or after a release when
+    `should_yield()` says so: the owner must stop acting at once (cloudtrain/fencing.py refuses
+    every create and delete anyway)."""
+
+    def __init__(
+        self,
+        lease: Lease,
+        on_lost: Callable[[str], None] = lambda _m: None,
+        should_yield: Callable[[], bool] = lambda: False,
+    ) -> None:
+        self.lease, self.on_lost, self.should_yield = lease, on_lost, should_yield
+        self.lost = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="lease-keeper", daemon=True)
+
+    def start(self) -> LeaseKeeper:
+        """Start renewing. Returns self."""
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop renewing (the lease stays as last written). Blocks until the thread ends."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=self.lease.ttl_s)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.lease.ttl_s / 6):
+            try:
+                if self.should_yield():
+                    self.lease.release()  # expired now: the asker takes it at once
+                    self.lost.set()
+                    self.on_lost(f"{self.lease.owner} yielded the run")
+                    return
+                self.lease.renew()
+            except LeaseLost as exc:
+                self.lost.set()
+                self.on_lost(str(exc))
+                return
+            except (CloudtrainError, OSError):  # a store hiccup: the next round tries again
+                continue

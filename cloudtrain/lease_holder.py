@@ -1,0 +1,66 @@
+"""The lease side of the Orchestrator: act only while the run's lease holds (issue 17).
+
+A mixin: `take_lease` fences the provider (cloudtrain/fencing.py) and starts a keeper thread that
+renews the lease (cloudtrain/lease.py); the watch loop calls `_check_lease` every round and stops
+acting at once (LeaseLost) when the keeper found it gone; `hand_over` stops renewing and gives
+the lease to a successor (the controller node) or to anyone (expired now).
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from cloudtrain.errors import CloudtrainError, LeaseLost
+from cloudtrain.fencing import FencedProvider
+from cloudtrain.lease import Lease, LeaseKeeper
+from cloudtrain.providers.base import Provider
+from cloudtrain.runtypes import Observer
+
+
+class LeaseHolder:
+    """The lease of one run, held by the process that controls it (see the module)."""
+
+    run_id: str
+    provider: Provider
+    observer: Observer
+    lease: Lease | None
+    _keeper: LeaseKeeper | None
+
+    def take_lease(self, lease: Lease) -> None:
+        """Act only while `lease` (held) holds: the provider becomes fenced (every create and
+        delete checks it), and a keeper renews it from its own thread. Idempotent per lease."""
+        self.lease = lease
+        if not isinstance(self.provider, FencedProvider):
+            self.provider = FencedProvider(self.provider, lease)
+        if self._keeper is not None:
+            self._keeper.stop()
+        self._keeper = LeaseKeeper(lease, self._lease_lost_notice, self._yield_asked).start()
+
+    def watch_yield(self, key: str) -> None:
+        """Hand the lease back (expired) and stop acting once `key` exists in the run's bucket
+        (control/yield: `cloudtrain attach` asks the controller node for the run). Checked at
+        each renewal."""
+        self._yield_key = key
+
+    def _yield_asked(self) -> bool:
+        key = getattr(self, "_yield_key", "")
+        if not key or self.lease is None:
+            return False
+        return self.lease.store.get_tagged(key) is not None
+
+    def _lease_lost_notice(self, message: str) -> None:
+        self.observer.event(f"lost control of the run: {message}")
+
+    def _check_lease(self) -> None:
+        """Raise LeaseLost once the keeper found the lease gone (the watch loop's check)."""
+        if self._keeper is not None and self._keeper.lost.is_set():
+            raise LeaseLost(f"run {self.run_id}: another process controls it now")
+
+    def hand_over(self, successor: str = "", ttl_s: float | None = None) -> None:
+        """Stop renewing and hand the lease over (to `successor`, or to anyone: expired)."""
+        if self._keeper is not None:
+            self._keeper.stop()
+            self._keeper = None
+        if self.lease is not None:
+            with contextlib.suppress(CloudtrainError, OSError):
+                self.lease.release(successor, ttl_s)
