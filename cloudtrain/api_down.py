@@ -4,10 +4,15 @@ tags alone. Idempotent: after a crash, or a `kill -9` of an earlier `down`, run 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from cloudtrain.api_types import LOG, DownReport
 from cloudtrain.errors import UsageError
+
+if TYPE_CHECKING:
+    from cloudtrain.providers.base import Provider
 
 
 def _log(message: str) -> None:
@@ -64,6 +69,7 @@ def down(
         )
 
     with signals_deferred(told):  # SIGINT/SIGTERM/SIGHUP half-way would leave half a run
+        _fence_out(prov, store_uri, rid, tell)
         request_stop(prov, store_uri, rid, "cloudtrain down")
         report = teardown(prov, the_ledger if rec else None, rid, tell)
         scrub_secrets(prov, store_uri, rid)
@@ -72,3 +78,22 @@ def down(
     return DownReport(
         rid, list(report.nodes_deleted), list(report.resources_deleted), report.seconds
     )
+
+
+def _fence_out(prov: Provider, store_uri: str, run_id: str, tell: Callable[[str], None]) -> None:
+    """Take the run's lease by force (term + 1): a controller node, or an attached process,
+    stops creating and deleting at its next step (cloudtrain/fencing.py), so nothing it does
+    races the teardown. Best effort: a run without a bucket has no lease."""
+    import contextlib
+    import os
+    import socket
+
+    from cloudtrain.errors import CloudtrainError
+    from cloudtrain.lease import Lease, describe, read_lease
+
+    with contextlib.suppress(CloudtrainError, OSError):
+        store = prov.store(store_uri)
+        held = read_lease(store, run_id)
+        Lease(store, run_id, f"down:{socket.gethostname()}:{os.getpid()}").acquire(force=True)
+        if held is not None and held.expires > time.time():
+            tell(f"took control from {describe(held)}")

@@ -45,9 +45,10 @@ def launch_controller(orch: Orchestrator) -> str:
     crash_point("controller-identity-ledger")
     if planned:
         orch.observer.event(f"controller identity: {', '.join(r.kind for r in planned)}")
-    for res in compute.ensure_controller_identity(orch.info):
-        ledger.mark_created(run_id, res.kind, res.id, res.cloud_id)
+    made = compute.ensure_controller_identity(orch.info)
     crash_point("controller-identity")
+    for res in made:
+        ledger.mark_created(run_id, res.kind, res.id, res.cloud_id)
     assert orch.bundle is not None
     doc = LaunchDoc.of(
         orch.spec,
@@ -81,9 +82,9 @@ def launch_controller(orch: Orchestrator) -> str:
         f"${offer.hourly_usd:.4f}/h, on-demand)"
     )
     node = compute.create_node(orch.info, request)
+    crash_point("controller-created")
     ledger.mark_created(run_id, "node", name, node.cloud_id)
     ledger.event(run_id, "controller", f"created {name} ({offer.instance_type})")
-    crash_point("controller-created")
     orch.extra_hourly_usd = offer.hourly_usd
     orch.hand_over(controller_owner(name), orch.options.boot_timeout_s)
     crash_point("handover")

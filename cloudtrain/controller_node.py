@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from cloudtrain.crashpoints import crash_point
 from cloudtrain.errors import CloudtrainError, LeaseHeld
 from cloudtrain.jobs import protocol
 from cloudtrain.runtypes import Outcome, RunView
@@ -110,10 +111,12 @@ def _control(
     observer.event(f"controlling run {run_id} (term {lease.term}, {imported} journal entries)")
     orch = adopt(provider, ledger, observer, lease, run_id, store_uri, spare=name)
     orch.watch_yield(protocol.yield_key(run_id))
+    crash_point("controller-adopted")
     result = orch.follow()
     observer.event(f"run {run_id}: {result.outcome}: {result.detail}")
     if result.outcome == Outcome.LEASE_LOST:
         return EXIT_NOT_MINE
+    crash_point("controller-torn-down")
     _delete_self(orch, journal)
     return 0
 

@@ -23,6 +23,15 @@ POINTS: dict[str, str] = {
     "nodes-ledger": "after the nodes are in the ledger, before any create call",
     "between-creates": "between two node creates: one returned, the others not yet",
     "after-creates": "after every create returned, before the ledger marks them",
+    # run --detach (issue 17): the controller node, made by the CLI after the nodes
+    "controller-identity-ledger": "after the controller's identity is in the ledger, not made",
+    "controller-identity": "after the controller's identity exists, before the ledger marks it",
+    "controller-ledger": "after the controller node is in the ledger, before its create call",
+    "controller-created": "after the controller node's create returned, before the ledger marks it",
+    "handover": "after the lease is handed to the controller node, before the CLI returns",
+    # ... and on the controller node itself
+    "controller-adopted": "on the controller node: the run adopted, before its first watch",
+    "controller-torn-down": "on the controller node: the rest torn down, before itself",
     "rendezvous": "during the rendezvous: an agent is waiting for its peers",
     "training": "during training: an epoch is being reported",
     "stop": "during the stop: control/stop written, agents flushing",

@@ -31,7 +31,7 @@ import traceback
 from pathlib import Path
 from typing import Any, TypeVar
 
-from cloudtrain.errors import NotFound
+from cloudtrain.errors import CloudtrainError, NotFound
 from cloudtrain.jobs import horovod, reachability
 from cloudtrain.jobs import protocol as proto
 from cloudtrain.jobs.checkpoints import Checkpoints
@@ -53,6 +53,9 @@ class StopRequested(Exception):
 
 class NewAttempt(Exception):
     """cluster.json moved to another attempt: drop everything and rendezvous again."""
+
+
+LEASE_CHECK_S = 30.0  # how often the chief looks at the run's lease (one GET)
 
 
 class Agent(Checkpoints):
@@ -78,7 +81,8 @@ class Agent(Checkpoints):
         cloud = cloud_of_store(store.uri)
         self.watcher = PreemptionWatcher(cloud, node_name(run_id, role, index))  # the VM's name
         self.notice: Notice | None = None
-        self._last = {"heartbeat": 0.0, "flush": 0.0, "sync": 0.0, "control": 0.0}
+        self._last = {"heartbeat": 0.0, "flush": 0.0, "sync": 0.0, "control": 0.0, "lease": 0.0}
+        self._orphaned_term = -1  # the expired lease term this node reported (control/orphaned)
 
     # --- bucket helpers -------------------------------------------------------------------
     def say(self, message: str) -> None:
@@ -134,6 +138,9 @@ class Agent(Checkpoints):
         if now - self._last["control"] >= cluster.control_s:
             self._last["control"] = now
             self.check_control()
+        if self.is_chief and now - self._last["lease"] >= LEASE_CHECK_S:
+            self._last["lease"] = now
+            self.check_lease(now)
         if self.notice is None:
             notice = self.watcher.poll()  # rate-limited by the watcher itself
             if notice is not None:
@@ -158,6 +165,22 @@ class Agent(Checkpoints):
             deadline=notice.deadline,
         )
         self.store.put(proto.notice_key(self.run_id, self.me), doc.to_json())
+
+    def check_lease(self, now: float) -> None:
+        """The chief writes control/orphaned, once per expired term, when the run's lease
+        (cloudtrain/lease.py) expired: nobody replaces lost nodes or enforces the budget (a
+        controller node died); `cloudtrain status` shows it and `cloudtrain attach` takes over.
+        Training goes on either way. Best effort: a bucket hiccup waits for the next check."""
+        try:
+            doc = self._read(proto.LeaseDoc, proto.lease_key(self.run_id))
+            if doc is None or doc.expires >= now or doc.term == self._orphaned_term:
+                return
+            self._orphaned_term = doc.term
+            orphan = proto.OrphanedDoc(time=now, by=self.me, term=doc.term)
+            self.store.put(proto.orphaned_key(self.run_id), orphan.to_json())
+            self.say(f"the run's controller ({doc.owner}) is gone: training goes on")
+        except (KeyError, CloudtrainError, OSError):
+            return
 
     def check_control(self) -> None:
         """Raise StopRequested on control/stop or the deadline; NewAttempt on a new attempt."""
