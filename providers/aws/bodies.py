@@ -17,12 +17,14 @@ from typing import Any
 
 from cloudtrain.errors import ProviderError
 from cloudtrain.providers.aws import network
+from cloudtrain.providers.aws.identity import controller_name
 from cloudtrain.providers.aws.network import TAG_INDEX, TAG_ROLE, TAG_RUN, resource_name
-from cloudtrain.providers.base import Node, NodeRequest, NodeState, parse_node_name
+from cloudtrain.providers.base import Node, NodeRequest, NodeState, node_name, parse_node_name
 
 USER_DATA_GZIP_OVER = 14 * 1024  # larger scripts are gzipped (cloud-init unpacks them)
 USER_DATA_MAX = 16 * 1024  # EC2's limit on raw user data
 SPOT_INTERRUPTION = "Server.SpotInstanceTermination"
+CONTROLLER_ROLE = "controller"  # the run's controller node (issue 17)
 
 
 def user_data(script: str) -> bytes | str:
@@ -60,11 +62,24 @@ def node_state(instance: dict[str, Any]) -> NodeState:
     return "terminated"
 
 
+def _controller(name: str, tags: dict[str, str]) -> tuple[str, str, int] | None:
+    """(run, "controller", index) when the tags name the run's controller node and `name` is
+    its node name (base.parse_node_name knows the training roles only). Pure."""
+    run_id, index = tags.get(TAG_RUN, ""), tags.get(TAG_INDEX, "0")
+    if tags.get(TAG_ROLE) != CONTROLLER_ROLE or not index.isdigit():
+        return None
+    return (
+        (run_id, CONTROLLER_ROLE, int(index))
+        if name == node_name(run_id, CONTROLLER_ROLE, int(index))
+        else None
+    )
+
+
 def to_node(instance: dict[str, Any]) -> Node | None:
     """A Node from a described instance, or None if its tags do not name a cloudtrain node."""
     tags = network.tag_dict(instance.get("Tags"))
     name = tags.get("Name", "")
-    parsed = parse_node_name(name)
+    parsed = parse_node_name(name) or _controller(name, tags)
     if parsed is None or TAG_RUN not in tags:
         return None
     try:
@@ -111,7 +126,10 @@ def launch_params(
     """The `run_instances` parameters of one node (no ClientToken: `client_token` derives it
     from these): IMDSv2 only, terminate on shutdown, a gp3 root volume deleted with the
     instance, the run's instance profile and security group, and spot as a one-time request
-    when asked. Pure; raises ProviderError for a startup script over EC2's UserData limit."""
+    when asked. The controller node (role `controller`) runs under the controller's instance
+    profile (identity.controller_name), never the nodes', and is never spot. Pure; raises
+    ProviderError for a startup script over EC2's UserData limit."""
+    controller = request.role == CONTROLLER_ROLE
     params: dict[str, Any] = {
         "ImageId": image,
         "InstanceType": request.instance_type,
@@ -128,7 +146,9 @@ def launch_params(
             "HttpEndpoint": "enabled",
             "HttpPutResponseHopLimit": 2,
         },
-        "IamInstanceProfile": {"Name": resource_name(run_id)},
+        "IamInstanceProfile": {
+            "Name": controller_name(run_id) if controller else resource_name(run_id)
+        },
         "SecurityGroupIds": [group_id],
         "BlockDeviceMappings": [
             {
@@ -143,7 +163,7 @@ def launch_params(
     }
     if zone:
         params["Placement"] = {"AvailabilityZone": zone}
-    if request.spot:
+    if request.spot and not controller:
         params["InstanceMarketOptions"] = {
             "MarketType": "spot",
             "SpotOptions": {

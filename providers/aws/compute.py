@@ -26,6 +26,7 @@ from cloudtrain.crashpoints import crash_point
 from cloudtrain.errors import ProviderError, TransientError
 from cloudtrain.providers.aws import identity, network
 from cloudtrain.providers.aws.bodies import (
+    CONTROLLER_ROLE,
     client_token,
     launch_params,
     node_state,
@@ -34,7 +35,13 @@ from cloudtrain.providers.aws.bodies import (
 )
 from cloudtrain.providers.aws.clients import client
 from cloudtrain.providers.aws.errors import aws_errors, error_code
-from cloudtrain.providers.aws.identity import KIND_PROFILE, KIND_ROLE
+from cloudtrain.providers.aws.identity import (
+    KIND_CONTROLLER_PROFILE,
+    KIND_CONTROLLER_ROLE,
+    KIND_PROFILE,
+    KIND_ROLE,
+    controller_name,
+)
 from cloudtrain.providers.aws.images import image_for, resolve_ami
 from cloudtrain.providers.aws.network import (
     KIND_GROUP,
@@ -154,6 +161,28 @@ class AwsCompute(Compute):
             Resource("aws", KIND_PROFILE, name, self.region, run.run_id, profile_arn),
         ]
 
+    def planned_controller_identity(self, run: RunInfo) -> list[Resource]:
+        """The controller node's IAM role and instance profile (`cloudtrain-<run>-controller`,
+        kinds controller-role and controller-instance-profile). Pure."""
+        name = controller_name(run.run_id)
+        return [
+            Resource("aws", kind, name, self.region, run.run_id)
+            for kind in (KIND_CONTROLLER_ROLE, KIND_CONTROLLER_PROFILE)
+        ]
+
+    def ensure_controller_identity(self, run: RunInfo) -> list[Resource]:
+        """The controller node's role, scoped to this run (identity.controller_policy), and its
+        instance profile. Needs `ensure_network` first (the node role it may pass). Idempotent;
+        blocks until created (EC2 may not see the profile for seconds: `create_node` retries)."""
+        role, profile = identity.ensure_controller_identity(
+            self.iam, run.run_id, run.store_uri, self.region
+        )
+        name = controller_name(run.run_id)
+        return [
+            Resource("aws", KIND_CONTROLLER_ROLE, name, self.region, run.run_id, role),
+            Resource("aws", KIND_CONTROLLER_PROFILE, name, self.region, run.run_id, profile),
+        ]
+
     def _group_id(self, run_id: str) -> str:
         with self._lock:
             cached = self._groups.get(run_id)
@@ -170,7 +199,8 @@ class AwsCompute(Compute):
         return found
 
     def list_resources(self, run_id: str) -> list[Resource]:
-        """The run's security groups (by tag), role and instance profile (by name). Blocks."""
+        """The run's security groups (by tag), its role and instance profile and its controller
+        node's (by name, tagged with the run). Blocks."""
         return network.group_resources(self.ec2, self.region, run_id) + (
             identity.identity_resources(self.iam, self.region, run_id)
         )
@@ -192,7 +222,10 @@ class AwsCompute(Compute):
         """The AMI id a node boots: `images.image_for` picks the image, its public SSM parameter
         names the AMI (cached per process). Blocks once. Raises ProviderError for an unknown
         image name, or naming the parameter when the region lacks it."""
-        image = image_for(request.instance_type, request.accelerator_count > 0, request.image)
+        if request.role == CONTROLLER_ROLE:  # the controller: the default CPU image, always
+            image = image_for(request.instance_type, False, None)
+        else:
+            image = image_for(request.instance_type, request.accelerator_count > 0, request.image)
         return resolve_ami(self.ssm, self.region, image)
 
     # -- nodes -----------------------------------------------------------------------------

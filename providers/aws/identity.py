@@ -4,6 +4,11 @@ Role and instance profile are both `cloudtrain-<run_id>`; the role trusts ec2.am
 carries one inline policy, `cloudtrain-<run_id>-s3`: Get/Put/DeleteObject under
 `<prefix>cloudtrain/runs/<run_id>/` and ListBucket restricted to that prefix. Nothing else, so a
 node can neither read another run's data nor call any other AWS API.
+
+The run's controller node (issue 17) has its own role and instance profile,
+`cloudtrain-<run_id>-controller` (kinds controller-role, controller-instance-profile), whose one
+inline policy (`controller_policy`) reaches this run's instances, security group, IAM entities and
+bucket prefix only.
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ from cloudtrain.providers.aws.network import TAG_RUN, call, resource_name, tag_d
 from cloudtrain.providers.base import Resource, Tagged
 
 KIND_ROLE, KIND_PROFILE = "iam-role", "instance-profile"
+KIND_CONTROLLER_ROLE, KIND_CONTROLLER_PROFILE = "controller-role", "controller-instance-profile"
+CONTROLLER_KINDS = {KIND_ROLE: KIND_CONTROLLER_ROLE, KIND_PROFILE: KIND_CONTROLLER_PROFILE}
 NAME_PREFIX = resource_name("")  # every role and profile cloudtrain makes starts so
 GONE = {"NoSuchEntity"}
 TRUST_POLICY = {
@@ -204,26 +211,30 @@ def delete_role(iam: Any, name: str) -> None:
 
 
 def identity_resources(iam: Any, region: str, run_id: str) -> list[Resource]:
-    """The run's role and instance profile that exist, as Resources (by name). Blocks."""
-    name = resource_name(run_id)
+    """The run's role and instance profile, and its controller node's (`controller_name`), that
+    exist, as Resources (by name). Blocks."""
     found = []
-    role = role_arn(iam, name)
-    if role:
-        found.append(Resource("aws", KIND_ROLE, name, region, run_id, role))
-    profile = instance_profile_arn(iam, name)
-    if profile:
-        found.append(Resource("aws", KIND_PROFILE, name, region, run_id, profile))
+    for name, role_kind, profile_kind in (
+        (resource_name(run_id), KIND_ROLE, KIND_PROFILE),
+        (controller_name(run_id), KIND_CONTROLLER_ROLE, KIND_CONTROLLER_PROFILE),
+    ):
+        role = role_arn(iam, name)
+        if role:
+            found.append(Resource("aws", role_kind, name, region, run_id, role))
+        profile = instance_profile_arn(iam, name)
+        if profile:
+            found.append(Resource("aws", profile_kind, name, region, run_id, profile))
     return found
 
 
 def delete_identity(iam: Any, resources: list[Resource]) -> None:
-    """Delete the instance profiles among `resources`, then the roles; other kinds are ignored.
-    Idempotent; blocks."""
+    """Delete the instance profiles among `resources` (the nodes' and the controller's), then
+    the roles; other kinds are ignored. Idempotent; blocks."""
     for res in resources:
-        if res.kind == KIND_PROFILE:
+        if res.kind in (KIND_PROFILE, KIND_CONTROLLER_PROFILE):
             delete_instance_profile(iam, res.id)
     for res in resources:
-        if res.kind == KIND_ROLE:
+        if res.kind in (KIND_ROLE, KIND_CONTROLLER_ROLE):
             delete_role(iam, res.id)
 
 
@@ -279,4 +290,215 @@ def _tagged(
         run_id = tag_dict(tags).get(TAG_RUN)
         if run_id and resource_name(run_id) == name:
             out.append(Tagged(run_id, kind, name, _created(item), region=None))
+        elif run_id and controller_name(run_id) == name:
+            out.append(Tagged(run_id, CONTROLLER_KINDS[kind], name, _created(item), region=None))
     return out
+
+
+# --- the controller node's identity (issue 17) ---------------------------------------------------
+
+CONTROLLER_SUFFIX = "-controller"  # never a run's own name: run ids end in six hex digits
+EC2_SERVICE = "ec2.amazonaws.com"
+
+
+def controller_name(run_id: str) -> str:
+    """The controller node's role, instance profile and inline policy: `cloudtrain-<run>-
+    controller` (at most 59 characters: IAM allows 64 for a role). Pure."""
+    return resource_name(run_id) + CONTROLLER_SUFFIX
+
+
+def _arn_parts(node_role_arn: str) -> tuple[str, str]:
+    """(partition, account id) of an IAM ARN `arn:PART:iam::ACCOUNT:role/NAME`. Pure."""
+    parts = node_role_arn.split(":")
+    if len(parts) < 6 or parts[0] != "arn" or parts[2] != "iam" or not parts[4]:
+        raise ProviderError(f"not an IAM role ARN: {node_role_arn!r}")
+    return parts[1], parts[4]
+
+
+def controller_policy(
+    run_id: str, store_uri: str, region: str, node_role_arn: str
+) -> dict[str, Any]:
+    """The controller role's inline policy: this run's instances, security group, IAM entities
+    and bucket prefix only. Pure; raises ProviderError for a non-s3:// store URI.
+
+    The grammar and the keys are the IAM ones (IAM User Guide, "IAM JSON policy elements
+    reference"; Service Authorization Reference, "Actions, resources, and condition keys for
+    Amazon EC2"). Launch rules follow the EC2 User Guide's examples, "Example policies to control
+    access the Amazon EC2 API", https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/
+    ExamplePolicies_EC2.html: RunInstances is authorised on every resource it touches, so the
+    instance and volume it creates must carry `aws:RequestTag/cloudtrain:run` = the run, while
+    the image, subnet, network interface and key pair it uses need their own unconditioned
+    statement ("Launch instances (RunInstances)"); tags may only be written by the launch itself
+    (`ec2:CreateAction` = RunInstances, "Tag resources"): a plain CreateTags with the run's tag
+    would let the controller adopt, then terminate, any instance of the account."""
+    bucket, root = parse_s3_uri(store_uri)
+    part, account = _arn_parts(node_role_arn)
+    ec2 = f"arn:{part}:ec2:{region}:{account}"
+    iam = f"arn:{part}:iam::{account}"
+    run_prefix = f"{root}{protocol.run_prefix(run_id)}"
+    this_run = {"StringEquals": {f"ec2:ResourceTag/{TAG_RUN}": run_id}}
+    created = [f"{ec2}:instance/*", f"{ec2}:volume/*"]
+    names = [resource_name(run_id), controller_name(run_id)]
+    return {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Sid": "LaunchTaggedForThisRun",
+                "Effect": "Allow",
+                "Action": "ec2:RunInstances",
+                "Resource": created,
+                "Condition": {"StringEquals": {f"aws:RequestTag/{TAG_RUN}": run_id}},
+            },
+            {
+                "Sid": "LaunchUsesTheseUntaggedResources",
+                "Effect": "Allow",
+                "Action": "ec2:RunInstances",
+                "Resource": [
+                    f"arn:{part}:ec2:{region}::image/*",  # public AMIs: no account in the ARN
+                    f"{ec2}:subnet/*",
+                    f"{ec2}:network-interface/*",
+                    f"{ec2}:key-pair/*",
+                ],
+            },
+            {
+                "Sid": "LaunchInTheRunsSecurityGroup",
+                "Effect": "Allow",
+                "Action": "ec2:RunInstances",
+                "Resource": f"{ec2}:security-group/*",
+                "Condition": this_run,
+            },
+            {
+                "Sid": "TagOnlyAtLaunch",
+                "Effect": "Allow",
+                "Action": "ec2:CreateTags",
+                "Resource": created,
+                "Condition": {
+                    "StringEquals": {
+                        f"aws:RequestTag/{TAG_RUN}": run_id,
+                        "ec2:CreateAction": "RunInstances",
+                    }
+                },
+            },
+            {
+                "Sid": "TheRunsInstances",
+                "Effect": "Allow",
+                "Action": [
+                    "ec2:TerminateInstances",
+                    "ec2:StartInstances",
+                    "ec2:StopInstances",
+                    "ec2:GetConsoleOutput",
+                ],
+                "Resource": f"{ec2}:instance/*",
+                "Condition": this_run,
+            },
+            {
+                "Sid": "TheRunsSecurityGroup",
+                "Effect": "Allow",
+                "Action": "ec2:DeleteSecurityGroup",
+                "Resource": f"{ec2}:security-group/*",
+                "Condition": this_run,
+            },
+            {
+                # Describe* cannot be narrowed: EC2's Describe actions support no resource-level
+                # permissions, so Resource must be "*" (Service Authorization Reference, EC2
+                # actions table: no resource types for Describe*; EC2 User Guide, "Example
+                # policies...": "Read-only access"). They read, never change.
+                "Sid": "ReadOnly",
+                "Effect": "Allow",
+                "Action": "ec2:Describe*",
+                "Resource": "*",
+            },
+            {
+                "Sid": "PassOnlyTheNodeRole",
+                "Effect": "Allow",
+                "Action": "iam:PassRole",
+                "Resource": node_role_arn,
+                "Condition": {"StringEquals": {"iam:PassedToService": EC2_SERVICE}},
+            },
+            {
+                "Sid": "TearDownTheRunsIdentity",
+                "Effect": "Allow",
+                "Action": [
+                    "iam:GetRole",
+                    "iam:GetInstanceProfile",
+                    "iam:ListRolePolicies",
+                    "iam:ListAttachedRolePolicies",
+                    "iam:ListInstanceProfilesForRole",
+                    "iam:DeleteRolePolicy",
+                    "iam:RemoveRoleFromInstanceProfile",
+                    "iam:DeleteInstanceProfile",
+                    "iam:DeleteRole",
+                ],
+                "Resource": [f"{iam}:role/{n}" for n in names]
+                + [f"{iam}:instance-profile/{n}" for n in names],
+            },
+            {
+                # the AMIs of the default images are public SSM parameters (images.py)
+                "Sid": "PublicImageParameters",
+                "Effect": "Allow",
+                "Action": "ssm:GetParameter",
+                "Resource": f"arn:{part}:ssm:{region}::parameter/aws/service/*",
+            },
+            {
+                "Sid": "RunObjects",
+                "Effect": "Allow",
+                "Action": ["s3:GetObject", "s3:PutObject", "s3:DeleteObject"],
+                "Resource": f"arn:{part}:s3:::{bucket}/{run_prefix}*",
+            },
+            {
+                "Sid": "ListRunPrefix",
+                "Effect": "Allow",
+                "Action": "s3:ListBucket",
+                "Resource": f"arn:{part}:s3:::{bucket}",
+                "Condition": {"StringLike": {"s3:prefix": f"{run_prefix}*"}},
+            },
+        ],
+    }
+
+
+def ensure_controller_identity(
+    iam: Any, run_id: str, store_uri: str, region: str
+) -> tuple[str, str]:
+    """Create (or complete) the controller node's role, its inline policy (`controller_policy`)
+    and its instance profile, all `controller_name(run_id)`; returns (role ARN, profile ARN).
+    The run's node role must exist (`ensure_identity`: its ARN is the only one the controller
+    may pass). Idempotent; blocks."""
+    node_role = role_arn(iam, resource_name(run_id))
+    if node_role is None:
+        raise ProviderError(
+            f"run {run_id} has no IAM role {resource_name(run_id)} for its controller to pass",
+            hint="ensure_network must run before ensure_controller_identity",
+        )
+    name = controller_name(run_id)
+    policy = json.dumps(controller_policy(run_id, store_uri, region, node_role))
+    tags = tag_list({TAG_RUN: run_id})
+    call(
+        f"create IAM role {name}",
+        lambda: iam.create_role(
+            RoleName=name,
+            AssumeRolePolicyDocument=json.dumps(TRUST_POLICY),
+            Description=f"cloudtrain run {run_id}: its controller node (this run only)",
+            Tags=tags,
+        ),
+        ok={"EntityAlreadyExists"},
+    )
+    with aws_errors(f"tag IAM role {name}"):
+        iam.tag_role(RoleName=name, Tags=tags)
+    with aws_errors(f"put the policy of IAM role {name}"):
+        iam.put_role_policy(RoleName=name, PolicyName=name, PolicyDocument=policy)
+    call(
+        f"create instance profile {name}",
+        lambda: iam.create_instance_profile(InstanceProfileName=name, Tags=tags),
+        ok={"EntityAlreadyExists"},
+    )
+    with aws_errors(f"read instance profile {name}"):
+        profile = iam.get_instance_profile(InstanceProfileName=name)["InstanceProfile"]
+    if not any(r.get("RoleName") == name for r in profile.get("Roles", [])):
+        call(
+            f"add role {name} to instance profile {name}",
+            lambda: iam.add_role_to_instance_profile(InstanceProfileName=name, RoleName=name),
+            ok={"LimitExceeded", "EntityAlreadyExists"},
+        )
+    with aws_errors(f"read IAM role {name}"):
+        made = iam.get_role(RoleName=name)["Role"]["Arn"]
+    return str(made), str(profile["Arn"])

@@ -310,3 +310,56 @@ def render_requests(job: Path, provider: Any, home: Path, store: Any = None) -> 
         orch.store = store
     orch.bundle = build_bundle(spec.workdir_path(), home / "bundles")
     return [orch._request(node) for node in plan.nodes]
+
+
+# --- a small IAM policy evaluator (controller identity tests, issue 17) ---------------------------
+
+
+def iam_allows(
+    policy: dict[str, Any], action: str, resource: str, context: dict[str, str] | None = None
+) -> bool:
+    """Whether an identity policy of Allow statements allows `action` on `resource` with the
+    request's condition keys `context`: Action/Resource wildcards (`*`, `?`, case-insensitive
+    actions), and StringEquals/StringLike conditions, every key of a statement's block required
+    (a key missing from the request fails it), as IAM evaluates them (IAM User Guide, "Policy
+    evaluation logic", "Condition operators"). Raises on anything else (a Deny, NotAction, an
+    operator it does not know), so a test never passes on a policy it cannot read."""
+    import fnmatch
+
+    context = context or {}
+
+    def listed(value: Any) -> list[str]:
+        return [value] if isinstance(value, str) else list(value)
+
+    def cond_ok(block: dict[str, Any]) -> bool:
+        for operator, keys in block.items():
+            if operator not in ("StringEquals", "StringLike"):
+                raise AssertionError(f"iam_allows cannot evaluate {operator}")
+            for key, wanted in keys.items():
+                got = context.get(key)
+                if got is None:
+                    return False
+                if operator == "StringEquals" and got not in listed(wanted):
+                    return False
+                if operator == "StringLike" and not any(
+                    fnmatch.fnmatchcase(got, w) for w in listed(wanted)
+                ):
+                    return False
+        return True
+
+    for st in policy["Statement"]:
+        if st.get("Effect") != "Allow" or set(st) - {
+            "Sid",
+            "Effect",
+            "Action",
+            "Resource",
+            "Condition",
+        }:
+            raise AssertionError(f"iam_allows cannot evaluate {st}")
+        if not any(fnmatch.fnmatch(action.lower(), a.lower()) for a in listed(st["Action"])):
+            continue
+        if not any(fnmatch.fnmatchcase(resource, r) for r in listed(st["Resource"])):
+            continue
+        if cond_ok(st.get("Condition", {})):
+            return True
+    return False
