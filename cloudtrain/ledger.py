@@ -11,7 +11,6 @@ while a crashed run's file is still there) can use the same file at the same tim
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import sqlite3
@@ -19,35 +18,39 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from cloudtrain.errors import LedgerError, UsageError
+from cloudtrain.ledger_records import (
+    JOURNAL_OPS,
+    OUTCOMES,
+    RESOURCE_STATES,
+    RUN_STATUSES,
+    EventRecord,
+    JournalSink,
+    ResourceRecord,
+    RunRecord,
+)
 from cloudtrain.paths import ledger_path
 from cloudtrain.procid import start_stamp
 from cloudtrain.providers.base import Resource
 
-SCHEMA_VERSION = 3
-BUSY_TIMEOUT_S = 30.0
+__all__ = [  # the records live in ledger_records (this file's size); import them from either
+    "JOURNAL_OPS",
+    "OUTCOMES",
+    "RESOURCE_STATES",
+    "RUN_STATUSES",
+    "SCHEMA_VERSION",
+    "EventRecord",
+    "JournalSink",
+    "Ledger",
+    "ResourceRecord",
+    "RunRecord",
+]
 
-RUN_STATUSES: tuple[str, ...] = (
-    "planned",
-    "provisioning",
-    "running",
-    "stopping",
-    "tearing_down",
-    "done",
-)
-OUTCOMES: tuple[str, ...] = (
-    "succeeded",
-    "failed",
-    "interrupted",
-    "budget_exceeded",
-    "deadline",
-    "crashed",
-)
-RESOURCE_STATES: tuple[str, ...] = ("intent", "created", "deleting", "deleted", "failed")
+SCHEMA_VERSION = 4
+BUSY_TIMEOUT_S = 30.0
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -91,15 +94,25 @@ CREATE TABLE IF NOT EXISTS events (
     message TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS events_run_id ON events (run_id, id);
+CREATE TABLE IF NOT EXISTS journal_applied (
+    run_id TEXT NOT NULL,
+    key    TEXT NOT NULL,
+    PRIMARY KEY (run_id, key)
+);
 """
 # Upgrades of an older file, by the version they lead to (v1 -> v2: the cloud account column;
-# v2 -> v3: which process controls the run, so `logs --follow` knows when nobody will write).
+# v2 -> v3: which process controls the run, so `logs --follow` knows when nobody will write;
+# v3 -> v4: which entries of a run's journal in its bucket this file holds, cloudtrain/journal.py).
 _MIGRATIONS: dict[int, tuple[str, ...]] = {
     2: ("ALTER TABLE runs ADD COLUMN account TEXT",),
     3: (
         "ALTER TABLE runs ADD COLUMN controller_pid INTEGER",
         "ALTER TABLE runs ADD COLUMN controller_host TEXT",
         "ALTER TABLE runs ADD COLUMN controller_start TEXT",
+    ),
+    4: (
+        "CREATE TABLE IF NOT EXISTS journal_applied (run_id TEXT NOT NULL, key TEXT NOT NULL,"
+        " PRIMARY KEY (run_id, key))",
     ),
 }
 
@@ -112,78 +125,6 @@ def _file_lock(path: Path) -> threading.Lock:
     key = str(path.resolve())
     with _LOCKS_GUARD:
         return _LOCKS.setdefault(key, threading.Lock())
-
-
-@dataclass(frozen=True)
-class RunRecord:
-    """One row of `runs`."""
-
-    run_id: str
-    name: str
-    provider: str
-    region: str | None
-    zone: str | None
-    account: str | None  # the GCP project / Azure subscription the run was made in
-    spec_path: str | None
-    store_uri: str | None
-    plan_json: str | None
-    status: str
-    outcome: str | None
-    created_at: float
-    ended_at: float | None
-    detail: str | None
-    # the process that created the run row (the run's controller): pid, host, procid stamp
-    controller_pid: int | None = None
-    controller_host: str | None = None
-    controller_start: str | None = None
-
-    @property
-    def plan(self) -> Any:
-        """`plan_json` parsed (None when absent)."""
-        return json.loads(self.plan_json) if self.plan_json else None
-
-
-@dataclass(frozen=True)
-class ResourceRecord:
-    """One row of `resources`."""
-
-    run_id: str
-    provider: str
-    kind: str
-    resource_id: str
-    region: str | None
-    cloud_id: str | None
-    state: str
-    price_hourly: float
-    created_at: float
-    deleted_at: float | None
-
-    @property
-    def live(self) -> bool:
-        """Whether the resource may still exist in the cloud (anything not `deleted`)."""
-        return self.state != "deleted"
-
-    def to_resource(self) -> Resource:
-        """The provider-level `Resource` this row describes (what teardown hands the adapter)."""
-        return Resource(
-            provider=self.provider,
-            kind=self.kind,
-            id=self.resource_id,
-            region=self.region,
-            run_id=self.run_id,
-            cloud_id=self.cloud_id,
-        )
-
-
-@dataclass(frozen=True)
-class EventRecord:
-    """One row of `events`."""
-
-    id: int
-    run_id: str
-    ts: float
-    kind: str
-    message: str
 
 
 class Ledger:
@@ -205,6 +146,7 @@ class Ledger:
                 hint="set CLOUDTRAIN_HOME to a writable folder",
             ) from exc
         self._lock = _file_lock(self.path)
+        self._journals: dict[str, JournalSink] = {}
         self._init_schema()
 
     # -- plumbing ---------------------------------------------------------------------------------
@@ -299,6 +241,78 @@ class Ledger:
         with self._connect() as conn:
             return int(conn.execute("PRAGMA user_version").fetchone()[0])
 
+    # -- the journal: every write of a run mirrored to its bucket, and replayed from it --------
+
+    def journal_to(self, run_id: str, journal: JournalSink | None) -> None:
+        """From now on, mirror every write of `run_id` through this `Ledger` object into
+        `journal` (cloudtrain/journal.py: one object per write in the run's bucket), or stop
+        (None). Each entry's key is recorded as applied in the same transaction as the write,
+        so importing the journal back into this file changes nothing. Which writes wait for
+        their entry to be in the bucket: `record_intent` (before a create call, as in the
+        ledger), `finish_run` and `set_status(..., "done")`; the others only queue it."""
+        if journal is None:
+            self._journals.pop(run_id, None)
+        else:
+            self._journals[run_id] = journal
+
+    def _write(self, op: str, args: dict[str, Any], wait: bool = False) -> Any:
+        """Run the write `op` with `args` at the clock's time in one transaction; mirrored
+        (see `journal_to`) as `{"op": op, "at": <that time>, **args}`. Returns the op's result."""
+        journal = self._journals.get(args["run_id"])
+        with self._connect(write=True) as conn:
+            at = self.clock()
+            result = getattr(self, f"_op_{op}")(conn, at, args)
+            if journal is not None:
+                key = journal.reserve()
+                conn.execute(
+                    "INSERT OR IGNORE INTO journal_applied (run_id, key) VALUES (?, ?)",
+                    (args["run_id"], key),
+                )
+        if journal is not None:
+            journal.append({"op": op, "at": at, **args}, key=key, wait=wait)
+        return result
+
+    def apply_entry(self, run_id: str, key: str, entry: dict[str, Any]) -> bool:
+        """Replay one journal entry of `run_id` (named `key` in its journal) with its own
+        time `at`: False when this file holds it already, else True. Never mirrored. Raises
+        LedgerError for an entry it cannot apply (an op it does not know: `JOURNAL_OPS`; one
+        of another run; a missing or mistyped field; a write the ledger refuses, such as a
+        status for a run it has not seen), leaving the file as it was. Idempotent."""
+        op = entry.get("op")
+        if op not in JOURNAL_OPS:
+            raise LedgerError(f"unknown journal op {str(op)[:40]!r} (a newer cloudtrain's?)")
+        if entry.get("run_id") != run_id:
+            raise LedgerError(f"a {op} entry of another run in run {run_id!r}'s journal")
+        at = entry.get("at")
+        if isinstance(at, bool) or not isinstance(at, (int, float)):
+            raise LedgerError(f"a {op} entry without a time")
+        with self._connect(write=True) as conn:
+            seen = conn.execute(
+                "SELECT 1 FROM journal_applied WHERE run_id = ? AND key = ?", (run_id, key)
+            ).fetchone()
+            if seen is not None:
+                return False
+            try:
+                getattr(self, f"_op_{op}")(conn, float(at), entry)
+            except (KeyError, TypeError, ValueError) as exc:
+                raise LedgerError(f"a malformed {op} entry: {type(exc).__name__} {exc}") from exc
+            conn.execute("INSERT INTO journal_applied (run_id, key) VALUES (?, ?)", (run_id, key))
+        return True
+
+    def journal_keys(self, run_id: str) -> set[str]:
+        """The keys of the run's journal entries this file holds (applied or written). Read-only."""
+        with self._connect() as conn:
+            rows = conn.execute("SELECT key FROM journal_applied WHERE run_id = ?", (run_id,))
+            return {str(r[0]) for r in rows.fetchall()}
+
+    def last_journal_key(self, run_id: str) -> str | None:
+        """The greatest key of `journal_keys`, or None. Read-only."""
+        with self._connect() as conn:
+            row = conn.execute(
+                "SELECT MAX(key) FROM journal_applied WHERE run_id = ?", (run_id,)
+            ).fetchone()
+        return None if row is None or row[0] is None else str(row[0])
+
     # -- runs -------------------------------------------------------------------------------------
 
     def create_run(
@@ -317,29 +331,47 @@ class Ledger:
         start stamp are recorded: `controller`). Idempotent: an existing run_id is left as is.
         `account` is the GCP project or Azure subscription (None: the SDK's default)."""
         pid = os.getpid()
-        with self._connect(write=True) as conn:
-            conn.execute(
-                "INSERT INTO runs (run_id, name, provider, region, zone, account, spec_path,"
-                " store_uri, plan_json, status, created_at, controller_pid, controller_host,"
-                " controller_start)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'planned', ?, ?, ?, ?)"
-                " ON CONFLICT (run_id) DO NOTHING",
-                (
-                    run_id,
-                    name,
-                    provider,
-                    region,
-                    zone,
-                    account,
-                    spec_path,
-                    store_uri,
-                    plan_json,
-                    self.clock(),
-                    pid,
-                    socket.gethostname(),
-                    start_stamp(pid),
-                ),
-            )
+        self._write(
+            "create_run",
+            {
+                "run_id": run_id,
+                "name": name,
+                "provider": provider,
+                "region": region,
+                "zone": zone,
+                "account": account,
+                "spec_path": spec_path,
+                "store_uri": store_uri,
+                "plan_json": plan_json,
+                "controller_pid": pid,
+                "controller_host": socket.gethostname(),
+                "controller_start": start_stamp(pid),
+            },
+        )
+
+    def _op_create_run(self, conn: sqlite3.Connection, at: float, a: dict[str, Any]) -> None:
+        conn.execute(
+            "INSERT INTO runs (run_id, name, provider, region, zone, account, spec_path,"
+            " store_uri, plan_json, status, created_at, controller_pid, controller_host,"
+            " controller_start)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'planned', ?, ?, ?, ?)"
+            " ON CONFLICT (run_id) DO NOTHING",
+            (
+                a["run_id"],
+                a["name"],
+                a["provider"],
+                a.get("region"),
+                a.get("zone"),
+                a.get("account"),
+                a.get("spec_path"),
+                a.get("store_uri"),
+                a.get("plan_json"),
+                at,
+                a.get("controller_pid"),
+                a.get("controller_host"),
+                a.get("controller_start"),
+            ),
+        )
 
     def set_status(
         self,
@@ -351,40 +383,49 @@ class Ledger:
         """Set a run's status; `outcome`/`detail` replace the stored ones only when given.
 
         Status `done` stamps `ended_at` (the first time only). Idempotent. Raises LedgerError for
-        an unknown run, status or outcome.
+        an unknown run, status or outcome. A mirrored `done` waits for its journal entry.
         """
+        args = {"run_id": run_id, "status": status, "outcome": outcome, "detail": detail}
+        self._write("set_status", args, wait=status == "done")
+
+    def _op_set_status(self, conn: sqlite3.Connection, at: float, a: dict[str, Any]) -> None:
+        status, outcome, run_id = a["status"], a.get("outcome"), a["run_id"]
         if status not in RUN_STATUSES:
             raise LedgerError(f"unknown run status {status!r}; expected one of {RUN_STATUSES}")
         if outcome is not None and outcome not in OUTCOMES:
             raise LedgerError(f"unknown run outcome {outcome!r}; expected one of {OUTCOMES}")
-        now = self.clock()
-        with self._connect(write=True) as conn:
-            cur = conn.execute(
-                "UPDATE runs SET status = ?, outcome = COALESCE(?, outcome),"
-                " detail = COALESCE(?, detail),"
-                " ended_at = CASE WHEN ? = 'done' THEN COALESCE(ended_at, ?) ELSE ended_at END"
-                " WHERE run_id = ?",
-                (status, outcome, detail, status, now, run_id),
-            )
-            if cur.rowcount == 0:
-                raise LedgerError(f"no run {run_id!r} in the ledger at {self.path}")
+        cur = conn.execute(
+            "UPDATE runs SET status = ?, outcome = COALESCE(?, outcome),"
+            " detail = COALESCE(?, detail),"
+            " ended_at = CASE WHEN ? = 'done' THEN COALESCE(ended_at, ?) ELSE ended_at END"
+            " WHERE run_id = ?",
+            (status, outcome, a.get("detail"), status, at, run_id),
+        )
+        if cur.rowcount == 0:
+            raise LedgerError(f"no run {run_id!r} in the ledger at {self.path}")
 
     def finish_run(self, run_id: str, default_outcome: str = "crashed") -> RunRecord:
         """Mark a run `done` after an outside teardown (`down`, `gc`): its outcome stays the one
         recorded (a controller may have written it a moment ago), else `default_outcome`.
         One transaction, so a concurrent writer's outcome is never overwritten with a stale
-        read. Idempotent. Returns the row as written; LedgerError for an unknown run."""
+        read. Idempotent. Returns the row as written; LedgerError for an unknown run. A
+        mirrored one waits for its journal entry."""
+        args = {"run_id": run_id, "default_outcome": default_outcome}
+        row: RunRecord = self._write("finish_run", args, wait=True)
+        return row
+
+    def _op_finish_run(self, conn: sqlite3.Connection, at: float, a: dict[str, Any]) -> RunRecord:
+        default_outcome, run_id = a["default_outcome"], a["run_id"]
         if default_outcome not in OUTCOMES:
             raise LedgerError(f"unknown run outcome {default_outcome!r}; expected {OUTCOMES}")
-        with self._connect(write=True) as conn:
-            cur = conn.execute(
-                "UPDATE runs SET status = 'done', outcome = COALESCE(outcome, ?),"
-                " ended_at = COALESCE(ended_at, ?) WHERE run_id = ?",
-                (default_outcome, self.clock(), run_id),
-            )
-            if cur.rowcount == 0:
-                raise LedgerError(f"no run {run_id!r} in the ledger at {self.path}")
-            row = conn.execute("SELECT * FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+        cur = conn.execute(
+            "UPDATE runs SET status = 'done', outcome = COALESCE(outcome, ?),"
+            " ended_at = COALESCE(ended_at, ?) WHERE run_id = ?",
+            (default_outcome, at, run_id),
+        )
+        if cur.rowcount == 0:
+            raise LedgerError(f"no run {run_id!r} in the ledger at {self.path}")
+        row = conn.execute("SELECT * FROM runs WHERE run_id = ?", (run_id,)).fetchone()
         return RunRecord(**dict(row))
 
     def get_run(self, run_id: str) -> RunRecord | None:
@@ -443,29 +484,42 @@ class Ledger:
 
         Upsert, idempotent: a retried intent keeps the row's `created_at` and a `created` or
         `deleting` state; a `failed` or `deleted` row goes back to `intent` (a re-create).
+        A mirrored intent returns only once its journal entry is in the bucket (the same rule
+        for the journal: intent before create); LedgerError if it cannot be written.
         """
-        with self._connect(write=True) as conn:
-            conn.execute(
-                "INSERT INTO resources (run_id, provider, kind, resource_id, region, cloud_id,"
-                " state, price_hourly, created_at) VALUES (?, ?, ?, ?, ?, ?, 'intent', ?, ?)"
-                " ON CONFLICT (run_id, kind, resource_id) DO UPDATE SET"
-                " provider = excluded.provider, region = excluded.region,"
-                " cloud_id = COALESCE(excluded.cloud_id, cloud_id),"
-                " price_hourly = excluded.price_hourly,"
-                " deleted_at = CASE WHEN state IN ('failed', 'deleted') THEN NULL"
-                "  ELSE deleted_at END,"
-                " state = CASE WHEN state IN ('failed', 'deleted') THEN 'intent' ELSE state END",
-                (
-                    resource.run_id,
-                    resource.provider,
-                    resource.kind,
-                    resource.id,
-                    resource.region,
-                    resource.cloud_id,
-                    float(price_hourly),
-                    self.clock(),
-                ),
-            )
+        args = {
+            "run_id": resource.run_id,
+            "provider": resource.provider,
+            "kind": resource.kind,
+            "resource_id": resource.id,
+            "region": resource.region,
+            "cloud_id": resource.cloud_id,
+            "price_hourly": float(price_hourly),
+        }
+        self._write("record_intent", args, wait=True)
+
+    def _op_record_intent(self, conn: sqlite3.Connection, at: float, a: dict[str, Any]) -> None:
+        conn.execute(
+            "INSERT INTO resources (run_id, provider, kind, resource_id, region, cloud_id,"
+            " state, price_hourly, created_at) VALUES (?, ?, ?, ?, ?, ?, 'intent', ?, ?)"
+            " ON CONFLICT (run_id, kind, resource_id) DO UPDATE SET"
+            " provider = excluded.provider, region = excluded.region,"
+            " cloud_id = COALESCE(excluded.cloud_id, cloud_id),"
+            " price_hourly = excluded.price_hourly,"
+            " deleted_at = CASE WHEN state IN ('failed', 'deleted') THEN NULL"
+            "  ELSE deleted_at END,"
+            " state = CASE WHEN state IN ('failed', 'deleted') THEN 'intent' ELSE state END",
+            (
+                a["run_id"],
+                a["provider"],
+                a["kind"],
+                a["resource_id"],
+                a.get("region"),
+                a.get("cloud_id"),
+                float(a.get("price_hourly") or 0.0),
+                at,
+            ),
+        )
 
     def mark_created(
         self, run_id: str, kind: str, resource_id: str, cloud_id: str | None = None
@@ -475,51 +529,61 @@ class Ledger:
         Idempotent; never moves a `deleting`/`deleted` row back. Raises LedgerError when no intent
         was recorded (a bug: intents come first).
         """
-        with self._connect(write=True) as conn:
-            cur = conn.execute(
-                "UPDATE resources SET cloud_id = COALESCE(?, cloud_id),"
-                " deleted_at = CASE WHEN state = 'failed' THEN NULL ELSE deleted_at END,"
-                " state = CASE WHEN state IN ('intent', 'failed') THEN 'created' ELSE state END"
-                " WHERE run_id = ? AND kind = ? AND resource_id = ?",
-                (cloud_id, run_id, kind, resource_id),
+        args = {"run_id": run_id, "kind": kind, "resource_id": resource_id, "cloud_id": cloud_id}
+        self._write("mark_created", args)
+
+    def _op_mark_created(self, conn: sqlite3.Connection, at: float, a: dict[str, Any]) -> None:
+        run_id, kind, resource_id = a["run_id"], a["kind"], a["resource_id"]
+        cur = conn.execute(
+            "UPDATE resources SET cloud_id = COALESCE(?, cloud_id),"
+            " deleted_at = CASE WHEN state = 'failed' THEN NULL ELSE deleted_at END,"
+            " state = CASE WHEN state IN ('intent', 'failed') THEN 'created' ELSE state END"
+            " WHERE run_id = ? AND kind = ? AND resource_id = ?",
+            (a.get("cloud_id"), run_id, kind, resource_id),
+        )
+        if cur.rowcount == 0:
+            raise LedgerError(
+                f"no intent recorded for {kind} {resource_id!r} of run {run_id!r} "
+                f"in the ledger at {self.path}"
             )
-            if cur.rowcount == 0:
-                raise LedgerError(
-                    f"no intent recorded for {kind} {resource_id!r} of run {run_id!r} "
-                    f"in the ledger at {self.path}"
-                )
 
     def mark_failed(self, run_id: str, kind: str, resource_id: str) -> None:
         """The create call failed: state `failed`, billing stops. The row stays live (the create
         may have happened anyway), so teardown still deletes it. Idempotent; a missing row or a
         `deleting`/`deleted` one is left alone."""
-        with self._connect(write=True) as conn:
-            conn.execute(
-                "UPDATE resources SET state = 'failed', deleted_at = COALESCE(deleted_at, ?)"
-                " WHERE run_id = ? AND kind = ? AND resource_id = ?"
-                " AND state IN ('intent', 'created', 'failed')",
-                (self.clock(), run_id, kind, resource_id),
-            )
+        self._write("mark_failed", {"run_id": run_id, "kind": kind, "resource_id": resource_id})
+
+    def _op_mark_failed(self, conn: sqlite3.Connection, at: float, a: dict[str, Any]) -> None:
+        conn.execute(
+            "UPDATE resources SET state = 'failed', deleted_at = COALESCE(deleted_at, ?)"
+            " WHERE run_id = ? AND kind = ? AND resource_id = ?"
+            " AND state IN ('intent', 'created', 'failed')",
+            (at, a["run_id"], a["kind"], a["resource_id"]),
+        )
 
     def mark_deleting(self, run_id: str, kind: str, resource_id: str) -> None:
         """A delete call is under way: state `deleting`. Idempotent; a missing or already
         `deleted` row is left alone."""
-        with self._connect(write=True) as conn:
-            conn.execute(
-                "UPDATE resources SET state = 'deleting'"
-                " WHERE run_id = ? AND kind = ? AND resource_id = ? AND state != 'deleted'",
-                (run_id, kind, resource_id),
-            )
+        self._write("mark_deleting", {"run_id": run_id, "kind": kind, "resource_id": resource_id})
+
+    def _op_mark_deleting(self, conn: sqlite3.Connection, at: float, a: dict[str, Any]) -> None:
+        conn.execute(
+            "UPDATE resources SET state = 'deleting'"
+            " WHERE run_id = ? AND kind = ? AND resource_id = ? AND state != 'deleted'",
+            (a["run_id"], a["kind"], a["resource_id"]),
+        )
 
     def mark_deleted(self, run_id: str, kind: str, resource_id: str) -> None:
         """The resource is gone: state `deleted`, `deleted_at` stamped (the first time only).
         Idempotent; a missing row is fine (`down` may find resources the ledger never saw)."""
-        with self._connect(write=True) as conn:
-            conn.execute(
-                "UPDATE resources SET state = 'deleted', deleted_at = COALESCE(deleted_at, ?)"
-                " WHERE run_id = ? AND kind = ? AND resource_id = ?",
-                (self.clock(), run_id, kind, resource_id),
-            )
+        self._write("mark_deleted", {"run_id": run_id, "kind": kind, "resource_id": resource_id})
+
+    def _op_mark_deleted(self, conn: sqlite3.Connection, at: float, a: dict[str, Any]) -> None:
+        conn.execute(
+            "UPDATE resources SET state = 'deleted', deleted_at = COALESCE(deleted_at, ?)"
+            " WHERE run_id = ? AND kind = ? AND resource_id = ?",
+            (at, a["run_id"], a["kind"], a["resource_id"]),
+        )
 
     def resources(self, run_id: str, live_only: bool = False) -> list[ResourceRecord]:
         """The run's resources in creation order; `live_only` drops `deleted` ones. Read-only."""
@@ -566,11 +630,13 @@ class Ledger:
 
     def event(self, run_id: str, kind: str, message: str) -> None:
         """Append one event to the run's log. Not idempotent (each call adds a row)."""
-        with self._connect(write=True) as conn:
-            conn.execute(
-                "INSERT INTO events (run_id, ts, kind, message) VALUES (?, ?, ?, ?)",
-                (run_id, self.clock(), kind, message),
-            )
+        self._write("event", {"run_id": run_id, "kind": kind, "message": message})
+
+    def _op_event(self, conn: sqlite3.Connection, at: float, a: dict[str, Any]) -> None:
+        conn.execute(
+            "INSERT INTO events (run_id, ts, kind, message) VALUES (?, ?, ?, ?)",
+            (a["run_id"], at, a["kind"], a["message"]),
+        )
 
     def events(self, run_id: str) -> list[EventRecord]:
         """The run's events, oldest first. Read-only."""
@@ -579,4 +645,3 @@ class Ledger:
                 "SELECT * FROM events WHERE run_id = ? ORDER BY id", (run_id,)
             ).fetchall()
         return [EventRecord(**dict(r)) for r in rows]
-
