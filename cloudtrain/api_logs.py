@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 # a node's short name in the bucket: the role (providers.base.ROLES) and its index
 NODE_RE = re.compile(r"(chief|worker|ps|evaluator)-[0-9]{1,4}")
 CLOUD_CHECK_S = 10.0  # how often a follow lists the cloud once the controller is gone
+JOURNAL_CHECK_S = 10.0  # how often a follow reads new entries of the run's journal
 GONE_EXIT = 1  # `logs --follow` of a run nobody will finish: its controller died mid-run
 
 
@@ -73,6 +74,7 @@ class LogStream:
     end: LogEnd | None = None
     _said: str = ""
     _listed_at: float | None = None
+    _journal_at: float | None = None
     _alive_nodes: int | None = None
     _lines: Iterator[LogLine] | None = field(default=None, repr=False)
 
@@ -91,6 +93,8 @@ class LogStream:
             for name, line in list(snap.new_lines):
                 if self.node is None or name == self.node:
                     yield LogLine(name, line)
+            if self.follow:
+                self._import_journal()
             current = self.ledger.get_run(run_id)
             if current is None:  # the ledger file was replaced under us
                 message = f"run {run_id} is no longer in the ledger; stopping"
@@ -114,6 +118,20 @@ class LogStream:
                 self._said = waiting
                 self.on_wait(waiting)
             time.sleep(self.poll_s)
+
+    def _import_journal(self) -> None:
+        """Take in the run's new journal entries (its outcome, when a controller elsewhere
+        ends it), at most every JOURNAL_CHECK_S. Blocks for one listing; never raises for
+        an unreadable bucket."""
+        now = self.clock()
+        if self._journal_at is not None and now - self._journal_at < JOURNAL_CHECK_S:
+            return
+        self._journal_at = now
+        if self.rec.store_uri:
+            from cloudtrain.journal import try_import
+
+            store = self.prov.store(self.rec.store_uri)
+            try_import(self.ledger, store, self.rec.run_id, warn=_log_wait)
 
     def _stop(self, reason: str, code: int, current: RunRecord | None, message: str) -> None:
         outcome = current.outcome if current else None
