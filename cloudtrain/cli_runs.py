@@ -25,6 +25,23 @@ if TYPE_CHECKING:
 
 RunArg = Annotated[str, typer.Argument(help="A run id (or a unique prefix of one).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
+# where to find a run this machine's ledger has no record of: its journal in the run's bucket
+ProviderOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--provider",
+        "-p",
+        help="Needed only when the ledger has no record of RUN: read its journal from the "
+        "provider's bucket.",
+    ),
+]
+RegionOpt = Annotated[
+    str | None, typer.Option("--region", help="The run's region, with --provider.")
+]
+ProjectOpt = Annotated[
+    str | None,
+    typer.Option("--project", help="GCP project / Azure subscription, with --provider."),
+]
 
 
 def register(app: typer.Typer) -> None:
@@ -33,11 +50,22 @@ def register(app: typer.Typer) -> None:
     app.command()(logs)
 
 
-def status(run_id: RunArg, as_json: JsonOpt = False) -> None:
-    """The run's state from the ledger, its bucket and the cloud's node list."""
-    from cloudtrain import api
+def status(
+    run_id: RunArg,
+    as_json: JsonOpt = False,
+    provider: ProviderOpt = None,
+    region: RegionOpt = None,
+    project: ProjectOpt = None,
+) -> None:
+    """The run's state from the ledger, its bucket and the cloud's node list.
 
-    now = api.status(run_id)
+    The ledger first takes in what the run's journal in its bucket holds and it does not (a
+    run controlled from elsewhere); with no record of RUN, --provider says where to look."""
+    from cloudtrain import api
+    from cloudtrain.api_journal import sync_run
+
+    rec = sync_run(run_id, provider=provider, region=region, account=project, warn=common.warn)
+    now = api.status(rec.run_id)
     if as_json:
         common.emit_json(now.to_dict())
         return
@@ -85,12 +113,20 @@ def logs(
     bootstrap: Annotated[
         bool, typer.Option("--bootstrap", help="Show the nodes' bootstrap logs.")
     ] = False,
+    provider: ProviderOpt = None,
+    region: RegionOpt = None,
+    project: ProjectOpt = None,
 ) -> None:
     """Print the run's logs from its bucket, in order per node.
 
-    With --follow, keep printing until the run ends (or nobody is left to end it)."""
+    With --follow, keep printing until the run ends (or nobody is left to end it). With no
+    record of RUN in the ledger, --provider says where its journal is."""
     from cloudtrain import api
+    from cloudtrain.api_journal import sync_run
 
+    run_id = sync_run(
+        run_id, provider=provider, region=region, account=project, warn=common.warn
+    ).run_id
     out = sys.stdout
     if bootstrap:
         from cloudtrain.bootlog import durations_text, parse
