@@ -24,6 +24,7 @@ from cloudtrain.errors import (
     CredentialsError,
     NoCapacityError,
     NotFound,
+    PreconditionFailed,
     ProviderError,
     QuotaError,
     TransientError,
@@ -68,6 +69,10 @@ NOT_FOUND_CODES = frozenset(
     }
 )
 
+# A conditional write (PutObject If-Match / If-None-Match) that lost: 412 PreconditionFailed, or
+# 409 ConditionalRequestConflict when another conditional write to the key was in flight ("fetch
+# the object's ETag and retry": the S3 API reference of PutObject, botocore's service model).
+PRECONDITION_CODES = frozenset({"PreconditionFailed", "ConditionalRequestConflict"})
 
 # a create that found its resource there already (S3, IAM, EC2 security groups and rules)
 ALREADY_EXISTS_CODES = frozenset(
@@ -88,7 +93,8 @@ def error_code(exc: ClientError) -> str:
 def translate(exc: Exception, what: str, zone: str | None = None) -> CloudtrainError:
     """The cloudtrain error for an SDK exception raised while doing `what`. A ClientError's
     code and HTTP status are its `codes`; a duplicate of the caller's own resource
-    (ALREADY_EXISTS_CODES) is an AlreadyExists, a ProviderError. Pure."""
+    (ALREADY_EXISTS_CODES) is an AlreadyExists, a ProviderError; a lost conditional write
+    (PRECONDITION_CODES, HTTP 412) a PreconditionFailed. Pure."""
     if isinstance(exc, (NoCredentialsError, PartialCredentialsError)):
         return CredentialsError(
             f"{what}: no AWS credentials found",
@@ -110,6 +116,8 @@ def translate(exc: Exception, what: str, zone: str | None = None) -> CloudtrainE
             )
         if code in QUOTA_CODES:
             return QuotaError(text, hint=f"ask AWS to raise the {QUOTA_CODES[code]}", codes=codes)
+        if code in PRECONDITION_CODES or status == 412:
+            return PreconditionFailed(text, codes=codes)
         if code in NOT_FOUND_CODES or status == 404:
             return NotFound(text, codes=codes)
         if code in TRANSIENT_CODES or status >= 500 or status == 429:

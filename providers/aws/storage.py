@@ -24,7 +24,13 @@ from botocore.exceptions import ClientError
 from s3transfer.exceptions import RetriesExceededError
 
 from cloudtrain.crashpoints import crash_point
-from cloudtrain.errors import CloudtrainError, NotFound, ProviderError, TransientError
+from cloudtrain.errors import (
+    CloudtrainError,
+    NotFound,
+    PreconditionFailed,
+    ProviderError,
+    TransientError,
+)
 from cloudtrain.providers.aws.clients import client
 from cloudtrain.providers.aws.errors import TRANSIENT_CODES, aws_errors, error_code
 from cloudtrain.providers.base import ObjectInfo, Resource
@@ -187,6 +193,43 @@ class S3Store:
                 return bytes(body.read())
             finally:
                 body.close()
+
+    def get_tagged(self, key: str) -> tuple[bytes, str] | None:
+        """The object and its ETag (GetObject answers both at once, so they belong together), or
+        None when there is no object (or no bucket). The ETag is S3's: an MD5 of the content for
+        a PutObject, so rewriting the same bytes keeps it. Blocks."""
+        full = self._key(key)
+        try:
+            with aws_errors(f"get {self._where(key)}"):
+                resp = self._s3.get_object(Bucket=self.bucket, Key=full)
+                body = resp["Body"]
+                try:
+                    data = bytes(body.read())
+                finally:
+                    body.close()
+        except NotFound:
+            return None
+        return data, str(resp["ETag"])
+
+    def put_if(self, key: str, data: bytes, tag: str | None) -> str:
+        """One PutObject conditioned on the ETag `tag` (If-Match), or on no object at all
+        (If-None-Match: *, for `tag` None); returns the new ETag. S3 decides atomically: a
+        condition that does not hold is 412 PreconditionFailed, a concurrent conditional write
+        409 ConditionalRequestConflict, and If-Match on a key that is gone 404 NoSuchKey
+        (docs.aws.amazon.com/AmazonS3/latest/userguide/conditional-writes.html); each raises
+        PreconditionFailed. A missing bucket raises NotFound. One request, so at most 5 GB.
+        Not idempotent: a retry after a lost reply fails although the first try wrote. Blocks."""
+        full = self._key(key)
+        condition = {"IfNoneMatch": "*"} if tag is None else {"IfMatch": tag}
+        what = f"put {self._where(key)} if " + ("absent" if tag is None else f"ETag {tag}")
+        try:
+            with aws_errors(what):
+                resp = self._s3.put_object(Bucket=self.bucket, Key=full, Body=data, **condition)
+        except NotFound as err:
+            if tag is None or "NoSuchKey" not in err.codes:
+                raise
+            raise PreconditionFailed(f"{what}: the object is gone", codes=err.codes) from err
+        return str(resp["ETag"])
 
     def put_file(self, key: str, path: str) -> None:
         """Upload a file; from 8 MiB on as parallel multipart parts (8 MiB each, 8 at a time).
