@@ -31,6 +31,7 @@ from cloudtrain.errors import (
     CredentialsError,
     NoCapacityError,
     NotFound,
+    PreconditionFailed,
     ProviderError,
     QuotaError,
     TransientError,
@@ -232,7 +233,8 @@ def translate(exc: BaseException, what: str, zone: str | None = None) -> Cloudtr
     DefaultCredentialsError/RefreshError -> CredentialsError (log in again); Unauthorized ->
     CredentialsError; Forbidden -> CredentialsError (a missing permission) unless it is a rate
     limit (TransientError), a quota (QuotaError) or a disabled API (ProviderError); NotFound ->
-    NotFound; Conflict/AlreadyExists -> AlreadyExists (a ProviderError; Aborted,
+    NotFound; PreconditionFailed (412, a generation precondition) -> PreconditionFailed;
+    Conflict/AlreadyExists -> AlreadyExists (a ProviderError; Aborted,
     a concurrent change, is a TransientError);
     429/500/502/503/504 and connection failures -> TransientError; anything that reports
     ZONE_RESOURCE_POOL_EXHAUSTED[_WITH_DETAILS] -> NoCapacityError(zone); QUOTA_EXCEEDED ->
@@ -262,6 +264,8 @@ def translate(exc: BaseException, what: str, zone: str | None = None) -> Cloudtr
             return decided
         if isinstance(exc, api.NotFound):
             return NotFound(text, codes=_codes(codes))
+        if isinstance(exc, api.PreconditionFailed):  # 412: an ifGenerationMatch that did not hold
+            return PreconditionFailed(text, codes=_codes(codes))
         if isinstance(exc, api.Aborted):  # a concurrent change (gRPC ABORTED), not a duplicate
             return TransientError(text, codes=_codes(c for c in codes if c != "409"))
         if isinstance(exc, api.Conflict):  # 409, and its subclass AlreadyExists
@@ -281,6 +285,8 @@ def translate(exc: BaseException, what: str, zone: str | None = None) -> Cloudtr
         text = f"{what}: unexpected response (HTTP {status or '?'}): {_first_line(exc)}"
         if status == 404:
             return NotFound(text, codes=_codes([str(status)]))
+        if status == 412:  # a generation precondition (cloud.google.com/storage/docs/request-
+            return PreconditionFailed(text, codes=_codes([str(status)]))  # preconditions)
         if status in (408, 429) or status >= 500:
             return TransientError(text, codes=_codes([str(status)]))
         return _refused(text, [str(status)] if status else [])

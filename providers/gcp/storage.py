@@ -38,7 +38,13 @@ from google.cloud.storage.constants import PUBLIC_ACCESS_PREVENTION_ENFORCED
 from google.cloud.storage.retry import DEFAULT_RETRY
 
 from cloudtrain.crashpoints import crash_point
-from cloudtrain.errors import CredentialsError, NotFound, ProviderError, TransientError
+from cloudtrain.errors import (
+    CredentialsError,
+    NotFound,
+    PreconditionFailed,
+    ProviderError,
+    TransientError,
+)
 from cloudtrain.providers.base import ObjectInfo, Resource
 from cloudtrain.providers.gcp.errors import already_exists, gcp_errors
 from cloudtrain.providers.parallel import parallel_map
@@ -56,6 +62,9 @@ EMULATOR_ENV = "STORAGE_EMULATOR_HOST"  # read by google-cloud-storage itself, t
 # every store call (providers/retrying.py); google-cloud-storage's DEFAULT_RETRY (up to 120 s on
 # a 503 or a connection error) under it multiplied the wait: one unreachable read took minutes.
 OCTET = "application/octet-stream"
+# get_tagged reads the object's generation, then that generation's bytes: an object replaced in
+# between is read again, at most this many times.
+TAGGED_READS = 5
 LIST_FIELDS = "items(name,size,updated),nextPageToken"  # partial responses: faster listings
 SIGN_HINT = (
     "sign as a service account: `gcloud auth application-default login "
@@ -63,6 +72,8 @@ SIGN_HINT = (
     "provider option naming a signer service account; the caller needs "
     "roles/iam.serviceAccountTokenCreator on it (a VM also needs the cloud-platform scope)"
 )
+
+
 @dataclass(frozen=True)
 class _Auth:
     """How this store's clients authenticate, resolved once per store."""
@@ -282,6 +293,45 @@ class GcsStore:
         blob = self._blob(key)
         with gcp_errors(f"get {self._where(key)}"):
             return bytes(blob.download_as_bytes(retry=None))  # one retry layer: see READ_RETRY
+
+    def get_tagged(self, key: str) -> tuple[bytes, str] | None:
+        """The object and its generation (as text), or None when there is no object (or no
+        bucket). Two requests: the metadata, then the bytes of that generation with
+        ifGenerationMatch, so bytes and tag always belong together; an object replaced in between
+        is read again (at most TAGGED_READS times, then TransientError). Blocks."""
+        where = self._where(key)
+        bucket = self._client().bucket(self.bucket)
+        for _ in range(TAGGED_READS):
+            with gcp_errors(f"get {where}"):
+                blob = bucket.get_blob(self._key(key), retry=None)  # None: no object or bucket
+            if blob is None:
+                return None
+            generation = int(blob.generation)
+            try:
+                with gcp_errors(f"get {where} at generation {generation}"):
+                    data = blob.download_as_bytes(if_generation_match=generation, retry=None)
+            except (NotFound, PreconditionFailed):
+                continue  # replaced (or deleted) since the metadata was read
+            return bytes(data), str(generation)
+        raise TransientError(f"get {where}: it changed on each of {TAGGED_READS} reads")
+
+    def put_if(self, key: str, data: bytes, tag: str | None) -> str:
+        """Write the object only if its generation is `tag` (ifGenerationMatch; `tag` None:
+        ifGenerationMatch=0, only if there is no live object); returns the new generation. GCS
+        decides atomically and answers 412 when the condition does not hold
+        (cloud.google.com/storage/docs/request-preconditions): PreconditionFailed. A missing
+        bucket raises NotFound. One attempt (retry=None: RetryingStore is the one retry layer).
+        Not idempotent: a retry after a lost reply fails although the first try wrote. Blocks."""
+        if tag is not None and not tag.isdigit():
+            raise PreconditionFailed(f"put {self._where(key)}: {tag!r} is not a GCS generation")
+        generation = 0 if tag is None else int(tag)
+        chunk = CHUNK_SIZE if len(data) > RESUMABLE_THRESHOLD else None
+        blob = self._blob(key, chunk)
+        with gcp_errors(f"put {self._where(key)} if generation is {generation}"):
+            blob.upload_from_string(
+                data, content_type=OCTET, if_generation_match=generation, retry=None
+            )
+        return str(blob.generation)
 
     def put_file(self, key: str, path: str) -> None:
         """Upload a file: up to 8 MiB in one request, larger ones as a resumable upload in 8 MiB

@@ -20,6 +20,15 @@ What the emulator (2026.7.19) serves, as far as cloudtrain cares:
   gets a new etag, a write with a stale etag is refused 412, conditions need policy version 3
   and uniform bucket-level access (else 400). `race_iam_policy(bucket, n)` makes the next `n`
   writes lose a race with another writer (412), and `iam_policy(bucket)` reads the policy.
+- object preconditions: the emulator ignores them (an upload with `ifGenerationMatch` always
+  wrote). `install_preconditions()` (called by `start_gcs_emulator`) wraps the object handlers,
+  in process, with GCS's checks (cloud.google.com/storage/docs/request-preconditions):
+  `ifGenerationMatch` / `x-goog-if-generation-match` (0: no live object) and
+  `ifMetagenerationMatch` / `x-goog-if-metageneration-match` fail with 412 conditionNotMet,
+  `ifGenerationNotMatch` / `ifMetagenerationNotMatch` with 304; on uploads of every kind (media,
+  multipart, resumable: at each chunk, so at the finalizing one too), XML PUTs, gets, downloads,
+  deletes and patches. A read pinned to a `generation` that is no longer live is 404 (no object
+  versioning). The server handles one request at a time, so check and write are atomic.
 Not served: `PUT` on the upload endpoint without an `upload_id` (the handler crashes, curl gets
 an empty reply), the XML multipart API. The server handles one request at a time.
 """
@@ -143,6 +152,118 @@ def install_iam_policy() -> None:
             handlers[server.PUT] = _set_iam_policy
 
 
+def _query_or_header(request: Any, name: str, header: str | None) -> int | None:
+    """A precondition's value from the JSON API's query parameter or the XML API's header."""
+    values = request.query.get(name)
+    raw = values[0] if values else (request.get_header(header) if header else None)
+    return None if raw in (None, "") else int(raw)
+
+
+def _live_object(storage: Any, bucket: str | None, name: str | None) -> dict[str, Any] | None:
+    from gcp_storage_emulator.exceptions import NotFound
+
+    if not bucket or not name:
+        return None
+    try:
+        return dict(storage.get_file_obj(bucket, name))
+    except NotFound:
+        return None
+
+
+def _precondition_status(request: Any, obj: dict[str, Any] | None) -> HTTPStatus | None:
+    """How GCS answers the request's preconditions against `obj` (None: no live object): 412,
+    304, or None when they hold (or there are none)."""
+    generation = int(obj["generation"]) if obj else None
+    meta = int(obj["metageneration"]) if obj else None
+    want = _query_or_header(request, "ifGenerationMatch", "x-goog-if-generation-match")
+    if want is not None and (obj is not None if want == 0 else generation != want):
+        return HTTPStatus.PRECONDITION_FAILED
+    want = _query_or_header(request, "ifMetagenerationMatch", "x-goog-if-metageneration-match")
+    if want is not None and meta != want:
+        return HTTPStatus.PRECONDITION_FAILED
+    want = _query_or_header(request, "ifGenerationNotMatch", None)
+    if want is not None and (obj is None or (want != 0 and generation == want)):
+        return HTTPStatus.NOT_MODIFIED
+    want = _query_or_header(request, "ifMetagenerationNotMatch", None)
+    if want is not None and (obj is None or meta == want):
+        return HTTPStatus.NOT_MODIFIED
+    return None
+
+
+def _upload_target(request: Any, storage: Any) -> tuple[str | None, str | None]:
+    """(bucket, object name) of an upload request: a new upload's `name` parameter or metadata,
+    or the pending resumable upload its `upload_id` names."""
+    from gcp_storage_emulator.exceptions import NotFound
+
+    upload_id = request.query.get("upload_id")
+    if upload_id:
+        try:
+            pending = storage.get_resumable_file_obj(upload_id[0])
+        except NotFound:
+            return None, None
+        return pending.get("bucket"), pending.get("name")
+    bucket = (request.params or {}).get("bucket_name")
+    if request.query.get("name"):
+        return bucket, request.query["name"][0]
+    data = request.data if isinstance(request.data, dict) else {}
+    meta = data.get("meta") if isinstance(data.get("meta"), dict) else data
+    return bucket, meta.get("name")
+
+
+def _with_preconditions(handler: Any, upload: bool) -> Any:
+    """`handler` behind GCS's precondition checks (see `install_preconditions`)."""
+
+    def checked(request: Any, response: Any, storage: Any, *args: Any, **kw: Any) -> Any:
+        if upload:
+            bucket, name = _upload_target(request, storage)
+        else:
+            params = request.params or {}
+            bucket, name = params.get("bucket_name"), params.get("object_id")
+        if bucket not in storage.buckets:  # a missing bucket is 404 before any precondition
+            return handler(request, response, storage, *args, **kw)
+        obj = _live_object(storage, bucket, name)
+        pinned = request.query.get("generation")
+        live = pinned and obj is not None and obj.get("generation") == pinned[0]
+        if pinned and not live and not upload and not request.query.get("softDeleted"):
+            _gcs_error(response, HTTPStatus.NOT_FOUND, "notFound", "No such object.")
+            return None
+        status = _precondition_status(request, obj)
+        if status == HTTPStatus.PRECONDITION_FAILED:
+            message = "At least one of the pre-conditions you specified did not hold."
+            _gcs_error(response, status, "conditionNotMet", message)
+            return None
+        if status is not None:
+            response.status = status
+            return None
+        return handler(request, response, storage, *args, **kw)
+
+    checked.ct_preconditions = True  # type: ignore[attr-defined]
+    return checked
+
+
+def install_preconditions() -> None:
+    """Check object preconditions as GCS does (see the module docstring), in this process's
+    emulator. Each handler is wrapped once and the wrapper replaces it everywhere (the module's
+    name too: the router's POST fallback and tests that spy on a handler look it up there).
+    Idempotent."""
+    from gcp_storage_emulator import server
+    from gcp_storage_emulator.handlers import objects
+
+    uploads = ("insert", "upload_partial", "xml_upload")
+    wrapped: dict[Any, Any] = {}
+    for name in (*uploads, "get", "download", "delete", "patch"):
+        handler = getattr(objects, name)
+        if getattr(handler, "ct_preconditions", False):
+            continue
+        checked = _with_preconditions(handler, name in uploads)
+        wrapped[handler] = checked
+        setattr(objects, name, checked)
+    for _regex, handlers in server.HANDLERS:
+        for method, handler in list(handlers.items()):
+            if handler in wrapped:
+                handlers[method] = wrapped[handler]
+
+
 @dataclass
 class GcsEmulator:
     """A running emulator on a loopback port."""
@@ -200,6 +321,16 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _deepen_backlog(server: Any) -> None:
+    """Let 128 connections wait instead of http.server's 5. The server answers one request at a
+    time; with more than 5 clients connecting at once, Linux dropped the others' SYNs and each
+    waited a second to retry (8 racing writers took 12 s for 8 rounds). Listening again on the
+    bound socket only resizes its queue."""
+    httpd = getattr(getattr(server, "_api", None), "_httpd", None)
+    if httpd is not None:
+        httpd.socket.listen(128)
+
+
 def start_gcs_emulator(attempts: int = 3) -> GcsEmulator:
     """Start the emulator in memory on a free port of 127.0.0.1; ready when this returns.
 
@@ -209,6 +340,7 @@ def start_gcs_emulator(attempts: int = 3) -> GcsEmulator:
     from gcp_storage_emulator.server import create_server
 
     install_iam_policy()
+    install_preconditions()
     # Every 404 is logged as an error; handler crashes (gcp_storage_emulator.server) still show.
     for name in ("gcp_storage_emulator.storage", "api.object", "api.bucket"):
         logging.getLogger(name).setLevel(logging.CRITICAL)
@@ -220,6 +352,7 @@ def start_gcs_emulator(attempts: int = 3) -> GcsEmulator:
         starter.join(START_TIMEOUT_S)
         emulator = GcsEmulator(server=server, url=f"http://{HOST}:{port}")
         if not starter.is_alive() and emulator.healthy():
+            _deepen_backlog(server)
             return emulator
         with contextlib.suppress(Exception):
             server.stop()
