@@ -82,7 +82,9 @@ TRANSIENT_CODES = frozenset(
         "OperationPreempted",
         "NetworkingInternalOperationError",
         "ContainerBeingDeleted",  # a container name is unavailable for a while after a delete
-        "ConditionNotMet",  # cloudtrain sets no conditions: the downloader's if-match (a rewrite)
+        # the downloader's if-match (a rewrite during a download); BlobStore.put_if's own
+        # condition turns it into PreconditionFailed there
+        "ConditionNotMet",
     }
 )
 TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})

@@ -32,6 +32,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from azure.core import MatchConditions
 from azure.core.exceptions import HttpResponseError
 from azure.storage.blob import (
     BlobSasPermissions,
@@ -41,7 +42,7 @@ from azure.storage.blob import (
     generate_blob_sas,
 )
 
-from cloudtrain.errors import CredentialsError, NotFound, ProviderError
+from cloudtrain.errors import CredentialsError, NotFound, PreconditionFailed, ProviderError
 from cloudtrain.providers.azure.errors import (
     ACCOUNT_NOT_FOUND,
     already_exists,
@@ -83,6 +84,10 @@ CONNECTION_HINT = (
     "string of the store's account (Azure portal: Storage account > Access keys)"
 )
 _OK_DELETE_STATUS = frozenset({200, 202, 204, 404})
+# What a conditional Put Blob that lost answers (learn.microsoft.com/rest/api/storageservices/
+# specifying-conditional-headers-for-blob-service-operations): 412 ConditionNotMet for If-Match,
+# 409 BlobAlreadyExists for If-None-Match: * (the SDK reports overwrite=False's 412 so).
+LOST_CONDITION_CODES = frozenset({"ConditionNotMet", "412", "BlobAlreadyExists"})
 
 
 _CREDENTIAL_LOCK = threading.Lock()
@@ -255,6 +260,49 @@ class BlobStore:
         blob = self._blob(key)
         with azure_errors(f"get {self._where(key)}"):
             return bytes(blob.download_blob(max_concurrency=self.max_concurrency).readall())
+
+    def get_tagged(self, key: str) -> tuple[bytes, str] | None:
+        """The object and its ETag (from the download's own answer, so they belong together; a
+        blob rewritten during a multi-part download is a TransientError, read again), or None
+        when there is no object (or no container). Azure gives a blob a new ETag on every
+        write. Blocks."""
+        blob = self._blob(key)
+        try:
+            with azure_errors(f"get {self._where(key)}"):
+                download = blob.download_blob(max_concurrency=self.max_concurrency)
+                data = download.readall()
+        except NotFound:
+            return None
+        return bytes(data), str(download.properties.etag)
+
+    def put_if(self, key: str, data: bytes, tag: str | None) -> str:
+        """Write the object only if its ETag is `tag` (If-Match), or only if there is none
+        (`tag` None: If-None-Match: *); returns the new ETag. Azure decides atomically: a lost
+        condition (412 ConditionNotMet, 409 BlobAlreadyExists, or the blob gone) raises
+        PreconditionFailed; a missing container NotFound. Not idempotent: a retry after a lost
+        reply fails although the first try wrote. Blocks."""
+        blob = self._blob(key)
+        what = f"put {self._where(key)} if " + ("absent" if tag is None else f"ETag {tag}")
+        condition: dict[str, Any] = (
+            {"overwrite": False}
+            if tag is None
+            else {"overwrite": True, "etag": tag, "match_condition": MatchConditions.IfNotModified}
+        )
+        try:
+            with azure_errors(what):
+                answer = blob.upload_blob(
+                    data,
+                    content_settings=ContentSettings(content_type=OCTET),
+                    max_concurrency=self.max_concurrency,
+                    **condition,
+                )
+        except ProviderError as err:  # ConditionNotMet is otherwise transient (errors.py)
+            codes = error_codes(err)
+            gone = tag is not None and "BlobNotFound" in codes
+            if codes & LOST_CONDITION_CODES or gone:
+                raise PreconditionFailed(err.message, codes=codes) from err
+            raise
+        return str(answer["etag"])
 
     def put_file(self, key: str, path: str) -> None:
         """Upload a file: up to 8 MiB in one request, larger ones as 8 MiB blocks,
