@@ -10,6 +10,8 @@ Each node gets its own loopback port, passed like instance metadata through its 
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import hashlib
 import json
 import os
 import re
@@ -22,10 +24,11 @@ import tempfile
 import threading
 import time
 import urllib.parse
+from collections.abc import Iterator
 from pathlib import Path
 
 from cloudtrain.crashpoints import crash_point
-from cloudtrain.errors import NotFound, ProviderError
+from cloudtrain.errors import NotFound, PreconditionFailed, ProviderError
 from cloudtrain.paths import cloudtrain_home
 from cloudtrain.procid import environ_has, same_process, start_stamp
 from cloudtrain.providers.base import (
@@ -65,8 +68,33 @@ def _path_to_uri(path: Path) -> str:
     return "file://" + urllib.parse.quote(str(path.resolve()))
 
 
+def _stamp(st: os.stat_result, data: bytes) -> str:
+    """The tag of a file as written by LocalStore: its inode, mtime (ns), size and a digest of
+    its bytes. Every write is a new file (temp + rename), and `put_if` also moves mtime past the
+    file it replaces, so a write changes the stamp even when the bytes are the same. Pure."""
+    digest = hashlib.blake2b(data, digest_size=8).hexdigest()
+    return f"{st.st_ino}-{st.st_mtime_ns}-{st.st_size}-{digest}"
+
+
+@contextlib.contextmanager
+def _folder_lock(folder: Path) -> Iterator[None]:
+    """Hold an exclusive flock on `folder` (made if missing) for the block. flock, not fcntl's
+    record locks: those are per process, and would not keep this process's threads apart; a
+    fresh descriptor per call makes flock exclude threads and processes alike. Blocks."""
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
 class LocalStore:
-    """An ObjectStore that is a folder. Writes are atomic (temp file + rename); thread-safe."""
+    """An ObjectStore that is a folder. Writes are atomic (temp file + rename); thread-safe.
+
+    Every write of a key (put, put_file, put_if, delete) holds an flock on the key's folder, so a
+    conditional write's compare and rename are atomic against all of them, in any process."""
 
     def __init__(self, uri: str) -> None:
         self.root = _uri_to_path(uri)
@@ -89,16 +117,59 @@ class LocalStore:
     def put(self, key: str, data: bytes) -> None:
         """Write atomically. Idempotent."""
         path = self._path(key)
-        path.parent.mkdir(parents=True, exist_ok=True)
+        with _folder_lock(path.parent):
+            self._write(path, data)
+
+    def _write(self, path: Path, data: bytes, after_ns: int = 0) -> os.stat_result:
+        """Write `data` to a temp file in `path`'s folder (its mtime set past `after_ns` when it
+        is not already), rename it over `path`; returns the new file's stat. The caller holds
+        the folder's lock."""
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
         try:
             with os.fdopen(fd, "wb") as fh:
                 fh.write(data)
+            st = os.stat(tmp)
+            if st.st_mtime_ns <= after_ns:  # a coarse clock: same mtime as the file replaced
+                os.utime(tmp, ns=(st.st_atime_ns, after_ns + 1))
+                st = os.stat(tmp)
             os.replace(tmp, path)
         except BaseException:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
             raise
+        return st
+
+    def _read(self, path: Path) -> tuple[bytes, os.stat_result] | None:
+        """The bytes of `path` and the stat of that very file (one descriptor), or None."""
+        try:
+            with open(path, "rb") as fh:
+                return fh.read(), os.fstat(fh.fileno())
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            return None
+
+    def get_tagged(self, key: str) -> tuple[bytes, str] | None:
+        """The object and its stamp (inode, mtime, size, digest: see `_stamp`), or None when
+        there is none. Reads one file through one descriptor, so bytes and stamp belong
+        together. Blocks briefly; takes no lock (writes are renames)."""
+        found = self._read(self._path(key))
+        return None if found is None else (found[0], _stamp(found[1], found[0]))
+
+    def put_if(self, key: str, data: bytes, tag: str | None) -> str:
+        """Write the object only if its stamp is `tag` (None: only if there is no object);
+        returns the new stamp. The compare and the rename happen under the folder's flock, which
+        every writer of this store takes, in any process. Raises PreconditionFailed when the
+        condition does not hold. Not idempotent. Blocks while another write holds the lock."""
+        path = self._path(key)
+        with _folder_lock(path.parent):
+            found = self._read(path)
+            current = None if found is None else _stamp(found[1], found[0])
+            if current != tag:
+                state = "no object" if current is None else f"stamp {current}"
+                raise PreconditionFailed(
+                    f"put {key!r} in {self.uri} if its stamp is {tag}: it has {state}"
+                )
+            st = self._write(path, data, after_ns=0 if found is None else found[1].st_mtime_ns)
+        return _stamp(st, data)
 
     def get(self, key: str) -> bytes:
         """Read an object; NotFound if missing."""
@@ -110,16 +181,16 @@ class LocalStore:
     def put_file(self, key: str, path: str) -> None:
         """Copy a file in atomically. Idempotent."""
         dest = self._path(key)
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=".tmp-")
-        os.close(fd)
-        try:
-            shutil.copyfile(path, tmp)
-            os.replace(tmp, dest)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        with _folder_lock(dest.parent):
+            fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=".tmp-")
+            os.close(fd)
+            try:
+                shutil.copyfile(path, tmp)
+                os.replace(tmp, dest)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+                raise
 
     def get_file(self, key: str, path: str) -> None:
         """Copy an object out to `path`; NotFound if missing."""
@@ -154,8 +225,11 @@ class LocalStore:
 
     def delete(self, key: str) -> None:
         """Delete one object. Idempotent."""
-        with contextlib.suppress(FileNotFoundError):
-            self._path(key).unlink()
+        path = self._path(key)
+        if not path.parent.is_dir():
+            return
+        with _folder_lock(path.parent), contextlib.suppress(FileNotFoundError):
+            path.unlink()
 
     def delete_prefix(self, prefix: str) -> int:
         """Delete every object under `prefix`. Idempotent."""
