@@ -402,6 +402,18 @@ class FaultyStore:
         self._faults.gate("delete_prefix")
         return self.inner.delete_prefix(prefix)
 
+    def get_tagged(self, key: str) -> tuple[bytes, str] | None:
+        """See ObjectStore.get_tagged (None when missing; blocks), plus faults."""
+        self._faults.gate("get_tagged")
+        return self.inner.get_tagged(key)
+
+    def put_if(self, key: str, data: bytes, tag: str | None) -> str:
+        """See ObjectStore.put_if (raises PreconditionFailed; blocks), plus faults. The latency
+        comes before the write reaches the bucket: a paused writer whose condition is stale by
+        the time it arrives."""
+        self._faults.gate("put_if")
+        return self.inner.put_if(key, data, tag)
+
     def presign_get(self, key: str, ttl_s: int = 3600) -> str:
         """Passed through without faults (signing is local)."""
         return self.inner.presign_get(key, ttl_s)

@@ -70,6 +70,8 @@ DEADLINES_S: dict[str, float] = {
     "list": 60.0,
     "delete": 60.0,
     "delete_prefix": 60.0,
+    "get_tagged": 60.0,
+    "put_if": 60.0,
 }
 # Pure or local calls: passed through, never retried (no cloud call to throttle).
 NOT_RETRIED: tuple[str, ...] = ("planned_network", "startup_blocks", "presign_get", "presign_put")
@@ -180,8 +182,9 @@ class RetryingStore:
     """`inner` with each call retried by the one policy, except the (local) presign calls.
 
     The controller and the node agents talk only through the bucket, so a throttled bucket call
-    must never end a run. Every ObjectStore method is idempotent, so retrying one as a whole is
-    safe. Idempotent to build: wrapping a RetryingStore wraps its inner store instead.
+    must never end a run. Every ObjectStore method but `put_if` is idempotent, so retrying one
+    as a whole is safe; `put_if` is retried too, and its docstring says what a caller must do.
+    Idempotent to build: wrapping a RetryingStore wraps its inner store instead.
     `deadline_s`, when given, replaces every store operation's deadline from `DEADLINES_S`.
     """
 
@@ -225,6 +228,20 @@ class RetryingStore:
         """See ObjectStore.delete_prefix; retried. Idempotent."""
         what = f"delete {prefix}"
         return self._call("delete_prefix", what, lambda: self.inner.delete_prefix(prefix))
+
+    def get_tagged(self, key: str) -> tuple[bytes, str] | None:
+        """See ObjectStore.get_tagged; retried like `get` (a missing object is None). Blocks."""
+        return self._call("get_tagged", f"get {key}", lambda: self.inner.get_tagged(key))
+
+    def put_if(self, key: str, data: bytes, tag: str | None) -> str:
+        """See ObjectStore.put_if; retried on TransientError only (PreconditionFailed, like
+        every non-retryable error, is raised at once). Not idempotent: when a reply was lost,
+        the retry finds the first try's own write and raises PreconditionFailed although the
+        object now holds `data`. A caller must therefore treat PreconditionFailed as "read
+        again and decide" (get_tagged), never as "nothing was written" (cloudtrain/lease.py
+        re-reads the lease and finds itself its owner). Blocks."""
+        what = f"put {key} if " + ("absent" if tag is None else f"tag {tag}")
+        return self._call("put_if", what, lambda: self.inner.put_if(key, data, tag))
 
     def presign_get(self, key: str, ttl_s: int = 3600) -> str:
         """See ObjectStore.presign_get (local signing: not retried)."""

@@ -7,13 +7,14 @@ so tests can prove that a retried create did not make a duplicate.
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
-from cloudtrain.errors import NotFound
+from cloudtrain.errors import NotFound, PreconditionFailed
 from cloudtrain.providers.base import (
     Compute,
     Node,
@@ -26,7 +27,12 @@ from cloudtrain.providers.base import (
     Tagged,
 )
 
-Objects = dict[str, tuple[bytes, float]]  # key -> (data, updated)
+Objects = dict[str, tuple[bytes, float, str]]  # key -> (data, updated, tag)
+_TAGS = itertools.count(1)  # every write of every MemoryStore gets a tag never used before
+
+
+def _new_tag() -> str:
+    return f"m{next(_TAGS)}"
 
 
 class MemoryCompute(Compute):
@@ -161,7 +167,7 @@ class MemoryStore:
     def put(self, key: str, data: bytes) -> None:
         """Store a copy of `data`. Idempotent."""
         with self._lock:
-            self.objects[key] = (bytes(data), time.time())
+            self.objects[key] = (bytes(data), time.time(), _new_tag())
 
     def get(self, key: str) -> bytes:
         """The object's bytes. Raises NotFound."""
@@ -184,7 +190,7 @@ class MemoryStore:
         """Objects under `prefix`, sorted by key."""
         with self._lock:
             items = sorted((k, v) for k, v in self.objects.items() if k.startswith(prefix))
-        return [ObjectInfo(k, len(data), updated) for k, (data, updated) in items]
+        return [ObjectInfo(k, len(data), updated) for k, (data, updated, _tag) in items]
 
     def delete(self, key: str) -> None:
         """Idempotent."""
@@ -198,6 +204,24 @@ class MemoryStore:
             for k in keys:
                 del self.objects[k]
         return len(keys)
+
+    def get_tagged(self, key: str) -> tuple[bytes, str] | None:
+        """The object's bytes and tag (new on every write), or None."""
+        with self._lock:
+            found = self.objects.get(key)
+            return None if found is None else (found[0], found[2])
+
+    def put_if(self, key: str, data: bytes, tag: str | None) -> str:
+        """Write only if the object's tag is `tag` (None: only if absent), atomically; the new
+        tag. Raises PreconditionFailed."""
+        with self._lock:
+            found = self.objects.get(key)
+            current = None if found is None else found[2]
+            if current != tag:
+                raise PreconditionFailed(f"{self.uri}/{key}: tag is {current}, not {tag}")
+            new = _new_tag()
+            self.objects[key] = (bytes(data), time.time(), new)
+            return new
 
     def presign_get(self, key: str, ttl_s: int = 3600) -> str:
         """A fake URL."""
