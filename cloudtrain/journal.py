@@ -56,6 +56,21 @@ def entry_key(time_ns: int, seq: int, writer: str) -> str:
     return f"{time_ns:020d}-{seq:06d}-{writer}.json"
 
 
+def writer_id(role: str) -> str:
+    """A writer id for this process: '<role>.<host>.<pid>' with every character outside
+    [A-Za-z0-9_.] made '_' and the host cut to fit 64 (e.g. 'laptop.my_mac.4242',
+    'controller.ct_mnist_0a1b2c_controller_0.731'). Reads the host name and pid only."""
+    import os
+    import socket
+
+    def clean(text: str) -> str:
+        return re.sub(r"[^A-Za-z0-9_.]", "_", text)
+
+    tail = f".{os.getpid()}"
+    head = clean(role)[:20] + "."
+    return head + clean(socket.gethostname())[: 64 - len(head) - len(tail)] + tail
+
+
 def key_time_ns(key: str) -> int | None:
     """The writer's time in an entry's name, or None for a name that is not an entry's. Pure."""
     m = KEY_RE.fullmatch(key)

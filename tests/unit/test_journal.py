@@ -8,6 +8,7 @@ node Pythons too (the controller node imports journals): no TensorFlow here.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,14 @@ import pytest
 
 from cloudtrain.errors import LedgerError, NotFound
 from cloudtrain.jobs.protocol import journal_prefix
-from cloudtrain.journal import KEY_RE, Journal, _window, import_journal, key_time_ns
+from cloudtrain.journal import (
+    KEY_RE,
+    Journal,
+    _window,
+    import_journal,
+    key_time_ns,
+    writer_id,
+)
 from cloudtrain.ledger import JOURNAL_OPS, Ledger
 from cloudtrain.providers.base import ObjectStore, Resource
 from cloudtrain.providers.local import LocalStore
@@ -247,6 +255,10 @@ def test_keys_increase_per_writer_when_the_clock_steps_back(store: ObjectStore) 
     assert [key_time_ns(k) for k in keys] == [5_000, 5_001, 5_002, 9_000]
     with pytest.raises(ValueError):
         Journal(store, RUN, "a-b")  # '-' separates a key's fields
+    for role in ("laptop", "controller", "a-role-with-dashes-and-far-too-long-" * 3):
+        writer = writer_id(role)
+        Journal(store, RUN, writer)  # a valid id
+        assert writer.endswith(f".{os.getpid()}") and len(writer) <= 64, writer
 
 
 def test_corrupt_unknown_and_foreign_entries_are_skipped_with_a_warning(
