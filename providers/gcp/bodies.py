@@ -10,13 +10,21 @@ instance back.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from collections.abc import Mapping
 from typing import Any
 
 from cloudtrain.errors import ProviderError
-from cloudtrain.providers.base import Node, NodeRequest, NodeState, parse_node_name, run_labels
+from cloudtrain.providers.base import (
+    Node,
+    NodeRequest,
+    NodeState,
+    node_name,
+    parse_node_name,
+    run_labels,
+)
 from cloudtrain.providers.gcp.images import image_for
 
 STORAGE_RW_SCOPE = "https://www.googleapis.com/auth/devstorage.read_write"
@@ -115,6 +123,20 @@ def labels(request: NodeRequest) -> dict[str, str]:
     return {**extra, **run_labels(request.run_id, request.role, request.index)}
 
 
+CONTROLLER_ROLE = "controller"  # the run's controller node (issue 17)
+
+
+def _controller(name: str, labels: dict[str, str]) -> tuple[str, str, int] | None:
+    """(run, "controller", index) when the labels name the run's controller node and `name` is
+    its node name (base.parse_node_name knows the training roles only). Pure."""
+    run_id, index = labels.get("cloudtrain-run", ""), labels.get("cloudtrain-index", "0")
+    if labels.get("cloudtrain-role") != CONTROLLER_ROLE or not index.isdigit():
+        return None
+    if name != node_name(run_id, CONTROLLER_ROLE, int(index)):
+        return None
+    return run_id, CONTROLLER_ROLE, int(index)
+
+
 def instance_body(
     request: NodeRequest,
     project: str,
@@ -126,7 +148,12 @@ def instance_body(
 ) -> dict[str, Any]:
     """The `instances.insert` body of one node (see the module docstring). Raises
     ProviderError for an unknown image, a GPU that does not fit the machine type, or a startup
-    script over GCE's 256 KiB metadata limit. Pure."""
+    script over GCE's 256 KiB metadata limit. The controller node (role `controller`) is never
+    spot and boots the default CPU image without accelerators, whatever the request says. Pure."""
+    if request.role == CONTROLLER_ROLE:
+        request = dataclasses.replace(
+            request, spot=False, accelerator=None, accelerator_count=0, image=None
+        )
     image = image_for(request.accelerator, has_gpus(request), request.image)
     if len(request.startup_script.encode()) > METADATA_VALUE_MAX:
         raise ProviderError(
@@ -178,8 +205,8 @@ def to_node(instance: Mapping[str, Any]) -> Node | None:
     """A Node from a listed instance (GCE's JSON), or None when its name and labels do not make
     it a cloudtrain node. Pure."""
     name = str(instance.get("name") or "")
-    parsed = parse_node_name(name)
     tags = dict(instance.get("labels") or {})
+    parsed = parse_node_name(name) or _controller(name, tags)
     if parsed is None or "cloudtrain-run" not in tags:
         return None
     try:

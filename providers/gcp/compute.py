@@ -11,6 +11,7 @@ the orchestrator then tries the next zone) and QUOTA_EXCEEDED (QuotaError) surfa
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import threading
@@ -28,8 +29,9 @@ from cloudtrain.providers.base import (
     StartupBlocks,
     Tagged,
 )
-from cloudtrain.providers.gcp import identity, network
+from cloudtrain.providers.gcp import controller_identity, identity, network
 from cloudtrain.providers.gcp.bodies import (
+    CONTROLLER_ROLE,
     DEADLINE_GRACE_S,
     has_gpus,
     instance_body,
@@ -154,18 +156,46 @@ class GcpCompute(Compute):
         return [*made, identity.as_resource(self.project, run.run_id, account)]
 
     def list_resources(self, run_id: str) -> list[Resource]:
-        """The run's firewall rules (by name: GCE firewalls carry no labels) and its service
-        account (by its derived id, checked against its display name). Blocks."""
+        """The run's firewall rules (by name: GCE firewalls carry no labels), its service
+        account (by its derived id, checked against its display name), and its controller's
+        account and grants (controller_identity.find). Blocks."""
         found = network.find_firewalls(self.clients, run_id)
         account = self.iam.get(identity.service_account_email(self.project, run_id))
         if account is not None and identity.run_of(account) == run_id:
             found.append(identity.as_resource(self.project, run_id, account))
-        return found
+        return found + controller_identity.find(self.iam, run_id, self._service_account(run_id))
+
+    def planned_controller_identity(self, run: RunInfo) -> list[Resource]:
+        """The controller's service account, its project grants and its grant on the nodes'
+        account (controller_identity.planned). Pure apart from the environment."""
+        return controller_identity.planned(
+            self.project, run.run_id, self._service_account(run.run_id)
+        )
+
+    def ensure_controller_identity(self, run: RunInfo) -> list[Resource]:
+        """The controller's service account with its grants, scoped to this run: its VMs in the
+        region's zones, its firewall rules, acting as the nodes' account, its bucket prefix
+        (controller_identity). Idempotent; blocks until written (a new account is waited for)."""
+        store = _store_of(run.store_uri)
+        bucket, root = (store.bucket, store.prefix) if store else (None, "")
+        zones = {z for z in (run.zone, self.default_zone) if z} | set(self.zones())
+        return controller_identity.ensure(
+            self.iam,
+            self._storage(),
+            run.run_id,
+            sorted(zones),
+            self._service_account(run.run_id),
+            network.rule_names(dataclasses.replace(run, ssh=True)),
+            bucket,
+            f"{root}/" if root else "",
+        )
 
     def delete_resources(self, resources: list[Resource]) -> None:
         """Delete the run's firewall rules, then each run service account: its bindings on the
-        bucket its description names first, then the account. Idempotent: missing ones are
-        fine; other kinds are ignored. Blocks."""
+        bucket its description names first, then the account; before them, the controller's
+        grants and account (controller_identity.delete). Idempotent: missing ones are fine;
+        other kinds are ignored. Blocks."""
+        controller_identity.delete(self.iam, self._storage(), resources)
         for res in resources:
             if res.kind == network.KIND_FIREWALL:
                 network.delete_firewall(self.clients, res.id)
@@ -225,7 +255,11 @@ class GcpCompute(Compute):
         from google.cloud import compute_v1
 
         zone = self._zone_of(run, request)
-        account = self._service_account(run.run_id)
+        controller = request.role == CONTROLLER_ROLE
+        if controller:  # the controller node: its own scoped account (controller_identity)
+            account = controller_identity.controller_email(self.project, run.run_id)
+        else:
+            account = self._service_account(run.run_id)
         run_seconds = None
         if run.deadline is not None:
             run_seconds = run.deadline - time.time() + DEADLINE_GRACE_S
@@ -240,7 +274,7 @@ class GcpCompute(Compute):
         )
         what = f"create instance {request.name} ({request.instance_type}) in {zone}"
         resource = compute_v1.Instance.from_json(json.dumps(body))
-        waits_for = None if self._user_account() is not None else account
+        waits_for = None if self._user_account() is not None and not controller else account
         try:
             self._insert(zone, resource, what, waits_for)
         except ProviderError as err:
@@ -327,7 +361,8 @@ class GcpCompute(Compute):
                     out.append(
                         Tagged(node.run_id, "node", node.name, created, node.instance_type, region)
                     )
-        return out + network.tagged_firewalls(self.clients) + identity.tagged(self.iam)
+        accounts = identity.tagged(self.iam) + controller_identity.tagged(self.iam.list())
+        return out + network.tagged_firewalls(self.clients) + accounts
 
     def delete_node(self, node: Node) -> None:
         """Delete one instance and wait until it is gone. Idempotent: a missing instance is

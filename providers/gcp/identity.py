@@ -225,7 +225,8 @@ class IamClient:
         body: dict[str, Any] | None = None,
         params: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
-        """One IAM request; the JSON answer. HTTP errors are translated (`errors.translate`):
+        """One IAM request (`path` under IAM's /v1, or an absolute URL of another Google API on
+        the same credentials); the JSON answer. HTTP errors are translated (`errors.translate`):
         404 NotFound, 409 a ProviderError with `already_exists`, 429/5xx TransientError.
         Blocks."""
         from google.api_core import exceptions as api
@@ -234,7 +235,7 @@ class IamClient:
         with gcp_errors(what):
             response = session.request(
                 method,
-                f"{self._base()}/{path}",
+                path if path.startswith(("http://", "https://")) else f"{self._base()}/{path}",
                 json=body,
                 params=params,
                 timeout=REQUEST_TIMEOUT_S,

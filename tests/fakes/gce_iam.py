@@ -12,6 +12,9 @@ Served on the fake's own server, under `/v1/projects/{project}/serviceAccounts` 
 - `GET` / `DELETE .../serviceAccounts/{email or uniqueId}` (project may be `-`): 404 NOT_FOUND
   for an unknown account; a delete answers `{}`.
 
+The IAM policies of projects and accounts (getIamPolicy/setIamPolicy, strict about conditions
+and policy versions) are gce_policies'; a deleted account leaves `deleted:` members there.
+
 Errors have IAM's shape, `{"error": {"code", "message", "status"}}`. The mixin also checks the
 accounts an instance insert names (`_check_instance_accounts`): with
 `require_known_service_accounts` on, an account other than `default` that the fake's IAM does
@@ -29,6 +32,7 @@ import zlib
 from typing import Any
 
 from tests.fakes.gce_errors import GceApiError
+from tests.fakes.gce_policies import PoliciesMixin
 from tests.fakes.gce_state import State
 
 ACCOUNT_ID_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])$")
@@ -50,8 +54,9 @@ def account_email(project: str, account_id: str) -> str:
     return f"{account_id}@{project}.iam.gserviceaccount.com"
 
 
-class IamMixin:
-    """The `serviceAccounts` routes and the instance-insert account check."""
+class IamMixin(PoliciesMixin):
+    """The `serviceAccounts` routes and the instance-insert account check; the IAM policies of
+    projects and accounts (gce_policies)."""
 
     _state: State
     _lock: Any  # the fake's RLock
@@ -139,7 +144,9 @@ class IamMixin:
         self, params: dict[str, str], query: dict[str, str], body: Any
     ) -> dict[str, Any]:
         key = self._find_account(params["project"], params["account"])
-        del self._state.service_accounts[key]
+        gone = self._state.service_accounts.pop(key)
+        self._state.policies.pop(("account", key[1]), None)
+        self._mark_deleted(key[1], gone["uniqueId"])
         return {}
 
     def _check_instance_accounts(self, project: str, body: dict[str, Any]) -> None:

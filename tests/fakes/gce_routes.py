@@ -1,7 +1,8 @@
 """The GCE fake's routing table: which handler serves a request's method and path.
 
 Each `Route` maps an HTTP method and a path pattern under `/compute/v1/projects/{project}` (or,
-for IAM service accounts, `/v1/projects/{project}/serviceAccounts`) to
+for IAM service accounts, `/v1/projects/{project}/serviceAccounts`, and for Resource Manager's
+project IAM policy, `/v1/projects/{project}:getIamPolicy|:setIamPolicy`) to
 an action, the name of the fake's handler method without its leading underscore (e.g.
 `insert_instance` -> `GceFake._insert_instance`). `match_route()` picks the route and its
 URL-decoded path parameters, answering like GCE 405 for a known path with another method and
@@ -29,6 +30,7 @@ class Route:
 _PROJECT = r"/compute/v1/projects/(?P<project>[^/]+)"
 _ZONE = _PROJECT + r"/zones/(?P<zone>[^/]+)"
 _IAM = r"/v1/projects/(?P<project>[^/]+)/serviceAccounts"
+_CRM = r"/v1/projects/(?P<project>[^/:]+)"  # Resource Manager v1 (a project's IAM policy)
 ROUTES = [
     Route(m, re.compile(p), a)
     for m, p, a in (
@@ -49,6 +51,10 @@ ROUTES = [
         ("DELETE", _PROJECT + r"/global/firewalls/(?P<name>[^/]+)", "delete_firewall"),
         ("GET", _PROJECT + r"/global/operations/(?P<op>[^/]+)", "get_operation"),
         ("POST", _PROJECT + r"/global/operations/(?P<op>[^/]+)/wait", "wait_operation"),
+        ("POST", _CRM + r":getIamPolicy", "get_project_policy"),
+        ("POST", _CRM + r":setIamPolicy", "set_project_policy"),
+        ("POST", _IAM + r"/(?P<account>[^/:]+):getIamPolicy", "get_account_policy"),
+        ("POST", _IAM + r"/(?P<account>[^/:]+):setIamPolicy", "set_account_policy"),
         ("POST", _IAM, "create_account"),
         ("GET", _IAM, "list_accounts"),
         ("GET", _IAM + r"/(?P<account>[^/]+)", "get_account"),

@@ -48,5 +48,9 @@ class State:
     requests: list[str] = field(default_factory=list)
     service_accounts: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     account_lag: int = 0  # instance inserts naming a non-default account still to refuse
+    # IAM allow policies (gce_policies): ("project", project) or ("account", email) -> policy,
+    # and every setIamPolicy body the fake accepted, in order
+    policies: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    policy_writes: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
     ids: Iterator[int] = field(default_factory=lambda: itertools.count(4_611_686_018_427_387_904))
     hosts: Iterator[int] = field(default_factory=lambda: host_numbers())
