@@ -19,7 +19,8 @@ from collections.abc import Callable
 from cloudtrain.errors import CloudtrainError, LeaseHeld, UsageError
 from cloudtrain.jobs import protocol
 from cloudtrain.lease import Lease, describe, read_lease
-from cloudtrain.runtypes import Observer, Outcome, RunResult
+from cloudtrain.providers.base import ObjectStore
+from cloudtrain.runtypes import Observer, RunResult
 
 YIELD_WAIT_FACTOR = 2.0  # a controller checks for a yield at every renewal: ttl/6; wait 2 ttls
 
@@ -40,48 +41,44 @@ def attach(
     over."""
     from cloudtrain import api_build
     from cloudtrain.adopt import adopt
-    from cloudtrain.journal import Journal, import_journal
-    from cloudtrain.runrules import check_run_ref
+    from cloudtrain.api_journal import sync_run
+    from cloudtrain.journal import Journal, writer_id
 
     tell = say or observer.event
-    check_run_ref(run_id)
     ledger = api_build.ledger()
-    rec = ledger.get_run(run_id)
-    if rec is None and provider is None:
-        rec = ledger.find_run(run_id)
-    rid = rec.run_id if rec else check_run_ref(run_id, exact=True)
-    name = provider or (rec.provider if rec else "")
-    prov = api_build.provider(name, region or (rec.region if rec else None), None, account)
-    store_uri = rec.store_uri if rec and rec.store_uri else prov.default_store_uri(rid)
-    store = prov.store(store_uri)
-    import_journal(ledger, store, rid)
-    rec = ledger.get_run(rid)
-    if rec is None:
-        raise UsageError(f"no run {rid!r} in {store_uri}: no journal there")
+    # this machine's ledger brought up to date with the run's journal (or made from it)
+    rec = sync_run(run_id, provider=provider, region=region, account=account, ledger=ledger)
+    rid = rec.run_id
     if rec.status == "done":
         raise UsageError(
             f"run {rid} has ended: {rec.outcome or 'done'}",
             hint=f"`cloudtrain status {rid}` shows it",
         )
+    store_uri = rec.store_uri or ""
     prov = api_build.record_provider(rec)
     store = prov.store(store_uri)
     owner = f"attach:{socket.gethostname()}:{os.getpid()}"
     lease = Lease(store, rid, owner)
     _take(lease, store, rid, tell)
-    ledger.journal_to(rid, Journal(store, rid, owner))
+    journal = Journal(store, rid, writer_id("attach"))
+    ledger.journal_to(rid, journal)
     ledger.event(rid, "lease", f"{owner} took the run (term {lease.term})")
     tell(f"attached to run {rid} (term {lease.term})")
     orch = adopt(prov, ledger, observer, lease, rid, store_uri)
+    orch.journal = journal  # closed (written out) when the run ends or is handed over
     _retire_controller(orch, tell)
     if detach:
         from cloudtrain.controller_launch import launch_controller
 
-        launch_controller(orch)
-        return orch._result(Outcome.DETACHED, "")
+        try:
+            launch_controller(orch)
+        finally:
+            orch.close_journal()
+        return orch.detached_result()
     return orch.follow()
 
 
-def _take(lease: Lease, store, run_id: str, tell: Callable[[str], None]) -> None:  # type: ignore[no-untyped-def]
+def _take(lease: Lease, store: ObjectStore, run_id: str, tell: Callable[[str], None]) -> None:
     """Acquire the lease; ask a live holder to yield first and wait for it. Raises LeaseHeld."""
     try:
         lease.acquire()

@@ -86,7 +86,7 @@ def _control(
     from cloudtrain import api_build
     from cloudtrain.adopt import adopt
     from cloudtrain.controller_launch import controller_owner
-    from cloudtrain.journal import Journal, import_journal
+    from cloudtrain.journal import Journal, import_journal, writer_id
     from cloudtrain.lease import Lease
     from cloudtrain.ledger import Ledger
     from cloudtrain.providers.base import node_name
@@ -105,7 +105,7 @@ def _control(
     store = provider.store(store_uri)
     lease = Lease(store, run_id, owner)
     lease.acquire()  # LeaseHeld: attach (or down) took the run first
-    journal = Journal(store, run_id, owner)
+    journal = Journal(store, run_id, writer_id("controller"))
     ledger.journal_to(run_id, journal)
     ledger.event(run_id, "lease", f"{owner} took the run (term {lease.term})")
     observer.event(f"controlling run {run_id} (term {lease.term}, {imported} journal entries)")

@@ -1,9 +1,12 @@
-"""The lease side of the Orchestrator: act only while the run's lease holds (issue 17).
+"""The control side of the Orchestrator: act only while the run's lease holds, and keep the
+run's record in its journal (issue 17).
 
 A mixin: `take_lease` fences the provider (cloudtrain/fencing.py) and starts a keeper thread that
 renews the lease (cloudtrain/lease.py); the watch loop calls `_check_lease` every round and stops
 acting at once (LeaseLost) when the keeper found it gone; `hand_over` stops renewing and gives
-the lease to a successor (the controller node) or to anyone (expired now).
+the lease to a successor (the controller node) or to anyone (expired now). `_start_journal`
+mirrors the run's ledger writes into its journal in the bucket (cloudtrain/journal.py) once the
+bucket exists, and `close_journal` writes what is left before the process goes.
 """
 
 from __future__ import annotations
@@ -12,9 +15,17 @@ import contextlib
 
 from cloudtrain.errors import CloudtrainError, LeaseLost
 from cloudtrain.fencing import FencedProvider
+from cloudtrain.journal import Journal
 from cloudtrain.lease import Lease, LeaseKeeper
-from cloudtrain.providers.base import Provider
+from cloudtrain.ledger import Ledger
+from cloudtrain.providers.base import ObjectStore, Provider
 from cloudtrain.runtypes import Observer
+
+JOURNAL_CLOSE_S = 60.0
+# the run's row as create_run journals it (Ledger.create_run's arguments)
+# the run's row as create_run journals it (Ledger.create_run's arguments)
+JOURNALED_RUN_FIELDS = ("run_id", "name", "provider", "region", "zone", "account", "spec_path",
+    "store_uri", "plan_json", "controller_pid", "controller_host", "controller_start")  # fmt: skip
 
 
 class LeaseHolder:
@@ -25,6 +36,9 @@ class LeaseHolder:
     observer: Observer
     lease: Lease | None
     _keeper: LeaseKeeper | None
+    ledger: Ledger
+    store: ObjectStore
+    journal: Journal | None
 
     def take_lease(self, lease: Lease) -> None:
         """Act only while `lease` (held) holds: the provider becomes fenced (every create and
@@ -64,3 +78,27 @@ class LeaseHolder:
         if self.lease is not None:
             with contextlib.suppress(CloudtrainError, OSError):
                 self.lease.release(successor, ttl_s)
+
+    def _start_journal(self) -> None:
+        """From the bucket on, every ledger write of the run also goes to its journal
+        (cloudtrain/journal.py), the run's row first: any machine can follow the run then."""
+        from cloudtrain.journal import Journal, writer_id
+
+        rec = self.ledger.get_run(self.run_id)
+        assert rec is not None
+        self.journal = Journal(self.store, self.run_id, writer_id("laptop"))
+        self.ledger.journal_to(self.run_id, self.journal)
+        row = {k: getattr(rec, k) for k in JOURNALED_RUN_FIELDS}
+        self.journal.append({"op": "create_run", "at": rec.created_at, **row})
+
+    def close_journal(self) -> None:
+        """Write what the journal still holds (before this process exits). Blocks, at most
+        JOURNAL_CLOSE_S; a journal that cannot be written is a warning, not a failure."""
+        journal, self.journal = self.journal, None
+        if journal is None:
+            return
+        self.ledger.journal_to(self.run_id, None)
+        try:
+            journal.close(JOURNAL_CLOSE_S)
+        except CloudtrainError as exc:
+            self.observer.event(f"warning: {exc}")

@@ -41,6 +41,7 @@ from cloudtrain.teardown import request_stop, scrub_secrets, teardown
 from cloudtrain.wheelhouse import WheelhousePlanner
 
 if TYPE_CHECKING:
+    from cloudtrain.journal import Journal
     from cloudtrain.plan import NodePlan, Plan
     from cloudtrain.spec import JobSpec
 
@@ -107,6 +108,7 @@ class Orchestrator(LeaseHolder, Recovery):
         self.owner = f"run:{socket.gethostname()}:{os.getpid()}"
         self.spare = ""  # the controller node's own name, when it is this process's host
         self.extra_hourly_usd = 0.0  # the controller node's $/h (budget margin)
+        self.journal: Journal | None = None  # the run's journal in its bucket, once it exists
 
     # --- the whole run ---------------------------------------------------------------------
     def run(self) -> RunResult:
@@ -197,6 +199,7 @@ class Orchestrator(LeaseHolder, Recovery):
                 except KeyboardInterrupt as exc:  # the first signal, just now
                     outcome, detail = Outcome.INTERRUPTED, stop_detail(exc)
                 result = self._finish(outcome, detail)
+            self.close_journal()
         return result
 
     def _signal_notice(self, signum: int) -> None:
@@ -243,6 +246,10 @@ class Orchestrator(LeaseHolder, Recovery):
         ledger.event(self.run_id, "end", f"{outcome}: {detail}")
         return result
 
+    def detached_result(self) -> RunResult:
+        """The result of a run this process hands over (outcome detached). Blocks (a listing)."""
+        return self._result(Outcome.DETACHED, "")
+
     def _result(self, outcome: Outcome, detail: str) -> RunResult:
         model = protocol.model_prefix(self.run_id)
         checkpoints = protocol.checkpoints_prefix(self.run_id)
@@ -279,6 +286,7 @@ class Orchestrator(LeaseHolder, Recovery):
             lease = Lease(self.store, self.run_id, self.owner)
             lease.acquire()
             self.take_lease(lease)
+            self._start_journal()
         assert self.bundle is not None
         key = protocol.bundle_key(self.run_id, self.bundle.sha256)
         if not self.store.list(key):

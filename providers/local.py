@@ -556,11 +556,13 @@ class LocalCompute(Compute):
         meta = self._read_meta(meta_path)
         if not meta:
             return
-        if self._members(meta, node_dir):  # only a session that is provably this node's
-            self._kill_session(int(meta["pid"]), node.name)  # type: ignore[call-overload]
+        # marked first: a node deleting itself (the controller node, last) dies in the kill;
+        # a marked node is still listed while any process of it runs (list_nodes)
         meta["deleted"] = True
         meta["deleted_at"] = time.time()
         self._write_meta(meta_path, meta)
+        if self._members(meta, node_dir):  # only a session that is provably this node's
+            self._kill_session(int(meta["pid"]), node.name)  # type: ignore[call-overload]
         popen = self._popen.pop(node.name, None)
         if popen is not None:
             with contextlib.suppress(subprocess.TimeoutExpired):

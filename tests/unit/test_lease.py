@@ -1,0 +1,148 @@
+"""The run's control lease (cloudtrain/lease.py) and fencing (cloudtrain/fencing.py), on the
+local store (a real folder bucket, lock + atomic rename) and, for the race of a paused process,
+under the faults wrapper's store latency. The conditional writes of the cloud stores are
+tests/unit/test_conditional_writes.py's."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from cloudtrain.errors import LeaseHeld, LeaseLost
+from cloudtrain.fencing import FencedCompute
+from cloudtrain.jobs import protocol
+from cloudtrain.lease import Lease, LeaseKeeper, read_lease
+from cloudtrain.providers.base import NodeRequest, ObjectStore, RunInfo
+from cloudtrain.providers.faults import FaultyStore, _Injector
+from cloudtrain.providers.local import LocalStore
+from tests.fakes.memory_provider import MemoryCompute
+
+RUN = "lease-run-1"
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> ObjectStore:
+    return LocalStore("file://" + str(tmp_path / "bucket"))
+
+
+def _request(name_index: int = 1) -> NodeRequest:
+    return NodeRequest(RUN, "worker", name_index, "cpu", "#!/bin/sh\n")
+
+
+INFO = RunInfo(RUN, "mem-1", None, (2222, 2222))
+
+
+def test_a_new_lease_is_term_one_and_a_live_one_is_refused(store: ObjectStore) -> None:
+    first = Lease(store, RUN, "run:a", ttl_s=30)
+    assert first.acquire() == 1
+    with pytest.raises(LeaseHeld, match=r"controlled by run:a \(term 1"):
+        Lease(store, RUN, "attach:b", ttl_s=30).acquire()
+    doc = read_lease(store, RUN)
+    assert doc is not None and (doc.owner, doc.term) == ("run:a", 1)
+    first.renew()  # same term, later expiry
+    assert read_lease(store, RUN).term == 1  # type: ignore[union-attr]
+
+
+def test_an_expired_lease_is_taken_with_the_next_term_and_the_old_owner_is_fenced(
+    store: ObjectStore,
+) -> None:
+    old = Lease(store, RUN, "controller:x", ttl_s=1.0)
+    old.acquire()
+    compute = MemoryCompute()
+    fenced = FencedCompute(compute, old)
+    fenced.create_node(INFO, _request(0))  # while it holds: acts
+    time.sleep(1.1)
+    new = Lease(store, RUN, "attach:y", ttl_s=30)
+    assert new.acquire() == 2
+    with pytest.raises(LeaseLost):
+        fenced.create_node(INFO, _request(1))
+    with pytest.raises(LeaseLost):
+        fenced.delete_nodes(RUN)
+    assert compute.creations == {f"ct-{RUN}-worker-0": 1}  # nothing after the takeover
+    assert set(compute.nodes) == {f"ct-{RUN}-worker-0"}
+
+
+def test_a_handover_names_the_successor_who_alone_takes_it_while_live(store: ObjectStore) -> None:
+    laptop = Lease(store, RUN, "run:laptop", ttl_s=30)
+    laptop.acquire()
+    laptop.release("controller:ct-x", ttl_s=30)
+    with pytest.raises(LeaseHeld):
+        Lease(store, RUN, "attach:other", ttl_s=30).acquire()
+    assert Lease(store, RUN, "controller:ct-x", ttl_s=30).acquire() == 2
+    with pytest.raises(LeaseLost):  # released: the laptop acts no more
+        laptop.check()
+
+
+def test_a_release_without_successor_expires_now(store: ObjectStore) -> None:
+    a = Lease(store, RUN, "run:a", ttl_s=30)
+    a.acquire()
+    a.release()
+    assert Lease(store, RUN, "attach:b", ttl_s=30).acquire() == 2
+
+
+def test_down_takes_a_live_lease_by_force_and_fences_its_holder(store: ObjectStore) -> None:
+    holder = Lease(store, RUN, "controller:c", ttl_s=30)
+    holder.acquire()
+    assert Lease(store, RUN, "down:d", ttl_s=30).acquire(force=True) == 2
+    with pytest.raises(LeaseLost, match="now down:d"):
+        holder.check()
+
+
+def test_the_keeper_renews_and_reports_a_loss(store: ObjectStore) -> None:
+    lease = Lease(store, RUN, "run:k", ttl_s=1.2)
+    lease.acquire()
+    lost: list[str] = []
+    keeper = LeaseKeeper(lease, lost.append).start()
+    time.sleep(2.0)  # past the ttl: alive only because the keeper renewed it
+    with pytest.raises(LeaseHeld):
+        Lease(store, RUN, "attach:z", ttl_s=30).acquire()
+    Lease(store, RUN, "down:d", ttl_s=30).acquire(force=True)
+    assert keeper.lost.wait(2.0)
+    keeper.stop()
+    assert lost and "lost the lease" in lost[0]
+
+
+def test_the_keeper_yields_when_asked(store: ObjectStore) -> None:
+    lease = Lease(store, RUN, "controller:c", ttl_s=1.2)
+    lease.acquire()
+    key = protocol.yield_key(RUN)
+    keeper = LeaseKeeper(lease, should_yield=lambda: store.get_tagged(key) is not None).start()
+    store.put(key, b"attach:me")
+    assert keeper.lost.wait(2.0)
+    assert Lease(store, RUN, "attach:me", ttl_s=30).acquire() == 2  # expired at once
+
+
+def test_a_paused_controller_that_resumes_late_does_nothing(store: ObjectStore) -> None:
+    """Two controllers race for the lease. A's renewal is held up in the store (the faults
+    wrapper's latency: a process paused mid-call) until after its lease expired and B took it.
+    When A's write lands, its tag is stale: A learns its term is old and acts no more."""
+    slow = FaultyStore(store, _Injector(latency_s=2.0, error_rate=0.0, seed=0))
+    a = Lease(slow, RUN, "controller:a", ttl_s=3.0)
+    a.acquire()  # its expiry: written ~2 s before it lands
+    compute = MemoryCompute()
+    fenced_a = FencedCompute(compute, a)
+    b = Lease(store, RUN, "attach:b", ttl_s=30.0)
+    took: list[int] = []
+
+    def race() -> None:  # B takes the lease the moment it expires
+        while True:
+            try:
+                took.append(b.acquire())
+                return
+            except LeaseHeld:
+                time.sleep(0.05)
+
+    racer = threading.Thread(target=race)
+    racer.start()
+    with pytest.raises(LeaseLost):
+        fenced_a.create_node(INFO, _request(1))  # its check's renewal lands after B's takeover
+    racer.join(10)
+    assert took == [2]
+    with pytest.raises(LeaseLost):
+        fenced_a.delete_listed(list(compute.nodes.values()))
+    assert compute.creations == {}  # A never acted after the takeover
+    FencedCompute(compute, b).create_node(INFO, _request(1))  # B does
+    assert list(compute.creations.values()) == [1]
