@@ -20,6 +20,11 @@ Neither has cloudtrain itself: the node installs the bundle's wheel into its own
 once per machine beside the images: the harness points a bare VM's pip at it alone
 (PIP_FIND_LINKS, PIP_NO_INDEX), so each such boot installs TensorFlow from this disk rather than
 fetching 600 MB again (pip's own HTTP cache stores nothing from this workplace's registry).
+`sdk_wheelhouse(version)` caches only what the cloudtrain wheel itself depends on with every
+cloud's SDK extra ([aws], [gcp], [azure]; no TensorFlow, ~100 MB): what a controller node's
+venv installs (`cloudtrain[<provider>]`), for VMs that reach no index (namespace mode).
+Both images' `python3` can install those offline: `stack` has them installed already, `bare`
+gets them from either wheelhouse.
 """
 
 from __future__ import annotations
@@ -133,20 +138,26 @@ def base_python(version: str) -> Path:
     raise FileNotFoundError(f"no Python {version} on this machine (pyenv install {version})")
 
 
-def _stack_requirements() -> list[str]:
-    """The stack a custom image bakes in: the pins, the examples' scikit-learn, and what the
-    cloudtrain wheel depends on for every cloud (so the node's wheel install downloads nothing)."""
+def _sdk_requirements() -> list[str]:
+    """What the cloudtrain wheel depends on with every cloud's extra (pyproject.toml)."""
     import tomllib
 
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     extras = project["optional-dependencies"]
-    deps = [*project["dependencies"], *extras["aws"], *extras["gcp"], *extras["azure"]]
-    return [f"tensorflow=={TF_VERSION}", f"tf-keras=={TF_KERAS_VERSION}", SKLEARN, *deps]
+    return [*project["dependencies"], *extras["aws"], *extras["gcp"], *extras["azure"]]
 
 
-def _key(base: Path) -> str:
+def _stack_requirements() -> list[str]:
+    """The stack a custom image bakes in: the pins, the examples' scikit-learn, and what the
+    cloudtrain wheel depends on for every cloud (so the node's wheel install downloads nothing)."""
+    tf = [f"tensorflow=={TF_VERSION}", f"tf-keras=={TF_KERAS_VERSION}", SKLEARN]
+    return [*tf, *_sdk_requirements()]
+
+
+def _key(base: Path, reqs: list[str] | None = None) -> str:
     """What a cached image or wheelhouse depends on: the interpreter and the pins."""
-    return hashlib.sha256("\n".join([str(base), *_stack_requirements()]).encode()).hexdigest()[:12]
+    reqs = _stack_requirements() if reqs is None else reqs
+    return hashlib.sha256("\n".join([str(base), *reqs]).encode()).hexdigest()[:12]
 
 
 def image_python(version: str, *, stack: bool) -> Path:
@@ -194,7 +205,21 @@ def _built_once(home: Path, build: Callable[[Path], None]) -> Path:
 def wheelhouse(version: str) -> Path:
     """A folder with every wheel a bare image's node installs (built on first use: blocks)."""
     base = base_python(version)
-    reqs, key = _stack_requirements(), _key(base)
+    reqs = _stack_requirements()
+    return _built_once(CACHE / "wheels" / f"py{version}-{_key(base)}", _downloader(base, reqs))
+
+
+def sdk_wheelhouse(version: str) -> Path:
+    """A folder with the wheels `cloudtrain[aws,gcp,azure]` needs on Python `version` (no
+    TensorFlow; built on first use, ~15 s here: blocks)."""
+    base = base_python(version)
+    reqs = _sdk_requirements()
+    key = _key(base, reqs)
+    return _built_once(CACHE / "wheels" / f"py{version}-sdk-{key}", _downloader(base, reqs))
+
+
+def _downloader(base: Path, reqs: list[str]) -> Callable[[Path], None]:
+    """A build step that `pip download`s the wheels of `reqs` for `base` into its folder."""
 
     def build(home: Path) -> None:
         subprocess.run(
@@ -213,10 +238,11 @@ def wheelhouse(version: str) -> Path:
             check=True,
         )
 
-    return _built_once(CACHE / "wheels" / f"py{version}-{key}", build)
+    return build
 
 
 if __name__ == "__main__":  # build the images and wheels of the given versions (tests/run.sh)
     for wanted in sys.argv[1:] or ["3.10"]:
         print(f"box image python {wanted} with the stack: {image_python(wanted, stack=True)}")
         print(f"box wheelhouse for python {wanted}: {wheelhouse(wanted)}")
+        print(f"box SDK wheelhouse for python {wanted}: {sdk_wheelhouse(wanted)}")
