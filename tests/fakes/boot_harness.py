@@ -28,9 +28,34 @@ Safety: `shutdown`, `poweroff`, `halt`, `reboot`, `apt-get`, `modprobe` and the 
 shims first on PATH. They never touch this machine; they record the call, and `shutdown now` is
 reported to `on_power_off` (the test then terminates the VM in the emulator, as
 InstanceInitiatedShutdownBehavior=terminate would) while the VM's session is killed; `reboot`
-(or `shutdown -r`) kills the session and the harness boots the VM again. A VM the emulator
-reports terminated, or no longer lists at all
-(GCE forgets a deleted instance), has its session killed too.
+(or `shutdown -r`) kills the session and the harness boots the VM again.
+
+A VM the emulator reports terminated, or no longer lists at all (GCE forgets a deleted
+instance), is shut down as a cloud shuts a deleted or preempted VM down: its guest gets an ACPI
+power-button event, so systemd sends SIGTERM to every process, and the power is cut when the
+guest is done or a grace period has passed. The harness sends SIGTERM to every process of the
+VM's session, waits up to `shutdown_grace_s` (5 s) for them to end, then SIGKILLs what is left
+(in a thread of its own: the poll goes on meanwhile). A process that deletes its own VM (the
+controller node, last) finishes its final step in that window. The clouds' real windows:
+- AWS: a default TerminateInstances is a "normal instance shutdown with attempted graceful OS
+  shutdown" (docs.aws.amazon.com/AWSEC2/latest/UserGuide/instance-terminate-methods.html); the
+  instance is `shutting-down` meanwhile; spot interruptions come 2 minutes after the notice;
+- GCE: a stop or delete gives the guest 90 s (on-demand), a preemption 30 s, before the VM is
+  forced off (cloud.google.com/compute/docs/shutdownscript, "Limitations");
+- Azure: deallocate and delete shut the VM down (learn.microsoft.com/rest/api/compute/
+  virtualmachines/deallocate); a Spot eviction comes at least 30 s after its Scheduled Events
+  `Preempt` notice (learn.microsoft.com/azure/virtual-machines/linux/scheduled-events).
+`kill(vm_id)` instead cuts the power at once (SIGKILL): a VM that dies (a host failure, a crash)
+while its cloud still lists it running.
+
+The VM's environment carries what the cloud SDKs of a program on it need to reach the box's
+emulators, as on a cloud its metadata service and identity would: the endpoints and dummy
+credentials of `env` (AWS_ENDPOINT_URL and AWS_* keys; CLOUDTRAIN_GCE_ENDPOINT,
+CLOUDTRAIN_IAM_ENDPOINT, STORAGE_EMULATOR_HOST, GOOGLE_CLOUD_PROJECT; CLOUDTRAIN_ARM_ENDPOINT and
+its CA file CLOUDTRAIN_ARM_CA, AZURE_SUBSCRIPTION_ID, the Azurite connection string), so a
+controller node on a VM drives EC2/IAM/S3, Compute Engine/IAM/GCS and ARM/Blob as the laptop
+does. Nothing of the laptop's own state goes along: no CLOUDTRAIN_HOME (the VM's cloudtrain
+keeps its state under its own HOME, the VM's /root: `vm_dir(id)/root`), no pyenv or venv.
 
 Namespace mode (`network=`, tests/fakes/netns.py): every VM is its own host. At its first boot
 it gets `network.add_host(<vm id>)`, `before_boot(vm, host)` runs (a test compiles the cloud's
@@ -41,7 +66,15 @@ serves 169.254.169.254:80 (and metadata.google.internal) to the namespaces from 
 service on the network's host address (tests/fakes/metadata_server.py), which answers each VM
 its own address. The emulators' endpoints in `env` must then be on `network.host_ip`. A VM's
 namespace is removed when the VM is gone for good (terminated, deleted) and at `stop()`; the
-Network itself is the test's to close.
+Network itself is the test's to close. The compiled firewalls filter inbound only: a VM reaches
+the emulators on `network.host_ip` (moto serves EC2, IAM, STS and S3 there), as a cloud VM
+reaches its cloud's APIs.
+
+Every VM's pip has the box's package index on this disk instead of PyPI (PIP_FIND_LINKS,
+PIP_NO_INDEX; the bridge has no route beyond this machine anyway): the wheels the cloudtrain
+wheel needs with each cloud's SDK extra for the image's Python (`box_images.sdk_wheelhouse`:
+what a controller node's plain venv installs, `cloudtrain[<provider>]`, in ~5 s), and on a bare
+image the whole stack its node downloads (`box_images.wheelhouse`).
 """
 
 from __future__ import annotations
@@ -57,7 +90,7 @@ from pathlib import Path
 
 from cloudtrain.providers.local import kill_session, session_pids, start_session
 from tests.fakes.bootstrap_shims import OS_RELEASES, T4_LSPCI, VGA_LSPCI
-from tests.fakes.box_images import facts, image_python, wheelhouse
+from tests.fakes.box_images import facts, image_python, sdk_wheelhouse, wheelhouse
 from tests.fakes.metadata_server import MetadataServer
 from tests.fakes.netns import Host, Network
 
@@ -130,6 +163,10 @@ wait
 """
 # the host's PATH without pyenv: a VM has its image's Pythons only
 _VM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# the laptop's own state and Python, never a VM's (the module docstring)
+_NOT_PASSED = ("PYENV", "VIRTUAL_ENV", "PYTHON", "CLOUDTRAIN_HOME")
+# how long a deleted VM's guest has between SIGTERM and the power cut (the module docstring)
+SHUTDOWN_GRACE_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -167,13 +204,17 @@ class BootHarness:
         module_needs_reboot: bool = False,
         extension_s: float = 3.0,
         network: Network | None = None,
+        shutdown_grace_s: float = SHUTDOWN_GRACE_S,
     ) -> None:
         self.root, self.discover, self.env = root, discover, env
         self.on_power_off, self.poll_s = on_power_off, poll_s
         # the machine's knobs (see the module docstring); a test may set them before VMs boot
         self.bare, self.gpu, self.module_needs_reboot = bare, gpu, module_needs_reboot
         self.extension_s = extension_s
+        self.shutdown_grace_s = shutdown_grace_s
         self.sessions: dict[str, int] = {}  # vm id -> session id
+        # VMs the cloud deleted, whose guest is shutting down or down: vm id -> its thread
+        self.shutdowns: dict[str, threading.Thread] = {}
         self.booted: list[str] = []
         self.boots: dict[str, int] = {}  # vm id -> boots so far
         self.errors: list[str] = []
@@ -228,12 +269,10 @@ class BootHarness:
             if vm.alive and vm.id not in self.sessions and not self.hold(vm):
                 self.boot(vm)
             elif not vm.alive and vm.id in self.sessions:
-                self.kill(vm.id)
-                self._drop_host(vm.id)
+                self.shut_down(vm.id)
         known = {vm.id for vm in vms}
         for vm_id in [v for v in self.sessions if v not in known]:  # deleted from the cloud
-            self.kill(vm_id)
-            self._drop_host(vm_id)
+            self.shut_down(vm_id)
         log = self.root / "power.log"
         if log.exists():
             lines = log.read_text().splitlines()
@@ -276,10 +315,12 @@ class BootHarness:
         image = facts(vm.image)
         work = self.vm_dir(vm.id)
         env = dict(self.env)
-        for key in [k for k in env if k.startswith(("PYENV", "VIRTUAL_ENV", "PYTHON"))]:
+        for key in [k for k in env if k.startswith(_NOT_PASSED)]:
             del env[key]
+        (work / "root").mkdir(exist_ok=True)
         env.update(
             PATH=f"{self._shims}{os.pathsep}{_VM_PATH}",
+            HOME=str(work / "root"),  # root's home on the VM, not this machine's
             CT_WORK=str(work / "opt"),
             CT_PYTHON=str(work / "opt" / "venv" / "bin" / "python"),
             CT_OS_RELEASE=str(work / "os-release"),
@@ -303,8 +344,13 @@ class BootHarness:
             HARNESS_VM_ID=vm.id,
             HARNESS_DIR=str(self.root),
         )
-        if self.bare:  # the wheels a stock image's node downloads, from this disk
-            env.update(PIP_FIND_LINKS=str(wheelhouse(image.python)), PIP_NO_INDEX="1")
+        # the box's package index, on this disk (the module docstring): what the cloudtrain
+        # wheel needs with its SDK extras (a controller node's plain venv), and for a stock
+        # image the stack its node downloads
+        links = [str(sdk_wheelhouse(image.python))]
+        if self.bare:
+            links.append(str(wheelhouse(image.python)))
+        env.update(PIP_FIND_LINKS=" ".join(links), PIP_NO_INDEX="1")
         if self.network is not None:  # its own host: its address and the job's port, as on a cloud
             del env["CLOUDTRAIN_NODE_HOST"], env["CLOUDTRAIN_NODE_PORT"]
         return env
@@ -365,20 +411,46 @@ class BootHarness:
         self.reboot(vm_id)
 
     def kill(self, vm_id: str) -> None:
-        """End every process of a VM's session (the VM is gone)."""
+        """Cut a VM's power now: SIGKILL every process of its session, no shutdown. Blocks
+        (briefly); idempotent. The emulator still lists the VM as it did (a VM that died)."""
         sid = self.sessions.get(vm_id)
         if sid is not None:
             kill_session(sid)
 
-    def live_sessions(self, settle_s: float = 5.0) -> list[str]:
+    def shut_down(self, vm_id: str) -> None:
+        """The cloud deleted (or preempted) the VM: shut its guest down as a cloud does, in a
+        thread (SIGTERM to every process of its session, `shutdown_grace_s` to end, then
+        SIGKILL), then remove its namespace. No wait; once per VM (a later call is a no-op)."""
+        if vm_id in self.shutdowns:
+            return
+        thread = threading.Thread(
+            target=self._acpi_shutdown, args=(vm_id,), daemon=True, name=f"shutdown-{vm_id}"
+        )
+        self.shutdowns[vm_id] = thread
+        thread.start()
+
+    def _acpi_shutdown(self, vm_id: str) -> None:
+        sid = self.sessions.get(vm_id)
+        if sid is not None and not self._stop.is_set():
+            kill_session(sid, grace_s=self.shutdown_grace_s)
+        self.kill(vm_id)  # the power cut (a subclass's kill cleans up after the VM too)
+        self._drop_host(vm_id)
+
+    def live_sessions(self, settle_s: float | None = None) -> list[str]:
         """VMs whose session still has a process, after giving the poll loop up to `settle_s`
-        to notice VMs deleted just now."""
+        (default: the shutdown grace + 5 s) to notice VMs deleted just now and shut them down."""
+        settle_s = self.shutdown_grace_s + 5.0 if settle_s is None else settle_s
         deadline = time.monotonic() + settle_s
         while True:
             live = [vm for vm, sid in self.sessions.items() if session_pids(sid)]
             if not live or time.monotonic() >= deadline:
                 return live
             time.sleep(0.1)
+
+    def vm_ids(self, name: str) -> list[str]:
+        """The ids of every VM named `name` the harness booted, in boot order (a node the cloud
+        replaced under the same name has one id per incarnation)."""
+        return [vm_id for vm_id, vm in list(self._vms.items()) if vm.name == name]
 
     def console(self, vm_id: str) -> str:
         path = self.vm_dir(vm_id) / "console.log"
@@ -397,6 +469,8 @@ class BootHarness:
             self._thread.join(timeout=5)
         for vm_id in list(self.sessions):
             self.kill(vm_id)
+        for thread in list(self.shutdowns.values()):  # their sessions are gone: they end now
+            thread.join(timeout=self.shutdown_grace_s + 10)
         for vm_id in list(self.hosts):
             self._drop_host(vm_id)
         if self._imds is not None:
