@@ -58,8 +58,26 @@ __all__ = [  # fixtures, for pytest
 pytestmark = pytest.mark.e2e
 
 NETWORK_POINTS = ("network-ledger", "network", "network-deleted")
+# run --detach (issue 17): the CLI dies making the controller node (identity, node, handover)...
+CONTROLLER_POINTS = (
+    "controller-identity-ledger",
+    "controller-identity",
+    "controller-ledger",
+    "controller-created",
+    "handover",
+)
+# ... or the controller node's own process dies (the CLI detached with exit 0): the VM's
+# environment names the point, so these run alone
+NODE_SIDE_POINTS = ("controller-adopted", "controller-torn-down")
 # by these points the run's nodes had booted: a check that the leftover checks are not vacuous
-BOOTED_POINTS = ("rendezvous", "training", "stop", "teardown-half", "nodes-deleted")
+BOOTED_POINTS = (
+    "rendezvous",
+    "training",
+    "stop",
+    "teardown-half",
+    "nodes-deleted",
+    *NODE_SIDE_POINTS,
+)
 LONG_JOB_POINTS = ("training", "stop")
 REGIONS = {"local": None, "aws": "us-east-1", "gcp": "us-central1", "azure": "eastus"}
 TICK = """\
@@ -85,6 +103,23 @@ class World:
     leftovers: Callable[[str], list[str]]
     hold: Callable[[str], None]  # make worker-1 of this job name slow to boot
     box: Any = None
+
+    def controller_console(self, run_id: str) -> str:
+        """The console of the run's controller node (its VM, or its local folder)."""
+        name = f"ct-{run_id}-controller-0"
+        if self.box is not None:
+            return "".join(self.box.harness.console(v) for v in self.box.harness.vm_ids(name))
+        path = self.ct.home / "local" / "runs" / run_id / "nodes" / name / "console.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def crash_nodes_at(self, point: str | None) -> None:
+        """Name the crash point in the environment of the nodes booted from now on (None: no
+        more). On local the nodes inherit the CLI's environment, which names it already."""
+        if self.box is not None:
+            if point is None:
+                self.box.harness.env.pop(CRASH_ENV, None)
+            else:
+                self.box.harness.env[CRASH_ENV] = point
 
     def booted(self, run_id: str) -> bool:
         """Whether a node of the run ever booted (a VM session, or a local node folder)."""
@@ -155,7 +190,8 @@ def crash_then_down(world: World, point: str, *, ledgerless: bool = False) -> li
     log = home / f"crash-{name}.log"
     if point == "rendezvous":
         world.hold(_short(point))
-    proc = _cli(env, "run", *world.run_args(), str(world.job(name)), log=log)
+    detach = ["--detach"] if point in CONTROLLER_POINTS + NODE_SIDE_POINTS else []
+    proc = _cli(env, "run", *world.run_args(), *detach, str(world.job(name)), log=log)
     try:
         if point == "stop":
             if not _wait_for(log, "epoch 1/", proc):
@@ -167,11 +203,19 @@ def crash_then_down(world: World, point: str, *, ledgerless: bool = False) -> li
             proc.kill()
     problems: list[str] = []
     output = log.read_text(errors="replace")
-    if code != -signal.SIGKILL:
+    node_side = point in NODE_SIDE_POINTS
+    if code != (0 if node_side else -signal.SIGKILL):
         problems.append(f"{name}: exit {code}, not a crash at {crash_at}; log:\n{output[-3000:]}")
     run_id = _run_id(ledger_path, name)
     if run_id is None:
         return [*problems, f"{name}: no run in the ledger"]
+    if node_side:  # the controller node's process kills itself at the point, then its VM stops
+        end = time.time() + 300
+        while "phase agent: exited with 137" not in world.controller_console(run_id):
+            if time.time() > end:
+                console = world.controller_console(run_id)[-3000:]
+                return [*problems, f"{name}: the controller node never crashed:\n{console}"]
+            time.sleep(0.5)
     down_args = ["down", run_id]
     if ledgerless:  # the ledger file is lost: down has only the cloud's tags
         for path in home.glob("ledger.db*"):
@@ -306,13 +350,20 @@ def test_a_crash_at_every_point_then_down_leaves_nothing(
 ) -> None:
     world = _world(provider, request)
     points = [p for p in POINTS if not (provider == "local" and p in NETWORK_POINTS)]
+    alone = [p for p in points if p in NODE_SIDE_POINTS]
     started = time.monotonic()
     # first, alone: the run's default bucket is shared, so only the first run creates it
     results = {"bucket": crash_then_down(world, "bucket")}
-    rest = [p for p in points if p != "bucket"]
+    rest = [p for p in points if p != "bucket" and p not in alone]
     with ThreadPoolExecutor(max_workers=3) as pool:
         found = pool.map(lambda p: crash_then_down(world, p), rest)
         results.update(zip(rest, found, strict=True))
+    for point in alone:  # the nodes' environment names the point: one run at a time
+        world.crash_nodes_at(point)
+        try:
+            results[point] = crash_then_down(world, point)
+        finally:
+            world.crash_nodes_at(None)
     # last, alone: it deletes the ledger file the other scenarios share
     ledgerless = crash_then_down(world, "training", ledgerless=True)
     problems = [p for found in results.values() for p in found] + ledgerless
