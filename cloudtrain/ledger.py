@@ -31,6 +31,7 @@ from cloudtrain.ledger_records import (
     JournalSink,
     ResourceRecord,
     RunRecord,
+    state_entries,
 )
 from cloudtrain.paths import ledger_path
 from cloudtrain.procid import start_stamp
@@ -47,6 +48,7 @@ __all__ = [  # the records live in ledger_records (this file's size); import the
     "Ledger",
     "ResourceRecord",
     "RunRecord",
+    "state_entries",
 ]
 
 SCHEMA_VERSION = 4
@@ -243,17 +245,48 @@ class Ledger:
 
     # -- the journal: every write of a run mirrored to its bucket, and replayed from it --------
 
-    def journal_to(self, run_id: str, journal: JournalSink | None) -> None:
+    def journal_to(
+        self, run_id: str, journal: JournalSink | None, *, backfill: bool = False
+    ) -> None:
         """From now on, mirror every write of `run_id` through this `Ledger` object into
         `journal` (cloudtrain/journal.py: one object per write in the run's bucket), or stop
         (None). Each entry's key is recorded as applied in the same transaction as the write,
         so importing the journal back into this file changes nothing. Which writes wait for
         their entry to be in the bucket: `record_intent` (before a create call, as in the
-        ledger), `finish_run` and `set_status(..., "done")`; the others only queue it."""
+        ledger), `finish_run` and `set_status(..., "done")`; the others only queue it.
+
+        `backfill`: first journal the run as this file holds it now (`state_entries`: its
+        row, resources and events with their recorded times), for a journal started after the
+        run's first writes (the bucket exists only after the run's row); blocks until those
+        are written (LedgerError if they cannot be). LedgerError for an unknown run then."""
         if journal is None:
             self._journals.pop(run_id, None)
-        else:
+            return
+        if not backfill:
             self._journals[run_id] = journal
+            return
+        with self._connect(write=True) as conn:  # no write of the run between state and mirror
+            row = conn.execute("SELECT * FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+            if row is None:
+                raise LedgerError(f"no run {run_id!r} in the ledger at {self.path}")
+            res = conn.execute(
+                "SELECT * FROM resources WHERE run_id = ? ORDER BY created_at, kind, resource_id",
+                (run_id,),
+            ).fetchall()
+            evs = conn.execute("SELECT * FROM events WHERE run_id = ? ORDER BY id", (run_id,))
+            entries = state_entries(
+                RunRecord(**dict(row)),
+                [ResourceRecord(**dict(r)) for r in res],
+                [EventRecord(**dict(e)) for e in evs.fetchall()],
+            )
+            keyed = [(journal.reserve(), entry) for entry in entries]
+            conn.executemany(
+                "INSERT OR IGNORE INTO journal_applied (run_id, key) VALUES (?, ?)",
+                [(run_id, key) for key, _ in keyed],
+            )
+            self._journals[run_id] = journal
+        for i, (key, entry) in enumerate(keyed):
+            journal.append(entry, key=key, wait=i == len(keyed) - 1)
 
     def _write(self, op: str, args: dict[str, Any], wait: bool = False) -> Any:
         """Run the write `op` with `args` at the clock's time in one transaction; mirrored

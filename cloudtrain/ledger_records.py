@@ -125,3 +125,74 @@ class EventRecord:
     ts: float
     kind: str
     message: str
+
+
+def state_entries(
+    run: RunRecord, resources: list[ResourceRecord], events: list[EventRecord]
+) -> list[dict[str, Any]]:
+    """Journal entries that, replayed in order into a ledger without the run, rebuild it as
+    these records say: its row (status, outcome, detail, `ended_at`), each resource's state,
+    `created_at`, `deleted_at` and price (so its bill), and its events. For a journal started
+    after the run's first writes (`Ledger.journal_to(..., backfill=True)`). Pure."""
+    rid = run.run_id
+    out: list[dict[str, Any]] = [
+        {
+            "op": "create_run",
+            "at": run.created_at,
+            **{k: getattr(run, k) for k in _RUN_FIELDS},
+        }
+    ]
+    if run.status != "planned" or run.outcome or run.detail:
+        at = run.ended_at if run.status == "done" and run.ended_at is not None else run.created_at
+        out.append(
+            {
+                "op": "set_status",
+                "at": at,
+                "run_id": rid,
+                "status": run.status,
+                "outcome": run.outcome,
+                "detail": run.detail,
+            }
+        )
+    for r in resources:
+        key = {"run_id": rid, "kind": r.kind, "resource_id": r.resource_id}
+        out.append(
+            {
+                "op": "record_intent",
+                "at": r.created_at,
+                **key,
+                "provider": r.provider,
+                "region": r.region,
+                "cloud_id": r.cloud_id,
+                "price_hourly": r.price_hourly,
+            }
+        )
+        ended = r.deleted_at if r.deleted_at is not None else r.created_at
+        if r.state == "failed" or (r.state == "deleting" and r.deleted_at is not None):
+            out.append({"op": "mark_failed", "at": ended, **key})  # billed until it failed
+        elif r.state in ("created", "deleting", "deleted"):
+            out.append({"op": "mark_created", "at": r.created_at, **key, "cloud_id": r.cloud_id})
+        if r.state == "deleting":
+            out.append({"op": "mark_deleting", "at": ended, **key})
+        if r.state == "deleted":
+            out.append({"op": "mark_deleted", "at": ended, **key})
+    for e in events:
+        out.append({"op": "event", "at": e.ts, "run_id": rid, "kind": e.kind, "message": e.message})
+    return out
+
+
+# the run row's fields a create_run entry carries (Ledger.create_run's, and who controls it)
+_RUN_FIELDS = (
+    "run_id",
+    "name",
+    "provider",
+    "region",
+    "zone",
+    "account",
+    "spec_path",
+    "store_uri",
+    "plan_json",
+    "controller_pid",
+    "controller_host",
+    "controller_start",
+)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -74,50 +74,50 @@ def a_run(
     led: Ledger, clock: Clock, run_id: str = RUN, provider: str = "aws", bucket: str = "s3://b/x"
 ) -> int:
     """Every write a ledger offers, at distinct times; returns how many writes were made."""
-    writes = 0
+    steps = run_steps(led, clock, run_id, provider, bucket)
+    for step in steps:
+        step()
+    return len(steps)
 
-    def at(t: float) -> None:
-        nonlocal writes
-        clock.t = t
-        writes += 1
 
-    at(1000.0)
-    led.create_run(run_id, "mnist", provider, "us-east-1", None, "job.yaml", bucket, '{"n":2}')
-    at(1001.0)
-    led.set_status(run_id, "provisioning")
-    at(1002.0)
-    led.record_intent(Resource(provider, "security-group", "sg", "us-east-1", run_id, None))
-    at(1003.0)
-    led.mark_created(run_id, "security-group", "sg", "sg-123")
+def run_steps(
+    led: Ledger, clock: Clock, run_id: str = RUN, provider: str = "aws", bucket: str = "s3://b/x"
+) -> list[Callable[[], None]]:
+    """`a_run`'s writes, one call each, to be made in order (each sets its own time)."""
+    steps: list[Callable[[], None]] = []
+
+    def step(t: float | None, write: Callable[[], Any]) -> None:
+        def made() -> None:
+            clock.t = clock.t + 1 if t is None else t
+            write()
+
+        steps.append(made)
+
+    sg = Resource(provider, "security-group", "sg", "us-east-1", run_id, None)
+    step(1000.0, lambda: led.create_run(
+        run_id, "mnist", provider, "us-east-1", None, "job.yaml", bucket, '{"n":2}'
+    ))  # fmt: skip
+    step(1001.0, lambda: led.set_status(run_id, "provisioning"))
+    step(1002.0, lambda: led.record_intent(sg))
+    step(1003.0, lambda: led.mark_created(run_id, "security-group", "sg", "sg-123"))
     for i, price in enumerate((3.6, 7.2)):
-        at(1010.0 + i)
-        led.record_intent(node(f"worker-{i}", run_id, provider), price_hourly=price)
-        at(1020.0 + i)
-        led.mark_created(run_id, "node", f"worker-{i}", f"i-{i}")
-    at(1030.0)
-    led.set_status(run_id, "running")
-    at(1040.0)
-    led.event(run_id, "preempted", "worker-1 was preempted")
-    at(1041.0)
-    led.mark_failed(run_id, "node", "worker-1")
-    at(1050.0)
-    led.record_intent(node("worker-1", run_id, provider), price_hourly=7.2)  # a replacement
-    at(1060.0)
-    led.mark_created(run_id, "node", "worker-1", "i-9")
-    at(1000.0 + 2 * HOUR)
-    led.set_status(run_id, "tearing_down", "succeeded", "all epochs done")
+        res = node(f"worker-{i}", run_id, provider)
+        step(1010.0 + i, lambda r=res, p=price: led.record_intent(r, price_hourly=p))
+        step(1020.0 + i, lambda i=i: led.mark_created(run_id, "node", f"worker-{i}", f"i-{i}"))
+    step(1030.0, lambda: led.set_status(run_id, "running"))
+    step(1040.0, lambda: led.event(run_id, "preempted", "worker-1 was preempted"))
+    step(1041.0, lambda: led.mark_failed(run_id, "node", "worker-1"))
+    again = node("worker-1", run_id, provider)  # its replacement
+    step(1050.0, lambda: led.record_intent(again, price_hourly=7.2))
+    step(1060.0, lambda: led.mark_created(run_id, "node", "worker-1", "i-9"))
+    step(1000.0 + 2 * HOUR, lambda: led.set_status(run_id, "tearing_down", "succeeded", "ok"))
     for name in ("worker-0", "worker-1"):
-        at(clock.t + 5)
-        led.mark_deleting(run_id, "node", name)
-        at(clock.t + 30)
-        led.mark_deleted(run_id, "node", name)
-    at(clock.t + 1)
-    led.mark_deleted(run_id, "security-group", "sg")
-    at(clock.t + 1)
-    led.set_status(run_id, "done")
-    at(clock.t + 100)
-    led.finish_run(run_id)  # a later `down`: outcome kept
-    return writes
+        step(None, lambda n=name: led.mark_deleting(run_id, "node", n))
+        step(None, lambda n=name: led.mark_deleted(run_id, "node", n))
+    step(None, lambda: led.mark_deleted(run_id, "security-group", "sg"))
+    step(None, lambda: led.set_status(run_id, "done"))
+    step(None, lambda: led.finish_run(run_id))  # a later `down`: the outcome is kept
+    return steps
 
 
 def snapshot(led: Ledger, run_id: str = RUN) -> dict[str, Any]:
@@ -461,3 +461,54 @@ def test_an_entry_applied_twice_at_once_is_held_once(tmp_path: Path) -> None:
     assert led.apply_entry(RUN, name, entry) is False
     assert [(e.ts, e.message) for e in led.events(RUN)] == [(5.0, "once")]
     assert led.journal_keys(RUN) == {name} and led.last_journal_key(RUN) == name
+
+
+@pytest.mark.parametrize("cut", [1, 4, 9, 14, 21])
+def test_a_journal_started_mid_run_backfills_what_the_ledger_holds(
+    tmp_path: Path, store: ObjectStore, cut: int
+) -> None:
+    """The laptop's ledger has the run's row (and maybe more) before its bucket exists: the
+    journal it then starts carries the whole record, and the writes after it."""
+    clock = Clock(0.0)
+    writer = Ledger(tmp_path / "writer.db", clock=clock)
+    journal = Journal(store, RUN, "laptop")
+    steps = run_steps(writer, clock)
+    for step in steps[:cut]:
+        step()
+    writer.journal_to(RUN, journal, backfill=True)  # the bucket exists from here on
+    for step in steps[cut:]:
+        step()
+    writer.event(RUN, "note", "after the run")  # the cut may be past the run's last write
+    journal.close()
+    reader = Ledger(tmp_path / "reader.db")
+    assert import_journal(reader, store, RUN) > 0
+    assert snapshot(reader) == snapshot(writer)
+    assert import_journal(writer, store, RUN) == 0  # the backfill's keys are the writer's
+
+
+def test_backfill_rebuilds_failed_and_half_deleted_resources(
+    tmp_path: Path, store: ObjectStore
+) -> None:
+    clock = Clock(100.0)
+    writer = Ledger(tmp_path / "writer.db", clock=clock)
+    writer.create_run(RUN, "mnist", "aws", None, None, None, None, None)
+    for name in ("a", "b", "c", "d"):
+        writer.record_intent(node(name), price_hourly=3.6)
+    clock.t = 200.0
+    writer.mark_created(RUN, "node", "b", "i-b")
+    writer.mark_created(RUN, "node", "c", "i-c")
+    writer.mark_failed(RUN, "node", "a")  # billed 100 s
+    writer.mark_failed(RUN, "node", "d")
+    clock.t = 300.0
+    writer.mark_deleting(RUN, "node", "c")  # still billed
+    writer.mark_deleting(RUN, "node", "d")  # billed until it failed
+    journal = Journal(store, RUN, "laptop")
+    writer.journal_to(RUN, journal, backfill=True)
+    assert journal.pending == 0  # the backfill waited for the bucket
+    journal.close()
+    reader = Ledger(tmp_path / "reader.db")
+    import_journal(reader, store, RUN)
+    assert snapshot(reader) == snapshot(writer)
+    assert [r.state for r in reader.resources(RUN)] == ["failed", "created", "deleting", "deleting"]
+    with pytest.raises(LedgerError, match="no run"):
+        writer.journal_to(OTHER, journal, backfill=True)
