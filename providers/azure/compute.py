@@ -14,6 +14,7 @@ so the orchestrator tries the next zone.
 
 from __future__ import annotations
 
+import dataclasses
 import ssl
 import threading
 import urllib.request
@@ -21,7 +22,7 @@ from datetime import datetime
 from typing import Any
 
 from cloudtrain.errors import NotFound, ProviderError
-from cloudtrain.providers.azure import identity, network
+from cloudtrain.providers.azure import controller_identity, identity, network
 from cloudtrain.providers.azure.account import (
     container_scope,
     default_account,
@@ -43,6 +44,7 @@ from cloudtrain.providers.base import (
     RunInfo,
     StartupBlocks,
     Tagged,
+    node_name,
     parse_node_name,
     run_labels,
 )
@@ -71,10 +73,24 @@ def _state(vm: Any) -> NodeState:
     return "running" if provisioning == "Succeeded" else "pending"
 
 
+CONTROLLER_ROLE = "controller"  # the run's controller node (issue 17)
+
+
+def _controller(name: str, tags: dict[str, str]) -> tuple[str, str, int] | None:
+    """(run, "controller", index) when the tags name the run's controller node and `name` is
+    its node name (base.parse_node_name knows the training roles only). Pure."""
+    run_id, index = tags.get("cloudtrain-run", ""), tags.get("cloudtrain-index", "0")
+    if tags.get("cloudtrain-role") != CONTROLLER_ROLE or not index.isdigit():
+        return None
+    if name != node_name(run_id, CONTROLLER_ROLE, int(index)):
+        return None
+    return run_id, CONTROLLER_ROLE, int(index)
+
+
 def _to_node(vm: Any, ips: dict[str, str]) -> Node | None:
     """A Node from a listed VM, or None when its name and tags do not make it one of ours."""
     tags = dict(vm.tags or {})
-    parsed = parse_node_name(str(vm.name))
+    parsed = parse_node_name(str(vm.name)) or _controller(str(vm.name), tags)
     if parsed is None or "cloudtrain-run" not in tags:
         return None
     nics = vm.network_profile.network_interfaces if vm.network_profile else []
@@ -141,13 +157,51 @@ class AzureCompute(Compute):
         return made
 
     def list_resources(self, run_id: str) -> list[Resource]:
-        """The run's group (or NSG and VNet) that exist. Blocks."""
-        return network.find(self.clients, run_id, self.region, self.rg)
+        """The run's group (or NSG and VNet) that exist, and its controller's role assignments
+        (by their derived ids, at the group and the run's containers). Blocks."""
+        found = network.find(self.clients, run_id, self.region, self.rg)
+        group = network.group_name(run_id, self.rg)
+        seen: dict[str, Resource] = {}
+        for container in sorted(self._containers(run_id)):
+            for res in controller_identity.find(self.clients, run_id, group, container):
+                seen.setdefault(res.id.lower(), res)
+        return found + list(seen.values())
+
+    # -- the controller node's identity ---------------------------------------------------
+
+    def _controller_scopes(self, run: RunInfo) -> tuple[str, str]:
+        """(group, container scope) of the run's controller grants. Raises ProviderError in a
+        user's resource group: Contributor there would reach more than this run. Blocks once
+        (the container's scope is looked up, then cached)."""
+        if self.rg:
+            raise ProviderError(
+                f"run {run.run_id}: a controller node needs cloudtrain's own resource group "
+                f"(providers.azure.resource_group is {self.rg!r}; Contributor there would reach "
+                "more than this run)",
+                hint="run with --detach --no-controller, or leave resource_group unset",
+            )
+        return network.group_name(run.run_id, self.rg), self._scope(run.store_uri)
+
+    def planned_controller_identity(self, run: RunInfo) -> list[Resource]:
+        """The controller's four role assignments (controller_identity), by their ids. Pure
+        but for one cached lookup of the container's scope."""
+        group, container = self._controller_scopes(run)
+        return controller_identity.planned(run.run_id, group, container, self.subscription)
+
+    def ensure_controller_identity(self, run: RunInfo) -> list[Resource]:
+        """Nothing to create yet: the controller runs under its VM's system-assigned identity,
+        which `create_node` grants the four assignments right after the VM exists (as it does
+        for the nodes). Checks the scopes (a user's group is refused). Idempotent; blocks."""
+        self._controller_scopes(run)
+        return []
 
     def delete_resources(self, resources: list[Resource]) -> None:
         """Remove what is left of the run's node grants (an evicted node's, which nothing else
         removes), then delete the run's group (everything left in it goes too), never a user's
         group. Idempotent; blocks; run after the nodes are deleted."""
+        controller_identity.revoke(
+            self.clients, [r.id for r in resources if r.kind == controller_identity.KIND]
+        )
         for run_id in sorted({r.run_id for r in resources}):
             self._revoke_run_grants(run_id)
         network.delete(self.clients, resources, self.rg)
@@ -214,6 +268,10 @@ class AzureCompute(Compute):
         from cloudtrain.providers.azure.images import image_for
 
         group, name = network.group_name(run.run_id, self.rg), request.name
+        if request.role == CONTROLLER_ROLE:  # on demand, the default CPU image, no GPU
+            request = dataclasses.replace(
+                request, spot=False, accelerator=None, accelerator_count=0, image=None
+            )
         zone = request.zone or run.zone or self.default_zone
         existing = self._vm(group, name)
         if existing is not None:
@@ -250,7 +308,14 @@ class AzureCompute(Compute):
     def _grant(self, run: RunInfo, vm: Any, scope: str) -> None:
         """Grant VM `vm`'s identity the run's container (`scope`) and the VM itself, after
         removing the grants of the node's earlier identities (an evicted VM's: Azure leaves
-        them). Idempotent; blocks."""
+        them); the controller VM gets the controller's grants instead (controller_identity).
+        Idempotent; blocks."""
+        tags = dict(getattr(vm, "tags", None) or {})
+        if tags.get("cloudtrain-role") == CONTROLLER_ROLE:
+            group, container = self._controller_scopes(run)
+            principal = str(vm.identity.principal_id)
+            controller_identity.grant(self.clients, run.run_id, group, container, principal)
+            return
         from cloudtrain.providers.azure.bodies import (
             STORAGE_BLOB_DATA_CONTRIBUTOR,
             VIRTUAL_MACHINE_CONTRIBUTOR,

@@ -13,7 +13,9 @@ RoleAssignmentExists, a changed one 409 RoleAssignmentUpdateNotPermitted, and a 
 GET of a missing one is 404 RoleAssignmentNotFound; DELETE answers 200 with the assignment, or
 204 if there is none, as ARM does. The list answers the assignments at, above and below the
 scope; `$filter=atScope()` keeps those at or above it, `principalId eq '{id}'` and
-`assignedTo('{id}')` those of one principal. Scopes compare case-insensitively.
+`assignedTo('{id}')` those of one principal. Scopes compare case-insensitively. An ABAC
+`condition` must come with `conditionVersion` "2.0" and parse (arm_conditions: 400
+InvalidConditionVersion / InvalidRoleAssignmentCondition); a version without a condition is 400.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ import re
 import uuid
 from typing import Any
 
+from tests.fakes.arm_conditions import ConditionError
+from tests.fakes.arm_conditions import parse as parse_condition
 from tests.fakes.arm_errors import ArmApiError
 from tests.fakes.arm_filters import role_filter
 from tests.fakes.arm_http import Reply
@@ -101,6 +105,7 @@ class AuthorizationMixin(ResourcesMixin):
             raise ArmApiError(
                 400, "InvalidPrincipalType", f"Invalid principalType '{principal_type}'."
             )
+        self._check_condition(props)
         if self._state.role_faults:
             code, message = self._state.role_faults.pop(0)
             raise ArmApiError(400, code, message or self._role_fault_message(code, principal))
@@ -147,6 +152,30 @@ class AuthorizationMixin(ResourcesMixin):
         }
         self._state.role_assignments[key] = body
         return Reply(201, copy.deepcopy(body))
+
+    @staticmethod
+    def _check_condition(props: dict[str, Any]) -> None:
+        """An ABAC condition needs conditionVersion "2.0" (the only one ARM accepts) and must
+        parse (arm_conditions); a conditionVersion without a condition is refused too."""
+        condition, version = props.get("condition"), props.get("conditionVersion")
+        if condition is None:
+            if version is not None:
+                raise ArmApiError(
+                    400, "InvalidRoleAssignmentRequest", "conditionVersion without a condition."
+                )
+            return
+        if version != "2.0":
+            raise ArmApiError(
+                400,
+                "InvalidConditionVersion",
+                f"The condition version {version!r} is not supported; use '2.0'.",
+            )
+        try:
+            parse_condition(str(condition))
+        except ConditionError as exc:
+            raise ArmApiError(
+                400, "InvalidRoleAssignmentCondition", f"The condition is not valid: {exc}"
+            ) from exc
 
     def _role_fault_message(self, code: str, principal: str) -> str:
         if code == "PrincipalNotFound":
