@@ -246,7 +246,10 @@ def _remove(email: str) -> Callable[[list[dict[str, Any]]], bool]:
 
 
 def _members(iam: IamClient, base: str) -> list[str]:
-    """Every member of the policy at `base`; [] when its owner is gone. Blocks."""
+    """Every member of the policy at `base`; [] when its owner is gone, or when the caller may
+    not read it (403: a `down` by a user without getIamPolicy there must still tear the run
+    down; a grant it cannot see is left, and grants nothing once the account is gone).
+    Blocks."""
     try:
         policy = iam.call(
             "POST",
@@ -256,6 +259,10 @@ def _members(iam: IamClient, base: str) -> list[str]:
         )
     except NotFound:
         return []
+    except ProviderError as err:
+        if error_codes(err) & {"403", "PERMISSION_DENIED", "forbidden"}:
+            return []
+        raise
     return [m for b in policy.get("bindings") or [] for m in b.get("members") or []]
 
 
