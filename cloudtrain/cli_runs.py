@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Annotated, TextIO
 import typer
 
 from cloudtrain import cli_common as common
+from cloudtrain.providers.registry import infos
 
 if TYPE_CHECKING:
     from cloudtrain.api_logs import LogStream
@@ -38,10 +39,9 @@ ProviderOpt = Annotated[
 RegionOpt = Annotated[
     str | None, typer.Option("--region", help="The run's region, with --provider.")
 ]
-ProjectOpt = Annotated[
-    str | None,
-    typer.Option("--project", help="GCP project / Azure subscription, with --provider."),
-]
+# "GCP project / Azure subscription": the providers' own account fields (their INFO)
+ACCOUNTS = " / ".join(f"{i.label} {i.account_field}" for i in infos() if i.account_field)
+ProjectOpt = Annotated[str | None, typer.Option("--project", help=f"{ACCOUNTS}, with --provider.")]
 
 
 def register(app: typer.Typer) -> None:
