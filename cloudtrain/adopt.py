@@ -46,8 +46,9 @@ def adopt(
     spec = doc.job_spec(cluster)
     plan = Plan.from_dict(rec.plan)
     options = dataclasses.replace(doc.run_options(), detach=False)
-    orch = Orchestrator(spec, plan, provider, ledger, observer, options, run_id=run_id)
-    orch.store_uri, orch.store = store_uri, store
+    orch = Orchestrator(
+        spec, plan, provider, ledger, observer, options, run_id=run_id, store_uri=store_uri
+    )
     orch.started = doc.started
     orch.deadline = cluster.deadline
     orch.zone = rec.zone

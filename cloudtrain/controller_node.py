@@ -122,33 +122,34 @@ def _control(
 
 
 def _delete_self(orch: Orchestrator, journal: Journal) -> None:
-    """Last: the controller node's own VM, then (in its shutdown time) its identity. The ledger
-    (and so the journal) says both are gone before the calls; a failure is left to the
-    dead-man switch of the node's deadline and to `cloudtrain down`. Blocks."""
-    from cloudtrain.teardown import CONTROLLER_KIND_PREFIX
+    """Last: the controller node's own VM, then (in its shutdown time) its identity and what
+    holds the VM (Azure's resource group). The ledger (and so the journal) says all of it is
+    gone before the calls; a failure is left to the dead-man switch of the node's deadline and
+    to `cloudtrain down`. Blocks."""
+    from cloudtrain.teardown import spared_kind
 
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the guest's shutdown must not cut this short
     ledger, run_id, compute = orch.ledger, orch.run_id, orch.provider.compute
-    identity = {
-        (r.kind, r.id): r
-        for r in compute.list_resources(run_id)
-        if r.kind.startswith(CONTROLLER_KIND_PREFIX)
+    left = {
+        (r.kind, r.id): r for r in compute.list_resources(run_id) if spared_kind(compute, r.kind)
     }
     for rec in ledger.resources(run_id, live_only=True):
-        if rec.kind.startswith(CONTROLLER_KIND_PREFIX):
-            identity.setdefault((rec.kind, rec.resource_id), rec.to_resource())
+        if spared_kind(compute, rec.kind):
+            left.setdefault((rec.kind, rec.resource_id), rec.to_resource())
+    # the identity before what holds the VM (deleting a group deletes what is in it)
+    last = sorted(left.values(), key=lambda r: r.kind in compute.holds_nodes_kinds)
     me = [n for n in compute.list_nodes(run_id) if n.name == orch.spare]
-    for res in identity.values():
+    for res in last:
         ledger.mark_deleted(run_id, res.kind, res.id)
     ledger.mark_deleted(run_id, "node", orch.spare)
-    ledger.event(run_id, "controller", f"{orch.spare} deletes itself, its identity first")
+    ledger.event(run_id, "controller", f"{orch.spare} deletes itself, then its identity")
     journal.flush()
     with contextlib.suppress(CloudtrainError, OSError):
         if me:
             compute.delete_listed(me)  # asynchronous: this process has the guest's shutdown
-    with contextlib.suppress(CloudtrainError, OSError):
-        if identity:
-            compute.delete_resources(list(identity.values()))
+    for res in last:
+        with contextlib.suppress(CloudtrainError, OSError):
+            compute.delete_resources([res])
     orch.hand_over()
 
 

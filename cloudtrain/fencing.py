@@ -34,6 +34,7 @@ class FencedCompute(Compute):
         self.inner, self.lease = inner, lease
         self.provider_name = inner.provider_name
         self.max_parallel = inner.max_parallel
+        self.holds_nodes_kinds = inner.holds_nodes_kinds
 
     # --- mutating: fenced ------------------------------------------------------------------
     def ensure_network(self, run: RunInfo) -> list[Resource]:

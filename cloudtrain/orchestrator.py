@@ -63,12 +63,14 @@ class Orchestrator(LeaseHolder, Recovery):
         options: RunOptions | None = None,
         run_id: str | None = None,
         resume_from: ResumeSource | None = None,
+        store_uri: str | None = None,
     ) -> None:
         self.spec, self.plan, self.provider, self.ledger = spec, plan, provider, ledger
         self.observer = observer
         self.options = options or RunOptions.for_provider(provider.name)
         self.run_id = run_id or new_run_id(spec.name)
-        self.store_uri = spec.checkpoint or provider.default_store_uri(self.run_id)
+        # an adopted run's store is known (the controller node may not list the accounts)
+        self.store_uri = store_uri or spec.checkpoint or provider.default_store_uri(self.run_id)
         # the provider retries each call itself (the registry wraps it once): nothing here does
         self.store = provider.store(self.store_uri)
         self.started = time.time()

@@ -18,11 +18,17 @@ from cloudtrain.crashpoints import crash_point
 from cloudtrain.errors import CloudtrainError, ProviderError
 from cloudtrain.jobs.protocol import ClusterDoc, cluster_key, stop_key
 from cloudtrain.ledger import Ledger
-from cloudtrain.providers.base import Provider, Resource
+from cloudtrain.providers.base import Compute, Provider, Resource
 from cloudtrain.redact import MASK
 from cloudtrain.runrules import RUN_REF_RE, check_run_ref
 
 CONTROLLER_KIND_PREFIX = "controller-"  # the controller node's identity (Compute docs)
+
+
+def spared_kind(compute: Compute, kind: str) -> bool:
+    """Whether the controller node tearing its own run down leaves a resource of `kind` for
+    its very end: its identity, and what holds its own VM (Compute.holds_nodes_kinds). Pure."""
+    return kind.startswith(CONTROLLER_KIND_PREFIX) or kind in compute.holds_nodes_kinds
 
 
 @dataclass(frozen=True)
@@ -72,8 +78,8 @@ def teardown(
     spare: str = "",
 ) -> TeardownReport:
     """Delete every node of the run, then its network/identity resources; mark the ledger.
-    `spare`: a node name left alone with every `controller-*` resource (the controller node
-    tearing a run down deletes those itself, last: cloudtrain/controller_node.py).
+    `spare`: a node name left alone with every resource `spared_kind` names (the controller
+    node tearing a run down deletes those itself, last: cloudtrain/controller_node.py).
     Idempotent; blocks until the cloud confirms the nodes are gone. UsageError, before any
     cloud call, for a run id not shaped like one (the cloud's filters are built from it)."""
     check_run_ref(run_id)
@@ -109,9 +115,7 @@ def teardown(
     tagged = compute.list_resources(run_id)
     for res in tagged:
         found.setdefault((res.kind, res.id), res)
-    resources = [
-        r for r in found.values() if not (spare and r.kind.startswith(CONTROLLER_KIND_PREFIX))
-    ]
+    resources = [r for r in found.values() if not (spare and spared_kind(compute, r.kind))]
     if resources:
         say(f"deleting {len(resources)} network/identity resource(s)")
         compute.delete_resources(resources)

@@ -250,6 +250,9 @@ class Compute(ABC):
 
     provider_name: str = ""
     max_parallel: int = 64
+    # resource kinds whose delete deletes the nodes inside them (Azure's resource group): the
+    # controller node tearing its run down deletes them last, after itself (teardown's `spare`)
+    holds_nodes_kinds: frozenset[str] = frozenset()
 
     @abstractmethod
     def planned_network(self, run: RunInfo) -> list[Resource]:

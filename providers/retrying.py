@@ -98,6 +98,7 @@ class RetryingCompute(Compute):
         self.inner: Compute = inner.inner if isinstance(inner, RetryingCompute) else inner
         self.provider_name = self.inner.provider_name
         self.max_parallel = self.inner.max_parallel
+        self.holds_nodes_kinds = self.inner.holds_nodes_kinds
 
     def planned_network(self, run: RunInfo) -> list[Resource]:
         """See Compute.planned_network (pure: not retried)."""
