@@ -358,6 +358,11 @@ def controller_policy(
                     f"{ec2}:subnet/*",
                     f"{ec2}:network-interface/*",
                     f"{ec2}:key-pair/*",
+                    # a spot node's one-time request (untagged; the instance carries the tag):
+                    # RunInstances with InstanceMarketOptions is authorised on it too (Service
+                    # Authorization Reference, EC2, RunInstances: resource type
+                    # spot-instances-request)
+                    f"{ec2}:spot-instances-request/*",
                 ],
             },
             {

@@ -51,6 +51,7 @@ def test_controller_policy_as_sent_touches_only_this_run(ct: Any) -> None:
     # security group
     assert allows("ec2:RunInstances", f"arn:aws:ec2:{REGION}::image/ami-1")
     assert allows("ec2:RunInstances", f"{ec2}:subnet/subnet-1")
+    assert allows("ec2:RunInstances", f"{ec2}:spot-instances-request/sir-1")  # spot workers
     own_sg = {"ec2:ResourceTag/cloudtrain:run": RUN}
     assert allows("ec2:RunInstances", f"{ec2}:security-group/sg-1", **own_sg)
     assert not allows(
