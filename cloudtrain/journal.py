@@ -28,6 +28,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from cloudtrain.errors import CloudtrainError, LedgerError, NotFound
@@ -46,6 +47,7 @@ KEY_RE = re.compile(r"(?P<ns>[0-9]{20})-(?P<seq>[0-9]{6,})-(?P<writer>[A-Za-z0-9
 # queued entry reaches the bucket after later ones of other writers (the retry layer's minutes).
 SKEW_S = 600.0
 RETRY_S = 2.0  # the writer thread's pause before it tries a failed write again
+READ_PARALLEL = 16  # an import's entry reads at a time (one object each: a long run has thousands)
 
 
 def entry_key(time_ns: int, seq: int, writer: str) -> str:
@@ -224,6 +226,22 @@ def _window(lo_ns: int, hi_ns: int) -> str:
     return lo[:n]
 
 
+def _read_all(store: ObjectStore, keys: list[str]) -> list[bytes | None]:
+    """Each object (None: gone), READ_PARALLEL reads at a time, in `keys`' order. Blocks;
+    the first error other than NotFound propagates."""
+
+    def read(key: str) -> bytes | None:
+        try:
+            return store.get(key)
+        except NotFound:
+            return None
+
+    if len(keys) <= 1:
+        return [read(k) for k in keys]
+    with ThreadPoolExecutor(min(READ_PARALLEL, len(keys))) as pool:
+        return list(pool.map(read, keys))
+
+
 def import_journal(
     ledger: Ledger,
     store: ObjectStore,
@@ -243,7 +261,8 @@ def import_journal(
     `incremental` lists only names whose time is within the decimal window from `SKEW_S`
     before the ledger's newest entry of the run to `SKEW_S` after now (one listing of part of
     `ledger/`; the whole journal when the ledger holds none of it). Blocks for one listing
-    and one read per new entry; the store's errors (NotFound for a missing bucket) propagate.
+    and one read per new entry (READ_PARALLEL at a time); the store's errors (NotFound for a
+    missing bucket) propagate.
     """
     say = warn or _log_warning
     prefix = journal_prefix(run_id)
@@ -255,7 +274,7 @@ def import_journal(
             skew = int(SKEW_S * 1e9)
             listed = prefix + _window(last_ns - skew, now_ns() + skew)
     held = ledger.journal_keys(run_id)
-    applied = 0
+    names: list[str] = []
     for info in store.list(listed):
         name = info.key[len(prefix) :]
         if name in held:
@@ -263,10 +282,13 @@ def import_journal(
         if KEY_RE.fullmatch(name) is None:
             say(f"run {run_id}'s journal: skipped {name[:80]!r}: not a journal entry's name")
             continue
-        try:
-            entry = json.loads(store.get(info.key))
-        except NotFound:
+        names.append(name)
+    applied = 0
+    for name, data in zip(names, _read_all(store, [prefix + n for n in names]), strict=True):
+        if data is None:
             continue  # deleted since the listing
+        try:
+            entry = json.loads(data)
         except (ValueError, UnicodeDecodeError) as exc:
             say(f"run {run_id}'s journal: skipped {name}: not JSON ({exc})")
             continue
