@@ -132,6 +132,8 @@ def _execute(
     console = _console()
     if not as_json:
         console.print(plan_table(ready.plan))
+        if detach and controller:
+            console.print(_controller_line(ready))
     # with --json, stdout carries only the result; progress goes to stderr
     progress = _console(stderr=True) if as_json else console
     observer = ConsoleObserver(progress, show_logs=not quiet and not as_json)
@@ -147,6 +149,19 @@ def _execute(
                 f"--follow`); stop with `cloudtrain down {result.run_id}`"
             )
     raise typer.Exit(result.outcome.exit_code)
+
+
+def _controller_line(ready: Launch) -> str:
+    """The plan's line for the controller node of a detached run (its machine and $/h)."""
+    from cloudtrain.controller_offer import controller_offer
+
+    the_plan = ready.plan
+    offer = controller_offer(the_plan.provider, the_plan.region)
+    total = the_plan.hourly_usd + offer.hourly_usd
+    return (
+        f"+ controller node {offer.instance_type}, on-demand: ${offer.hourly_usd:.4f}/h "
+        f"(it watches the detached run); ${total:.4f}/h in all"
+    )
 
 
 @app.command()
