@@ -118,6 +118,9 @@ class AzureCompute(Compute):
     class fans `create_node` and `delete_node` out over a thread pool."""
 
     provider_name = "azure"
+    # deleting the run's group deletes the VMs in it, the controller node's own included: the
+    # controller tearing its run down deletes it last (base.Compute.holds_nodes_kinds)
+    holds_nodes_kinds = frozenset({network.KIND_GROUP})
 
     def __init__(
         self,

@@ -182,6 +182,9 @@ def test_teardown_removes_every_controller_assignment(
     node, _, planned = ready
     mine = _principal(azure_cloud, node.name)
     listed = compute.list_resources(RUN)
+    # the controller deletes the group (and with it its own VM) last, after its grants
+    assert compute.holds_nodes_kinds == {"resource-group"}
+    assert "resource-group" in {r.kind for r in listed}
     found = {r.id.lower() for r in listed if r.kind == "controller-role-assignment"}
     assert found == {r.id.lower() for r in planned} and len(found) == 4
     compute.delete_nodes(RUN)
