@@ -116,9 +116,7 @@ class RetryingCompute(Compute):
     def ensure_controller_identity(self, run: RunInfo) -> list[Resource]:
         """See Compute.ensure_controller_identity; retried. Idempotent; blocks."""
         what = f"controller identity of run {run.run_id}"
-        return _retry(
-            "ensure_network", what, lambda: self.inner.ensure_controller_identity(run)
-        )
+        return _retry("ensure_network", what, lambda: self.inner.ensure_controller_identity(run))
 
     def prepare_nodes(self, run: RunInfo, requests: list[NodeRequest]) -> None:
         """See Compute.prepare_nodes; retried. Idempotent; blocks."""

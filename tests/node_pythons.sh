@@ -25,6 +25,12 @@ fi
 venv="tests/.venvs/py$version"
 stamp="$venv/.pyproject.sha256"
 want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+# Runs at once (helpers, CI shards) take turns to remake the venv: two that both saw a stale
+# stamp used to rm -rf each other's venv mid-install, leaving a stamp and no pytest. Then they
+# share it (a shared lock), so a remake also waits for the runs still using the old one.
+mkdir -p tests/.venvs
+exec 9>"tests/.venvs/.py$version.lock"
+flock 9
 if [ ! -x "$venv/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "tests/node_pythons.sh: making $venv from $python" >&2
   rm -rf "$venv"
@@ -32,6 +38,7 @@ if [ ! -x "$venv/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; 
   "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -e '.[node-test]'
   echo "$want" >"$stamp"
 fi
+flock -s 9
 
 mapfile -t files < <(grep -v -e '^#' -e '^$' tests/node-side-tests.txt)
 echo "node-side tests under $("$venv/bin/python" -V)" >&2

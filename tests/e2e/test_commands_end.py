@@ -108,7 +108,7 @@ def test_a_run_whose_controller_died_half_way_through_teardown(ct: Env) -> None:
 
 def test_a_detached_run_ends_when_its_nodes_report(ct: Env) -> None:
     job = ct.tick_job("detached", 6, 0.5)
-    proc = ct.cli("run", "--detach", str(job), timeout=300)
+    proc = ct.cli("run", "--detach", "--no-controller", str(job), timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (run_id,) = ct.run_ids()
     follow = _follow(ct, run_id)

@@ -152,7 +152,7 @@ def test_bootstrap_failure_ends_the_run_with_its_reason(ct: Env) -> None:
 def test_detach_then_status_logs_and_down(ct: Env) -> None:
     job = ct.job("digits-multiworker", "python train.py --epochs 2")
     started = time.monotonic()
-    proc = ct.cli("run", "--detach", str(job))
+    proc = ct.cli("run", "--detach", "--no-controller", str(job))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert time.monotonic() - started < 30, "detach should return once the nodes exist"
     (run_id,) = ct.run_ids()

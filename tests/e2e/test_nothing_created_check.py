@@ -37,7 +37,7 @@ def test_a_run_that_creates_is_reported(ct: Env, tmp_path: Path) -> None:
     folder and the node's processes: the check names each of them."""
     job = _sleeping_job(tmp_path / "job")
     before = snapshot(ct.home)
-    proc = ct.cli("run", "--quiet", "--detach", str(job), timeout=180)
+    proc = ct.cli("run", "--quiet", "--detach", "--no-controller", str(job), timeout=180)
     try:
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         found = created_since(before)

@@ -12,6 +12,11 @@ each test, so no client outlives its environment. Without moto installed the fix
 moto lacks AWS's public SSM parameters (the AMI ids of the Deep Learning and Ubuntu images) and
 refuses `put_parameter` under `/aws/`: `seed_ssm_parameter` writes one through moto's backend, and
 the `moto_public_images` fixture seeds the image parameters cloudtrain resolves.
+
+S3 decides a conditional PutObject (If-Match / If-None-Match: *) atomically; moto 5.2 checks the
+condition and then writes, unlocked, in the server's request threads, so two racing writers can
+both win (and a GET racing an overwrite can crash on the replaced object's closed buffer).
+`start_moto` therefore serializes moto's object-level requests (`install_atomic_s3_objects`).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import importlib
 import importlib.util
 import logging
 import os
+import threading
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -29,6 +35,7 @@ from typing import Any
 import pytest
 
 HOST = "127.0.0.1"
+_S3_OBJECT_LOCK = threading.RLock()
 # AWS's public AMI parameters, written here from AWS's sources, not from cloudtrain's code (a
 # name the adapter gets wrong must then fail as it would on AWS, with ParameterNotFound):
 # - DLAMI: /aws/service/deeplearning/ami/<arch>/<DLAMI name minus "Deep", "Learning", "AMI">/
@@ -91,6 +98,24 @@ def moto_available() -> bool:
     return all(importlib.util.find_spec(m) is not None for m in ("moto", "flask", "boto3"))
 
 
+def install_atomic_s3_objects() -> None:
+    """Serialize moto's object-level S3 requests (GET, PUT, DELETE, POST of a key), in this
+    process: each request's condition check and its write become one step, as on S3. Bodies
+    are read before the lock. Idempotent."""
+    from moto.s3.responses import S3Response
+
+    handle = S3Response._key_response
+    if getattr(handle, "ct_locked", False):
+        return
+
+    def locked(self: Any, request: Any, full_url: str) -> Any:
+        with _S3_OBJECT_LOCK:
+            return handle(self, request, full_url)
+
+    locked.ct_locked = True  # type: ignore[attr-defined]
+    S3Response._key_response = locked  # type: ignore[method-assign]
+
+
 def start_moto(host: str = HOST) -> MotoServer:
     """Start moto's threaded server on a free port of `host` (default 127.0.0.1; a netns bridge
     address serves the namespaces' VMs and the controller alike, tests/fakes/netns.py); ready
@@ -98,6 +123,7 @@ def start_moto(host: str = HOST) -> MotoServer:
     from moto.server import ThreadedMotoServer
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one log line per request otherwise
+    install_atomic_s3_objects()
     server = ThreadedMotoServer(ip_address=host, port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()

@@ -225,7 +225,7 @@ def run_detached(home: Path, job: Path) -> CliRun:
     recording every request the controller sent while doing so."""
     outputs: dict[str, str] = {}
     with record_requests() as sent:
-        outputs["run"] = cloudtrain("run", str(job), "--detach", "--json")
+        outputs["run"] = cloudtrain("run", str(job), "--detach", "--no-controller", "--json")
         run_id = str(first_json(outputs["run"])["run_id"])
         outputs["status"] = cloudtrain("status", run_id, "--json")
         outputs["plan"] = cloudtrain("plan", str(job), "--json")
@@ -293,7 +293,7 @@ class QuietObserver:
 
 
 def render_requests(job: Path, provider: Any, home: Path, store: Any = None) -> list[Any]:
-    """The NodeRequests (startup script included) `Orchestrator._request` renders for every node
+    """The NodeRequests (startup script included) `Orchestrator.node_request` renders for every node
     of the job's plan on `provider`, with `store` (default: the provider's) presigning the URLs.
     Creates nothing in the cloud."""
     from cloudtrain.bundle import build_bundle
@@ -309,7 +309,7 @@ def render_requests(job: Path, provider: Any, home: Path, store: Any = None) -> 
     if store is not None:
         orch.store = store
     orch.bundle = build_bundle(spec.workdir_path(), home / "bundles")
-    return [orch._request(node) for node in plan.nodes]
+    return [orch.node_request(node) for node in plan.nodes]
 
 
 # --- a small IAM policy evaluator (controller identity tests, issue 17) ---------------------------
