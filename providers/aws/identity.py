@@ -211,19 +211,26 @@ def delete_role(iam: Any, name: str) -> None:
 
 
 def identity_resources(iam: Any, region: str, run_id: str) -> list[Resource]:
-    """The run's role and instance profile, and its controller node's (`controller_name`), that
-    exist, as Resources (by name). Blocks."""
+    """The run's role and instance profile, then its controller node's (`controller_name`)
+    instance profile and role, those that exist, as Resources (by name). The controller's
+    profile comes before its role: the controller deleting its own identity one resource at a
+    time loses every right with its role's policy, so its profile must go first (what is left
+    then is an empty role, which grants nothing, for `down`). Blocks."""
     found = []
-    for name, role_kind, profile_kind in (
-        (resource_name(run_id), KIND_ROLE, KIND_PROFILE),
-        (controller_name(run_id), KIND_CONTROLLER_ROLE, KIND_CONTROLLER_PROFILE),
-    ):
-        role = role_arn(iam, name)
-        if role:
-            found.append(Resource("aws", role_kind, name, region, run_id, role))
-        profile = instance_profile_arn(iam, name)
-        if profile:
-            found.append(Resource("aws", profile_kind, name, region, run_id, profile))
+    name = resource_name(run_id)
+    role = role_arn(iam, name)
+    if role:
+        found.append(Resource("aws", KIND_ROLE, name, region, run_id, role))
+    profile = instance_profile_arn(iam, name)
+    if profile:
+        found.append(Resource("aws", KIND_PROFILE, name, region, run_id, profile))
+    name = controller_name(run_id)
+    profile = instance_profile_arn(iam, name)
+    if profile:
+        found.append(Resource("aws", KIND_CONTROLLER_PROFILE, name, region, run_id, profile))
+    role = role_arn(iam, name)
+    if role:
+        found.append(Resource("aws", KIND_CONTROLLER_ROLE, name, region, run_id, role))
     return found
 
 

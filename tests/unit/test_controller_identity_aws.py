@@ -151,6 +151,9 @@ def test_teardown_finds_and_deletes_every_controller_resource(ct: Any) -> None:
     _setup(ct)
     listed = ct.list_resources(RUN)
     kinds = {(r.kind, r.id) for r in listed}
+    # one at a time (as the controller deletes its own), the profile must go before the role
+    order = [r.kind for r in listed if r.kind.startswith("controller-")]
+    assert order == ["controller-instance-profile", "controller-role"]
     assert {("controller-role", CONTROLLER), ("controller-instance-profile", CONTROLLER)} <= kinds
     found = {(t.run_id, t.kind, t.id) for t in ct.inventory()}
     assert (RUN, "controller-role", CONTROLLER) in found
