@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from cloudtrain import cli_common as common
+from cloudtrain import cli_runs
 from cloudtrain.errors import CloudtrainError
 from cloudtrain.providers.registry import infos, names
 
@@ -199,13 +200,23 @@ def cost(
         str | None, typer.Option("--since", help="Only runs started within, e.g. 30d, 12h.")
     ] = None,
     as_json: JsonOpt = False,
+    provider: cli_runs.ProviderOpt = None,
+    region: cli_runs.RegionOpt = None,
+    project: cli_runs.ProjectOpt = None,
 ) -> None:
     """What runs cost: compute from the ledger, and the storage their outputs keep.
 
-    Per run and in total; storage is priced per month at the provider's standard rate."""
+    Per run and in total; storage is priced per month at the provider's standard rate. For one
+    run, the ledger first takes in its journal's new entries (with --provider: a run this
+    ledger has no record of)."""
     from cloudtrain import api
+    from cloudtrain.api_journal import sync_run
     from cloudtrain.cost_report import totals
 
+    if run_id is not None:
+        run_id = sync_run(
+            run_id, provider=provider, region=region, account=project, warn=common.warn
+        ).run_id
     rows = api.cost(run_id, since=since)
     total = totals(rows)
     if as_json:
@@ -317,9 +328,7 @@ def gc(
         str | None,
         typer.Option("--region", help="Where to look; default: the regions of the ledger's runs."),
     ] = None,
-    project: Annotated[
-        str | None, typer.Option("--project", help=f"{ACCOUNTS}.")
-    ] = None,
+    project: Annotated[str | None, typer.Option("--project", help=f"{ACCOUNTS}.")] = None,
 ) -> None:
     """Find resources of finished or unknown runs left in the cloud; delete them with --yes.
 

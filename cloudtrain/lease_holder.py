@@ -22,10 +22,6 @@ from cloudtrain.providers.base import ObjectStore, Provider
 from cloudtrain.runtypes import Observer
 
 JOURNAL_CLOSE_S = 60.0
-# the run's row as create_run journals it (Ledger.create_run's arguments)
-# the run's row as create_run journals it (Ledger.create_run's arguments)
-JOURNALED_RUN_FIELDS = ("run_id", "name", "provider", "region", "zone", "account", "spec_path",
-    "store_uri", "plan_json", "controller_pid", "controller_host", "controller_start")  # fmt: skip
 
 
 class LeaseHolder:
@@ -87,9 +83,9 @@ class LeaseHolder:
         rec = self.ledger.get_run(self.run_id)
         assert rec is not None
         self.journal = Journal(self.store, self.run_id, writer_id("laptop"))
-        self.ledger.journal_to(self.run_id, self.journal)
-        row = {k: getattr(rec, k) for k in JOURNALED_RUN_FIELDS}
-        self.journal.append({"op": "create_run", "at": rec.created_at, **row})
+        # the run as the ledger holds it (row, status, the bucket's intent, events), then
+        # every write: one transaction, so nothing falls between; blocks until written
+        self.ledger.journal_to(self.run_id, self.journal, backfill=True)
 
     def close_journal(self) -> None:
         """Write what the journal still holds (before this process exits). Blocks, at most

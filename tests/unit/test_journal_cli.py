@@ -50,3 +50,14 @@ def test_status_and_logs_from_a_fresh_home_read_the_journal(tmp_path: Path) -> N
     proc = cli(tmp_path / "empty", "logs", "nope-000000", "--provider", "local")
     assert proc.returncode != 0 and "no journal" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_cost_from_a_fresh_home_reads_the_journal(tmp_path: Path) -> None:
+    first, fresh, bucket = shared_homes(tmp_path)
+    writer = local_run(first, bucket)
+    expected = writer.billed_cost(RUN, now=0.0)
+    proc = cli(fresh, "cost", RUN, "--provider", "local", "--json")
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(proc.stdout)["runs"]
+    assert [(r["run_id"], r["outcome"]) for r in rows] == [(RUN, "succeeded")]
+    assert rows[0]["compute_usd"] == pytest.approx(expected, abs=1e-6)
