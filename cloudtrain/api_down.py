@@ -4,15 +4,20 @@ tags alone. Idempotent: after a crash, or a `kill -9` of an earlier `down`, run 
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from cloudtrain.api_types import LOG, DownReport
-from cloudtrain.errors import UsageError
+from cloudtrain.errors import CloudtrainError, LedgerError, UsageError
 
 if TYPE_CHECKING:
+    from cloudtrain.journal import Journal
+    from cloudtrain.ledger import Ledger, RunRecord
     from cloudtrain.providers.base import Provider
+
+JOURNAL_CLOSE_S = 30.0
 
 
 def _log(message: str) -> None:
@@ -44,6 +49,8 @@ def down(
     check_run_ref(run_id)  # before anything is built from it (the ledger file included)
     the_ledger = api.ledger()
     rec = the_ledger.get_run(run_id)
+    if rec is None and provider is not None:  # another machine's run: its journal, if any
+        rec = _from_journal(run_id, provider, region, account, the_ledger, tell)
     if rec is None and provider is None:
         rec = the_ledger.find_run(run_id)  # a unique prefix, or a clear "no run" error
     name = provider or (rec.provider if rec else None)
@@ -70,11 +77,19 @@ def down(
 
     with signals_deferred(told):  # SIGINT/SIGTERM/SIGHUP half-way would leave half a run
         _fence_out(prov, store_uri, rid, tell)
+        journal = _mirror(prov, store_uri, rid, the_ledger) if rec is not None else None
         request_stop(prov, store_uri, rid, "cloudtrain down")
         report = teardown(prov, the_ledger if rec else None, rid, tell)
         scrub_secrets(prov, store_uri, rid)
         if rec is not None:  # the outcome a racing controller wrote is kept
-            the_ledger.finish_run(rid)
+            try:
+                the_ledger.finish_run(rid)
+            except LedgerError as exc:  # the journal's bucket, not the ledger: a warning
+                tell(f"warning: {exc}")
+        if journal is not None:
+            the_ledger.journal_to(rid, None)
+            with contextlib.suppress(LedgerError):
+                journal.close(JOURNAL_CLOSE_S)
     return DownReport(
         rid, list(report.nodes_deleted), list(report.resources_deleted), report.seconds
     )
@@ -84,11 +99,9 @@ def _fence_out(prov: Provider, store_uri: str, run_id: str, tell: Callable[[str]
     """Take the run's lease by force (term + 1): a controller node, or an attached process,
     stops creating and deleting at its next step (cloudtrain/fencing.py), so nothing it does
     races the teardown. Best effort: a run without a bucket has no lease."""
-    import contextlib
     import os
     import socket
 
-    from cloudtrain.errors import CloudtrainError
     from cloudtrain.lease import Lease, describe, read_lease
 
     with contextlib.suppress(CloudtrainError, OSError):
@@ -97,3 +110,37 @@ def _fence_out(prov: Provider, store_uri: str, run_id: str, tell: Callable[[str]
         Lease(store, run_id, f"down:{socket.gethostname()}:{os.getpid()}").acquire(force=True)
         if held is not None and held.expires > time.time():
             tell(f"took control from {describe(held)}")
+
+
+def _from_journal(
+    run_id: str,
+    provider: str,
+    region: str | None,
+    account: str | None,
+    ledger: Ledger,
+    tell: Callable[[str], None],
+) -> RunRecord | None:
+    """The run's record from its journal (a run made on another machine), or None when its
+    bucket holds none: down then works from the cloud's tags alone. Blocks."""
+    from cloudtrain.api_journal import sync_run
+    from cloudtrain.runrules import check_run_ref
+
+    check_run_ref(run_id, exact=True)
+    try:
+        return sync_run(run_id, provider=provider, region=region, account=account, ledger=ledger)
+    except (CloudtrainError, OSError) as exc:
+        tell(f"no journal of {run_id} to read ({exc}); going by the cloud's tags")
+        return None
+
+
+def _mirror(prov: Provider, store_uri: str, run_id: str, ledger: Ledger) -> Journal | None:
+    """Mirror down's ledger writes into the run's journal, so every machine sees the run torn
+    down. None when the bucket cannot be written (down goes on without it)."""
+    from cloudtrain.journal import Journal, writer_id
+
+    try:
+        journal = Journal(prov.store(store_uri), run_id, writer_id("down"))
+    except (CloudtrainError, OSError):
+        return None
+    ledger.journal_to(run_id, journal)
+    return journal

@@ -31,6 +31,7 @@ from cloudtrain.runtypes import Outcome, RunView
 if TYPE_CHECKING:
     from cloudtrain.journal import Journal
     from cloudtrain.orchestrator import Orchestrator
+    from cloudtrain.providers.base import Compute, Resource
 
 EXIT_NOT_MINE = 6  # another process controls the run (Outcome.LEASE_LOST's code)
 
@@ -122,10 +123,12 @@ def _control(
 
 
 def _delete_self(orch: Orchestrator, journal: Journal) -> None:
-    """Last: the controller node's own VM, then (in its shutdown time) its identity and what
-    holds the VM (Azure's resource group). The ledger (and so the journal) says all of it is
-    gone before the calls; a failure is left to the dead-man switch of the node's deadline and
-    to `cloudtrain down`. Blocks."""
+    """Last: the controller node's own VM, its identity and what holds the VM (Azure's resource
+    group). Where a power-off deletes the VM (AWS) the identity goes first and the VM powers off
+    as this process ends (the startup script's last step); elsewhere the VM's delete comes first
+    (the guest has its shutdown time) and the identity after it. The ledger (and so the journal)
+    says all of it is gone before the calls; a failure is left to the dead-man switch of the
+    node's deadline and to `cloudtrain down`. Blocks."""
     from cloudtrain.teardown import spared_kind
 
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the guest's shutdown must not cut this short
@@ -144,13 +147,23 @@ def _delete_self(orch: Orchestrator, journal: Journal) -> None:
     ledger.mark_deleted(run_id, "node", orch.spare)
     ledger.event(run_id, "controller", f"{orch.spare} deletes itself, then its identity")
     journal.flush()
+    # the deletes are fenced (the lease is still ours); handed over (expired) after them
+    if compute.deletes_on_power_off:  # AWS: no right to delete the VM is needed at all
+        _delete_resources(compute, last)
+        orch.hand_over()
+        return  # the startup script powers the VM off when this process ends: the cloud deletes it
     with contextlib.suppress(CloudtrainError, OSError):
         if me:
-            compute.delete_listed(me)  # asynchronous: this process has the guest's shutdown
-    for res in last:
+            compute.delete_listed(me)  # the guest gets its shutdown time to finish what follows
+    _delete_resources(compute, last)
+    orch.hand_over()
+
+
+def _delete_resources(compute: Compute, resources: list[Resource]) -> None:
+    """Delete each resource, each failure left for `cloudtrain down` (best effort). Blocks."""
+    for res in resources:
         with contextlib.suppress(CloudtrainError, OSError):
             compute.delete_resources([res])
-    orch.hand_over()
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ class FencedCompute(Compute):
         self.provider_name = inner.provider_name
         self.max_parallel = inner.max_parallel
         self.holds_nodes_kinds = inner.holds_nodes_kinds
+        self.deletes_on_power_off = inner.deletes_on_power_off
 
     # --- mutating: fenced ------------------------------------------------------------------
     def ensure_network(self, run: RunInfo) -> list[Resource]:

@@ -27,7 +27,7 @@ ALIVE_STATES: frozenset[str] = frozenset({"pending", "running"})
 ROLES: tuple[str, ...] = ("chief", "worker", "ps", "evaluator")
 
 _NAME_RE = re.compile(
-    r"^ct-(?P<run>[a-z0-9-]+)-(?P<role>chief|worker|ps|evaluator)-(?P<index>\d+)$"
+    r"^ct-(?P<run>[a-z0-9-]+)-(?P<role>chief|worker|ps|evaluator|controller)-(?P<index>\d+)$"
 )
 
 
@@ -253,6 +253,10 @@ class Compute(ABC):
     # resource kinds whose delete deletes the nodes inside them (Azure's resource group): the
     # controller node tearing its run down deletes them last, after itself (teardown's `spare`)
     holds_nodes_kinds: frozenset[str] = frozenset()
+    # whether a node that powers itself off is deleted by the cloud (AWS: the instances'
+    # InstanceInitiatedShutdownBehavior=terminate): the controller node then deletes its
+    # identity first and ends by powering off, needing no right to delete its own VM
+    deletes_on_power_off: bool = False
 
     @abstractmethod
     def planned_network(self, run: RunInfo) -> list[Resource]:

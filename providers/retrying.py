@@ -99,6 +99,7 @@ class RetryingCompute(Compute):
         self.provider_name = self.inner.provider_name
         self.max_parallel = self.inner.max_parallel
         self.holds_nodes_kinds = self.inner.holds_nodes_kinds
+        self.deletes_on_power_off = self.inner.deletes_on_power_off
 
     def planned_network(self, run: RunInfo) -> list[Resource]:
         """See Compute.planned_network (pure: not retried)."""

@@ -100,6 +100,9 @@ class AwsCompute(Compute):
     region. Thread-safe: the base class fans `create_node` out over a thread pool."""
 
     provider_name = "aws"
+    # every instance is launched with InstanceInitiatedShutdownBehavior=terminate (bodies.py;
+    # EC2 API reference, RunInstances): a power-off from inside deletes it
+    deletes_on_power_off = True
 
     def __init__(self, region: str, config: ProviderConfig | None = None) -> None:
         self.region = region
