@@ -9,8 +9,8 @@ build:
 - normalises counts to ints and vcpus/memory to floats; prices are copied exactly as written;
 - adds each provider's supplement rows (`SUPPLEMENT_CSV` of its catalog rules,
   `ProviderInfo.catalog_rules`): rows the source lacks, copied from the same upstream commits;
-- adds the small CPU machines (`SMALL_CPU_CSV`, below) in every zone the catalog covers: what a
-  run's controller node needs (`cloudtrain.controller_offer`: >= 2 GB, on demand);
+- adds the small CPU machines of `catalog/small_cpu.source.csv` (SMALL_CPU_FILE, below) in every
+  zone the catalog covers: what a run's controller node needs (`cloudtrain.controller_offer`);
 - drops machines their cloud has retired (`cloudtrain.pricing.retired`);
 - applies each provider's `build` rule to its rows (e.g. providers/gcp/catalog_rules.py prices
   machines with built-in GPUs as whole VMs, and keeps only the GPU-only rows the catalog
@@ -28,6 +28,7 @@ import csv
 import io
 import sys
 from collections.abc import Iterable, Sequence
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -56,49 +57,20 @@ LOCAL_ROW: dict[str, str] = {
 
 # The small general-purpose CPU machines a managed run's controller node needs (issue 17): the
 # source (a GPU price reference) holds only 4-vCPU CPU rows, so the controller would cost ~$0.19/h.
-# Rows copied verbatim (prices as written) from the upstream catalogs the source itself cites, one
-# row per zone the bundled catalog covers (the controller VM goes to the run's region and zone):
+# SMALL_CPU_FILE (cloudtrain/catalog/small_cpu.source.csv, the source's columns) holds rows copied
+# verbatim (prices as written) from the upstream catalogs the source itself cites, at the same
+# commits (its NOTES: AWS and GCP from skypilot-org/skypilot-catalog, Azure from the
+# coopslarhette/skypilot-catalog fork), one row per zone the bundled catalog covers (the
+# controller VM goes to the run's region and zone):
 # - AWS t3.small/t3.medium (burstable, 2 vCPU, 2/4 GiB) and m5.large (2 vCPU, 8 GiB);
 # - GCP e2-small/e2-medium (shared-core, 2 GiB/4 GiB). Upstream prices them as 2 whole vCPUs
 #   + memory, while GCP bills them at 0.5/1 vCPU (as opencost/opencost#318 prices them), so these
 #   prices overstate the bill (e2-small: $0.049/h here): a controller's cost is never understated;
 # - Azure Standard_B1ms/B2s (burstable; Azure has no spot price for B-series v1, so the upstream
 #   spot cell is empty) and Standard_D2s_v5 (2 vCPU, 8 GiB).
-# Same commits as the source's rows (its NOTES: AWS and GCP from skypilot-org/skypilot-catalog,
-# Azure from the coopslarhette/skypilot-catalog fork, the only copy of that path it found).
-# Columns as in the build's source (SOURCE_COLUMNS), `source` last. A row of the source or of a
-# provider's supplement for the same offer wins over one of these.
-_AWS = "skypilot-catalog v8 catalogs/v8/aws/vms.csv@00148f2af3672e2229b4f7bf8157d5a3f36e3c35"
-_GCP = "skypilot-catalog v8 catalogs/v8/gcp/vms.csv@006059e0f18acb1341e22a27751e9f80df6ba92f"
-_AZURE = "skypilot-catalog v8 catalogs/v8/azure/vms.csv@20291d7eda23e6f420cd9586558cf0bc4051851c"
-SMALL_CPU_CSV = f"""\
-aws,t3.small,,,2.0,2.0,us-east-1,use1-az1,0.0208,0.010300,{_AWS}
-aws,t3.small,,,2.0,2.0,us-west-2,usw2-az1,0.0208,0.010000,{_AWS}
-aws,t3.small,,,2.0,2.0,eu-west-1,euw1-az1,0.0228,0.012200,{_AWS}
-aws,t3.small,,,2.0,2.0,eu-west-1,euw1-az2,0.0228,0.012600,{_AWS}
-aws,t3.medium,,,2.0,4.0,us-east-1,use1-az1,0.0416,0.020300,{_AWS}
-aws,t3.medium,,,2.0,4.0,us-west-2,usw2-az1,0.0416,0.022100,{_AWS}
-aws,t3.medium,,,2.0,4.0,eu-west-1,euw1-az1,0.0456,0.021900,{_AWS}
-aws,t3.medium,,,2.0,4.0,eu-west-1,euw1-az2,0.0456,0.023200,{_AWS}
-aws,m5.large,,,2.0,8.0,us-east-1,use1-az1,0.096,0.037500,{_AWS}
-aws,m5.large,,,2.0,8.0,us-west-2,usw2-az1,0.096,0.046300,{_AWS}
-aws,m5.large,,,2.0,8.0,eu-west-1,euw1-az1,0.107,0.062700,{_AWS}
-aws,m5.large,,,2.0,8.0,eu-west-1,euw1-az2,0.107,0.068600,{_AWS}
-gcp,e2-small,,,2.0,2.0,us-central1,us-central1-a,0.04947,0.0217,{_GCP}
-gcp,e2-small,,,2.0,2.0,us-east1,us-east1-b,0.04947,0.0217,{_GCP}
-gcp,e2-small,,,2.0,2.0,europe-west4,europe-west4-a,0.05446,0.02268,{_GCP}
-gcp,e2-small,,,2.0,2.0,europe-west4,europe-west4-b,0.05446,0.02268,{_GCP}
-gcp,e2-medium,,,2.0,4.0,us-central1,us-central1-a,0.05532,0.02427,{_GCP}
-gcp,e2-medium,,,2.0,4.0,us-east1,us-east1-b,0.05532,0.02427,{_GCP}
-gcp,e2-medium,,,2.0,4.0,europe-west4,europe-west4-a,0.0609,0.02536,{_GCP}
-gcp,e2-medium,,,2.0,4.0,europe-west4,europe-west4-b,0.0609,0.02536,{_GCP}
-azure,Standard_B1ms,,,1.0,2,eastus,,0.0207,,{_AZURE}
-azure,Standard_B1ms,,,1.0,2,westus2,,0.0207,,{_AZURE}
-azure,Standard_B2s,,,2.0,4,eastus,,0.0416,,{_AZURE}
-azure,Standard_B2s,,,2.0,4,westus2,,0.0416,,{_AZURE}
-azure,Standard_D2s_v5,,,2.0,8,eastus,,0.096,0.01056,{_AZURE}
-azure,Standard_D2s_v5,,,2.0,8,westus2,,0.096,0.01248,{_AZURE}
-"""
+# A row of the source or of a provider's supplement for the same offer wins over one of these.
+# The file is data (package data, like the catalog): code outside providers/ names no cloud.
+SMALL_CPU_FILE = "small_cpu.source.csv"
 
 
 class BuildError(Exception):
@@ -154,19 +126,29 @@ def supplement_csv(providers: Sequence[str]) -> str:
     return "".join(t if t.endswith("\n") or not t else t + "\n" for t in texts)
 
 
+def small_cpu_rows() -> list[dict[str, str]]:
+    """The rows of SMALL_CPU_FILE (package data next to the catalog), as source rows. Reads the
+    file; raises BuildError when its header is not the source's columns."""
+    text = (resources.files("cloudtrain") / "catalog" / SMALL_CPU_FILE).read_text(encoding="utf-8")
+    reader = csv.DictReader(io.StringIO(text))
+    if tuple(reader.fieldnames or ()) != SOURCE_COLUMNS:
+        raise BuildError(f"{SMALL_CPU_FILE}: the header is not {','.join(SOURCE_COLUMNS)}")
+    return list(reader)
+
+
 def build_rows(
     source_rows: Iterable[dict[str, str]], prices_date: str = PRICES_DATE
 ) -> dict[str, list[dict[str, str]]]:
-    """Turn source rows (plus the providers' supplement rows and SMALL_CPU_CSV) into catalog rows
-    per cloud. Pure but for importing the providers' catalog rules.
+    """Turn source rows (plus the providers' supplement rows and the small CPU rows of
+    SMALL_CPU_FILE) into catalog rows per cloud. Pure but for importing the providers' catalog
+    rules and reading SMALL_CPU_FILE.
 
     Raises BuildError for an unusable row (unknown provider, bad number, missing GPU price).
     """
     known = clouds()
     rows: list[dict[str, str]] = []
-    extra = supplement_csv(known) + SMALL_CPU_CSV
-    supplement = csv.DictReader(io.StringIO(extra), fieldnames=SOURCE_COLUMNS)
-    for number, raw in enumerate([*source_rows, *supplement], start=2):
+    supplement = csv.DictReader(io.StringIO(supplement_csv(known)), fieldnames=SOURCE_COLUMNS)
+    for number, raw in enumerate([*source_rows, *supplement, *small_cpu_rows()], start=2):
         try:
             row = _normalise(raw, prices_date)
         except ValueError as exc:

@@ -1,12 +1,10 @@
-"""The bundled catalog's small CPU machines (catalog_build.SMALL_CPU_CSV): what a managed run's
-controller node needs (issue 17), in every zone the catalog covers, priced from the upstream
-catalogs the other rows cite, and never chosen for a GPU role.
+"""The bundled catalog's small CPU machines (cloudtrain/catalog/small_cpu.source.csv, added by
+catalog_build): what a managed run's controller node needs (issue 17), in every zone the catalog
+covers, priced from the upstream catalogs the other rows cite, and never chosen for a GPU role.
 """
 
 from __future__ import annotations
 
-import csv
-import io
 import re
 from pathlib import Path
 
@@ -31,8 +29,7 @@ def _isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _small_rows() -> list[dict[str, str]]:
-    text = io.StringIO(catalog_build.SMALL_CPU_CSV)
-    return list(csv.DictReader(text, fieldnames=catalog_build.SOURCE_COLUMNS))
+    return catalog_build.small_cpu_rows()
 
 
 def test_every_zone_of_the_catalog_has_a_small_controller_machine() -> None:
