@@ -18,6 +18,16 @@ from cloudtrain.providers.registry import info, infos
 # what `provider: cheapest` searches (never local), in registry order: ties go to the first
 CLOUDS = tuple(i.name for i in infos() if i.searched_by_cheapest)
 MAX_ALTERNATIVES = 3
+# A CPU-only machine that runs TensorFlow (ps, or any role of a CPU-only cluster) needs this much
+# memory; the catalog's smaller machines are for the controller node (cloudtrain.controller_offer).
+TF_MIN_MEMORY_GB = 8.0
+
+
+def runs_tensorflow(offer: Offer) -> bool:
+    """False for a CPU-only offer known to have less than TF_MIN_MEMORY_GB (a controller-size
+    machine); True otherwise (GPU offers, unknown memory). Pure."""
+    memory = offer.memory_gib if offer.memory_gib is not None else TF_MIN_MEMORY_GB
+    return offer.accelerator is not None or memory >= TF_MIN_MEMORY_GB
 
 
 @dataclass(frozen=True)
@@ -289,12 +299,14 @@ def _choices_in(
 
     cpu_at: dict[tuple[str, str | None], Offer] = {}
     for offer in scope:  # cheapest first
-        if offer.accelerator is None:
+        if offer.accelerator is None and runs_tensorflow(offer):
             cpu_at.setdefault(location(offer), offer)
     if not n_main:
         cpu = [Choice(None, ps, n_ps * price(ps, spot), *loc) for loc, ps in cpu_at.items()]
         return cpu, []
-    candidates = [o for o in scope if request.matches(o)]
+    candidates = [
+        o for o in scope if request.matches(o) and (request.instance_type or runs_tensorflow(o))
+    ]
     choices = []
     for offer in candidates:
         ps = cpu_at.get(location(offer)) if n_ps else None

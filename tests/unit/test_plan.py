@@ -168,6 +168,16 @@ def test_ps_runs_on_the_cheapest_cpu_machine() -> None:
     assert plan.price_of("ps") == 0.20 and plan.price_of("chief") == 3.10
 
 
+def test_ps_never_gets_a_controller_size_machine() -> None:
+    """The catalog's 2 GB machines are for the controller node: a parameter server (TensorFlow)
+    gets the cheapest CPU machine with at least 8 GB."""
+    small = Offer("aws", "t3s", None, 0, 2.0, 2.0, "r-west", "west-b", 0.02, 0.01, "2026-11-21")
+    catalog = Catalog.from_rows([*ROWS, small])
+    plan = make_plan(make_spec(region="r-west", zone="west-b"), catalog)
+    (ps,) = [n for n in plan.nodes if n.role == "ps"]
+    assert (ps.instance_type, plan.price_of("ps")) == ("m5", 0.20)
+
+
 def test_nodes_ordered_by_role_with_indexes() -> None:
     roles = {"evaluator": 1, "ps": 2, "worker": 2, "chief": 1}
     plan = make_plan(make_spec(region="r-east", roles=roles), CATALOG)
