@@ -120,4 +120,5 @@ def test_import_stays_light() -> None:
         "('boto3', 'botocore', 'google', 'azure', 'tensorflow', 'pydantic')]\n"
         "assert not bad, bad\n"
     )
-    subprocess.run([sys.executable, "-c", code], check=True)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
