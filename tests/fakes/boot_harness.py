@@ -79,7 +79,9 @@ image the whole stack its node downloads (`box_images.wheelhouse`).
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import socket
 import subprocess
 import threading
@@ -213,8 +215,10 @@ class BootHarness:
         self.extension_s = extension_s
         self.shutdown_grace_s = shutdown_grace_s
         self.sessions: dict[str, int] = {}  # vm id -> session id
-        # VMs the cloud deleted, whose guest is shutting down or down: vm id -> its thread
+        # VMs the cloud deleted, whose guest is shutting down or down: vm id -> its thread;
+        # `forced`: those whose processes were still running when the grace ended
         self.shutdowns: dict[str, threading.Thread] = {}
+        self.forced: list[str] = []
         self.booted: list[str] = []
         self.boots: dict[str, int] = {}  # vm id -> boots so far
         self.errors: list[str] = []
@@ -432,7 +436,14 @@ class BootHarness:
     def _acpi_shutdown(self, vm_id: str) -> None:
         sid = self.sessions.get(vm_id)
         if sid is not None and not self._stop.is_set():
-            kill_session(sid, grace_s=self.shutdown_grace_s)
+            for pid in session_pids(sid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGTERM)
+            deadline = time.monotonic() + self.shutdown_grace_s
+            while session_pids(sid) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if session_pids(sid):  # the guest was not done: what it ran last is cut short
+                self.forced.append(vm_id)
         self.kill(vm_id)  # the power cut (a subclass's kill cleans up after the VM too)
         self._drop_host(vm_id)
 
