@@ -27,7 +27,7 @@ from typing import Any
 import yaml
 
 from cloudtrain.providers.base import node_name
-from cloudtrain.providers.local import session_pids
+from cloudtrain.providers.local import WORK_ENV, session_pids
 from tests.e2e.conftest import EXAMPLES, Env
 from tests.fakes.boot_harness import BootHarness
 
@@ -181,24 +181,38 @@ def _box_power_cut(harness: BootHarness) -> Callable[[str], None]:
     return cut
 
 
+def node_sessions(nodes: Path) -> list[tuple[str, str]]:
+    """The live local nodes under the folder `nodes`, as the machine runs them: every process
+    session one of whose live processes has CT_WORK (the node's folder, which the local
+    provider gives each node's session and its processes inherit) in `nodes`, by node name and
+    session id. Unlike the nodes' node.json (one per name), this sees two sessions of one name."""
+    marker = f"{WORK_ENV}={nodes}{os.sep}".encode()
+    found: set[tuple[str, str]] = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            environ = Path(f"/proc/{entry}/environ").read_bytes()
+            stat = Path(f"/proc/{entry}/stat").read_text()
+            sid = os.getsid(int(entry))
+        except OSError:  # gone meanwhile (ProcessLookupError is an OSError)
+            continue
+        if stat.rsplit(")", 1)[-1].split()[0] == "Z":
+            continue
+        for item in environ.split(b"\0"):
+            if item.startswith(marker):
+                name = item[len(marker) :].decode(errors="replace").split(os.sep)[0]
+                found.add((name, str(sid)))
+    return sorted(found)
+
+
 def local_cloud(ct: Env) -> Cloud:
     """The local provider: nodes are process sessions under $CLOUDTRAIN_HOME/local, priced at
     $3.60/h each (free by default: a run's cost would show nothing)."""
     ct.env["CLOUDTRAIN_LOCAL_PRICE_USD"] = "3.6"
 
-    def metas(run_id: str) -> list[dict[str, Any]]:
-        out = []
-        for path in ct.home.glob(f"local/runs/{run_id}/nodes/*/node.json"):
-            try:
-                out.append(json.loads(path.read_text()))
-            except (OSError, json.JSONDecodeError):  # being replaced: read next round
-                continue
-        return out
-
     def live(run_id: str) -> list[tuple[str, str]]:
-        return [
-            (str(m["name"]), str(m["pid"])) for m in metas(run_id) if session_pids(int(m["pid"]))
-        ]
+        return node_sessions(ct.home / "local" / "runs" / run_id / "nodes")
 
     def node_dir(name: str) -> Path:
         (found,) = ct.home.glob(f"local/runs/*/nodes/{name}")
@@ -214,7 +228,7 @@ def local_cloud(ct: Env) -> Cloud:
         return [path.read_text(errors="replace")] if path.exists() else []
 
     def leaks(run_id: str) -> list[str]:
-        return [f"local node {name} ({pid})" for name, pid in live(run_id)]
+        return [f"local node {name} (session {sid})" for name, sid in live(run_id)]
 
     def keys(run_id: str) -> list[str]:
         root = ct.bucket / run_id

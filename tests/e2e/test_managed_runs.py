@@ -135,6 +135,7 @@ def test_a_deleted_vm_gets_sigterm_then_the_power_cut_after_its_grace(tmp_path: 
     assert 2.0 <= stubborn < 4.0, stubborn  # SIGTERM ignored: cut at the grace's end
     assert _log(harness, "dies").split() == ["up"], "a VM that dies gets no SIGTERM"
     assert harness.boots == {"graceful": 1, "stubborn": 1, "dies": 1}, "none booted again"
+    assert harness.forced == ["stubborn"], "the only one still running at the grace's end"
 
 
 def _controller_venv(wheel: Path, extra: str, program: str) -> str:
@@ -307,13 +308,18 @@ def _wait_gone(cloud: Cloud, inventory: Inventory, timeout: float) -> None:
 
     def detail() -> str:
         tails = {n: cloud.consoles(n)[-1][-1500:] for n, _ in inventory.last if cloud.consoles(n)}
-        return f"live: {inventory.last}\n" + "\n".join(f"--- {n}\n{t}" for n, t in tails.items())
+        dups = f"duplicates: {inventory.duplicates[:3]}\n" if inventory.duplicates else ""
+        shown = "\n".join(f"--- {n}\n{t}" for n, t in tails.items())
+        return f"{dups}live: {inventory.last}\n{shown}"
 
     wait_until(
         "every node of the run gone", lambda: not cloud.live(inventory.run_id), timeout, detail
     )
     if cloud.harness is not None:
         assert cloud.harness.live_sessions() == []
+        controller = cloud.harness.vm_ids(controller_of(inventory.run_id))
+        cut = set(controller) & set(cloud.harness.forced)
+        assert not cut, "the controller node's last step outlasted its VM's shutdown grace"
 
 
 def _status(cloud: Cloud, tmp_path: Path, run_id: str) -> dict[str, Any]:
