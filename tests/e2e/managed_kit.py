@@ -80,6 +80,9 @@ class Cloud:
     power_cut: Callable[[str], None]  # node name: the VM dies (no shutdown), still listed
     keys: Callable[[str], list[str]]  # run id -> the keys of its bucket prefix
     harness: BootHarness | None = None
+    # what `leaks` shows of the controller's identity while it exists (so its absence at the
+    # end means it is gone, not that `leaks` cannot see it)
+    identity: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)  # set in the CLI's and the VMs' env
 
     def args(self) -> list[str]:
@@ -289,7 +292,17 @@ def aws_cloud(box: Any) -> Cloud:
 
     h = box.harness
     return Cloud(
-        "aws", REGION, box.ct, live, take_back, _box_consoles(h), leaks, _box_power_cut(h), keys, h
+        "aws",
+        REGION,
+        box.ct,
+        live,
+        take_back,
+        _box_consoles(h),
+        leaks,
+        _box_power_cut(h),
+        keys,
+        h,
+        ("-controller",),  # its role and instance profile: cloudtrain-<run>-controller
     )
 
 
@@ -317,6 +330,12 @@ def gcp_cloud_of(box: Any) -> Cloud:
             if run_id in json.dumps(a)
         ]
         left += [f"bucket binding {b}" for b in box.run_bindings(run_id)]
+        # the controller's grants on the project (instanceAdmin under a condition naming the
+        # run's instance prefix; a deleted account's member keeps its email)
+        project = gce.iam_policy("project", box.cloud.project)
+        left += [
+            f"project binding {b}" for b in project.get("bindings") or [] if run_id in json.dumps(b)
+        ]
         return left
 
     def keys(run_id: str) -> list[str]:
@@ -334,6 +353,7 @@ def gcp_cloud_of(box: Any) -> Cloud:
         _box_power_cut(h),
         keys,
         h,
+        ("service account ", "project binding "),
     )
 
 
@@ -386,6 +406,7 @@ def azure_cloud_of(box: Any) -> Cloud:
         _box_power_cut(h),
         keys,
         h,
+        ("-controller-0)",),  # its system identity's role assignments
     )
 
 

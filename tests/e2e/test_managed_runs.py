@@ -363,6 +363,9 @@ def test_detached_run_survives_a_preemption_and_cleans_up_after_itself(
             180,
             lambda: f"live: {inventory.last}",
         )
+        during = cloud.leaks(run_id)
+        for mark in cloud.identity:  # the end's leak check sees the controller's identity
+            assert any(mark in x for x in during), (mark, during)
         cloud.take_back(victim)
         _wait_gone(cloud, inventory, timeout=240)
     finally:
