@@ -152,10 +152,12 @@ def _delete_self(orch: Orchestrator, journal: Journal) -> None:
         _delete_resources(compute, last)
         orch.hand_over()
         return  # the startup script powers the VM off when this process ends: the cloud deletes it
+    # what the VM's delete does not need goes first, outside the guest's shutdown time
+    _delete_resources(compute, [r for r in last if not compute.needed_to_delete_self(r)])
     with contextlib.suppress(CloudtrainError, OSError):
         if me:
             compute.delete_listed(me)  # the guest gets its shutdown time to finish what follows
-    _delete_resources(compute, last)
+    _delete_resources(compute, [r for r in last if compute.needed_to_delete_self(r)])
     orch.hand_over()
 
 

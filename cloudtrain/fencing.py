@@ -88,6 +88,10 @@ class FencedCompute(Compute):
         """See Compute.planned_network. Pure."""
         return self.inner.planned_network(run)
 
+    def needed_to_delete_self(self, resource: Resource) -> bool:
+        """See Compute.needed_to_delete_self. Pure."""
+        return self.inner.needed_to_delete_self(resource)
+
     def planned_controller_identity(self, run: RunInfo) -> list[Resource]:
         """See Compute.planned_controller_identity. Pure."""
         return self.inner.planned_controller_identity(run)

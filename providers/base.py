@@ -349,6 +349,11 @@ class Compute(ABC):
         """The boot log of a node that never reported, if the cloud keeps one. Best effort."""
         return ""
 
+    def needed_to_delete_self(self, resource: Resource) -> bool:
+        """Whether the controller node needs this identity resource of its own to delete its own
+        VM (so it is deleted after that call). Pure. Default: all of them."""
+        return True
+
     def planned_controller_identity(self, run: RunInfo) -> list[Resource]:
         """The controller node's own identity (role, policy, account, grants) that
         `ensure_controller_identity` makes, for the ledger before they exist. Every kind starts

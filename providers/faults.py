@@ -227,6 +227,10 @@ class FaultyCompute(Compute):
         self._faults.gate("ensure_network")
         return self.inner.ensure_network(run)
 
+    def needed_to_delete_self(self, resource: Resource) -> bool:
+        """See Compute.needed_to_delete_self. Pure."""
+        return self.inner.needed_to_delete_self(resource)
+
     def planned_controller_identity(self, run: RunInfo) -> list[Resource]:
         """Pure: passed through without faults."""
         return self.inner.planned_controller_identity(run)

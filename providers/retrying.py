@@ -110,6 +110,10 @@ class RetryingCompute(Compute):
         what = f"network of run {run.run_id}"
         return _retry("ensure_network", what, lambda: self.inner.ensure_network(run))
 
+    def needed_to_delete_self(self, resource: Resource) -> bool:
+        """See Compute.needed_to_delete_self. Pure."""
+        return self.inner.needed_to_delete_self(resource)
+
     def planned_controller_identity(self, run: RunInfo) -> list[Resource]:
         """See Compute.planned_controller_identity (pure: not retried)."""
         return self.inner.planned_controller_identity(run)

@@ -185,6 +185,11 @@ class AzureCompute(Compute):
             )
         return network.group_name(run.run_id, self.rg), self._scope(run.store_uri)
 
+    def needed_to_delete_self(self, resource: Resource) -> bool:
+        """Only the grants at the run's resource group (Contributor deletes the VM); the
+        container-scope ones go before the VM's delete, outside the guest's shutdown. Pure."""
+        return "/containers/" not in resource.id.lower()
+
     def planned_controller_identity(self, run: RunInfo) -> list[Resource]:
         """The controller's four role assignments (controller_identity), by their ids. Pure
         but for one cached lookup of the container's scope."""

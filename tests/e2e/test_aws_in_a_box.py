@@ -170,7 +170,9 @@ def test_a_full_zone_fails_over_and_all_full_fails_clearly(aws: AwsBox) -> None:
 def test_detach_then_status_logs_and_down(aws: AwsBox) -> None:
     # detach, logs, status and down are asserted: the job ticks (the run above trains for real)
     job = aws.ct.tick_job("detached", epochs=4, seconds=0.5)
-    proc = aws.run("run", "--detach", "--no-controller", "--provider", "aws", "--region", REGION, str(job))
+    proc = aws.run(
+        "run", "--detach", "--no-controller", "--provider", "aws", "--region", REGION, str(job)
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     (run_id,) = aws.ct.run_ids()
     follow = aws.run("logs", run_id, "--follow")

@@ -191,7 +191,9 @@ def test_run_on_azure_trains_for_real_and_leaves_nothing(azure: AzureBox) -> Non
 def test_detach_then_status_logs_and_down(azure: AzureBox) -> None:
     # detach, logs, status and down are asserted: the job ticks (the run above trains for real)
     job = azure.ct.tick_job("detached", epochs=4, seconds=0.5)
-    proc = azure.run("run", "--detach", "--no-controller", "--provider", "azure", "--region", REGION, str(job))
+    proc = azure.run(
+        "run", "--detach", "--no-controller", "--provider", "azure", "--region", REGION, str(job)
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     (run_id,) = azure.ct.run_ids()
     group = azure.run_group(run_id)

@@ -142,7 +142,9 @@ def test_run_on_gcp_trains_for_real_and_leaves_nothing(gcp: GcpBox) -> None:
 def test_detach_then_status_logs_and_down(gcp: GcpBox) -> None:
     # detach, logs, status and down are asserted: the job ticks (the run above trains for real)
     job = gcp.ct.tick_job("detached", epochs=4, seconds=0.5)
-    proc = gcp.run("run", "--detach", "--no-controller", "--provider", "gcp", "--region", REGION, str(job))
+    proc = gcp.run(
+        "run", "--detach", "--no-controller", "--provider", "gcp", "--region", REGION, str(job)
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     (run_id,) = gcp.ct.run_ids()
     assert len(gcp.run_firewalls(run_id)) == 1
