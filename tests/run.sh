@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install everything the test suite needs, then run the whole suite. CI runs exactly this.
-#   pip extras (.[dev]: TensorFlow, tf-keras, the cloud SDKs, moto, the GCS emulator, pytest, ruff),
+#   pip extras (.[dev]: TensorFlow, tf-keras, the cloud SDKs, moto, the GCS emulator, pytest,
+#   pytest-xdist, ruff),
 #   Azurite (the Azure Blob emulator) from npm into tests/.azurite; from Debian: shellcheck, and
 #   iproute2, nftables and debootstrap for the box's machines (a network namespace per node, each
 #   cloud's firewall as nftables rules, a Debian 12 root booted as root: tests/fakes/netns.py,
@@ -43,4 +44,8 @@ fi
 python3 -m tests.fakes.box_images 3.10
 # The Debian 12 root (debootstrap, ~1 min) that tests/e2e/test_debian_boot.py boots as root, once
 python3 -m tests.fakes.debian_root
-exec python3 -m pytest -q "$@"
+# Two workers (pytest-xdist), whole files each: most of the suite waits on processes, clouds'
+# fakes and polls rather than computing, and every test keeps to its own CLOUDTRAIN_HOME, ports,
+# namespaces (claimed per process: tests/fakes/netns.py) and fakes, so files run side by side.
+# CT_TEST_WORKERS=0 runs it in this one process.
+exec python3 -m pytest -q -n "${CT_TEST_WORKERS:-2}" --dist loadfile "$@"
