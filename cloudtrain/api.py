@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from cloudtrain.api_build import (
     find_run,
@@ -46,11 +46,12 @@ from cloudtrain.api_types import (
     RunStatus,
     SilentObserver,
 )
-from cloudtrain.errors import UsageError
+from cloudtrain.errors import CloudtrainError, UsageError
 
 if TYPE_CHECKING:
     from cloudtrain.ledger import RunRecord
     from cloudtrain.plan import Plan
+    from cloudtrain.providers.base import Provider
     from cloudtrain.runtypes import Observer, RunOptions, RunResult
     from cloudtrain.spec import JobSpec
 
@@ -302,7 +303,20 @@ def status(run_id: str) -> RunStatus:
         cloud_nodes={name: n.state for name, n in nodes.items()},
         live_resources=[f"{r.kind}/{r.resource_id}" for r in live],
         store_error=unreadable,
+        lease=_lease(prov, str(rec.store_uri), rec.run_id),
+        read_at=time.time(),
     )
+
+
+def _lease(prov: Provider, store_uri: str, run_id: str) -> dict[str, Any] | None:
+    """The run's control/lease as a dict, or None (none, or the bucket unreadable). Blocks."""
+    from cloudtrain.lease import read_lease
+
+    try:
+        doc = read_lease(prov.store(store_uri), run_id)
+    except (CloudtrainError, OSError):
+        return None
+    return None if doc is None else doc.to_dict()
 
 
 def logs(

@@ -68,6 +68,9 @@ class RunStatus:
     cloud_nodes: dict[str, str]
     live_resources: list[str]
     store_error: str | None = None
+    # control/lease as the bucket holds it (jobs.protocol.LeaseDoc), None for a run without one
+    lease: Mapping[str, Any] | None = None
+    read_at: float = 0.0  # when the lease was read (epoch seconds)
 
     @property
     def run_id(self) -> str:
@@ -89,9 +92,15 @@ class RunStatus:
 
     @property
     def orphaned(self) -> bool:
-        """Not done, and its recorded controller is not running: nothing will finish it."""
+        """Not done, and nobody controls it: its lease expired (a controller node died, or a
+        detach without one), or, for a run without a lease, its recorded controller process is
+        not running. Nothing will finish it until `attach` (or `down`)."""
+        if self.done:
+            return False
+        if self.lease is not None:
+            return float(self.lease.get("expires", 0.0)) < self.read_at
         ctl = self.controller
-        return not self.done and ctl.state != "alive" and ctl.pid is not None
+        return ctl.state != "alive" and ctl.pid is not None
 
     def to_dict(self) -> dict[str, Any]:
         """What `cloudtrain status --json` prints. Pure."""
@@ -118,6 +127,8 @@ class RunStatus:
                 for k, v in self.statuses.items()
             },
             "bootstrap": self.bootstrap,
+            "lease": _plain(self.lease),
+            "orphaned": self.orphaned,
             "failures": {
                 k: {"reason": f.reason, "tail": list(f.tail)}
                 for k, f in sorted(self.failures.items())

@@ -168,11 +168,9 @@ def _controller_line(ready: Launch) -> str:
 @app.command()
 def attach(
     run_id: RunArg,
-    provider: Annotated[
-        str | None,
-        typer.Option("--provider", "-p", help="Needed only when the ledger has no record of RUN."),
-    ] = None,
-    region: RegionOpt = None,
+    provider: cli_runs.ProviderOpt = None,
+    region: cli_runs.RegionOpt = None,
+    project: cli_runs.ProjectOpt = None,
     detach: Annotated[
         bool, typer.Option("--detach", help="Hand the run to a new controller node and return.")
     ] = False,
@@ -188,7 +186,9 @@ def attach(
     console = _console()
     observer = ConsoleObserver(console, show_logs=not quiet)
     with observer:
-        result = attach_run(run_id, observer, provider=provider, region=region, detach=detach)
+        result = attach_run(
+            run_id, observer, provider=provider, region=region, account=project, detach=detach
+        )
     console.print(summary(result))
     raise typer.Exit(result.outcome.exit_code)
 

@@ -20,6 +20,7 @@ from cloudtrain.providers.registry import infos
 
 if TYPE_CHECKING:
     from cloudtrain.api_logs import LogStream
+    from cloudtrain.api_types import RunStatus
     from cloudtrain.ledger import Ledger, RunRecord
     from cloudtrain.providers.base import Provider
     from cloudtrain.runstate import RunReader
@@ -83,13 +84,14 @@ def status(
         f"  live resources: {len(now.live_resources)}  cloud nodes: {len(now.cloud_nodes)}"
     )
     if rec.status != "done":
-        console.print(f"  {now.controller.describe()}", markup=False)
+        console.print(f"  {_controlled_by(now)}", markup=False)
     if now.store_error:
         console.print(f"  bucket not readable: {now.store_error}", markup=False)
     if now.orphaned:
         console.print(
-            f"  its controller is gone: nothing will finish this run; "
-            f"`cloudtrain down {rec.run_id}` cleans up",
+            f"  its controller is gone: nothing replaces a lost node or ends this run; "
+            f"`cloudtrain attach {rec.run_id}` takes it over, `cloudtrain down {rec.run_id}` "
+            "cleans up",
             markup=False,
         )
     from cloudtrain.failures import describe
@@ -98,6 +100,17 @@ def status(
         console.print(_indented(rec.detail), markup=False)
     elif now.failures:  # a live run: what its nodes report so far
         console.print(_indented(describe(list(now.failures.values()))), markup=False)
+
+
+def _controlled_by(now: RunStatus) -> str:
+    """Who controls the run: the lease's holder (cloudtrain/lease.py), or for a run without a
+    lease its recorded controller process. Pure."""
+    if now.lease is None:
+        return now.controller.describe()
+    from cloudtrain.jobs.protocol import LeaseDoc
+    from cloudtrain.lease import describe
+
+    return "controlled by " + describe(LeaseDoc.from_dict(now.lease), now.read_at)
 
 
 def _indented(text: str) -> str:

@@ -88,21 +88,31 @@ def ensure_identity(iam: Any, run_id: str, store_uri: str) -> tuple[str, str]:
     (role ARN, instance profile ARN). Idempotent: existing entities are fine. Blocks."""
     name = resource_name(run_id)
     policy = json.dumps(s3_policy(store_uri, run_id))  # a bad URI fails before any create
+    description = f"cloudtrain run {run_id}: its nodes' access to the run's S3 prefix"
+    return ensure_role_and_profile(iam, run_id, name, description, policy_name(run_id), policy)
+
+
+def ensure_role_and_profile(
+    iam: Any, run_id: str, name: str, description: str, policy_name: str, policy: str
+) -> tuple[str, str]:
+    """Create (or complete) role `name` (EC2 may assume it) with its one inline policy, tagged
+    with the run, and the instance profile of the same name holding it; returns (role ARN,
+    instance profile ARN). Idempotent: existing entities are fine. Blocks."""
     tags = tag_list({TAG_RUN: run_id})
     call(
         f"create IAM role {name}",
         lambda: iam.create_role(
             RoleName=name,
             AssumeRolePolicyDocument=json.dumps(TRUST_POLICY),
-            Description=f"cloudtrain run {run_id}: its nodes' access to the run's S3 prefix",
+            Description=description,
             Tags=tags,
         ),
         ok={"EntityAlreadyExists"},
     )
     with aws_errors(f"tag IAM role {name}"):
         iam.tag_role(RoleName=name, Tags=tags)
-    with aws_errors(f"put the S3 policy of IAM role {name}"):
-        iam.put_role_policy(RoleName=name, PolicyName=policy_name(run_id), PolicyDocument=policy)
+    with aws_errors(f"put the policy of IAM role {name}"):
+        iam.put_role_policy(RoleName=name, PolicyName=policy_name, PolicyDocument=policy)
     call(
         f"create instance profile {name}",
         lambda: iam.create_instance_profile(InstanceProfileName=name, Tags=tags),
@@ -483,34 +493,5 @@ def ensure_controller_identity(
         )
     name = controller_name(run_id)
     policy = json.dumps(controller_policy(run_id, store_uri, region, node_role))
-    tags = tag_list({TAG_RUN: run_id})
-    call(
-        f"create IAM role {name}",
-        lambda: iam.create_role(
-            RoleName=name,
-            AssumeRolePolicyDocument=json.dumps(TRUST_POLICY),
-            Description=f"cloudtrain run {run_id}: its controller node (this run only)",
-            Tags=tags,
-        ),
-        ok={"EntityAlreadyExists"},
-    )
-    with aws_errors(f"tag IAM role {name}"):
-        iam.tag_role(RoleName=name, Tags=tags)
-    with aws_errors(f"put the policy of IAM role {name}"):
-        iam.put_role_policy(RoleName=name, PolicyName=name, PolicyDocument=policy)
-    call(
-        f"create instance profile {name}",
-        lambda: iam.create_instance_profile(InstanceProfileName=name, Tags=tags),
-        ok={"EntityAlreadyExists"},
-    )
-    with aws_errors(f"read instance profile {name}"):
-        profile = iam.get_instance_profile(InstanceProfileName=name)["InstanceProfile"]
-    if not any(r.get("RoleName") == name for r in profile.get("Roles", [])):
-        call(
-            f"add role {name} to instance profile {name}",
-            lambda: iam.add_role_to_instance_profile(InstanceProfileName=name, RoleName=name),
-            ok={"LimitExceeded", "EntityAlreadyExists"},
-        )
-    with aws_errors(f"read IAM role {name}"):
-        made = iam.get_role(RoleName=name)["Role"]["Arn"]
-    return str(made), str(profile["Arn"])
+    description = f"cloudtrain run {run_id}: its controller node (this run only)"
+    return ensure_role_and_profile(iam, run_id, name, description, name, policy)
