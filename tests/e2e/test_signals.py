@@ -241,7 +241,7 @@ def test_down_finishes_what_it_started_when_signalled(
     env = dict(ct.env, CLOUDTRAIN_FAULTS=json.dumps({"latency_s": 0.5}))
     proc = signals_kit.start(env, ["down", run_id], log=ct.home / "cli.log")
     child.append(proc)
-    ct.wait_for(r"deleting 2 node\(s\)", timeout=60)
+    ct.wait_for(r"deleting 3 node\(s\)", timeout=60)  # two workers and the controller node
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         proc.send_signal(sig)
         time.sleep(0.05)
