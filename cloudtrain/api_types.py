@@ -93,13 +93,18 @@ class RunStatus:
     @property
     def orphaned(self) -> bool:
         """Not done, and nobody controls it: its lease expired (a controller node died, or a
-        detach without one), or, for a run without a lease, its recorded controller process is
-        not running. Nothing will finish it until `attach` (or `down`)."""
+        detach without one) or is held by the recorded controller process, which is gone; or,
+        for a run without a lease, that process is not running. Nothing will finish it until
+        `attach` (or `down`)."""
         if self.done:
             return False
-        if self.lease is not None:
-            return float(self.lease.get("expires", 0.0)) < self.read_at
         ctl = self.controller
+        if self.lease is not None:
+            if float(self.lease.get("expires", 0.0)) < self.read_at:
+                return True
+            # held by the recorded process (an attached run), which is gone: nobody renews it
+            mine = self.lease.get("owner") == f"run:{ctl.host}:{ctl.pid}"
+            return mine and ctl.state == "gone"
         return ctl.state != "alive" and ctl.pid is not None
 
     def to_dict(self) -> dict[str, Any]:

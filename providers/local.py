@@ -14,6 +14,7 @@ import fcntl
 import hashlib
 import json
 import os
+import random
 import re
 import shutil
 import signal
@@ -249,10 +250,34 @@ class LocalStore:
         return _path_to_uri(path)
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+LOW_PORT = 20000  # node ports are drawn from here up to the kernel's ephemeral range
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now, drawn at random below the kernel's ephemeral range
+    (ip_local_port_range, 32768 by default): a port the kernel hands out (bind to 0) is also
+    what any outgoing connection may take before the node's TensorFlow binds it ("Could not
+    start gRPC server" under load). Non-blocking."""
+    try:
+        top = int(EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        top = 32768
+    rng = random.SystemRandom()
+    for _ in range(200):
+        port = rng.randrange(LOW_PORT, max(top, LOW_PORT + 1000))
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:  # crowded: the kernel's pick
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+_free_port = free_port
 
 
 def _proc_stat(pid: int) -> tuple[str, int] | None:

@@ -82,7 +82,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -90,7 +89,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from cloudtrain.providers.local import kill_session, session_pids, start_session
+from cloudtrain.providers.local import free_port, kill_session, session_pids, start_session
 from tests.fakes.bootstrap_shims import OS_RELEASES, T4_LSPCI, VGA_LSPCI
 from tests.fakes.box_images import facts, image_python, sdk_wheelhouse, wheelhouse
 from tests.fakes.metadata_server import MetadataServer
@@ -184,10 +183,7 @@ class Vm:
     driver_extension: bool = False  # Azure's NvidiaGpuDriverLinux is on the VM
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+_free_port = free_port  # below the ephemeral range (providers/local.py)
 
 
 class BootHarness:

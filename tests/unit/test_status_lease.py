@@ -5,6 +5,7 @@ orphaned); a run whose lease expired has nobody, even when the process that made
 from __future__ import annotations
 
 import dataclasses
+import socket
 from pathlib import Path
 
 from cloudtrain.api_types import RunStatus
@@ -44,3 +45,13 @@ def test_an_expired_lease_is_nobody_even_with_its_maker_running(tmp_path: Path) 
 def test_without_a_lease_the_recorded_process_decides(tmp_path: Path) -> None:
     assert not _status(tmp_path, None).orphaned  # this process: alive
     assert _status(tmp_path / "b", None, pid=2**22 + 7).orphaned
+
+
+def test_a_live_lease_of_the_recorded_process_that_is_gone_is_nobody(tmp_path: Path) -> None:
+    """An attached run's CLI killed mid-teardown: its lease is still live for up to a ttl, but
+    nobody renews it, and status says so at once."""
+    dead = 2**22 + 7
+    gone = _status(
+        tmp_path, {**_lease(NOW + 20), "owner": f"run:{socket.gethostname()}:{dead}"}, dead
+    )
+    assert gone.controller.state == "gone" and gone.orphaned
