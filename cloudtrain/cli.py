@@ -375,8 +375,16 @@ def _register_runs() -> None:
     cli_runs.register(app)
 
 
+def _register_insight() -> None:
+    from cloudtrain import cli_report, cli_scale, cli_tensorboard  # typer only at import
+
+    for module in (cli_scale, cli_tensorboard, cli_report):
+        module.register(app)
+
+
 _register_catalog()
 _register_runs()
+_register_insight()
 
 
 @app.command()

@@ -8,6 +8,8 @@ Everything a run keeps in its bucket lives under `run_prefix(run_id)` ("cloudtra
     heartbeat/<node>.json               Heartbeat     agent -> controller (every heartbeat_s)
     notice/<node>.json                  NoticeDoc     agent -> controller (preemption notice)
     logs/<node>/<seq>.log               text          agent -> controller (ordered chunks)
+    metrics/<node>/<seq>.jsonl          JSON lines    agent -> report (ordered chunks; METRICS)
+    tensorboard/<rel>                   event files   chief -> `cloudtrain tensorboard`
     bootstrap/<node>.log                text          startup script -> controller
     attempt-<n>/nodes/<node>.json       Registration  agent -> agents (rendezvous)
     attempt-<n>/checkpoints-ready       (a marker)    chief -> agents (restore barrier)
@@ -144,6 +146,61 @@ def log_seq(key: str) -> int:
     return int(name) if name.isdigit() else -1
 
 
+def metrics_prefix(run_id: str, node: str) -> str:
+    """metrics/<node>/: the node's metrics stream (JSON lines, see METRICS). Pure."""
+    return f"{run_prefix(run_id)}metrics/{node}/"
+
+
+def metrics_chunk_key(run_id: str, node: str, seq: int) -> str:
+    """metrics/<node>/<seq>.jsonl, seq zero-padded to 8 digits so keys sort in order. Pure."""
+    return f"{metrics_prefix(run_id, node)}{seq:08d}.jsonl"
+
+
+def tensorboard_prefix(run_id: str) -> str:
+    """tensorboard/: the chief's TensorBoard event files (`runtime.callbacks()`), mirrored by
+    its agent as they grow. Pure."""
+    return f"{run_prefix(run_id)}tensorboard/"
+
+
+# --- the metrics a node measures ------------------------------------------------------------------
+METRICS_FILE_ENV = "CLOUDTRAIN_METRICS_FILE"  # agent -> training: where runtime appends records
+TENSORBOARD_DIR_ENV = "CLOUDTRAIN_TENSORBOARD_DIR"  # agent -> training: the event files' folder
+MAX_STEPS_ENV = "CLOUDTRAIN_MAX_STEPS"  # `cloudtrain scale`: stop fit after this many steps
+METRICS = """One JSON object per line, in the training's metrics file (METRICS_FILE_ENV, appended by
+`runtime.callbacks()`) and in the node's stream metrics/<node>/<seq>.jsonl (the agent adds its own
+samples). Every record has `time` (epoch seconds) and `kind`:
+
+  kind "epoch"   an epoch ended: epoch (1-based), steps, examples (this node's share), seconds,
+                 examples_per_s, steps_per_s, step_p50_s, step_p95_s, loss, metrics ({name:
+                 value}, Keras' logs), source ("runtime", or "keras-log": parsed by the agent
+                 from Keras' `N/N - 2s - loss: ... - 52ms/step` lines, for a job without the
+                 runtime; then only epoch, seconds, steps_per_s, step_p50_s and loss are known)
+  kind "window"  every ~`window_s` during an epoch: the same rates over the last window of steps
+                 (examples_per_s, steps_per_s, step_p50_s, step_p95_s, epoch, step)
+  kind "process" the agent's sample of the training's process tree: cpu_percent (100 = one core),
+                 rss_bytes
+  kind "gpu"     the agent's `nvidia-smi` sample: gpus, a list of {index, util_percent,
+                 mem_used_mib, mem_total_mib}
+
+Unknown kinds and fields are ignored by readers (a newer writer's). The heartbeat's `metrics`
+(HEARTBEAT_METRICS) is the node's latest figures from these."""
+HEARTBEAT_METRICS = (
+    "examples_per_s",  # the latest window's (else the last epoch's) rate of this node
+    "steps_per_s",
+    "step_p50_s",
+    "step_p95_s",
+    "epoch_seconds",  # the last whole epoch's duration
+    "examples",  # examples this node trained on so far in the attempt
+    "loss",  # the last epoch's loss
+    "losses",  # the last epochs' losses, oldest first (at most 32): the live view's sparkline
+    "cpu_percent",
+    "rss_bytes",
+    "gpu_util_percent",  # the mean over the node's GPUs
+    "gpu_mem_used_mib",
+    "source",  # "runtime" or "keras-log"
+)
+
+
 def bootstrap_prefix(run_id: str) -> str:
     """bootstrap/: the startup scripts' logs. Pure."""
     return f"{run_prefix(run_id)}bootstrap/"
@@ -272,6 +329,12 @@ def _strings(value: Any) -> dict[str, str]:
     return {str(k): str(v) for k, v in value.items()}
 
 
+def _object(value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise TypeError(f"not an object: {value!r}")
+    return {str(k): v for k, v in value.items()}
+
+
 # how each field type (as annotated) is read from JSON; a null reads as the field's default,
 # except for the `| None` types, where it is None
 _READERS = {
@@ -281,6 +344,7 @@ _READERS = {
     "list[str]": _lines,
     "dict[str, int]": _counts,
     "dict[str, str]": _strings,
+    "dict[str, Any]": _object,
 }
 
 D = TypeVar("D", bound="Document")
@@ -424,6 +488,8 @@ class Heartbeat(Document):
     epochs: int | None = None
     last_line: str = ""
     pid: int | None = None
+    # the node's latest figures (HEARTBEAT_METRICS' keys, each optional); None before any
+    metrics: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, eq=False)

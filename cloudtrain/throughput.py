@@ -1,0 +1,1 @@
+"""Stub: being built (issue 18)."""
