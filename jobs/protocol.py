@@ -190,6 +190,9 @@ HEARTBEAT_METRICS = (
     "step_p50_s",
     "step_p95_s",
     "epoch_seconds",  # the last whole epoch's duration
+    "steps_per_epoch",  # Keras' params["steps"] (null for a dataset of unknown length)
+    "global_batch",  # the job's global batch size, as runtime.callbacks(batch_size=) was told
+    "workers",  # the data-parallel workers the global batch is split over
     "examples",  # examples this node trained on so far in the attempt
     "loss",  # the last epoch's loss
     "losses",  # the last epochs' losses, oldest first (at most 32): the live view's sparkline
