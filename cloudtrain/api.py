@@ -50,6 +50,7 @@ from cloudtrain.errors import CloudtrainError, UsageError
 
 if TYPE_CHECKING:
     from cloudtrain.ledger import RunRecord
+    from cloudtrain.ledger_records import ResourceRecord
     from cloudtrain.plan import Plan
     from cloudtrain.providers.base import Provider
     from cloudtrain.runtypes import Observer, RunOptions, RunResult
@@ -305,7 +306,17 @@ def status(run_id: str) -> RunStatus:
         store_error=unreadable,
         lease=_lease(prov, str(rec.store_uri), rec.run_id),
         read_at=time.time(),
+        hourly_usd=_hourly(the_ledger.resources(rec.run_id)),
     )
+
+
+def _hourly(resources: list[ResourceRecord]) -> float:
+    """What the run's priced resources cost an hour together: each one's latest row once (a
+    re-created node is one node). Pure."""
+    latest: dict[tuple[str, str], float] = {}
+    for r in sorted(resources, key=lambda r: r.created_at):
+        latest[(r.kind, r.resource_id)] = r.price_hourly
+    return sum(latest.values())
 
 
 def _lease(prov: Provider, store_uri: str, run_id: str) -> dict[str, Any] | None:

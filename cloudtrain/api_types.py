@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from cloudtrain.resume import ResumeSource
     from cloudtrain.runtypes import RunView
     from cloudtrain.spec import JobSpec
+    from cloudtrain.throughput import Throughput
 
 LOG = logging.getLogger("cloudtrain.api")
 CostLine = RunCost  # one run's line of `cloudtrain cost` (compute and kept storage)
@@ -71,6 +72,15 @@ class RunStatus:
     # control/lease as the bucket holds it (jobs.protocol.LeaseDoc), None for a run without one
     lease: Mapping[str, Any] | None = None
     read_at: float = 0.0  # when the lease was read (epoch seconds)
+    hourly_usd: float = 0.0  # what its nodes (and controller node) cost an hour together
+
+    @property
+    def throughput(self) -> Throughput:
+        """The newest attempt's figures from its nodes' heartbeats (cloudtrain/throughput.py)."""
+        from cloudtrain.throughput import of_attempt
+
+        attempt = max((int(s.get("attempt", 0)) for s in self.statuses.values()), default=0)
+        return of_attempt(self.heartbeats, attempt, self.hourly_usd)
 
     @property
     def run_id(self) -> str:
@@ -140,6 +150,7 @@ class RunStatus:
             },
             "cloud_nodes": dict(self.cloud_nodes),
             "live_resources": list(self.live_resources),
+            "throughput": self.throughput.to_dict(),
         }
 
 

@@ -80,6 +80,10 @@ def status(
         beat = now.heartbeats.get(node) or {}
         epoch = f"epoch {beat.get('epoch')}/{beat.get('epochs')}" if beat.get("epoch") else ""
         console.print(f"  {node}: {st.get('state')} (attempt {st.get('attempt')}) {epoch}")
+    from cloudtrain.ui import throughput_lines
+
+    for line in throughput_lines(now.throughput):
+        console.print(line)
     console.print(
         f"  live resources: {len(now.live_resources)}  cloud nodes: {len(now.cloud_nodes)}"
     )

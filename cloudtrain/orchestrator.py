@@ -38,6 +38,7 @@ from cloudtrain.runtypes import NodeView, Observer, Outcome, RunOptions, RunResu
 from cloudtrain.startup import StartupParams, render_startup
 from cloudtrain.stop_signals import StopSignals, signal_name, stop_detail
 from cloudtrain.teardown import request_stop, scrub_secrets, teardown
+from cloudtrain.throughput import of_attempt
 from cloudtrain.wheelhouse import WheelhousePlanner
 
 if TYPE_CHECKING:
@@ -272,6 +273,7 @@ class Orchestrator(LeaseHolder, Recovery):
             cost_by_node=by_node,
             attempts=self.attempt,
             billed_idle_s=idle,
+            throughput=self.view.throughput,
         )
 
     def _set_phase(self, phase: str) -> None:
@@ -553,6 +555,7 @@ class Orchestrator(LeaseHolder, Recovery):
             snap = reader.poll()
             for node, line in snap.new_lines:
                 self.observer.log_line(node, line)
+            self._refresh_view(snap)  # the nodes' last heartbeats carry their final figures
             final = {
                 k
                 for k, v in snap.statuses.items()
@@ -583,6 +586,8 @@ class Orchestrator(LeaseHolder, Recovery):
                 if nv.epoch is not None:
                     crash_point("training")
                 nv.last_line = beat.last_line
+        hourly = self.plan.hourly_usd + self.extra_hourly_usd
+        self.view.throughput = of_attempt(snap.heartbeats, self.attempt, hourly)
         now = time.time()
         if now - self._cost_at >= 1.0:  # a ledger query: once a second is enough for the meter
             self._cost_at = now

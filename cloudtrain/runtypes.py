@@ -10,7 +10,10 @@ import os
 import time
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from cloudtrain.throughput import Throughput
 
 
 class Outcome(str, Enum):
@@ -150,6 +153,8 @@ class RunView:
     started: float
     hourly_usd: float
     cost_usd: float = 0.0
+    # the nodes' figures from their latest heartbeats of this attempt (None before any)
+    throughput: Throughput | None = None
 
     @property
     def elapsed_s(self) -> float:
@@ -181,6 +186,8 @@ class RunResult:
     teardown_lag_s: float | None = None
     # per node: seconds billed after the job ended (job end -> node deleted)
     billed_idle_s: dict[str, float] = field(default_factory=dict)
+    # how fast it trained, from the nodes' last heartbeats (None: nothing was measured)
+    throughput: Throughput | None = None
 
     def __post_init__(self) -> None:
         self.outcome = Outcome(self.outcome)  # a plain string from older callers still works

@@ -23,10 +23,12 @@ from rich.table import Table
 from rich.text import Text
 
 from cloudtrain.paths import runs_dir
+from cloudtrain.throughput import fmt_rate, sparkline
 
 if TYPE_CHECKING:
     from cloudtrain.plan import Plan
     from cloudtrain.runtypes import RunResult, RunView
+    from cloudtrain.throughput import NodeRate, Throughput
 
 _NATIVE_LOG = re.compile(r"^(?:[IWE]\d{4} |WARNING: All log messages before absl)")
 _STATE_STYLE = {
@@ -85,27 +87,73 @@ def plan_table(plan: Plan) -> Group:
 
 
 def node_table(view: RunView) -> Group:
-    """The live view of a run."""
+    """The live view of a run: per node its states, epoch, examples/s, GPU use, loss with a
+    sparkline of its last epochs, a straggler or idle flag and its last line; below, the
+    cluster's examples/s and the cost so far."""
     head = Text(
         f"{view.run_id}  {view.phase}  attempt {view.attempt}  "
         f"{fmt_duration(view.elapsed_s)}  ${view.cost_usd:.4f} (${view.hourly_usd:.4f}/h)",
         style="bold",
     )
     table = Table(expand=True)
-    for col in ("node", "cloud", "agent", "epoch", "last line"):
+    for col in ("node", "cloud", "agent", "epoch", "examples/s", "gpu", "loss", "", "last line"):
         table.add_column(
             col, overflow="ellipsis", no_wrap=True, ratio=4 if col == "last line" else 1
         )
+    rates = view.throughput.nodes if view.throughput else {}
     for nv in view.nodes:
+        name = f"{nv.role}-{nv.index}"
         epoch = f"{nv.epoch}/{nv.epochs}" if nv.epoch else "-"
+        rate = rates.get(name)
         table.add_row(
-            f"{nv.role}-{nv.index}",
+            name,
             nv.cloud_state,
             Text(nv.agent_state, _STATE_STYLE.get(nv.agent_state, "")),
             epoch,
+            fmt_rate(rate.examples_per_s if rate else None),
+            _percent(rate.gpu_util_percent if rate else None),
+            _loss(rate),
+            _flag(rate),
             nv.last_line,
         )
-    return Group(head, table)
+    return Group(head, table, *_cluster_line(view))
+
+
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f}%"
+
+
+def _loss(rate: NodeRate | None) -> Text:
+    if rate is None or rate.loss is None:
+        return Text("-")
+    return Text(f"{rate.loss:.4f} ") + Text(sparkline(rate.losses, 12), style="cyan")
+
+
+def _flag(rate: NodeRate | None) -> Text:
+    if rate is None:
+        return Text("")
+    if rate.straggler:
+        return Text("straggler", style="bold red")
+    return Text("idle", style="yellow") if rate.idle else Text("")
+
+
+def _cluster_line(view: RunView) -> list[Text]:
+    """'cluster 2,345/s  $0.0012/epoch  $0.05/M examples  cost so far $0.0123' (measured)."""
+    tp = view.throughput
+    if tp is None or not tp.measured:
+        return []
+    return [
+        Text(
+            f"cluster {fmt_rate(tp.cluster_examples_per_s)}{_unit_costs(tp)}  "
+            f"cost so far ${view.cost_usd:.4f}"
+        )
+    ]
+
+
+def _unit_costs(tp: Throughput) -> str:
+    per_epoch, per_million = tp.usd_per_epoch, tp.usd_per_million_examples
+    out = f"  ${per_epoch:.4f}/epoch" if per_epoch is not None else ""
+    return out + (f"  ${per_million:.4f}/M examples" if per_million is not None else "")
 
 
 class ConsoleObserver:
@@ -122,6 +170,7 @@ class ConsoleObserver:
         self.show_logs = show_logs
         self.live: Live | None = None
         self._last_plain: dict[str, str] = {}
+        self._last_epoch: dict[str, int] = {}
         self._last_phase = ""
         self.run_id: str | None = None  # learnt from the first update
         self.diverted_to: str | None = None  # where output went once the terminal vanished
@@ -226,6 +275,21 @@ class ConsoleObserver:
             if self._last_plain.get(key) != state:
                 self._last_plain[key] = state
                 self.event(f"{key}: {state}")
+            self._plain_epoch(key, nv.epoch, nv.epochs, view.throughput)
+
+    def _plain_epoch(
+        self, key: str, epoch: int | None, epochs: int | None, tp: Throughput | None
+    ) -> None:
+        """On a plain stream, one line per node and epoch: its examples/s, loss and flag."""
+        rate = tp.nodes.get(key) if tp else None
+        if epoch is None or rate is None or rate.rate is None:
+            return
+        if self._last_epoch.get(key) == epoch:
+            return
+        self._last_epoch[key] = epoch
+        loss = "" if rate.loss is None else f", loss {rate.loss:.4f}"
+        flag = f" [{_flag(rate).plain}]" if _flag(rate).plain else ""
+        self.event(f"{key}: epoch {epoch}/{epochs or '?'}, {fmt_rate(rate.rate)}{loss}{flag}")
 
 
 def _interrupt_behind(exc: BaseException) -> KeyboardInterrupt | None:
@@ -292,6 +356,7 @@ def summary(result: RunResult) -> Group:
             f"teardown {result.teardown_s:.1f}s, cost ${result.cost_usd:.4f}"
         )
     )
+    lines.extend(throughput_lines(result.throughput))
     if result.cost_by_node:
         table = Table(show_header=True, box=None, padding=(0, 2))
         table.add_column("node")
@@ -309,3 +374,34 @@ def summary(result: RunResult) -> Group:
                 )
             )
     return Group(*lines)
+
+
+def throughput_lines(tp: Throughput | None) -> list[Any]:
+    """The summary's and `status`'s throughput: the cluster's examples/s, $ per epoch and per
+    million examples, and per node its examples/s, step times, efficiency against the fastest
+    node and flags. Nothing when no node measured anything."""
+    if tp is None or not tp.measured:
+        return []
+    lines: list[Any] = [
+        Text(f"  throughput: cluster {fmt_rate(tp.cluster_examples_per_s)}{_unit_costs(tp)}")
+    ]
+    table = Table(show_header=True, box=None, padding=(0, 2))
+    for col in ("node", "examples/s", "step p50", "step p95", "efficiency", "gpu", ""):
+        table.add_column(col, justify="left" if col in ("node", "") else "right")
+    for name, rate in sorted(tp.nodes.items()):
+        eff = "-" if rate.efficiency is None else f"{rate.efficiency:.0%}"
+        table.add_row(
+            name,
+            fmt_rate(rate.examples_per_s),
+            _millis(rate.step_p50_s),
+            _millis(rate.step_p95_s),
+            eff,
+            _percent(rate.gpu_util_percent),
+            _flag(rate),
+        )
+    lines.append(table)
+    return lines
+
+
+def _millis(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1000:.0f}ms"
