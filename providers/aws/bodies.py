@@ -19,7 +19,7 @@ from cloudtrain.errors import ProviderError
 from cloudtrain.providers.aws import network
 from cloudtrain.providers.aws.identity import controller_name
 from cloudtrain.providers.aws.network import TAG_INDEX, TAG_ROLE, TAG_RUN, resource_name
-from cloudtrain.providers.base import Node, NodeRequest, NodeState, node_name, parse_node_name
+from cloudtrain.providers.base import Node, NodeRequest, NodeState, parse_node_name
 
 USER_DATA_GZIP_OVER = 14 * 1024  # larger scripts are gzipped (cloud-init unpacks them)
 USER_DATA_MAX = 16 * 1024  # EC2's limit on raw user data
@@ -62,24 +62,13 @@ def node_state(instance: dict[str, Any]) -> NodeState:
     return "terminated"
 
 
-def _controller(name: str, tags: dict[str, str]) -> tuple[str, str, int] | None:
-    """(run, "controller", index) when the tags name the run's controller node and `name` is
-    its node name (base.parse_node_name knows the training roles only). Pure."""
-    run_id, index = tags.get(TAG_RUN, ""), tags.get(TAG_INDEX, "0")
-    if tags.get(TAG_ROLE) != CONTROLLER_ROLE or not index.isdigit():
-        return None
-    return (
-        (run_id, CONTROLLER_ROLE, int(index))
-        if name == node_name(run_id, CONTROLLER_ROLE, int(index))
-        else None
-    )
 
 
 def to_node(instance: dict[str, Any]) -> Node | None:
     """A Node from a described instance, or None if its tags do not name a cloudtrain node."""
     tags = network.tag_dict(instance.get("Tags"))
     name = tags.get("Name", "")
-    parsed = parse_node_name(name) or _controller(name, tags)
+    parsed = parse_node_name(name)
     if parsed is None or TAG_RUN not in tags:
         return None
     try:

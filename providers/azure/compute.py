@@ -44,7 +44,6 @@ from cloudtrain.providers.base import (
     RunInfo,
     StartupBlocks,
     Tagged,
-    node_name,
     parse_node_name,
     run_labels,
 )
@@ -76,21 +75,12 @@ def _state(vm: Any) -> NodeState:
 CONTROLLER_ROLE = "controller"  # the run's controller node (issue 17)
 
 
-def _controller(name: str, tags: dict[str, str]) -> tuple[str, str, int] | None:
-    """(run, "controller", index) when the tags name the run's controller node and `name` is
-    its node name (base.parse_node_name knows the training roles only). Pure."""
-    run_id, index = tags.get("cloudtrain-run", ""), tags.get("cloudtrain-index", "0")
-    if tags.get("cloudtrain-role") != CONTROLLER_ROLE or not index.isdigit():
-        return None
-    if name != node_name(run_id, CONTROLLER_ROLE, int(index)):
-        return None
-    return run_id, CONTROLLER_ROLE, int(index)
 
 
 def _to_node(vm: Any, ips: dict[str, str]) -> Node | None:
     """A Node from a listed VM, or None when its name and tags do not make it one of ours."""
     tags = dict(vm.tags or {})
-    parsed = parse_node_name(str(vm.name)) or _controller(str(vm.name), tags)
+    parsed = parse_node_name(str(vm.name))
     if parsed is None or "cloudtrain-run" not in tags:
         return None
     nics = vm.network_profile.network_interfaces if vm.network_profile else []

@@ -21,7 +21,6 @@ from cloudtrain.providers.base import (
     Node,
     NodeRequest,
     NodeState,
-    node_name,
     parse_node_name,
     run_labels,
 )
@@ -126,15 +125,6 @@ def labels(request: NodeRequest) -> dict[str, str]:
 CONTROLLER_ROLE = "controller"  # the run's controller node (issue 17)
 
 
-def _controller(name: str, labels: dict[str, str]) -> tuple[str, str, int] | None:
-    """(run, "controller", index) when the labels name the run's controller node and `name` is
-    its node name (base.parse_node_name knows the training roles only). Pure."""
-    run_id, index = labels.get("cloudtrain-run", ""), labels.get("cloudtrain-index", "0")
-    if labels.get("cloudtrain-role") != CONTROLLER_ROLE or not index.isdigit():
-        return None
-    if name != node_name(run_id, CONTROLLER_ROLE, int(index)):
-        return None
-    return run_id, CONTROLLER_ROLE, int(index)
 
 
 def instance_body(
@@ -206,7 +196,7 @@ def to_node(instance: Mapping[str, Any]) -> Node | None:
     it a cloudtrain node. Pure."""
     name = str(instance.get("name") or "")
     tags = dict(instance.get("labels") or {})
-    parsed = parse_node_name(name) or _controller(name, tags)
+    parsed = parse_node_name(name)
     if parsed is None or "cloudtrain-run" not in tags:
         return None
     try:
