@@ -21,7 +21,7 @@ fi
 
 # Debian packages the suite needs, by the command each provides
 missing=()
-for pair in shellcheck:shellcheck ip:iproute2 nft:nftables debootstrap:debootstrap; do
+for pair in shellcheck:shellcheck ip:iproute2 nft:nftables debootstrap:debootstrap chromium:chromium; do
   command -v "${pair%%:*}" >/dev/null 2>&1 || missing+=("${pair#*:}")
 done
 if [ "${#missing[@]}" -gt 0 ]; then
