@@ -85,7 +85,7 @@ def main() -> None:
     test = tf.data.Dataset.from_tensor_slices((x_test, y_test)).batch(args.batch_size)
     with strategy.scope():
         model = build_model()
-    callbacks = runtime.callbacks(args.epochs)
+    callbacks = runtime.callbacks(args.epochs, batch_size=args.batch_size)
     if args.epoch_seconds > 0:
         callbacks.append(MinEpochDuration(args.epoch_seconds))
     model.fit(

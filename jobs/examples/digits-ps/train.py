@@ -88,7 +88,7 @@ def main() -> None:
 
     with strategy.scope():
         model = build_model()
-    callbacks = runtime.callbacks(args.epochs)
+    callbacks = runtime.callbacks(args.epochs, batch_size=args.batch_size)
     if args.epoch_seconds > 0:
         callbacks.append(MinEpochDuration(args.epoch_seconds))
     model.fit(
