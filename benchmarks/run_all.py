@@ -33,6 +33,7 @@ SCRIPTS: tuple[str, ...] = (
     "azure_fanout",
     "teardown_lag",
     "unit_timings",
+    "ckpt_sync",
     "local_vs_plain",
 )
 TIMEOUT_S = 900

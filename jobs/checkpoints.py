@@ -1,7 +1,15 @@
 """The node agent's checkpoints (a mixin of `jobs.agent.Agent`): the chief mirrors its checkpoint
-folder to the run's `checkpoints/` as it changes, every node restores it at the start of an
-attempt (after the chief's `checkpoints-ready` barrier), and the chief uploads `model/` on success.
+folder to the run's `checkpoints/` and its TensorBoard folder to `tensorboard/` as they change,
+every node restores the checkpoints at the start of an attempt (after the chief's
+`checkpoints-ready` barrier), and the chief uploads `model/` on success.
 Keys: jobs/protocol.py. Standard library only (node-side: Python 3.10+).
+
+Transfers run up to MAX_TRANSFERS files at a time (a thread pool per call; every ObjectStore is
+thread-safe). A small file is read and written in one request (`store.put`/`store.get`: no
+transfer machinery, one round trip); a larger one goes through `put_file`/`get_file`, which on
+S3 and Azure also sends its parts in parallel. A mirror uploads the files named `checkpoint`
+(TensorFlow's pointer to the latest checkpoint) after every other changed file, and deletes what
+is gone after that, so the bucket never names a checkpoint whose files are not there yet.
 """
 
 from __future__ import annotations
@@ -10,17 +18,74 @@ import contextlib
 import os
 import shutil
 import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from cloudtrain.jobs import protocol as proto
 from cloudtrain.jobs.protocol import ClusterDoc
 
+MAX_TRANSFERS = 8  # files in flight at once
+SMALL_FILE = 8 * 1024 * 1024  # up to this size a file travels in one put/get request
+POINTER = "checkpoint"  # tf.train.CheckpointManager's "latest checkpoint" file: uploaded last
+
+T = TypeVar("T")
+Signature = tuple[int, int]  # (size, mtime_ns): a file whose signature changed is uploaded again
+
+
+def run_parallel(
+    fn: Callable[[T], bool], items: Sequence[T]
+) -> tuple[list[T], BaseException | None]:
+    """Call `fn(item)` for every item, up to MAX_TRANSFERS at a time (inline for one item).
+
+    Returns the items whose call returned True and the first error raised, if any; after an
+    error, calls not yet started are cancelled and the running ones finish. An interruption of
+    the waiting thread (e.g. the agent's SIGTERM handler raising) cancels what has not started
+    and propagates at once. Blocks."""
+    if len(items) <= 1:
+        try:
+            return [item for item in items if fn(item)], None
+        except Exception as exc:  # returned to the caller, which raises it
+            return [], exc
+    pool = ThreadPoolExecutor(min(MAX_TRANSFERS, len(items)), thread_name_prefix="ct-transfer")
+    try:
+        futures: list[tuple[T, Future[bool]]] = [(item, pool.submit(fn, item)) for item in items]
+        wait([f for _, f in futures], return_when=FIRST_EXCEPTION)
+        pool.shutdown(wait=True, cancel_futures=True)  # after an error: start nothing more
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    done: list[T] = []
+    error: BaseException | None = None
+    for item, future in futures:
+        if future.cancelled():
+            continue
+        exc = future.exception()
+        if exc is not None:
+            error = error or exc
+        elif future.result():
+            done.append(item)
+    return done, error
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    """Write `path` whole: a temporary file in the same folder, renamed when complete."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.part")
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+
 
 class Checkpoints:
-    """Checkpoint sync, restore, the restore barrier and the model upload. The agent owns the
-    state these read (store, folders, attempt, cluster) and `tick()`; every method blocks on
-    the store."""
+    """Checkpoint and TensorBoard sync, restore, the restore barrier and the model upload. The
+    agent owns the state these read (store, folders, attempt, cluster) and `tick()`; every
+    method blocks on the store. Not to be called from two threads at once."""
 
     store: Any
     run_id: str
@@ -29,7 +94,8 @@ class Checkpoints:
     cluster: ClusterDoc
     ckpt_dir: Path
     model_dir: Path
-    _synced: dict[str, tuple[int, int]]
+    tb_dir: Path
+    _synced: dict[str, Signature]
 
     @property
     def is_chief(self) -> bool:
@@ -38,8 +104,9 @@ class Checkpoints:
     def tick(self, now: float | None = None) -> None:
         raise NotImplementedError
 
-    def _local_files(self, root: Path) -> dict[str, tuple[int, int]]:
-        out: dict[str, tuple[int, int]] = {}
+    def _local_files(self, root: Path) -> dict[str, Signature]:
+        """Every file under `root` (none if it does not exist): relative path -> signature."""
+        out: dict[str, Signature] = {}
         for dirpath, _dirs, files in os.walk(root):
             for fname in files:
                 path = Path(dirpath) / fname
@@ -48,42 +115,101 @@ class Checkpoints:
                     out[path.relative_to(root).as_posix()] = (st.st_size, st.st_mtime_ns)
         return out
 
+    def _upload(self, key: str, path: Path, size: int) -> bool:
+        """Upload one file: True, or False if it is gone (deleted since it was listed)."""
+        try:
+            if size <= SMALL_FILE:
+                self.store.put(key, path.read_bytes())
+            else:
+                self.store.put_file(key, str(path))
+        except FileNotFoundError:
+            return False
+        return True
+
+    def _upload_files(
+        self, root: Path, prefix: str, files: dict[str, Signature], synced: dict[str, Signature]
+    ) -> int:
+        """Upload `files` (relative path -> signature) under `prefix`, in parallel: the largest
+        first, the `checkpoint` pointers after all the others. Records each uploaded file's
+        signature in `synced` (even when another upload failed, then re-raises the first
+        error; the pointers are then not uploaded). Returns the number of files uploaded."""
+        pointers = sorted(rel for rel in files if rel.rsplit("/", 1)[-1] == POINTER)
+        rest = sorted(set(files) - set(pointers), key=lambda rel: (-files[rel][0], rel))
+        uploaded = 0
+        for batch in (rest, pointers):
+            done, error = run_parallel(
+                lambda rel: self._upload(f"{prefix}{rel}", root / rel, files[rel][0]), batch
+            )
+            for rel in done:
+                synced[rel] = files[rel]
+            uploaded += len(done)
+            if error is not None:
+                raise error
+        return uploaded
+
+    def _mirror(self, root: Path, prefix: str, synced: dict[str, Signature]) -> int:
+        """Make `prefix` a copy of the folder `root`: upload the files whose signature differs
+        from `synced` (new, changed, grown: the whole file again), then delete the objects of
+        the files that are gone. `synced` records what the bucket has. Returns the number of
+        files uploaded; a file that vanishes mid-sync is skipped. Idempotent; blocks."""
+        files = self._local_files(root)
+        changed = {rel: sig for rel, sig in files.items() if synced.get(rel) != sig}
+        uploaded = self._upload_files(root, prefix, changed, synced)
+        gone = sorted(set(synced) - set(files))
+
+        def delete(rel: str) -> bool:
+            self.store.delete(f"{prefix}{rel}")
+            return True
+
+        deleted, error = run_parallel(delete, gone)
+        for rel in deleted:
+            del synced[rel]
+        if error is not None:
+            raise error
+        return uploaded
+
     def sync_checkpoints(self) -> int:
         """Mirror the chief's checkpoint folder to `checkpoints/` (uploads and deletions).
         Returns the number of files uploaded. Files that vanish mid-sync are skipped."""
-        files = self._local_files(self.ckpt_dir)
-        base, uploaded = proto.checkpoints_prefix(self.run_id), 0
-        for rel, sig in sorted(files.items()):
-            if self._synced.get(rel) == sig:
-                continue
-            try:
-                self.store.put_file(f"{base}{rel}", str(self.ckpt_dir / rel))
-            except FileNotFoundError:
-                continue
-            self._synced[rel] = sig
-            uploaded += 1
-        for rel in set(self._synced) - set(files):
-            self.store.delete(f"{base}{rel}")
-            del self._synced[rel]
-        return uploaded
+        return self._mirror(self.ckpt_dir, proto.checkpoints_prefix(self.run_id), self._synced)
+
+    def sync_tensorboard(self) -> int:
+        """Mirror the chief's TensorBoard folder (`tb_dir`; none yet: 0) to `tensorboard/`. An
+        event file that grew is uploaded whole again. Returns the number of files uploaded.
+        Idempotent; blocks."""
+        synced: dict[str, Signature] | None = getattr(self, "_tb_synced", None)
+        if synced is None:
+            synced = self._tb_synced = {}
+        return self._mirror(self.tb_dir, proto.tensorboard_prefix(self.run_id), synced)
 
     def restore_checkpoints(self) -> int:
-        """Replace the local checkpoint folder with the bucket's copy. Returns files restored."""
+        """Replace the local checkpoint folder with the bucket's copy (downloads in parallel;
+        each file appears whole). Returns files restored. Blocks."""
         shutil.rmtree(self.ckpt_dir, ignore_errors=True)
         self.ckpt_dir.mkdir(parents=True, exist_ok=True)
         base = proto.checkpoints_prefix(self.run_id)
         objects = self.store.list(base)
-        for obj in objects:
-            self.store.get_file(obj.key, str(self.ckpt_dir / obj.key[len(base) :]))
+
+        def fetch(index: int) -> bool:
+            obj = objects[index]
+            dest = self.ckpt_dir / obj.key[len(base) :]
+            if obj.size <= SMALL_FILE:
+                _write_atomically(dest, self.store.get(obj.key))
+            else:
+                self.store.get_file(obj.key, str(dest))
+            return True
+
+        _done, error = run_parallel(fetch, range(len(objects)))
+        if error is not None:
+            raise error
         self._synced = self._local_files(self.ckpt_dir)
         return len(objects)
 
     def upload_model(self) -> int:
-        """Upload the chief's model folder to `model/`. Returns the number of files."""
-        files, base = self._local_files(self.model_dir), proto.model_prefix(self.run_id)
-        for rel in files:
-            self.store.put_file(f"{base}{rel}", str(self.model_dir / rel))
-        return len(files)
+        """Upload the chief's model folder to `model/` (in parallel). Returns the number of
+        files. Idempotent; blocks."""
+        files = self._local_files(self.model_dir)
+        return self._upload_files(self.model_dir, proto.model_prefix(self.run_id), files, {})
 
     def checkpoint_barrier(self) -> None:
         """Every node restores the same checkpoint: the chief flushes what it has and writes
