@@ -13,7 +13,17 @@ from pathlib import Path
 import pytest
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "jobs" / "examples"
-HEAVY = ("tensorflow", "boto3", "botocore", "google.cloud", "azure", "tf_keras", "jinja2")
+HEAVY = (
+    "tensorflow",
+    "boto3",
+    "botocore",
+    "google.cloud",
+    "azure",
+    "tf_keras",
+    "jinja2",
+    "tensorboard",
+    "matplotlib",
+)
 
 
 def cli(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -75,6 +85,9 @@ def assert_one_line_error(proc: subprocess.CompletedProcess[str], *phrases: str)
             "plan for digits-multiworker on local",
         ),
         (("schema",), '"additionalProperties"'),
+        (("tensorboard", "--help"), "Usage: cloudtrain tensorboard"),
+        (("report", "--help"), "Usage: cloudtrain report"),
+        (("scale", "--help"), "Usage: cloudtrain scale"),
     ],
 )
 def test_light_paths_import_no_tensorflow_or_cloud_sdk(
