@@ -11,9 +11,7 @@ the page is tests/e2e/test_report.py's.
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
 import sys
 from datetime import datetime, timezone
 from html.parser import HTMLParser
@@ -347,19 +345,3 @@ def test_the_command_writes_the_page(
         f"({INSTALL_HINT})\n",
     )
     assert not (out / "none.html").exists()
-
-
-def test_help_does_not_import_matplotlib(tmp_path: Path) -> None:
-    code = (
-        "import sys\n"
-        "from cloudtrain.cli import main\n"
-        "sys.argv = ['cloudtrain', 'report', '--help']\n"
-        "try:\n    main()\nfinally:\n"
-        "    print('matplotlib imported:', 'matplotlib' in sys.modules)\n"
-    )
-    env = dict(os.environ, CLOUDTRAIN_HOME=str(tmp_path), COLUMNS="200")
-    proc = subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
-    )
-    assert proc.returncode == 0 and "--html" in proc.stdout, proc.stderr
-    assert proc.stdout.strip().endswith("matplotlib imported: False")
