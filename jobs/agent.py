@@ -36,6 +36,7 @@ from cloudtrain.jobs import horovod, reachability
 from cloudtrain.jobs import protocol as proto
 from cloudtrain.jobs.checkpoints import Checkpoints
 from cloudtrain.jobs.logpump import TAIL_LINES, LogPump
+from cloudtrain.jobs.metrics import MetricsPump
 from cloudtrain.jobs.node_rules import RefusedInput, launch_problem
 from cloudtrain.jobs.preemption import Notice, PreemptionWatcher, cloud_of_store
 from cloudtrain.jobs.protocol import FINAL_STATES, ClusterDoc, NodeState
@@ -68,6 +69,7 @@ class Agent(Checkpoints):
         self.ckpt_dir = work / "checkpoints"
         self.model_dir = work / "model"
         self.workdir = work / "bundle" / "workdir"
+        self.tb_dir = work / "tensorboard"  # the chief's is mirrored to tensorboard/
         self.cluster = ClusterDoc()  # read by run(); every field has its default until then
         self.attempt = 0
         self.child: subprocess.Popen[bytes] | horovod.ProcessGroup | None = None
@@ -75,6 +77,8 @@ class Agent(Checkpoints):
         logs = proto.logs_prefix(run_id, self.me)
         start_seq = 1 + max((proto.log_seq(o.key) for o in store.list(logs)), default=-1)
         self.logs = LogPump(store, logs, start_seq)
+        metrics_file = work / "metrics" / "train.jsonl"
+        self.metrics = MetricsPump(store, run_id, self.me, metrics_file, say=self.say)
         self._synced: dict[str, tuple[int, int]] = {}
         self._pumps: list[threading.Thread] = []
         self.start_horovod_server: horovod.ServerStarter = horovod.start_rendezvous_server
@@ -108,8 +112,10 @@ class Agent(Checkpoints):
         self.store.put(proto.status_key(self.run_id, self.me), doc.to_json())
 
     def heartbeat(self) -> None:
-        """heartbeat/<me>.json: alive, the epoch reached, the last line of output."""
+        """heartbeat/<me>.json: alive, the epoch reached, the last line of output, the node's
+        latest figures (after sampling the training's processes and GPUs: jobs/metrics.py)."""
         epoch = self.logs.epoch
+        self.metrics.sample(self.child.pid if self.child else None)
         doc = proto.Heartbeat(
             time=time.time(),
             attempt=self.attempt,
@@ -118,23 +124,27 @@ class Agent(Checkpoints):
             epochs=epoch[1] if epoch else None,
             last_line=self.logs.last_line,
             pid=self.child.pid if self.child else None,
+            metrics=self.metrics.summary() or None,
         )
         self.store.put(proto.heartbeat_key(self.run_id, self.me), doc.to_json())
 
     # --- periodic work --------------------------------------------------------------------
     def tick(self, now: float | None = None) -> None:
-        """Heartbeat, log flush, checkpoint sync and control checks, each at its own pace.
+        """Heartbeat, log and metrics flush, checkpoint (and TensorBoard) sync and control
+        checks, each at its own pace.
         Raises StopRequested or NewAttempt."""
         now, cluster = now or time.time(), self.cluster
         if now - self._last["flush"] >= cluster.log_flush_s:
             self._last["flush"] = now
             self.logs.flush()
+            self.metrics.flush()
         if now - self._last["heartbeat"] >= cluster.heartbeat_s:
             self._last["heartbeat"] = now
             self.heartbeat()
         if self.is_chief and now - self._last["sync"] >= cluster.sync_s:
             self._last["sync"] = now
             self.sync_checkpoints()
+            self.sync_tensorboard()
         if now - self._last["control"] >= cluster.control_s:
             self._last["control"] = now
             self.check_control()
@@ -282,6 +292,10 @@ class Agent(Checkpoints):
             CLOUDTRAIN_ATTEMPT=str(self.attempt),
             CLOUDTRAIN_CHECKPOINT_DIR=str(self.ckpt_dir),
             CLOUDTRAIN_MODEL_DIR=str(self.model_dir),
+            **{
+                proto.METRICS_FILE_ENV: str(self.metrics.path),
+                proto.TENSORBOARD_DIR_ENV: str(self.tb_dir),
+            },
             PATH=os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", ""),
         )
         return env
@@ -314,7 +328,9 @@ class Agent(Checkpoints):
 
         def pump() -> None:
             for raw in iter(stream.readline, b""):
-                self.logs.add(prefix + raw.decode(errors="replace"))
+                line = prefix + raw.decode(errors="replace")
+                self.logs.add(line)
+                self.metrics.log_line(line)  # Keras' progress, for a job without the runtime
 
         thread = threading.Thread(target=pump, daemon=True, name="log-pump")
         thread.start()
@@ -392,6 +408,7 @@ class Agent(Checkpoints):
     def train_once(self) -> None:
         """One attempt: restore, rendezvous, run the entrypoint to its end, report."""
         self.logs.add(f"=== cloudtrain attempt {self.attempt} ({self.me}) ===")
+        self.metrics.new_attempt()
         self.checkpoint_barrier()
         restored = self.restore_checkpoints()
         if restored:
@@ -425,8 +442,10 @@ class Agent(Checkpoints):
         deadline = time.monotonic() + 5  # every line of output is in the logs before the status
         for pump in self._pumps:
             pump.join(timeout=max(0.0, deadline - time.monotonic()))
+        self.metrics.flush(final=True)
         if self.is_chief:
             self.sync_checkpoints()
+            self.sync_tensorboard()
             if rc == 0:
                 n = self.upload_model()
                 self.say(f"uploaded the model ({n} files)")
@@ -468,6 +487,8 @@ class Agent(Checkpoints):
         if self.is_chief:
             n = self.sync_checkpoints()
             self.say(f"final checkpoint flushed ({n} new files)")
+            self.sync_tensorboard()
+        self.metrics.flush(final=True)
         self.logs.flush()
         self.write_status(NodeState.STOPPED, reason=why)
 
@@ -513,6 +534,7 @@ class Agent(Checkpoints):
             self.kill_child()
             with contextlib.suppress(Exception):
                 self.logs.flush()
+                self.metrics.flush(final=True)
                 self.heartbeat()
 
     def _idle_until_next_attempt(self) -> None:
