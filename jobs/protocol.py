@@ -177,8 +177,8 @@ samples). Every record has `time` (epoch seconds) and `kind`:
                  runtime; then only epoch, seconds, steps_per_s, step_p50_s and loss are known)
   kind "window"  every ~`window_s` during an epoch: the same rates over the last window of steps
                  (examples_per_s, steps_per_s, step_p50_s, step_p95_s, epoch, step)
-  kind "process" the agent's sample of the training's process tree: cpu_percent (100 = one core),
-                 rss_bytes
+  kind "process" the agent's sample of the training's process tree: cpu_percent (100 = one core;
+                 null on the first sample), rss_bytes, processes
   kind "gpu"     the agent's `nvidia-smi` sample: gpus, a list of {index, util_percent,
                  mem_used_mib, mem_total_mib}
 
@@ -199,7 +199,7 @@ HEARTBEAT_METRICS = (
     "cpu_percent",
     "rss_bytes",
     "gpu_util_percent",  # the mean over the node's GPUs
-    "gpu_mem_used_mib",
+    "gpu_mem_used_mib",  # summed over the node's GPUs
     "source",  # "runtime" or "keras-log"
 )
 

@@ -224,19 +224,27 @@ def max_steps() -> int | None:
 
 
 def data_parallel_workers() -> int:
-    """Return how many processes split the global batch between them (at least 1).
+    """Return how many nodes split the global batch between them (at least 1).
 
     Under ``multi_worker_mirrored``: the chief and worker tasks of ``TF_CONFIG``; under
-    ``horovod``: ``HOROVOD_SIZE``; otherwise 1 (one process sees the whole global batch: one
-    device, ``mirrored``, and the ``parameter_server`` chief, the only task that runs ``fit``).
+    ``horovod``: ``HOROVOD_CROSS_SIZE``, the nodes (each node's ranks step together, and only
+    local rank 0 reports, for the node: see ``_reports``); otherwise 1 (one process sees the
+    whole global batch: one device, ``mirrored``, and the ``parameter_server`` chief, the only
+    task that runs ``fit``).
     """
     name = strategy_name()
     if name == "multi_worker_mirrored":
         cluster = _tf_config().get("cluster") or {}
         return max(1, len(cluster.get("chief") or []) + len(cluster.get("worker") or []))
     if name == "horovod":
-        return max(1, int(os.environ.get("HOROVOD_SIZE", "1") or 1))
+        return max(1, int(os.environ.get("HOROVOD_CROSS_SIZE", "1") or 1))
     return 1
+
+
+def _reports() -> bool:
+    """Whether this process writes the node's metrics: not a Horovod rank other than the node's
+    local rank 0 (the ranks of a node share one metrics file and one heartbeat)."""
+    return os.environ.get("HOROVOD_LOCAL_RANK", "0").strip() in ("", "0")
 
 
 def _number(value: Any) -> float | None:
@@ -302,7 +310,7 @@ def _rates(steps: int, seconds: float, times: list[float], share: float | None) 
 
 
 def _throughput_callback(tf: Any, epochs: int | None, batch_size: int | None) -> Any:
-    out = _MetricsFile(os.environ.get(METRICS_FILE_ENV) or None)
+    out = _MetricsFile((os.environ.get(METRICS_FILE_ENV) or None) if _reports() else None)
     limit = max_steps()
     workers = data_parallel_workers()
     share = batch_size / workers if batch_size else None

@@ -98,7 +98,8 @@ workers = {}
 for name, config, extra in (
     ("mwms", {"chief": ["a:1"], "worker": ["b:1", "c:1"]}, {}),
     ("ps", {"chief": ["a:1"], "worker": ["b:1"], "ps": ["c:1"]}, {}),
-    ("horovod", {}, {"CLOUDTRAIN_STRATEGY": "horovod", "HOROVOD_SIZE": "4"}),
+    ("horovod", {}, {"CLOUDTRAIN_STRATEGY": "horovod", "HOROVOD_SIZE": "4",
+                     "HOROVOD_CROSS_SIZE": "2"}),
 ):
     os.environ.update(TF_CONFIG=json.dumps({"cluster": config}), **extra)
     workers[name] = runtime.data_parallel_workers()
@@ -264,4 +265,15 @@ def test_non_chief_writes_a_throwaway_workertemp_folder(run: dict[str, Any]) -> 
 
 
 def test_examples_are_shared_among_data_parallel_workers(run: dict[str, Any]) -> None:
-    assert run["workers"] == {"mwms": 3, "ps": 1, "horovod": 4}
+    assert run["workers"] == {"mwms": 3, "ps": 1, "horovod": 2}  # nodes, not ranks
+
+
+def test_only_a_nodes_local_rank_0_reports_under_horovod(monkeypatch: pytest.MonkeyPatch) -> None:
+    from cloudtrain.jobs import runtime
+
+    monkeypatch.setenv("HOROVOD_LOCAL_RANK", "1")
+    assert not runtime._reports()  # its ranks step together: rank 0 speaks for the node
+    monkeypatch.setenv("HOROVOD_LOCAL_RANK", "0")
+    assert runtime._reports()
+    monkeypatch.delenv("HOROVOD_LOCAL_RANK")
+    assert runtime._reports()
