@@ -1,9 +1,10 @@
-"""Issue 18's acceptance on one real local run of three MultiWorkerMirrored workers: examples/s
-per node in the heartbeat, the live view, `status --json` and the summary, each within 15 % of
-the rate Keras' own progress lines give; TensorBoard serving the run's epoch losses; the report
-page with every plot painted in headless Chromium. The nodes find tests/fakes/nvidia_smi as
-`nvidia-smi` on their PATH (local nodes inherit the environment), so GPU use is sampled, and
-local nodes are priced, so the cost rises."""
+"""The pipeline's success path and issue 18's acceptance, on one real local run of three
+MultiWorkerMirrored workers: the outputs, the logs and nothing left; examples/s per node in the
+heartbeat, the live view, `status --json` and the summary, each within 15 % of the rate Keras'
+own progress lines give; TensorBoard serving the run's epoch losses; the report page with every
+plot painted in headless Chromium. The nodes find tests/fakes/nvidia_smi as `nvidia-smi` on
+their PATH (local nodes inherit the environment), so GPU use is sampled, and local nodes are
+priced, so the cost rises."""
 
 from __future__ import annotations
 
@@ -50,7 +51,11 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Finished]:
     env.update(PATH=f"{shims}{os.pathsep}{env['PATH']}", CLOUDTRAIN_LOCAL_PRICE_USD="1.8")
     env.pop("CLOUDTRAIN_FAULTS", None)
     ct = Env(home, env)
-    job = ct.job("digits-multiworker", f"python train.py --epochs {EPOCHS}")
+    job = ct.job(
+        "digits-multiworker",
+        f"python train.py --epochs {EPOCHS}",
+        setup='echo "setup on $CLOUDTRAIN_ROLE"',
+    )
     spec = job.read_text().replace("workers: 2", f"workers: {WORKERS}")
     job.write_text(spec)
     proc = ct.cli("run", str(job), timeout=400)
@@ -61,6 +66,26 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Finished]:
         for i in range(WORKERS)
     }
     yield Finished(ct, run_id, proc.stdout, logs)
+
+
+def _files(root: Path) -> list[str]:
+    return [p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()]
+
+
+def test_the_run_succeeds_with_its_outputs_and_leaves_nothing(run: Finished) -> None:
+    assert f"run {run.run_id}: succeeded" in run.stdout
+    assert "[worker-1] setup on worker" in run.stdout
+    only = run.ct.cli("logs", run.run_id, "--node", "worker-0").stdout
+    assert f"[worker-0] cloudtrain: epoch {EPOCHS}/{EPOCHS} done" in only
+    assert "[worker-1]" not in only
+    status = json.loads(run.ct.cli("status", run.run_id, "--json").stdout)
+    assert status["outcome"] == "succeeded" and status["live_resources"] == []
+    prefix = run.ct.bucket / run.run_id
+    assert any(f.endswith(".index") for f in _files(prefix / "checkpoints")), "no checkpoint"
+    assert "saved_model/saved_model.pb" in _files(prefix / "model")
+    chunks = sorted((prefix / "logs" / "worker-1").glob("*.log"))
+    assert f"cloudtrain: epoch {EPOCHS}/{EPOCHS} done" in "".join(p.read_text() for p in chunks)
+    assert_clean(run.ct, run.run_id)
 
 
 def keras_rates(lines: list[str]) -> list[float]:

@@ -25,27 +25,6 @@ def _files(path: object) -> list[str]:
     return [p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()]
 
 
-def test_multiworker_succeeds_and_leaves_nothing(ct: Env) -> None:
-    job = ct.job(
-        "digits-multiworker", "python train.py --epochs 2", setup='echo "setup on $CLOUDTRAIN_ROLE"'
-    )
-    proc = ct.cli("run", str(job))
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    (run_id,) = ct.run_ids()
-    assert f"run {run_id}: succeeded" in proc.stdout
-    assert "[worker-1] setup on worker" in proc.stdout
-    logs = ct.cli("logs", run_id, "--node", "worker-0").stdout
-    assert "[worker-0] cloudtrain: epoch 2/2 done" in logs and "[worker-1]" not in logs
-    status = json.loads(ct.cli("status", run_id, "--json").stdout)
-    assert status["outcome"] == "succeeded" and status["live_resources"] == []
-    prefix = ct.bucket / run_id
-    assert any(f.endswith(".index") for f in _files(prefix / "checkpoints")), "no checkpoint"
-    assert "saved_model/saved_model.pb" in _files(prefix / "model")
-    logs = "".join(p.read_text() for p in sorted((prefix / "logs" / "worker-1").glob("*.log")))
-    assert "cloudtrain: epoch 2/2 done" in logs
-    assert_clean(ct, run_id)
-
-
 def test_parameter_server_job_ends_its_servers(ct: Env) -> None:
     job = ct.job("digits-ps", "python train.py --epochs 2")
     proc = ct.cli("run", str(job))
