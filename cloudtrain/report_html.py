@@ -34,6 +34,7 @@ from cloudtrain.report_data import (
     ReportData,
     number,
 )
+from cloudtrain.ui import fmt_duration
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -182,7 +183,7 @@ def _summary(data: ReportData) -> str:
         ("provider", data.provider + (f" ({data.region})" if data.region else "")),
         ("outcome", outcome),
         ("started", _utc(data.started)),
-        ("wall time", _duration(data.wall_s) + ("" if data.ended is not None else " so far")),
+        ("wall time", fmt_duration(data.wall_s) + ("" if data.ended is not None else " so far")),
         ("cost", f"${data.cost_usd:.4f} (plan: ${data.hourly_usd:.4f}/h)"),
         ("nodes", f"{len(data.nodes)}: {nodes}" if data.nodes else "none recorded"),
         ("attempts", str(data.attempts) if data.attempts else "unknown"),
@@ -201,7 +202,7 @@ def _events(data: ReportData) -> str:
         return ""
     shown = data.events[-MAX_EVENTS:]
     rows = "".join(
-        f"<tr><td>+{_duration(max(0.0, t - data.started))}</td><td>{e(kind)}</td>"
+        f"<tr><td>+{fmt_duration(max(0.0, t - data.started))}</td><td>{e(kind)}</td>"
         f"<td>{e(message)}</td></tr>"
         for t, kind, message in shown
     )
@@ -212,14 +213,6 @@ def _events(data: ReportData) -> str:
 
 def _utc(at: float) -> str:
     return datetime.fromtimestamp(at, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.1f}s"
-    minutes, secs = divmod(round(seconds), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"
 
 
 # --- drawing helpers -----------------------------------------------------------------------------

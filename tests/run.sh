@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Install everything the test suite needs, then run the whole suite. CI runs exactly this.
-#   pip extras (.[dev]: TensorFlow, tf-keras, the cloud SDKs, moto, the GCS emulator, pytest,
-#   pytest-xdist, ruff),
-#   Azurite (the Azure Blob emulator) from npm into tests/.azurite; from Debian: shellcheck, and
+#   pip extras (.[dev]: TensorFlow, tf-keras, the cloud SDKs, tensorboard, matplotlib, moto, the
+#   GCS emulator, pytest, pytest-xdist, ruff),
+#   Azurite (the Azure Blob emulator) from npm into tests/.azurite; from Debian: shellcheck,
+#   chromium (the report's browser check, tests/e2e/browser_kit.py), and
 #   iproute2, nftables and debootstrap for the box's machines (a network namespace per node, each
 #   cloud's firewall as nftables rules, a Debian 12 root booted as root: tests/fakes/netns.py,
 #   debian_root.py; the suite runs as root, as CI does);

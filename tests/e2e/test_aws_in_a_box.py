@@ -132,8 +132,30 @@ def test_run_on_aws_trains_for_real_and_leaves_nothing(aws: AwsBox) -> None:
     keys = aws.keys(prefix)
     assert any(k.startswith(prefix + "checkpoints/") and k.endswith(".index") for k in keys)
     assert prefix + "model/saved_model/saved_model.pb" in keys
+    # what the run measured went to S3: each node's metrics stream, the chief's event files
+    for node in ("worker-0", "worker-1"):
+        assert any(k.startswith(f"{prefix}metrics/{node}/") for k in keys), keys
+    assert any(k.startswith(prefix + "tensorboard/train/events.out.tfevents.") for k in keys)
+    status = json.loads(aws.run("status", run_id, "--json").stdout)
+    assert status["throughput"]["cluster_examples_per_s"] > 0, status["throughput"]
+    assert "throughput: cluster" in proc.stdout
     assert len(aws.harness.booted) == 2
     aws.assert_nothing_left(run_id)
+
+
+def test_scale_on_aws_measures_each_size_at_the_catalogs_price(aws: AwsBox) -> None:
+    job = EXAMPLES / "digits-multiworker" / "job.yaml"
+    where = ("--provider", "aws", "--region", REGION)
+    proc = aws.run("scale", *where, str(job), "--workers", "1,2", "--steps", "10", "--json", "-q")
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    rows = json.loads(proc.stdout)["rows"]
+    assert [r["workers"] for r in rows] == [1, 2]
+    assert all(r["examples_per_s"] and r["examples_per_s"] > 0 for r in rows), rows
+    plan = json.loads(aws.run("plan", *where, str(job), "--json").stdout)  # two workers
+    each = plan["hourly_usd"] / 2  # the catalog's on-demand price of the planned instance
+    assert [r["hourly_usd"] for r in rows] == pytest.approx([each, 2 * each]), (rows, plan)
+    for row in rows:
+        aws.assert_nothing_left(row["run_id"])
 
 
 def test_a_full_zone_fails_over_and_all_full_fails_clearly(aws: AwsBox) -> None:

@@ -273,7 +273,7 @@ def test_the_page_is_one_file_with_every_plot(
         assert "svg" in tags and "figcaption" in tags, (fid, tags)
     assert "no data" not in text and "no GPU samples" not in text
     assert HOSTILE not in text and "succeeded: &lt;script&gt;alert(1)&lt;/script&gt;" in text
-    for value in ("digits-multiworker-abc123", "succeeded", "101.0s", "$0.0985"):
+    for value in ("digits-multiworker-abc123", "succeeded", "1m41s", "$0.0985"):
         assert f"<td>{value}" in text, value
     throughput = text[text.index('id="plot-throughput"') : text.index('id="plot-gpu"')]
     assert "<image" in throughput and "data:image/png;base64," in throughput
