@@ -8,7 +8,7 @@ own temp CLOUDTRAIN_HOME), echoing its output, then parses the result lines it p
 
 and prints one table (figure, value, target, result). Exits 1 if any figure failed or any
 script exited abnormally. `--only help_time plan_time` runs a subset; `--repeat N` is passed to
-local_vs_plain (the longest). The whole run takes about 4 minutes on a quiet 2-core machine.
+local_vs_plain (the longest). The whole run takes about 5 minutes on a quiet 2-core machine.
 """
 
 from __future__ import annotations
