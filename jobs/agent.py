@@ -36,7 +36,7 @@ from cloudtrain.jobs import horovod, reachability
 from cloudtrain.jobs import protocol as proto
 from cloudtrain.jobs.checkpoints import Checkpoints
 from cloudtrain.jobs.logpump import TAIL_LINES, LogPump
-from cloudtrain.jobs.metrics import MetricsPump
+from cloudtrain.jobs.metrics import FLUSH_S, MetricsPump
 from cloudtrain.jobs.node_rules import RefusedInput, launch_problem
 from cloudtrain.jobs.preemption import Notice, PreemptionWatcher, cloud_of_store
 from cloudtrain.jobs.protocol import FINAL_STATES, ClusterDoc, NodeState
@@ -85,7 +85,8 @@ class Agent(Checkpoints):
         cloud = cloud_of_store(store.uri)
         self.watcher = PreemptionWatcher(cloud, node_name(run_id, role, index))  # the VM's name
         self.notice: Notice | None = None
-        self._last = {"heartbeat": 0.0, "flush": 0.0, "sync": 0.0, "control": 0.0, "lease": 0.0}
+        paces = ("heartbeat", "flush", "metrics", "sync", "control", "lease")
+        self._last = dict.fromkeys(paces, 0.0)
         self._orphaned_term = -1  # the expired lease term this node reported (control/orphaned)
 
     # --- bucket helpers -------------------------------------------------------------------
@@ -116,6 +117,7 @@ class Agent(Checkpoints):
         latest figures (after sampling the training's processes and GPUs: jobs/metrics.py)."""
         epoch = self.logs.epoch
         self.metrics.sample(self.child.pid if self.child else None)
+        self.metrics.refresh()
         doc = proto.Heartbeat(
             time=time.time(),
             attempt=self.attempt,
@@ -137,6 +139,8 @@ class Agent(Checkpoints):
         if now - self._last["flush"] >= cluster.log_flush_s:
             self._last["flush"] = now
             self.logs.flush()
+        if now - self._last["metrics"] >= FLUSH_S:
+            self._last["metrics"] = now
             self.metrics.flush()
         if now - self._last["heartbeat"] >= cluster.heartbeat_s:
             self._last["heartbeat"] = now

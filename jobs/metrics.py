@@ -32,6 +32,10 @@ from typing import Any
 from cloudtrain.jobs import protocol as proto
 
 LOSSES_KEPT = 32  # the heartbeat's `losses`: the live view's sparkline
+# the stream's pace: its readers (the report) need no second-by-second chunks, and a PUT every
+# beat would be ~43,000 objects a node a day (the heartbeat carries the live figures); the end of
+# the training and a stop flush at once
+FLUSH_S = 10.0
 KERAS_LOG_HOLD_S = 10.0  # a keras-log record waits this long for the runtime's records to show
 MAX_READ_BYTES = 4 * 1024 * 1024  # of the metrics file per flush (the rest waits for the next)
 NVIDIA_SMI = "nvidia-smi"
@@ -279,6 +283,15 @@ class MetricsPump:
             record = self._keras.feed(line, time.time() if now is None else now)
             if record is not None:
                 self._held.append(record)
+
+    def refresh(self, now: float | None = None) -> None:
+        """Read what the training appended and release the keras-log records that waited long
+        enough, for `summary()`, without uploading (`flush` does, at its own pace). Reads the
+        local file only."""
+        now = time.time() if now is None else now
+        with self._lock:
+            self._read_file()
+            self._release_held(now, everything=False)
 
     def flush(self, now: float | None = None, *, final: bool = False) -> int:
         """Read what the training appended, release the keras-log records that waited long

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Callable
@@ -99,7 +100,8 @@ def test_tail_takes_whole_lines_into_ordered_chunks_and_a_restart_continues(
 def test_process_sampler_sees_a_busy_descendant(store: LocalStore, tmp_path: Path) -> None:
     # bash (no group leader here) waits, idle: only the walk to its child finds the busy one
     busy = f"'{sys.executable}' -c 'while True: pass' & wait"
-    proc = subprocess.Popen(["bash", "-c", busy])
+    # its own session, so the busy child dies with it (a kill of bash alone left it spinning)
+    proc = subprocess.Popen(["bash", "-c", busy], start_new_session=True)
     pump = MetricsPump(store, RUN_ID, "chief-0", tmp_path / "train.jsonl")
     try:
 
@@ -109,7 +111,7 @@ def test_process_sampler_sees_a_busy_descendant(store: LocalStore, tmp_path: Pat
 
         assert wait_for(busy_seen)
     finally:
-        proc.kill()
+        os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
     figures = pump.summary()
     assert figures["rss_bytes"] > 0

@@ -24,6 +24,10 @@ BY_TYPE: dict[str, st.SearchStrategy[Any]] = {
     "list[str]": st.lists(TEXT, max_size=5),
     "dict[str, int]": st.dictionaries(TEXT, INTS, max_size=4),
     "dict[str, str]": st.dictionaries(TEXT, TEXT, max_size=4),
+    # any JSON object (the heartbeat's metrics): numbers, strings, nulls and lists of numbers
+    "dict[str, Any]": st.dictionaries(
+        TEXT, st.none() | INTS | FINITE | TEXT | st.lists(FINITE, max_size=4), max_size=4
+    ),
 }
 
 
