@@ -454,6 +454,7 @@ class Agent(Checkpoints):
                 n = self.upload_model()
                 self.say(f"uploaded the model ({n} files)")
         self.logs.flush()
+        self.heartbeat()  # the training's last figures, read before the final status is
         if rc == 0:
             self.write_status(NodeState.SUCCEEDED, exit_code=0, reason=reason)
         else:
