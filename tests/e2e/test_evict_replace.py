@@ -30,7 +30,7 @@ from tests.e2e.conftest import EXAMPLES, Env
 from tests.e2e.test_aws_in_a_box import AwsBox, aws
 from tests.e2e.test_azure_in_a_box import AzureBox, azure, azure_cloud, azurite, azurite_session
 from tests.e2e.test_gcp_in_a_box import GcpBox, gcp, gcp_cloud, gcs_emulator, gcs_emulator_session
-from tests.e2e.test_preemption import EPOCHS, TRAIN, _check_recovery
+from tests.e2e.test_preemption import BOX_TRAIN, EPOCHS, _check_recovery
 from tests.fakes.boot_harness import BootHarness
 
 __all__ = [  # fixtures, for pytest
@@ -54,7 +54,7 @@ EPOCH_DONE = rf"cloudtrain: epoch (\d)/{EPOCHS} done"
 def spot_job(ct: Env) -> Path:
     """The example with `spot: true` and short, checkpointed epochs."""
     cluster = yaml.safe_load((EXAMPLES / EXAMPLE / "job.yaml").read_text())["cluster"]
-    return ct.job(EXAMPLE, TRAIN, cluster={**cluster, "spot": True})
+    return ct.job(EXAMPLE, BOX_TRAIN, cluster={**cluster, "spot": True})
 
 
 def evict_mid_epoch(

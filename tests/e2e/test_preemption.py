@@ -35,10 +35,10 @@ pytestmark = pytest.mark.e2e
 # the loss lands 2.5 s into epoch 2, the last one: the next attempt resumes there and ends
 EPOCHS = 2
 TRAIN = f"python train.py --epochs {EPOCHS} --epoch-seconds 6"
-# on the AWS box the epoch line reaches the test later (the agent's flush, the controller's 2 s
+# on a cloud box the epoch line reaches the test later (the agent's flush, the controller's 2 s
 # poll, moto, the harness noticing the termination): under a loaded CI the kill landed after
 # epoch 2 had ended, and the run resumed "after the last epoch". Longer epochs keep it inside.
-AWS_TRAIN = f"python train.py --epochs {EPOCHS} --epoch-seconds 10"
+BOX_TRAIN = f"python train.py --epochs {EPOCHS} --epoch-seconds 10"
 DONE_RE = rf"^\[worker-1\] cloudtrain: epoch (\d)/{EPOCHS} done"
 # the notice keeps a third epoch: the agent reads the metadata service every 5 s, so it may act
 # on the notice up to about 7 s after the epoch line was seen, past the end of a second epoch
@@ -108,7 +108,7 @@ def _instances_of(aws: AwsBox, run_id: str, name: str = "") -> list[dict[str, ob
 
 
 def test_aws_instance_terminated_from_outside_is_replaced_alone(aws: AwsBox) -> None:
-    job = aws.ct.job("digits-multiworker", AWS_TRAIN)
+    job = aws.ct.job("digits-multiworker", BOX_TRAIN)
     cli = _run_aws(aws, job)
     try:
         done = int(aws.ct.wait_for(DONE_RE, timeout=300)[1])
