@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from cloudtrain import cli_common as common
-from cloudtrain.scale import DEFAULT_STEPS  # the arithmetic's module: stdlib only at import
+
+DEFAULT_STEPS = 30  # --steps: enough past the first (traced) step for a steady rate
 
 if TYPE_CHECKING:
     from cloudtrain.scale import ScaleRun, ScaleTable, Size

@@ -26,7 +26,6 @@ if TYPE_CHECKING:
     from cloudtrain.spec import JobSpec
     from cloudtrain.throughput import Throughput
 
-DEFAULT_STEPS = 30
 # the strategies whose worker count is the data-parallel width; one_device and mirrored run on
 # one node by definition
 SCALABLE = ("multi_worker_mirrored", "parameter_server", "horovod")
