@@ -18,6 +18,7 @@ import os
 import resource
 import shutil
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -199,6 +200,91 @@ def parse_json_result(stdout: bytes) -> dict[str, Any]:
     except json.JSONDecodeError:
         return {}
     return data if isinstance(data, dict) else {}
+
+
+def cloudtrain_status(run_id: str, log: Path) -> dict[str, Any]:
+    """`cloudtrain status RUN --json` of a run in this CLOUDTRAIN_HOME: its JSON object, or {}
+    when it fails or prints something else (the caller says so). Blocks; reads only."""
+    with log.open("ab") as err:
+        proc = subprocess.run(
+            [str(console_script()), "status", run_id, "--json"],
+            stdout=subprocess.PIPE,
+            stderr=err,
+            stdin=subprocess.DEVNULL,
+            timeout=120,
+        )
+    try:
+        data = json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        return {}
+    return data if proc.returncode == 0 and isinstance(data, dict) else {}
+
+
+def free_ports(n: int) -> list[int]:
+    """`n` distinct free loopback TCP ports (held together so they differ)."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [int(s.getsockname()[1]) for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def run_by_hand(work: Path, example: Path, argv: Sequence[str], workers: int) -> float:
+    """Launch a MultiWorkerMirrored job as a user would without cloudtrain: copy `example` to
+    `work/code`, then start `argv` (e.g. python train.py --epochs 4) once per worker there with
+    a hand-written TF_CONFIG on free loopback ports, TF_USE_LEGACY_KERAS=1, PYTHONUNBUFFERED=1,
+    TF_CPP_MIN_LOG_LEVEL defaulting to 1 (as the agent does) and per-worker
+    CLOUDTRAIN_CHECKPOINT_DIR/CLOUDTRAIN_MODEL_DIR; output to work/worker-<i>.log. Blocks until
+    every worker exits (killed after 600 s). Returns the wall seconds from the first spawn to
+    the last exit; SystemExit if any worker failed."""
+    code = work / "code"
+    shutil.rmtree(code, ignore_errors=True)
+    shutil.copytree(example, code)
+    addresses = [f"127.0.0.1:{p}" for p in free_ports(workers)]
+    command = [sys.executable if a == "python" else a for a in argv]
+    procs: list[subprocess.Popen[bytes]] = []
+    codes: list[int] = []
+    t0 = time.perf_counter()
+    try:
+        for i in range(workers):
+            tf_config = {"cluster": {"worker": addresses}, "task": {"type": "worker", "index": i}}
+            env = dict(os.environ)
+            env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+            env.update(
+                TF_CONFIG=json.dumps(tf_config),
+                TF_USE_LEGACY_KERAS="1",
+                PYTHONUNBUFFERED="1",
+                CLOUDTRAIN_CHECKPOINT_DIR=str(work / f"worker-{i}" / "checkpoints"),
+                CLOUDTRAIN_MODEL_DIR=str(work / f"worker-{i}" / "model"),
+            )
+            with (work / f"worker-{i}.log").open("ab") as log:
+                procs.append(
+                    subprocess.Popen(
+                        command,
+                        cwd=code,
+                        env=env,
+                        stdin=subprocess.DEVNULL,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                    )
+                )
+        codes = [p.wait(timeout=600) for p in procs]
+        wall = time.perf_counter() - t0
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+    if any(codes):
+        raise SystemExit(f"hand-launched run failed: exit codes {codes}; see {work}/worker-*.log")
+    return wall
 
 
 def heavy_modules(names: Sequence[str]) -> list[str]:

@@ -6,8 +6,8 @@ run in two ways, in pairs (a b, b a, a b, ...), `--repeat` pairs (default 5):
   a. `cloudtrain run job.yaml --json` (the installed console script) on the local provider, with
      a job.yaml written to the temp dir whose workdir is the example folder. Wall time from
      spawn to exit: plan, bucket, bundle, node boot, rendezvous, training, teardown.
-  b. a plain launcher in this script: copy the example folder, pick two free loopback ports,
-     start `python train.py --epochs N` twice with a hand-written TF_CONFIG, plus
+  b. a plain launcher (`_common.run_by_hand`): copy the example folder, pick two free loopback
+     ports, start `python train.py --epochs N` twice with a hand-written TF_CONFIG, plus
      TF_USE_LEGACY_KERAS=1, TF_CPP_MIN_LOG_LEVEL=1 (the agent's default too) and
      CLOUDTRAIN_CHECKPOINT_DIR / CLOUDTRAIN_MODEL_DIR pointing at per-worker temp folders, and
      wait for both. Wall time from the first spawn to the last exit.
@@ -20,17 +20,14 @@ bucket, bundle, boot, rendezvous), the training itself, and entrypoint end to ex
 detection, teardown); `local_fixed_overhead_s` is the median of before + after, the time
 cloudtrain adds around a job of any length. The default `--epochs` (40) makes one run last about
 30 s on a quiet 2-core machine.
+
+`benchmarks/overhead.py` is issue 20's measurement: 3 workers, the example's default length,
+the paired added seconds and the trace's breakdown.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import json
-import os
-import shutil
-import socket
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -43,25 +40,12 @@ from _common import (
     info,
     median,
     result,
+    run_by_hand,
     write_job,
 )
 
 TARGET_RATIO = 1.10
 EXAMPLE = EXAMPLES / "digits-multiworker"
-
-
-def free_ports(n: int) -> list[int]:
-    """`n` distinct free loopback TCP ports (held together so they differ)."""
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [int(s.getsockname()[1]) for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 def stamped(epochs: int, stamps: Path) -> str:
@@ -94,48 +78,7 @@ def phases(stamps: Path, t0: float, t1: float) -> tuple[str, float]:
 
 def run_plain(work: Path, epochs: int, workers: int = 2) -> float:
     """Two hand-launched MultiWorkerMirrored workers: wall seconds until both exit."""
-    code = work / "code"
-    shutil.rmtree(code, ignore_errors=True)
-    shutil.copytree(EXAMPLE, code)
-    addresses = [f"127.0.0.1:{p}" for p in free_ports(workers)]
-    procs: list[subprocess.Popen[bytes]] = []
-    t0 = time.perf_counter()
-    try:
-        for i in range(workers):
-            tf_config = {"cluster": {"worker": addresses}, "task": {"type": "worker", "index": i}}
-            env = dict(os.environ)
-            env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
-            env.update(
-                TF_CONFIG=json.dumps(tf_config),
-                TF_USE_LEGACY_KERAS="1",
-                PYTHONUNBUFFERED="1",
-                CLOUDTRAIN_CHECKPOINT_DIR=str(work / f"worker-{i}" / "checkpoints"),
-                CLOUDTRAIN_MODEL_DIR=str(work / f"worker-{i}" / "model"),
-            )
-            log = (work / f"worker-{i}.log").open("ab")
-            procs.append(
-                subprocess.Popen(
-                    [sys.executable, "train.py", "--epochs", str(epochs)],
-                    cwd=code,
-                    env=env,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )
-            )
-            log.close()
-        codes = [p.wait(timeout=600) for p in procs]
-        wall = time.perf_counter() - t0
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(p.pid, 9)
-                p.wait()
-    if any(codes):
-        raise SystemExit(f"plain run failed: exit codes {codes}; see {work}/worker-*.log")
-    return wall
+    return run_by_hand(work, EXAMPLE, ["python", "train.py", "--epochs", str(epochs)], workers)
 
 
 def main() -> int:

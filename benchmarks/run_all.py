@@ -8,7 +8,8 @@ own temp CLOUDTRAIN_HOME), echoing its output, then parses the result lines it p
 
 and prints one table (figure, value, target, result). Exits 1 if any figure failed or any
 script exited abnormally. `--only help_time plan_time` runs a subset; `--repeat N` is passed to
-local_vs_plain (the longest). The whole run takes about 5 minutes on a quiet 2-core machine.
+local_vs_plain and overhead (the paired runs, the longest). The whole run takes about 8 minutes
+on a quiet 2-core machine.
 """
 
 from __future__ import annotations
@@ -35,8 +36,14 @@ SCRIPTS: tuple[str, ...] = (
     "unit_timings",
     "ckpt_sync",
     "local_vs_plain",
+    "overhead",
+    "long_run",
 )
+# long_run's old-design poll of the three-day run lists 413 pages (over 10 minutes on moto): run_all
+# measures the current design only; `python benchmarks/long_run.py` measures both
+EXTRA: dict[str, list[str]] = {"long_run": ["--old-polls", "0"]}
 TIMEOUT_S = 900
+PAIRED = ("local_vs_plain", "overhead")  # the scripts `--repeat` sets the pairs of
 
 LINE_RE = re.compile(
     r"^(?P<figure>[A-Za-z0-9_.]+) (?P<stat>\w+)=(?P<value>\S+)"
@@ -117,7 +124,9 @@ def table(rows: list[Row]) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="+", choices=SCRIPTS, help="run only these")
-    parser.add_argument("--repeat", type=int, default=None, help="pairs of runs for local_vs_plain")
+    parser.add_argument(
+        "--repeat", type=int, default=None, help=f"pairs of runs for {' and '.join(PAIRED)}"
+    )
     args = parser.parse_args()
 
     started = time.perf_counter()
@@ -125,7 +134,8 @@ def main() -> int:
     rows: list[Row] = []
     broken: list[str] = []
     for script in args.only or SCRIPTS:
-        extra = ["--repeat", str(args.repeat)] if args.repeat and script == "local_vs_plain" else []
+        extra = ["--repeat", str(args.repeat)] if args.repeat and script in PAIRED else []
+        extra += EXTRA.get(script, [])
         code, output, seconds = run(script, extra)
         found = parse(script, output)
         print(f"({script}: {seconds:.1f} s, exit {code})", flush=True)

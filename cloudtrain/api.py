@@ -49,7 +49,7 @@ from cloudtrain.api_types import (
 from cloudtrain.errors import CloudtrainError, UsageError
 
 if TYPE_CHECKING:
-    from cloudtrain.ledger import RunRecord
+    from cloudtrain.ledger import Ledger, RunRecord
     from cloudtrain.ledger_records import ResourceRecord
     from cloudtrain.plan import Plan
     from cloudtrain.providers.base import Provider
@@ -136,8 +136,13 @@ def prepare(
     zone: str | None = None,
 ) -> Launch:
     """The spec and its plan, ready for `launch` (what `run` does first). Creates nothing."""
+    started = time.time()
     spec = load(job, provider=provider, region=region, zone=zone)
-    return Launch(spec, plan(spec))
+    loaded = time.time()
+    the_plan = plan(spec)
+    return Launch(
+        spec, the_plan, timings=(("spec", started, loaded), ("plan", loaded, time.time()))
+    )
 
 
 def prepare_resume(run_id: str) -> Launch:
@@ -238,6 +243,8 @@ def launch(
     orch = Orchestrator(
         ready.spec, the_plan, prov, ledger(), seen, options, resume_from=ready.resume_from
     )
+    for name, start, end in ready.timings:  # the run's trace: within its startup phase
+        orch.trace.child(name, start, end, "startup")
     if threading.current_thread() is not threading.main_thread():
         seen.event(NO_SIGNALS_NOTE.format(run_id=orch.run_id))
     result = orch.run()
@@ -275,16 +282,23 @@ def resume(
 def status(run_id: str) -> RunStatus:
     """The run now: ledger record, bucket (node statuses, heartbeats, failures of the newest
     attempt; `store_error` when the bucket cannot be read), the cloud's node list, the live
-    resources and the cost so far. Read-only; blocks for one listing of bucket and cloud."""
+    resources and the cost so far. Read-only; blocks for one poll of the bucket (five small
+    listings, no log line: runstate.RunReader) and one listing of the cloud."""
     from cloudtrain.failures import read_reports
     from cloudtrain.procid import controller
     from cloudtrain.runstate import RunReader
+    from cloudtrain.trace_view import load_spans
+    from cloudtrain.trace_view import to_json as trace_json
 
     rec = find_run(run_id)
     the_ledger = ledger()
     prov = record_provider(rec)
-    snap, unreadable = poll(RunReader(prov.store(str(rec.store_uri)), rec.run_id))
+    store = prov.store(str(rec.store_uri))
+    nodes = ledger_nodes(the_ledger, rec.run_id)
+    snap, unreadable = poll(RunReader(store, rec.run_id, logs=False, nodes=nodes))
     attempt = max((int(s.get("attempt", 0)) for s in snap.statuses.values()), default=0)
+    chief = "chief-0" if "chief-0" in nodes else "worker-0"
+    trace = trace_json(load_spans(the_ledger, store, rec.run_id, nodes), chief)
     nodes = {n.name: n for n in prov.compute.list_nodes(rec.run_id)}
     live = [r for r in the_ledger.resources(rec.run_id, live_only=True) if r.kind != "bucket"]
     return RunStatus(
@@ -307,7 +321,21 @@ def status(run_id: str) -> RunStatus:
         lease=_lease(prov, str(rec.store_uri), rec.run_id),
         read_at=time.time(),
         hourly_usd=_hourly(the_ledger.resources(rec.run_id)),
+        trace=trace,
     )
+
+
+def ledger_nodes(the_ledger: Ledger, run_id: str) -> list[str]:
+    """The run's training nodes ('worker-1') as the ledger names them, sorted; [] when it names
+    none it can parse (a run poll then finds them in the bucket). Read-only."""
+    from cloudtrain.providers.base import ROLES, parse_node_name
+
+    found = set()
+    for r in the_ledger.resources(run_id):
+        parsed = parse_node_name(r.resource_id) if r.kind == "node" else None
+        if parsed is not None and parsed[0] == run_id and parsed[1] in ROLES:
+            found.add(f"{parsed[1]}-{parsed[2]}")
+    return sorted(found)
 
 
 def _hourly(resources: list[ResourceRecord]) -> float:
@@ -339,7 +367,8 @@ def logs(
     on_wait: Callable[[str], None] | None = None,
 ) -> LogStream:
     """An iterator of the run's log lines (`LogLine`), in order per node; `node` ('worker-1')
-    keeps one node's. Without `follow` it ends once the bucket's lines are read; with it, it
+    keeps one node's. Without `follow` it ends once the bucket's lines are read (each node's
+    closed segments in parallel, then its chunks: cloudtrain/log_reader.py); with it, it
     blocks and polls until the run is over or nobody is left to end it (`stream.end` says
     which). `on_wait` hears, once per change, what a follow waits for (default: logged)."""
     from cloudtrain.runstate import RunReader
@@ -347,11 +376,17 @@ def logs(
     rec = find_run(run_id)
     _check_node(node)
     prov = record_provider(rec)
+    the_ledger = ledger()
     stream = LogStream(
         rec,
         prov,
-        RunReader(prov.store(str(rec.store_uri)), rec.run_id),
-        ledger(),
+        RunReader(
+            prov.store(str(rec.store_uri)),
+            rec.run_id,
+            log_node=node,
+            nodes=ledger_nodes(the_ledger, rec.run_id),
+        ),
+        the_ledger,
         node=node,
         follow=follow,
         poll_s=poll_s,

@@ -60,7 +60,7 @@ def _log_wait(text: str) -> None:
 @dataclass
 class LogStream:
     """An iterator of `LogLine`s of one run (see the module docstring). Blocks while it waits
-    (one poll every `poll_s`); not thread-safe; iterate it once."""
+    (one poll every `poll_s`); not thread-safe; iterate it once, by line or by `batches()`."""
 
     rec: RunRecord
     prov: Provider
@@ -76,23 +76,32 @@ class LogStream:
     _listed_at: float | None = None
     _journal_at: float | None = None
     _alive_nodes: int | None = None
-    _lines: Iterator[LogLine] | None = field(default=None, repr=False)
+    _batches: Iterator[list[LogLine]] | None = field(default=None, repr=False)
+    _batch: Iterator[LogLine] = field(default_factory=lambda: iter(()), repr=False)
 
     def __iter__(self) -> LogStream:
         return self
 
     def __next__(self) -> LogLine:
-        if self._lines is None:
-            self._lines = self._read()
-        return next(self._lines)
+        while True:
+            line = next(self._batch, None)
+            if line is not None:
+                return line
+            self._batch = iter(next(self.batches()))  # StopIteration ends the stream
 
-    def _read(self) -> Iterator[LogLine]:
+    def batches(self) -> Iterator[list[LogLine]]:
+        """The stream a poll's lines at a time (a printer of millions writes them at once).
+        The same iterator however often it is called."""
+        if self._batches is None:
+            self._batches = self._read()
+        return self._batches
+
+    def _read(self) -> Iterator[list[LogLine]]:
         run_id = self.rec.run_id
         while True:
             snap, unreadable = poll(self.reader)
-            for name, line in list(snap.new_lines):
-                if self.node is None or name == self.node:
-                    yield LogLine(name, line)
+            lines = snap.new_lines
+            yield [LogLine(n, line) for n, line in lines if self.node is None or n == self.node]
             if self.follow:
                 self._import_journal()
             current = self.ledger.get_run(run_id)

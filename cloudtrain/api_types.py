@@ -73,6 +73,8 @@ class RunStatus:
     lease: Mapping[str, Any] | None = None
     read_at: float = 0.0  # when the lease was read (epoch seconds)
     hourly_usd: float = 0.0  # what its nodes (and controller node) cost an hour together
+    # where its time went: trace_view.to_json of the controller's and the nodes' spans
+    trace: Mapping[str, Any] | None = None
 
     @property
     def throughput(self) -> Throughput:
@@ -142,6 +144,7 @@ class RunStatus:
                 for k, v in self.statuses.items()
             },
             "bootstrap": self.bootstrap,
+            "trace": _plain(self.trace),
             "lease": _plain(self.lease),
             "orphaned": self.orphaned,
             "failures": {
@@ -190,6 +193,8 @@ class Launch:
     spec: JobSpec
     plan: Plan
     resume_from: ResumeSource | None = None
+    # (name, start, end) of what `prepare` did, for the run's trace: "spec", "plan"
+    timings: tuple[tuple[str, float, float], ...] = ()
 
 
 @dataclass

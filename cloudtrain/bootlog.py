@@ -1,5 +1,6 @@
-"""Reading a node's bootstrap log (uploaded by jobs/startup.sh.j2 at each phase boundary and on
-failure): its current phase, the reason it failed, and how long each phase took.
+"""Reading a node's bootstrap log (uploaded by jobs/startup.sh.j2 before the agent starts, on
+failure, before a reboot, when an install or a wait begins and at the end of a phase that took
+>= 1 s): its current phase, the reason it failed, and how long each phase took.
 
 The script writes lines `<UTC time> cloudtrain-bootstrap[<role>-<index>]: <text>`, where text is
 `<phase>: <state>` (e.g. `python: installing tensorflow 2.21.0`, also with a leading `phase `),

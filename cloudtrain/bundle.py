@@ -3,7 +3,9 @@
 The archive is deterministic (sorted entries, zeroed times and owners, gzip mtime 0): the same
 inputs give the same sha256, which names the object in the bucket (`bundle/<sha256>.tar.gz`) and
 lets a node verify what it fetched. The wheel is built in-process from the installed package
-(a few milliseconds, no `pip wheel`), so nodes run exactly the controller's code.
+(no `pip wheel`), so nodes run exactly the controller's code; deflating it is most of the
+build's time, so the bundles folder keeps each wheel under a digest of what it is made from
+(`wheels/`, see build_wheel) and the next run of the same code reads it back.
 
 Layout inside the archive: `wheel/cloudtrain-<version>-py3-none-any.whl`, the folder `workdir`
 and `workdir/...`. The node unpacks it into `<work>/bundle` (jobs/startup.sh.j2) and the agent
@@ -42,6 +44,7 @@ import stat
 import tarfile
 import tempfile
 import zipfile
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,6 +73,8 @@ MAX_BUNDLE_FILES = 100_000  # a policy too: more files than any code base has; d
 CHUNK = 1024 * 1024  # what one read or write holds in memory
 _WHEEL_SUFFIXES = (".py", ".j2", ".csv")
 _ZIP_TIME = (1980, 1, 1, 0, 0, 0)
+WHEEL_CACHE = "wheels"  # the built wheels, in the bundles folder (build_wheel's cache_dir)
+KEEP_WHEELS = 8  # how many of them are kept
 _DATA_HINT = "keep data sets in a bucket and read them from the job"
 
 
@@ -117,8 +122,8 @@ def _package_sources() -> list[tuple[str, Path]]:
     return sorted(set(out))
 
 
-def build_wheel() -> tuple[str, bytes]:
-    """Build the cloudtrain wheel from the running code. Deterministic; pure apart from reads."""
+def _wheel_inputs() -> tuple[str, list[tuple[str, bytes]]]:
+    """The wheel's name and its files in order (RECORD last). Pure apart from reads."""
     version = cloudtrain.__version__
     dist_info = f"cloudtrain-{version}.dist-info"
     try:
@@ -146,6 +151,11 @@ def build_wheel() -> tuple[str, bytes]:
         record_lines.append(f"{arcname},sha256={digest},{len(data)}")
     record_lines.append(f"{dist_info}/RECORD,,")
     files.append((f"{dist_info}/RECORD", ("\n".join(record_lines) + "\n").encode()))
+    return f"cloudtrain-{version}-py3-none-any.whl", files
+
+
+def _zip(files: list[tuple[str, bytes]]) -> bytes:
+    """The wheel's bytes: a deflated zip with fixed times and modes. Deterministic; pure."""
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
         for arcname, data in files:
@@ -153,7 +163,48 @@ def build_wheel() -> tuple[str, bytes]:
             info.external_attr = 0o644 << 16
             info.compress_type = zipfile.ZIP_DEFLATED
             zf.writestr(info, data)
-    return f"cloudtrain-{version}-py3-none-any.whl", buf.getvalue()
+    return buf.getvalue()
+
+
+def build_wheel(cache_dir: Path | None = None) -> tuple[str, bytes]:
+    """Build the cloudtrain wheel from the running code: (file name, bytes). Deterministic.
+
+    Deflating the sources (~1.5 MB) is most of a run's bundle time, so with `cache_dir` the
+    wheel is kept there under the sha256 of everything it is made from (RECORD holds each
+    file's sha256, and the name, version and requirements): the same code gives the same
+    bytes, read back instead of deflated again. Only the cache is written (atomically; a
+    cache that cannot be written is skipped). Blocks on reads."""
+    name, files = _wheel_inputs()
+    if cache_dir is None:
+        return name, _zip(files)
+    # the zlib in use too: another one may deflate the same files into other bytes
+    key = hashlib.sha256(f"{name}\n{zlib.ZLIB_RUNTIME_VERSION}\n".encode() + files[-1][1])
+    cached = cache_dir / f"{key.hexdigest()}.whl"
+    with contextlib.suppress(OSError):
+        return name, cached.read_bytes()
+    wheel = _zip(files)
+    with contextlib.suppress(OSError):
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{cached.name}-", suffix=".part", dir=cache_dir)
+        try:
+            with os.fdopen(fd, "wb") as out:
+                out.write(wheel)
+            os.replace(tmp, cached)  # atomic: a reader sees the whole wheel or none
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+        _prune_wheels(cache_dir)
+    return name, wheel
+
+
+def _prune_wheels(cache_dir: Path) -> None:
+    """Keep the KEEP_WHEELS newest wheels of the cache (each edit of cloudtrain's code makes
+    one). A reader racing a delete misses and builds the wheel again. Never raises."""
+    with contextlib.suppress(OSError):
+        wheels = sorted(cache_dir.glob("*.whl"), key=lambda p: p.stat().st_mtime, reverse=True)
+        for old in wheels[KEEP_WHEELS:]:
+            with contextlib.suppress(FileNotFoundError):
+                old.unlink()
 
 
 def _shown(text: object) -> str:
@@ -318,9 +369,12 @@ def _pack_file(tar: tarfile.TarFile, rel: str, path: Path, where: str) -> int:
     return int(info.st_size)
 
 
-def _write_archive(sink: _HashingSink, files: list[tuple[str, Path]], where: str) -> str:
-    """Stream the whole archive into `sink`; returns the wheel's name. Raises SpecError."""
-    wheel_name, wheel = build_wheel()
+def _write_archive(
+    sink: _HashingSink, files: list[tuple[str, Path]], where: str, wheels: Path | None = None
+) -> str:
+    """Stream the whole archive into `sink` (the wheel from the cache `wheels`, see
+    build_wheel); returns the wheel's name. Raises SpecError."""
+    wheel_name, wheel = build_wheel(wheels)
     # filename "": no name in the gzip header; mtime 0: the same bytes every time.
     # tar mode "w|": a stream that never seeks, so the sink sees each byte once, in order.
     with (
@@ -357,7 +411,7 @@ def _pack(files: list[tuple[str, Path]], out_dir: Path, where: str) -> tuple[Pat
     try:
         with os.fdopen(fd, "wb") as raw:
             sink = _HashingSink(raw)
-            wheel_name = _write_archive(sink, files, where)
+            wheel_name = _write_archive(sink, files, where, out_dir / WHEEL_CACHE)
             os.fchmod(raw.fileno(), 0o644)
         sha = sink.sha.hexdigest()
         path = out_dir / f"{sha}.tar.gz"

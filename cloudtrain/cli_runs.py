@@ -79,11 +79,17 @@ def status(
     for node, st in sorted(now.statuses.items()):
         beat = now.heartbeats.get(node) or {}
         epoch = f"epoch {beat.get('epoch')}/{beat.get('epochs')}" if beat.get("epoch") else ""
-        console.print(f"  {node}: {st.get('state')} (attempt {st.get('attempt')}) {epoch}")
+        doing = f"  {beat['activity']}" if beat.get("activity") else ""  # "restoring 3.1/5.0 GB"
+        console.print(f"  {node}: {st.get('state')} (attempt {st.get('attempt')}) {epoch}{doing}")
     from cloudtrain.ui import throughput_lines
 
     for line in throughput_lines(now.throughput):
         console.print(line)
+    from cloudtrain.trace_view import time_line
+
+    took = time_line(now.trace)
+    if took:
+        console.print(f"  time: {took}", markup=False)
     console.print(
         f"  live resources: {len(now.live_resources)}  cloud nodes: {len(now.cloud_nodes)}"
     )
@@ -167,14 +173,19 @@ def _waiting_to(err: TextIO) -> Callable[[str], None]:
     return waiting
 
 
+WRITE_LINES = 10_000  # `logs` writes a poll's lines this many at a time
+
+
 def render(stream: LogStream, out: TextIO, err: TextIO) -> int:
     """Print a log stream's lines to `out` as `[node] line`, then why it ended: the outcome and
     detail of a run that did not succeed (to `out`), or why nobody will finish it (to `err`).
-    Returns `logs`' exit code: 0, or api_logs.GONE_EXIT. Blocks while the stream does."""
-    for line in stream:
-        out.write(f"{line}\n")
+    Returns `logs`' exit code: 0, or api_logs.GONE_EXIT. Blocks while the stream does. Output
+    is written and flushed a poll's lines at a time, not per line (a day-3 run's `logs` prints
+    millions)."""
+    for batch in stream.batches():
+        for start in range(0, len(batch), WRITE_LINES):
+            out.write("".join([f"{line}\n" for line in batch[start : start + WRITE_LINES]]))
         out.flush()
-    out.flush()
     end = stream.end
     assert end is not None  # a stream that stopped says why
     if end.message:

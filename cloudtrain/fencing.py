@@ -11,6 +11,8 @@ request) is a request to the nodes, never a resource.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from cloudtrain.lease import Lease
 from cloudtrain.providers.base import (
     Compute,
@@ -58,10 +60,15 @@ class FencedCompute(Compute):
         self.lease.check()
         return self.inner.create_node(run, request)
 
-    def create_nodes(self, run: RunInfo, requests: list[NodeRequest]) -> list[Node]:
+    def create_nodes(
+        self,
+        run: RunInfo,
+        requests: list[NodeRequest],
+        on_created: Callable[[str, float, float], None] | None = None,
+    ) -> list[Node]:
         """One check, then the inner fan-out. Raises LeaseLost. Blocks."""
         self.lease.check()
-        return self.inner.create_nodes(run, requests)
+        return self.inner.create_nodes(run, requests, on_created)
 
     def delete_node(self, node: Node) -> None:
         """Fenced Compute.delete_node. Raises LeaseLost. Idempotent; blocks."""

@@ -10,7 +10,6 @@ resource is in the ledger before its create call.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import socket
@@ -18,40 +17,39 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from cloudtrain import __version__
 from cloudtrain.bundle import Bundle, build_spec_bundle
 from cloudtrain.crashpoints import crash_point
-from cloudtrain.errors import CloudtrainError, LeaseLost, NoCapacityError
+from cloudtrain.errors import CloudtrainError, LeaseLost
 from cloudtrain.failures import read_reports
 from cloudtrain.jobs import protocol
+from cloudtrain.jobs import trace as tr
 from cloudtrain.jobs.protocol import FINAL_STATES, ClusterDoc, NodeState, node_id
 from cloudtrain.lease import Lease, LeaseKeeper
 from cloudtrain.lease_holder import LeaseHolder
 from cloudtrain.ledger import Ledger
 from cloudtrain.paths import cloudtrain_home
-from cloudtrain.providers.base import Node, NodeRequest, Provider, Resource, RunInfo, node_name
+from cloudtrain.providers.base import Provider, RunInfo, node_name
+from cloudtrain.providers.change_wait import ChangeWaiter
+from cloudtrain.provisioning import Provisioning
 from cloudtrain.recovery import Recovery, Stop
-from cloudtrain.resume import ResumeSource, copy_checkpoints
+from cloudtrain.resume import ResumeSource
+from cloudtrain.run_trace import RunTrace, read_node_traces
 from cloudtrain.runrules import judge_attempt, new_run_id, port_range_for
 from cloudtrain.runstate import RunReader, Snapshot
 from cloudtrain.runtypes import NodeView, Observer, Outcome, RunOptions, RunResult, RunView
-from cloudtrain.startup import StartupParams, render_startup
 from cloudtrain.stop_signals import StopSignals, signal_name, stop_detail
 from cloudtrain.teardown import request_stop, scrub_secrets, teardown
 from cloudtrain.throughput import of_attempt
+from cloudtrain.trace_view import to_json as trace_json
 from cloudtrain.wheelhouse import WheelhousePlanner
 
 if TYPE_CHECKING:
     from cloudtrain.journal import Journal
-    from cloudtrain.plan import NodePlan, Plan
+    from cloudtrain.plan import Plan
     from cloudtrain.spec import JobSpec
 
-PRESIGN_TTL_S = 3600
-CONTROLLER_GRACE_S = 900  # the controller node's deadline is the run's plus its teardown
-CONTROLLER_DISK_GB = 30  # the controller node's: Azure's smallest OS disk of the images is 30 GB
 
-
-class Orchestrator(LeaseHolder, Recovery):
+class Orchestrator(LeaseHolder, Provisioning, Recovery):
     """Runs one job spec through its whole lifecycle on one provider. Not reusable."""
 
     def __init__(
@@ -82,6 +80,7 @@ class Orchestrator(LeaseHolder, Recovery):
         self.zone = plan.zone
         self.bundle: Bundle | None = None
         self.cluster = ClusterDoc()  # the run's cluster.json, made by provision()
+        self.reader: RunReader | None = None  # the watch's, once it began
         self.info = RunInfo(
             run_id=self.run_id,
             region=plan.region,
@@ -112,6 +111,9 @@ class Orchestrator(LeaseHolder, Recovery):
         self.spare = ""  # the controller node's own name, when it is this process's host
         self.extra_hourly_usd = 0.0  # the controller node's $/h (budget margin)
         self.journal: Journal | None = None  # the run's journal in its bucket, once it exists
+        # the trace (jobs/trace.py): its first phase began with this process
+        self.trace = RunTrace(ledger, self.run_id)
+        self.trace.phases.next(tr.STARTUP, at=self.trace.start)
 
     # --- the whole run ---------------------------------------------------------------------
     def run(self) -> RunResult:
@@ -126,6 +128,7 @@ class Orchestrator(LeaseHolder, Recovery):
 
     def _run(self, signals: StopSignals) -> RunResult:
         ledger = self.ledger
+        self.trace.phase(tr.BUNDLE)
         # the workdir is user input: check and pack it before anything exists
         self.bundle = build_spec_bundle(self.spec, cloudtrain_home() / "bundles")
         ledger.create_run(
@@ -139,11 +142,13 @@ class Orchestrator(LeaseHolder, Recovery):
             json.dumps(self.plan.to_dict()),
             account=self.provider.account(),
         )
+        self.trace.recorded()
         return self._control(signals, self._provision_and_watch)
 
     def follow(self) -> RunResult:
         """An adopted run (cloudtrain/adopt.py: the lease is held, the provider fenced): watch
         it from where it is, stop, tear down, as `run` does from its watch on. Blocks."""
+        self.trace.recorded()  # the run's ledger row exists
         with StopSignals(self._signal_notice) as signals:
             return self._control(signals, self._watch_adopted)
 
@@ -168,6 +173,7 @@ class Orchestrator(LeaseHolder, Recovery):
         if not self.options.controller:
             self.hand_over()  # expired now: `cloudtrain attach` takes it at once
             self.observer.event("detached: the nodes stop themselves at the deadline")
+        self.trace.close()
         return self._result(Outcome.DETACHED, "")
 
     def _control(
@@ -218,7 +224,14 @@ class Orchestrator(LeaseHolder, Recovery):
             self.hand_over()
             ledger.event(self.run_id, "lease", detail)
             self.observer.event(f"stopped acting: {detail}")
+            self.trace.close()
             return self._result(outcome, detail)
+        if self.trace.phases.current not in (tr.END, tr.STOP):
+            self.trace.phase(tr.END)
+        node_spans = []
+        if self.reader is not None:  # the nodes' spans (written before their final status)
+            nodes = [node_id(nv.role, nv.index) for nv in self.view.nodes]
+            node_spans = read_node_traces(self.store, self.run_id, nodes)
         if outcome in (Outcome.INTERRUPTED, Outcome.BUDGET_EXCEEDED, Outcome.DEADLINE):
             self._graceful_stop(outcome)
             if self.job_end is None:  # the job ended when its agents had stopped
@@ -232,10 +245,16 @@ class Orchestrator(LeaseHolder, Recovery):
             )
             ledger.set_status(self.run_id, "running", outcome, detail)
         else:
+            self.trace.phase(tr.TEARDOWN)
             self._set_phase("tearing down")
             ledger.set_status(self.run_id, "tearing_down")
             report = teardown(
-                self.provider, ledger, self.run_id, self.observer.event, spare=self.spare
+                self.provider,
+                ledger,
+                self.run_id,
+                self.observer.event,
+                spare=self.spare,
+                trace=self.trace.tracer,
             )
             teardown_s = report.seconds
             scrub_secrets(self.provider, self.store_uri, self.run_id)
@@ -247,6 +266,8 @@ class Orchestrator(LeaseHolder, Recovery):
         if self.job_end is not None and not keep:
             result.teardown_lag_s = time.time() - self.job_end
         ledger.event(self.run_id, "end", f"{outcome}: {detail}")
+        self.trace.close()
+        result.trace = trace_json([*self.trace.spans(), *node_spans], self._chief_name())
         return result
 
     def detached_result(self) -> RunResult:
@@ -280,199 +301,15 @@ class Orchestrator(LeaseHolder, Recovery):
         self.view.phase = phase
         self.observer.update(self.view)
 
-    # --- provisioning ----------------------------------------------------------------------
-    def provision(self) -> None:
-        """Bucket, bundle, cluster.json, network, then every node at once. Blocks until the
-        create calls return (not until the nodes boot)."""
-        self.observer.event(f"bucket {self.store.uri}")
-        self.store.ensure_bucket()
-        if self.lease is None:  # a new run: nobody else can hold it; term 1
-            lease = Lease(self.store, self.run_id, self.owner)
-            lease.acquire()
-            self.take_lease(lease)
-            self._start_journal()
-        assert self.bundle is not None
-        key = protocol.bundle_key(self.run_id, self.bundle.sha256)
-        if not self.store.list(key):
-            self.store.put_file(key, str(self.bundle.path))
-        left = self.bundle.left_out
-        self.observer.event(
-            f"bundle {self.bundle.sha256[:12]} ({self.bundle.files} files, "
-            f"{self.bundle.size / 1024:.0f} KiB"
-            + (f"; left out, cloudtrain's own: {', '.join(left)}" if left else "")
-            + ")"
-        )
-        if self.resume_from is not None:
-            src = self.resume_from
-            same = src.store_uri == self.store_uri
-            source = self.store if same else self.provider.store(src.store_uri)
-            copied = copy_checkpoints(source, src.run_id, self.store, self.run_id)
-            self.ledger.event(self.run_id, "resume", f"from {src.run_id}: {copied} files")
-            self.observer.event(f"resuming {src.run_id}: copied {copied} checkpoint files")
-        crash_point("bundle")
-        self.cluster = self._cluster_doc()
-        self._write_cluster()
-        self.ledger.set_status(self.run_id, "provisioning")
-        compute = self.provider.compute
-        for res in compute.planned_network(self.info):
-            self.ledger.record_intent(res)
-        crash_point("network-ledger")
-        network = compute.ensure_network(self.info)
-        crash_point("network")
-        for res in network:
-            self.ledger.mark_created(self.run_id, res.kind, res.id, res.cloud_id)
-        self.create_in_some_zone()
-
-    def create_in_some_zone(self) -> None:
-        """Create every node, all in one zone: the planned one, then the region's other zones
-        while a zone has no capacity (the nodes made in a full zone are deleted first).
-        Raises NoCapacityError naming every zone tried."""
-        zones = self.provider.compute.zones()
-        candidates = [self.zone, *(z for z in zones if z != self.zone)]
-        tried: list[str] = []
-        for zone in candidates:
-            self.zone = zone
-            self.info = dataclasses.replace(self.info, zone=zone)
-            where = f"zone {zone}" if zone else "no zone"
-            try:
-                self.create_nodes(list(self.plan.nodes))
-                if tried:
-                    landed = f"landed in {where} after trying {', '.join(tried)}"
-                    self.ledger.event(self.run_id, "zone", landed)
-                return
-            except NoCapacityError as exc:
-                tried.append(where)
-                self.observer.event(f"{where}: {exc.message}")
-                if len(tried) < len(candidates):
-                    self.observer.event("deleting the nodes made there; trying the next zone")
-                    self._delete_nodes()
-        types = sorted({n.instance_type for n in self.plan.nodes})
-        raise NoCapacityError(
-            f"no capacity for {', '.join(types)} in {self.plan.region}: tried {', '.join(tried)}",
-            hint="try another region, another accelerator, or spot: false",
-        )
-
-    def _list_nodes(self) -> list[Node]:
-        """The run's nodes from the cloud (the provider retries the call). Blocks."""
-        return self.provider.compute.list_nodes(self.run_id)
-
-    def _delete_nodes(self) -> None:
-        """Delete every node of the run (not its network) and mark them in the ledger."""
-        compute = self.provider.compute
-        listed = self._list_nodes()
-        compute.delete_listed(listed)
-        for rec in self.ledger.resources(self.run_id, live_only=True):
-            if rec.kind == "node":
-                self.ledger.mark_deleted(self.run_id, "node", rec.resource_id)
-
-    def _cluster_doc(self) -> ClusterDoc:
-        """The run's cluster document; the agents' paces are ClusterDoc's defaults. Pure."""
-        spec, opts = self.spec, self.options
-        return ClusterDoc(
-            run_id=self.run_id,
-            strategy=spec.cluster.strategy,
-            roles=self.plan.roles(),
-            port=spec.cluster.port,
-            attempt=self.attempt,
-            deadline=self.deadline,
-            entrypoint=spec.entrypoint,
-            setup=spec.setup or "",
-            env=spec.env_values(),  # secrets included: the cluster document is their only channel
-            secrets=list(spec.secret_names()),  # names only; agents redact their values
-            poll_s=min(ClusterDoc.poll_s, opts.poll_s),  # agents' rendezvous/barrier polling
-            rendezvous_timeout_s=opts.rendezvous_timeout_s,
-            stop_grace_s=max(1.0, opts.stop_grace_s - 5),
-            linger_s=opts.linger_s,
-        )
-
-    def _write_cluster(self) -> None:
-        """Write the cluster document for the current attempt (agents follow it). Blocks."""
-        self.cluster = dataclasses.replace(self.cluster, attempt=self.attempt)
-        self.store.put(protocol.cluster_key(self.run_id), self.cluster.to_json())
-
-    def node_request(self, node: NodePlan) -> NodeRequest:
-        assert self.bundle is not None
-        name = node_name(self.run_id, node.role, node.index)
-        controller = node.role == "controller"  # the controller node: CPU, the cloud's image
-        skeleton = NodeRequest(
-            run_id=self.run_id,
-            role=node.role,
-            index=node.index,
-            instance_type=node.instance_type,
-            startup_script="",
-            zone=self.zone,
-            spot=node.spot,
-            image=None if controller else self.spec.cluster.image,
-            disk_gb=CONTROLLER_DISK_GB if controller else self.spec.cluster.disk_gb,
-            accelerator=node.accelerator,
-            accelerator_count=node.accelerator_count,
-        )
-        params = StartupParams(
-            run_id=self.run_id,
-            role=node.role,
-            index=node.index,
-            node_name=name,
-            store_uri=self.store.uri,
-            bundle_url=self.store.presign_get(
-                protocol.bundle_key(self.run_id, self.bundle.sha256), PRESIGN_TTL_S
-            ),
-            bundle_sha256=self.bundle.sha256,
-            log_put_url=self.store.presign_put(
-                protocol.bootstrap_log_key(self.run_id, node_id(node.role, node.index)),
-                PRESIGN_TTL_S,
-            ),
-            version=__version__,
-            # the controller node outlives the nodes by the teardown: its dead-man switch too
-            deadline_epoch=int(self.deadline + (CONTROLLER_GRACE_S if controller else 0)),
-            gpu_count=node.accelerator_count,
-            pip_extra=self.provider.name,
-            require_horovod=not controller and self.spec.cluster.strategy == "horovod",
-        )
-        blocks = self.provider.compute.startup_blocks(self.info, skeleton)
-        # a bare image's stack: from the bucket's wheelhouse if any (not the controller's)
-        if blocks.install_stack and not controller:
-            if self._wheelhouse is None:
-                self._wheelhouse = WheelhousePlanner(self.store, self.provider.name, PRESIGN_TTL_S)
-            offer = self._wheelhouse.offer_for(skeleton)
-            params = dataclasses.replace(params, wheelhouse=offer)
-        script = render_startup(params, blocks)
-        return NodeRequest(**{**skeleton.__dict__, "startup_script": script})
-
-    def create_nodes(self, nodes: list[NodePlan]) -> None:
-        """Record every node in the ledger, then create them all in parallel. Raises
-        NoCapacityError/QuotaError (with a hint) after every request was attempted."""
-        requests = [self.node_request(n) for n in nodes]
-        prices = {node_name(self.run_id, n.role, n.index): n.price_hourly for n in nodes}
-        for req in requests:
-            self.ledger.record_intent(
-                Resource(self.provider.name, "node", req.name, self.plan.region, self.run_id),
-                prices[req.name],
-            )
-        self.observer.event(f"creating {len(requests)} node(s)")
-        crash_point("nodes-ledger")
-        try:
-            created = self.provider.compute.create_nodes(self.info, requests)
-        except CloudtrainError as exc:
-            # some nodes may exist: the cloud says which, so the ledger matches it
-            live = self._list_nodes()
-            self._mark_created([n for n in live if n.name in {r.name for r in requests}])
-            if isinstance(exc, NoCapacityError) and exc.hint is None:
-                exc.hint = "try another region or zone, another accelerator, or spot: false"
-            raise
-        crash_point("after-creates")
-        self._mark_created(created)
-
-    def _mark_created(self, nodes: list[Node]) -> None:
-        for node in nodes:
-            self.ledger.mark_created(self.run_id, "node", node.name, node.cloud_id)
-            self.ledger.event(self.run_id, "node", f"created {node.name}")
-
     # --- watching --------------------------------------------------------------------------
     def watch(self) -> tuple[Outcome, str]:
         """Poll the bucket and the cloud until the job ends; returns (outcome, detail).
         Raises Stop for deadline/budget/failure and KeyboardInterrupt for a stop signal."""
-        reader = RunReader(self.store, self.run_id)
+        nodes = [node_id(nv.role, nv.index) for nv in self.view.nodes]
+        reader = self.reader = RunReader(self.store, self.run_id, nodes=nodes)
         opts = self.options
+        self.trace.phase(tr.WATCH, self.attempt)
+        waiter = self._waiter()
         self.ledger.set_status(self.run_id, "running")
         last_list = 0.0
         attempt_started = time.time()
@@ -503,6 +340,7 @@ class Orchestrator(LeaseHolder, Recovery):
                 and chief_status.state == NodeState.SUCCEEDED
             ):
                 self.job_end = now
+                self.trace.phase(tr.END)
                 self._settle(reader)
                 return Outcome.SUCCEEDED, f"{chief} finished"
             reports = read_reports(snap, self.attempt)
@@ -520,10 +358,12 @@ class Orchestrator(LeaseHolder, Recovery):
             )
             if verdict.action == "restart":
                 self._restart(verdict, sorted(set(gone) | set(noticed)))
+                self.trace.phase(tr.WATCH, self.attempt)
                 attempt_started, failed_since = time.time(), None
                 continue
             if verdict.action == "failed":
                 self._after_failure([reports.failed[n] for n in verdict.failed])
+                self.trace.phase(tr.WATCH, self.attempt)
                 attempt_started, failed_since = time.time(), None
                 continue
             if now > self.deadline:
@@ -534,7 +374,14 @@ class Orchestrator(LeaseHolder, Recovery):
                     f"cost ${self.view.cost_usd:.2f} reached the budget "
                     f"(${self.spec.max_cost_usd:.2f}, less the teardown margin)",
                 )
-            time.sleep(opts.poll_s)
+            waiter.wait(opts.poll_s)  # on local: up as soon as a status, notice or control changes
+
+    def _waiter(self) -> ChangeWaiter:
+        """Wakes the watch when a node's status or notice, or the run's control, changes
+        (providers/change_wait.py: at once on local, after the timeout elsewhere)."""
+        run = protocol.run_prefix(self.run_id)
+        folders = [protocol.status_prefix(self.run_id), f"{run}notice/", f"{run}control/"]
+        return ChangeWaiter(self.store.uri, folders)
 
     def _over_budget(self) -> bool:
         """Whether the cost so far plus what the graceful stop and the teardown will cost (the
@@ -551,6 +398,7 @@ class Orchestrator(LeaseHolder, Recovery):
         """After the chief's success, give the other agents `settle_s` to report their end
         (parameter servers and evaluators end themselves once they see the chief is done)."""
         end = time.time() + self.options.settle_s
+        waiter = self._waiter()
         while time.time() < end:
             snap = reader.poll()
             for node, line in snap.new_lines:
@@ -563,7 +411,7 @@ class Orchestrator(LeaseHolder, Recovery):
             }
             if len(final) >= len(self.view.nodes):
                 return
-            time.sleep(0.2)
+            waiter.wait(0.2)
 
     def _chief_name(self) -> str:
         roles = self.plan.roles()
@@ -586,6 +434,7 @@ class Orchestrator(LeaseHolder, Recovery):
                 if nv.epoch is not None:
                     crash_point("training")
                 nv.last_line = beat.last_line
+                nv.activity = beat.activity
         hourly = self.plan.hourly_usd + self.extra_hourly_usd
         self.view.throughput = of_attempt(snap.heartbeats, self.attempt, hourly)
         now = time.time()
@@ -596,16 +445,20 @@ class Orchestrator(LeaseHolder, Recovery):
 
     def _graceful_stop(self, reason: Outcome) -> None:
         """Write control/stop and give the agents time to flush a checkpoint and report."""
+        self.trace.phase(tr.STOP)
         self._set_phase("stopping")
         self.ledger.set_status(self.run_id, "stopping")
         if not request_stop(self.provider, self.store_uri, self.run_id, str(reason)):
             return
         self.observer.event("stop requested: agents flush a checkpoint")
         crash_point("stop")
-        reader = RunReader(self.store, self.run_id)
+        # the watch's reader, where its cursors are: a new one would print every line again
+        nodes = [node_id(nv.role, nv.index) for nv in self.view.nodes]
+        reader = self.reader or RunReader(self.store, self.run_id, nodes=nodes)
         listed = self._list_nodes()
         live = {node_id(n.role, n.index) for n in listed if n.alive and n.role != "controller"}
         end = time.time() + self.options.stop_grace_s
+        waiter = self._waiter()
         while time.time() < end and live:
             snap = reader.poll()
             for node, line in snap.new_lines:
@@ -613,4 +466,4 @@ class Orchestrator(LeaseHolder, Recovery):
             done = {k for k, v in snap.statuses.items() if v.state == NodeState.STOPPED}
             if live <= done:
                 break
-            time.sleep(min(0.5, self.options.poll_s))
+            waiter.wait(min(0.5, self.options.poll_s))

@@ -1,7 +1,8 @@
 """What `cloudtrain report` shows of one run, read from what exists during and after it, for any
 provider: the ledger (the run's record, its resources with their billed intervals and hourly
-prices, its events) and the run's bucket (the nodes' metrics streams metrics/<node>/<seq>.jsonl,
-their bootstrap logs, statuses and rendezvous registrations).
+prices, its events, the controller's spans) and the run's bucket (the nodes' metrics streams
+metrics/<node>/<seq>.jsonl, their bootstrap logs, statuses, rendezvous registrations and traces
+trace/<node>.json).
 
 `collect` reads; everything else here is pure. A run that left no metrics (an older run, a job
 without the runtime whose agent saw no Keras progress lines) gets empty series, and a bucket that
@@ -25,7 +26,9 @@ from cloudtrain import bootlog
 from cloudtrain.api_logs import NODE_RE
 from cloudtrain.errors import CloudtrainError, NotFound
 from cloudtrain.jobs import protocol
+from cloudtrain.jobs import trace as tr
 from cloudtrain.jobs.protocol import NodeStatus, Registration, node_id, run_prefix
+from cloudtrain.trace_view import SPAN_EVENT, Phase, breakdown, controller_spans
 
 if TYPE_CHECKING:
     from cloudtrain.ledger import Ledger, RunRecord
@@ -90,6 +93,8 @@ class ReportData:
     spans: list[Span] = field(default_factory=list)
     cost_points: list[tuple[float, float]] = field(default_factory=list)  # (time, cumulative $)
     events: list[tuple[float, str, str]] = field(default_factory=list)  # (time, kind, message)
+    trace: list[tr.Span] = field(default_factory=list)  # the controller's spans, the nodes'
+    phases: list[Phase] = field(default_factory=list)  # trace_view.breakdown (the root's end)
     attempts: int = 0
     store_error: str | None = None
     skipped: int = 0  # metrics lines or documents that did not parse
@@ -132,8 +137,9 @@ def collect(
 ) -> ReportData:
     """The report's data of the run `rec` from `ledger` and its bucket `store` (None: no bucket
     is known; an unreadable one is `store_error`). Read-only; blocks for one listing of the
-    run's prefix and one read per status, registration, bootstrap log and metrics chunk (the
-    nodes' log chunks are not read). Never raises for what the bucket holds."""
+    run's prefix and one read per status, registration, bootstrap log, trace document and
+    metrics chunk (the nodes' log chunks are not read). Never raises for what the bucket holds.
+    The ledger's "span" events are the controller's part of `trace`, not `events`."""
     read_at = time.time() if now is None else now
     plan = _plan(rec)
     data = ReportData(
@@ -164,7 +170,10 @@ def collect(
     data.nodes = _nodes(data.instance_types, bucket)
     resources = ledger.resources(rec.run_id)
     events = ledger.events(rec.run_id)
-    data.events = [(e.ts, e.kind, e.message) for e in events]
+    data.events = [(e.ts, e.kind, e.message) for e in events if e.kind != SPAN_EVENT]
+    data.trace = controller_spans(events)
+    data.trace += [s for node in data.nodes for s in bucket.traces.get(node, [])]
+    data.phases = breakdown(data.trace, data.chief or "worker-0")
     data.attempts = max([*bucket.registrations, *(s.attempt for s in bucket.statuses.values()), 0])
     data.cost_points = cost_curve(
         [(r.created_at, r.deleted_at, r.price_hourly) for r in resources if r.kind == "node"],
@@ -184,6 +193,7 @@ class _Bucket:
     statuses: dict[str, NodeStatus] = field(default_factory=dict)
     registrations: dict[int, dict[str, float]] = field(default_factory=dict)  # attempt -> times
     boot_logs: dict[str, list[str]] = field(default_factory=dict)  # node -> its logs' texts
+    traces: dict[str, list[tr.Span]] = field(default_factory=dict)  # node -> its spans
     skipped: int = 0
 
 
@@ -208,6 +218,8 @@ def _read_bucket(store: ObjectStore, run_id: str) -> _Bucket:
                     out.skipped += 1
         elif len(parts) == 2 and parts[0] == "bootstrap" and parts[1].endswith(".log"):
             _add_boot_log(out, store, obj.key, parts[1].removesuffix(".log"))
+        elif len(parts) == 2 and parts[0] == "trace" and parts[1].endswith(".json"):
+            _add_trace(out, store, obj.key, parts[1].removesuffix(".json"))
         elif len(parts) == 3 and (m := _ATTEMPT_DIR_RE.match(parts[0])):
             name = parts[2].removesuffix(".json").removesuffix(".log")
             if parts[1] == "bootstrap" and parts[2].endswith(".log"):
@@ -241,6 +253,21 @@ def _read_bucket(store: ObjectStore, run_id: str) -> _Bucket:
 def _add_boot_log(out: _Bucket, store: ObjectStore, key: str, node: str) -> None:
     if _is_node(node) and (body := _get(store, key)) is not None:
         out.boot_logs.setdefault(node, []).append(body.decode(errors="replace"))
+
+
+def _add_trace(out: _Bucket, store: ObjectStore, key: str, node: str) -> None:
+    """The node's spans from its trace document (jobs/trace.py's TraceDoc; one GET, as
+    trace_view.load_spans reads it): only those it recorded as itself, at finite times."""
+    if not _is_node(node) or (body := _get(store, key)) is None:
+        return
+    try:
+        doc = tr.TraceDoc.from_json(body)
+    except ValueError:
+        out.skipped += 1
+        return
+    spans = [s for s in doc.spans if s.node == node]
+    out.traces[node] = [s for s in spans if math.isfinite(s.start) and math.isfinite(s.end)]
+    out.skipped += len(spans) - len(out.traces[node])
 
 
 def _get(store: ObjectStore, key: str) -> bytes | None:
@@ -309,6 +336,7 @@ def _instance_types(plan: dict[str, Any]) -> dict[str, str]:
 
 def _nodes(planned: dict[str, str], bucket: _Bucket) -> list[str]:
     seen = set(planned) | set(bucket.records) | set(bucket.statuses) | set(bucket.boot_logs)
+    seen |= set(bucket.traces)
     for regs in bucket.registrations.values():
         seen |= set(regs)
 

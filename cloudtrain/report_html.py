@@ -1,13 +1,16 @@
 """`cloudtrain report`'s page: one self-contained HTML file of a run (cloudtrain/report_data.py).
 
-A header table (run id, provider, outcome, wall time, cost, nodes), then one `<figure
-id="plot-...">` per plot with its caption: the loss and metrics per epoch, examples/s per node
-over time, GPU utilisation per node, the timeline of the run's phases (a Gantt chart) and the
-cost over time, then the ledger's events. The plots are inline SVG drawn by matplotlib (the
-`report` extra, imported inside functions; dense series are rasterized into the SVG as PNG). The
-page has no JavaScript and loads nothing: its Content-Security-Policy allows only its own inline
-styles and data: images. A plot without data says so ("no data", "no GPU samples") instead of
-drawing empty axes. Everything from the ledger or the bucket is escaped.
+A header table (run id, provider, outcome, wall time, cost, nodes) and, for a traced run, the
+breakdown of its wall time into phases (trace_view.breakdown), then one `<figure id="plot-...">`
+per plot with its caption: the loss and metrics per epoch, examples/s per node over time, GPU
+utilisation per node, the timeline of the run's phases (its trace's spans, a lane per recorder:
+cloudtrain/report_timeline.py; for a run without spans a Gantt chart derived from the ledger and
+the bucket) and the cost over time, then the ledger's events (not its "span" events: those are
+the trace). The plots are inline SVG drawn by matplotlib (the `report` extra, imported inside
+functions; dense series are rasterized into the SVG as PNG). The page has no JavaScript and
+loads nothing: its Content-Security-Policy allows only its own inline styles and data: images. A
+plot without data says so ("no data", "no GPU samples") instead of drawing empty axes.
+Everything from the ledger or the bucket is escaped.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cloudtrain import report_timeline
 from cloudtrain.errors import UsageError
 from cloudtrain.report_data import (
     BOOT,
@@ -142,6 +146,7 @@ figcaption { color: #444; font-size: 0.9rem; margin-top: 0.3rem; }
 .empty { color: #888; font-size: 1.1rem; padding: 2rem 0; border: 1px dashed #ccc;
   text-align: center; }
 .events td { font-size: 0.85rem; }
+.breakdown td:nth-child(n+2), .breakdown th:nth-child(n+2) { text-align: right; }
 """
 
 
@@ -155,6 +160,7 @@ def _page(data: ReportData, plots: list[Plot]) -> str:
         f"<style>{_STYLE}</style></head><body>",
         f"<h1>cloudtrain run {e(data.run_id)}</h1>",
         _summary(data),
+        _breakdown(data),
     ]
     for plot in plots:
         parts.append(f'<figure id="{plot.id}" class="plot">')
@@ -194,6 +200,24 @@ def _summary(data: ReportData) -> str:
         rows.append(("skipped", f"{data.skipped} unreadable metrics lines or documents"))
     body = "".join(f"<tr><th>{e(k)}</th><td>{e(v)}</td></tr>" for k, v in rows)
     return f'<table class="summary">{body}</table>'
+
+
+def _breakdown(data: ReportData) -> str:
+    """The table of the run's phases (seconds, share of the run); "" for a run without them."""
+    if not data.phases:
+        return ""
+    e = html.escape
+    total = sum(p.seconds for p in data.phases)
+    rows = "".join(
+        f"<tr><td>{e(p.name)}</td><td>{p.seconds:.2f}</td>"
+        f"<td>{100 * p.seconds / total if total > 0 else 0:.1f} %</td></tr>"
+        for p in data.phases
+    )
+    return (
+        '<h2 id="breakdown">Where the time went</h2><table class="breakdown">'
+        "<tr><th>phase</th><th>seconds</th><th>share</th></tr>"
+        f"{rows}<tr><th>run</th><th>{total:.2f}</th><th>100 %</th></tr></table>"
+    )
 
 
 def _events(data: ReportData) -> str:
@@ -259,9 +283,19 @@ def _line(ax: Axes, xs: list[float], ys: list[float], **style: Any) -> None:
     ax.plot(xs, ys, rasterized=len(xs) > DENSE_POINTS, **style)
 
 
+def _extent(data: ReportData, scale: float) -> tuple[float, float]:
+    """The x range of every plot over time, in `scale` from the run's start (the ledger's
+    record): the whole run, and the controller's spans before it (the CLI's start-up) or after
+    (the nodes' spans, from the bucket, are drawn within it)."""
+    mine = [s for s in data.trace if not s.node]
+    left = min([0.0, *(s.start - data.started for s in mine)])
+    right = max([data.wall_s, 1e-9, *(s.end - data.started for s in mine)])
+    return left / scale, (right + 0.02 * (right - left)) / scale
+
+
 def _over_the_run(ax: Axes, data: ReportData, scale: float, xlabel: str) -> None:
     """The x axis of a plot over time: the whole run (so the plots line up), in `scale`."""
-    ax.set_xlim(0, max(data.wall_s, 1e-9) / scale * 1.02)
+    ax.set_xlim(*_extent(data, scale))
     ax.set_xlabel(xlabel)
 
 
@@ -418,7 +452,29 @@ def _lanes(data: ReportData) -> list[str]:
     return [lane for lane in order if lane in present]
 
 
+def _trace_plot(data: ReportData) -> Plot:
+    """The timeline of a traced run: its spans, a lane per recorder (report_timeline)."""
+    scale, xlabel = _time_axis(data)
+    xlim = _extent(data, scale)
+    laid = report_timeline.lanes(data.trace, data.nodes, (xlim[1] - xlim[0]) * scale)
+    with _figure(height=report_timeline.height_in(laid)) as (fig, (ax,)):
+        report_timeline.draw(fig, ax, laid, data.started, scale, xlim, WIDTH_IN * 0.85)
+        ax.set_xlabel(xlabel)
+        svg = _svg(fig)
+    caption = (
+        "The run's trace. Controller: its phases from the CLI's start to the teardown's end "
+        "(the ledger's spans; before 0 is its start-up, before the run's record), with the "
+        "create and delete calls under them. Each node: its spans (the bucket's trace/<node>"
+        ".json), from its startup script's phases under boot to the end of its training and "
+        "final flushes. Pale: the recorder's whole span. #n: attempt n."
+    )
+    return Plot("plot-timeline", "Timeline of the run's phases", caption, svg)
+
+
 def _timeline_plot(data: ReportData) -> Plot:
+    """The timeline: the trace's lanes, else (a run without spans) the derived Gantt chart."""
+    if data.trace:
+        return _trace_plot(data)
     title = "Timeline of the run's phases"
     lanes = _lanes(data)
     if not lanes:

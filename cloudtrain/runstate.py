@@ -1,21 +1,30 @@
-"""Read a run's state from its bucket prefix: statuses, heartbeats and new log chunks.
+"""Read a run's state from its bucket prefix: statuses, heartbeats and new log lines.
 
-One `poll()` is one prefix listing plus reads of only the objects that changed since the last
-poll, so watching costs the same whether the job has printed ten lines or ten million. Used by the
-orchestrator's watch loop and by `cloudtrain status` / `cloudtrain logs`. Not thread-safe. The keys
-and the documents are jobs/protocol.py's; a document that does not parse (yet) is skipped.
+One `poll()` costs the same on day 3 of a run as in its first minute. It GETs each node's small
+documents (status, heartbeat, notice: the caller names the nodes) and the stop key, lists
+only `bootstrap/` (one object per node), and reads each node's new log chunks by sequence number
+up to the one its heartbeat or status announces (cloudtrain/log_reader.py). It never lists logs/,
+checkpoints/, model/ or metrics/, which grow with the run: calls per poll are 1 LIST + 3 GETs
+per node + 1 + the new chunks, whatever the bucket holds. GETs rather than listings also mean a
+changed document is seen by its bytes, not by a listing's one-second timestamps. Used by the
+orchestrator's watch loop and by `cloudtrain status` / `cloudtrain logs`. Not thread-safe. The
+keys and the documents are jobs/protocol.py's; a document that does not parse (yet) is skipped.
 """
 
 from __future__ import annotations
 
 import time
+import weakref
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from cloudtrain import bootlog
 from cloudtrain.errors import NotFound
 from cloudtrain.jobs import protocol
-from cloudtrain.jobs.protocol import D, Document, Heartbeat, NodeStatus, NoticeDoc, run_prefix
-from cloudtrain.providers.base import ObjectStore
+from cloudtrain.jobs.protocol import D, Document, Heartbeat, NodeStatus, NoticeDoc
+from cloudtrain.log_reader import NodeCursor, read_new
+from cloudtrain.providers.base import ObjectInfo, ObjectStore
 
 __all__ = ["RunReader", "Snapshot", "archive_bootstrap_log"]
 _DOCUMENTS: dict[str, type[Document]] = {
@@ -23,6 +32,13 @@ _DOCUMENTS: dict[str, type[Document]] = {
     protocol.HEARTBEAT: Heartbeat,
     protocol.NOTICE: NoticeDoc,
 }
+# a node's documents one poll GETs, by kind
+_NODE_KEYS = {
+    protocol.STATUS: protocol.status_key,
+    protocol.HEARTBEAT: protocol.heartbeat_key,
+    protocol.NOTICE: protocol.notice_key,
+}
+POOL_SIZE = 16  # a poll's parallel reads (one long-lived pool: a GCS client per thread)
 
 
 @dataclass
@@ -45,73 +61,169 @@ class Snapshot:
 
 
 class RunReader:
-    """Incremental reader of one run's prefix."""
+    """Incremental reader of one run's prefix. With `logs` False (`cloudtrain status`) it reads
+    no log lines at all; with `log_node` ('worker-1') only that node's. A node's lines are read
+    from the start of its stream the first time the node is seen (up to the first chunk not
+    there), then up to what it announces."""
 
-    def __init__(self, store: ObjectStore, run_id: str) -> None:
-        self.store, self.run_id = store, run_id
+    def __init__(
+        self,
+        store: ObjectStore,
+        run_id: str,
+        *,
+        logs: bool = True,
+        log_node: str | None = None,
+        nodes: Sequence[str] | None = None,
+    ) -> None:
+        self.store, self.run_id, self.logs, self.log_node = store, run_id, logs, log_node
         self.snapshot = Snapshot()
-        self._seen: dict[str, tuple[int, float]] = {}
-        self._log_done: set[str] = set()
+        self._seen: dict[str, tuple[int, float]] = {}  # bootstrap logs: (size, time) read
+        self._bodies: dict[str, bytes] = {}  # a node document's bytes, as last taken
+        self._nodes: list[str] | None = sorted(nodes) if nodes else None  # the caller's
+        self.cursors: dict[str, NodeCursor] = {}  # node -> how far its stream was read
+        self._pool: ThreadPoolExecutor | None = None
 
-    def _read(self, kind: type[D], key: str) -> D | None:
-        """The document at `key`; None while it is missing, half-written or unreadable."""
-        try:
-            return kind.from_json(self.store.get(key))
-        except (NotFound, protocol.ProtocolError):
-            return None
+    def _executor(self) -> ThreadPoolExecutor:
+        """The reader's pool, made once (threads live as long as the reader: a store that keeps
+        an SDK client per thread builds it once, not every poll)."""
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(POOL_SIZE, thread_name_prefix="poll")
+            weakref.finalize(self, self._pool.shutdown, wait=False)
+        return self._pool
+
+    def close(self) -> None:
+        """End the reader's threads. Idempotent; the reader may poll again afterwards."""
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=False)
+
+    def nodes(self) -> list[str]:
+        """The run's nodes ('worker-1'), sorted: the ones the reader was given (the controller
+        knows its plan's; `status` and `logs` take the ledger's), else the nodes that wrote a
+        status, heartbeat or notice (three small listings, each at most a document per node).
+        Never from cluster.json, which holds the run's secrets. Blocks."""
+        if self._nodes is not None:
+            return self._nodes
+        base = protocol.run_prefix(self.run_id)
+        folders = [f"{base}{kind}/" for kind in _NODE_KEYS]
+        listed = self._executor().map(self.store.list, folders)
+        found = (protocol.classify(self.run_id, o.key) for objs in listed for o in objs)
+        return sorted({f[1] for f in found if f is not None and f[0] in _NODE_KEYS})
 
     def poll(self) -> Snapshot:
-        """List the prefix once and read what changed. Returns the updated snapshot whose
-        `new_lines` holds only lines not returned before, in chunk order per node."""
+        """Read the run's small documents and what is new. Returns the updated snapshot whose
+        `new_lines` holds only lines not returned before, in order per node (nodes sorted).
+        Blocks for a bounded number of calls, in parallel: one listing of bootstrap/, three
+        GETs per node and the stop key's, GETs of changed bootstrap logs, new log chunks."""
         snap = self.snapshot
         snap.new_lines = []
-        listed_at = time.time()
-        objects = self.store.list(run_prefix(self.run_id))
+        read_at = time.time()
+        pool = self._executor()
+        listing = pool.submit(self.store.list, protocol.bootstrap_prefix(self.run_id))
+        wanted = [(kind, node) for node in self.nodes() for kind in _NODE_KEYS]
+        keys = [protocol.stop_key(self.run_id)]
+        keys += [_NODE_KEYS[kind](self.run_id, node) for kind, node in wanted]
+        bodies = list(pool.map(self._get, keys))
+        snap.stop_requested = bodies[0] is not None
+        by_kind = {protocol.STATUS: snap.statuses, protocol.HEARTBEAT: snap.heartbeats}
+        by_kind[protocol.NOTICE] = snap.notices
+        for (kind, node), key, body in zip(wanted, keys[1:], bodies[1:], strict=True):
+            if body is None or self._bodies.get(key) == body:
+                continue  # not there (yet), or as last read
+            doc = self._parse(_DOCUMENTS[kind], body)
+            if doc is None:  # half-written: read again next poll
+                continue
+            self._bodies[key] = body
+            by_kind[kind][node] = doc  # type: ignore[index]
+            if kind == protocol.HEARTBEAT:
+                snap.heartbeat_seen[node] = read_at
+        self._read_bootstrap(listing.result(), pool)
+        if self.logs:
+            snap.new_lines = self._new_lines(pool)
+        return snap
+
+    def _get(self, key: str) -> bytes | None:
+        try:
+            return self.store.get(key)
+        except NotFound:
+            return None
+
+    def _read_bootstrap(self, objects: list[ObjectInfo], pool: ThreadPoolExecutor) -> None:
+        """Take in the bootstrap logs that changed since the last poll (by the listing's size
+        and time), and forget those that vanished."""
         keys = {o.key for o in objects}
-        snap.stop_requested = protocol.stop_key(self.run_id) in keys
         self._forget_vanished_bootstrap_logs(keys)
+        changed: list[tuple[str, str]] = []
         for obj in objects:
             found = protocol.classify(self.run_id, obj.key)
-            if found is None:
+            if found is None or found[0] != protocol.BOOTSTRAP:
                 continue
-            kind, node = found
-            sig = (obj.size, obj.updated)
-            if kind in _DOCUMENTS:
-                if not self._changed(obj.key, sig):
-                    continue
-                doc = self._read(_DOCUMENTS[kind], obj.key)
-                if doc is None:  # half-written: read again when it changes
-                    continue
-                by_kind = {protocol.STATUS: snap.statuses, protocol.HEARTBEAT: snap.heartbeats}
-                by_kind[protocol.NOTICE] = snap.notices
-                by_kind[kind][node] = doc  # type: ignore[index]
-                if kind == protocol.HEARTBEAT:
-                    snap.heartbeat_seen[node] = listed_at
-            elif kind == protocol.BOOTSTRAP:
-                if not self._changed(obj.key, sig):
-                    continue
-                boot = bootlog.parse(self.bootstrap_log(node))
-                if boot.failed is not None:
-                    snap.bootstrap_failures[node] = boot.failed
-                else:
-                    snap.bootstrap_failures.pop(node, None)
-                if boot.phase:
-                    snap.bootstrap_phases[node] = boot.phase
-                if boot.durations:  # with a bare image's python steps ("python.pip", ...)
-                    snap.bootstrap_durations[node] = {**boot.durations, **boot.step_durations()}
-                if boot.agent_exit is not None:
-                    snap.agent_exits[node] = boot.agent_exit
-                else:
-                    snap.agent_exits.pop(node, None)
-                snap.bootstrap_tails[node] = boot.tail
-            elif kind == protocol.LOG and obj.key not in self._log_done:
-                try:
-                    text = self.store.get(obj.key).decode(errors="replace")
-                except NotFound:
-                    continue
-                self._log_done.add(obj.key)
-                snap.new_lines.extend((node, line) for line in text.splitlines())
-        return snap
+            if self._changed(obj.key, (obj.size, obj.updated)):
+                changed.append((found[1], obj.key))
+        bodies = list(pool.map(self._get, [key for _node, key in changed]))
+        for (node, _key), body in zip(changed, bodies, strict=True):
+            self._take_bootstrap(node, body)
+
+    @staticmethod
+    def _parse(kind: type[D], body: bytes) -> D | None:
+        """The document in `body`; None while it is half-written or unreadable."""
+        try:
+            return kind.from_json(body)
+        except protocol.ProtocolError:
+            return None
+
+    def _take_bootstrap(self, node: str, body: bytes | None) -> None:
+        snap = self.snapshot
+        boot = bootlog.parse((body or b"").decode(errors="replace"))
+        if boot.failed is not None:
+            snap.bootstrap_failures[node] = boot.failed
+        else:
+            snap.bootstrap_failures.pop(node, None)
+        if boot.phase:
+            snap.bootstrap_phases[node] = boot.phase
+        if boot.durations:  # with a bare image's python steps ("python.pip", ...)
+            snap.bootstrap_durations[node] = {**boot.durations, **boot.step_durations()}
+        if boot.agent_exit is not None:
+            snap.agent_exits[node] = boot.agent_exit
+        else:
+            snap.agent_exits.pop(node, None)
+        snap.bootstrap_tails[node] = boot.tail
+
+    def announced(self, node: str) -> int | None:
+        """The last log chunk the node said it uploaded (its heartbeat's or status's log_seq,
+        the larger), or None when neither says. Pure."""
+        snap = self.snapshot
+        docs = (snap.heartbeats.get(node), snap.statuses.get(node))
+        known = [doc.log_seq for doc in docs if doc is not None and doc.log_seq is not None]
+        return max(known) if known else None
+
+    def _new_lines(self, pool: ThreadPoolExecutor) -> list[tuple[str, str]]:
+        """Each node's lines after its cursor, in parallel over nodes. A node seen for the first
+        time is read up to its first missing chunk (its whole stream so far: a run written
+        before log_seq existed, or chunks uploaded after the last announcement); later, up to
+        what it announces. Blocks; never lists."""
+        snap = self.snapshot
+        todo: list[tuple[NodeCursor, int | None, bool]] = []  # (cursor, up to, probe after)
+        for node in sorted(set(snap.statuses) | set(snap.heartbeats)):
+            if self.log_node is not None and node != self.log_node:
+                continue
+            cursor = self.cursors.get(node)
+            upto = self.announced(node)
+            if cursor is None:  # its whole stream: up to what it announced (in large parallel
+                cursor = self.cursors[node] = NodeCursor(node)  # batches), then the rest
+                todo.append((cursor, upto, True))
+            elif upto is not None and upto >= cursor.next_seq:
+                todo.append((cursor, upto, False))
+
+        def read(item: tuple[NodeCursor, int | None, bool]) -> list[str]:
+            cursor, upto, probe = item
+            lines = read_new(self.store, self.run_id, cursor, upto)
+            if probe and upto is not None and cursor.next_seq > upto:
+                lines += read_new(self.store, self.run_id, cursor, None)
+            return lines
+
+        found = list(pool.map(read, todo))
+        return [(t[0].node, line) for t, lines in zip(todo, found, strict=True) for line in lines]
 
     def _changed(self, key: str, sig: tuple[int, float]) -> bool:
         """Whether the object at `key` changed since it was last read (and note it read)."""

@@ -140,6 +140,7 @@ class NodeView:
     epoch: int | None = None
     epochs: int | None = None
     last_line: str = ""
+    activity: str = ""  # what the agent is busy with besides the training (its heartbeat's)
 
 
 @dataclass
@@ -188,6 +189,8 @@ class RunResult:
     billed_idle_s: dict[str, float] = field(default_factory=dict)
     # how fast it trained, from the nodes' last heartbeats (None: nothing was measured)
     throughput: Throughput | None = None
+    # where the time went: trace_view.to_json of every span (None: not traced)
+    trace: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         self.outcome = Outcome(self.outcome)  # a plain string from older callers still works

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from cloudtrain.crashpoints import crash_point
 from cloudtrain.errors import CloudtrainError, ProviderError
 from cloudtrain.jobs.protocol import ClusterDoc, cluster_key, stop_key
+from cloudtrain.jobs.trace import TEARDOWN, Tracer
 from cloudtrain.ledger import Ledger
 from cloudtrain.providers.base import Compute, Provider, Resource
 from cloudtrain.redact import MASK
@@ -70,22 +71,40 @@ def scrub_secrets(provider: Provider, store_uri: str | None, run_id: str) -> boo
     return False
 
 
+class _Steps:
+    """Back-to-back spans of the teardown's steps, when traced."""
+
+    def __init__(self, trace: Tracer | None) -> None:
+        self.trace, self.at = trace, time.time()
+
+    def done(self, name: str, detail: str = "") -> None:
+        now = time.time()
+        if self.trace is not None:
+            self.trace.add(name, self.at, now, parent=TEARDOWN, detail=detail)
+        self.at = now
+
+
 def teardown(
     provider: Provider,
     ledger: Ledger | None,
     run_id: str,
     say: Callable[[str], None] = lambda _m: None,
     spare: str = "",
+    trace: Tracer | None = None,
 ) -> TeardownReport:
     """Delete every node of the run, then its network/identity resources; mark the ledger.
     `spare`: a node name left alone with every resource `spared_kind` names (the controller
     node tearing a run down deletes those itself, last: cloudtrain/controller_node.py).
     Idempotent; blocks until the cloud confirms the nodes are gone. UsageError, before any
-    cloud call, for a run id not shaped like one (the cloud's filters are built from it)."""
+    cloud call, for a run id not shaped like one (the cloud's filters are built from it).
+    `trace`: records a span per step (list, delete nodes, confirm, delete resources) under the
+    run's "teardown" phase."""
     check_run_ref(run_id)
     started = time.monotonic()
     compute = provider.compute
+    steps = _Steps(trace)
     nodes = [n for n in compute.list_nodes(run_id) if n.name != spare]
+    steps.done("list nodes")
     names = [n.name for n in nodes]
     if ledger is not None:
         for rec in ledger.resources(run_id, live_only=True):
@@ -94,6 +113,7 @@ def teardown(
     if names:
         say(f"deleting {len(names)} node(s)")
         compute.delete_listed(nodes)
+        steps.done("delete nodes", ", ".join(names))
     listed = compute.list_nodes(run_id)
     left = [n.name for n in listed if n.alive and n.name != spare]
     if left:
@@ -105,6 +125,7 @@ def teardown(
         for rec in ledger.resources(run_id, live_only=True):
             if rec.kind == "node" and rec.resource_id != spare:
                 ledger.mark_deleted(run_id, "node", rec.resource_id)
+    steps.done("confirm nodes gone")
     crash_point("nodes-deleted")
     # network and identity: the ledger's record and the cloud's tags, deduplicated
     found: dict[tuple[str, str], Resource] = {}
@@ -118,7 +139,9 @@ def teardown(
     resources = [r for r in found.values() if not (spare and spared_kind(compute, r.kind))]
     if resources:
         say(f"deleting {len(resources)} network/identity resource(s)")
+        steps.done("list resources")
         compute.delete_resources(resources)
+        steps.done("delete resources", ", ".join(f"{r.kind}/{r.id}" for r in resources))
         crash_point("network-deleted")
         if ledger is not None:
             for res in resources:

@@ -1,9 +1,10 @@
 """Everything the user sees: the plan table, the live node view, log lines and the summary.
 
-On a terminal the run is a rich Live view (nodes, states, epoch, last line, elapsed, cost) with log
-lines scrolling above it. Elsewhere (CI, pipes) the same information is printed as plain lines,
-only when something changes. If the terminal goes away (SIGHUP, a closed SSH session or pipe),
-the output moves to the run's `controller.log`. Imports rich only; never TensorFlow or a cloud SDK.
+On a terminal the run is a rich Live view (nodes, states, epoch, what a node's agent is busy with
+and its last line, elapsed, cost) with log lines scrolling above it. Elsewhere (CI, pipes) the same
+information is printed as plain lines, only when something changes. If the terminal goes away
+(SIGHUP, a closed SSH session or pipe), the output moves to the run's `controller.log`. Imports
+rich only; never TensorFlow or a cloud SDK.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from rich.text import Text
 
 from cloudtrain.paths import runs_dir
 from cloudtrain.throughput import fmt_rate, sparkline
+from cloudtrain.trace_view import time_line
 
 if TYPE_CHECKING:
     from cloudtrain.plan import Plan
@@ -31,6 +33,8 @@ if TYPE_CHECKING:
     from cloudtrain.throughput import NodeRate, Throughput
 
 _NATIVE_LOG = re.compile(r"^(?:[IWE]\d{4} |WARNING: All log messages before absl)")
+PLAIN_ACTIVITY_S = 30.0  # a plain stream repeats a node's ongoing activity at most this often
+_FIGURES = re.compile(r"[\d.]+/[\d.]+ ?[KMGT]?B\b|\d+(?:\.\d+)?")
 _STATE_STYLE = {
     "succeeded": "green",
     "running": "cyan",
@@ -88,8 +92,9 @@ def plan_table(plan: Plan) -> Group:
 
 def node_table(view: RunView) -> Group:
     """The live view of a run: per node its states, epoch, examples/s, GPU use, loss with a
-    sparkline of its last epochs, a straggler or idle flag and its last line; below, the
-    cluster's examples/s and the cost so far."""
+    sparkline of its last epochs, a straggler or idle flag, what its agent is busy with
+    ("restoring 3.1/5.0 GB") and its last line; below, the cluster's examples/s and the cost
+    so far."""
     head = Text(
         f"{view.run_id}  {view.phase}  attempt {view.attempt}  "
         f"{fmt_duration(view.elapsed_s)}  ${view.cost_usd:.4f} (${view.hourly_usd:.4f}/h)",
@@ -114,9 +119,22 @@ def node_table(view: RunView) -> Group:
             _percent(rate.gpu_util_percent if rate else None),
             _loss(rate),
             _flag(rate),
-            nv.last_line,
+            _doing(nv.activity, nv.last_line),
         )
     return Group(head, table, *_cluster_line(view))
+
+
+def _doing(activity: str, last_line: str) -> Text:
+    """The last column: the agent's activity (highlighted) before the node's last line."""
+    if not activity:
+        return Text(last_line)
+    return Text(activity, style="bold yellow") + Text(f"  {last_line}" if last_line else "")
+
+
+def activity_kind(activity: str) -> str:
+    """An activity without its figures ("restoring 3.1/5.0 GB" -> "restoring"): what a plain
+    stream reports once per change. Pure."""
+    return " ".join(_FIGURES.sub("", activity).split())
 
 
 def _percent(value: float | None) -> str:
@@ -171,6 +189,7 @@ class ConsoleObserver:
         self.live: Live | None = None
         self._last_plain: dict[str, str] = {}
         self._last_epoch: dict[str, int] = {}
+        self._last_activity: dict[str, tuple[str, float]] = {}  # node -> (kind, printed at)
         self._last_phase = ""
         self.run_id: str | None = None  # learnt from the first update
         self.diverted_to: str | None = None  # where output went once the terminal vanished
@@ -275,7 +294,22 @@ class ConsoleObserver:
             if self._last_plain.get(key) != state:
                 self._last_plain[key] = state
                 self.event(f"{key}: {state}")
+            self._plain_activity(key, nv.activity)
             self._plain_epoch(key, nv.epoch, nv.epochs, view.throughput)
+
+    def _plain_activity(self, key: str, activity: str) -> None:
+        """On a plain stream, a node's activity ("worker-1: restoring 3.1/5.0 GB") when a new
+        one begins, and while it goes on at most every PLAIN_ACTIVITY_S; nothing when it ends."""
+        kind = activity_kind(activity)
+        last_kind, printed = self._last_activity.get(key, ("", 0.0))
+        now = time.monotonic()
+        if not kind:
+            self._last_activity[key] = ("", 0.0)
+            return
+        if kind == last_kind and now - printed < PLAIN_ACTIVITY_S:
+            return
+        self._last_activity[key] = (kind, now)
+        self.event(f"{key}: {activity}")
 
     def _plain_epoch(
         self, key: str, epoch: int | None, epochs: int | None, tp: Throughput | None
@@ -356,6 +390,9 @@ def summary(result: RunResult) -> Group:
             f"teardown {result.teardown_s:.1f}s, cost ${result.cost_usd:.4f}"
         )
     )
+    took = time_line(result.trace)
+    if took:  # where the wall time went (the run's trace)
+        lines.append(Text(f"  time: {took}"))
     lines.extend(throughput_lines(result.throughput))
     if result.cost_by_node:
         table = Table(show_header=True, box=None, padding=(0, 2))

@@ -6,9 +6,14 @@ registers its address for the current attempt, waits for the whole cluster, chec
 peer answers at TCP level (a cloud firewall that drops the run's ports fails the node naming the
 peer: `jobs/reachability.py`), builds TF_CONFIG,
 restores checkpoints, runs setup and the entrypoint (under strategy horovod: one process per GPU
-with Horovod's Gloo environment, see `jobs/horovod.py`), streams logs in ordered chunks, beats a
-heartbeat, syncs the chief's checkpoints as they change, obeys `control/stop` and the deadline,
-ends parameter servers and evaluators when the chief is done, and follows new attempts.
+with Horovod's Gloo environment, see `jobs/horovod.py`), streams logs in ordered chunks, syncs the
+chief's checkpoints as they change, obeys `control/stop` and the deadline, ends parameter
+servers and evaluators when the chief is done, and follows new attempts.
+
+Two threads do the agent's own work: a background one flushes the logs and metrics and beats
+the heartbeat, saying what the agent is busy with (`jobs/beats.py`), so a long restore or
+upload never silences the node; the main one does everything else, `tick()` included
+(checkpoint sync, control, the lease, the preemption notice).
 
 Only the standard library and the provider's ObjectStore (chosen by the URI's scheme) are used.
 The training process runs in its own process group, which is killed with SIGKILL when it must go:
@@ -22,6 +27,7 @@ import contextlib
 import functools
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -32,16 +38,21 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from cloudtrain.errors import CloudtrainError, NotFound
-from cloudtrain.jobs import horovod, reachability
+from cloudtrain.jobs import horovod
 from cloudtrain.jobs import protocol as proto
+from cloudtrain.jobs import trace as tr
+from cloudtrain.jobs.beats import Beats
 from cloudtrain.jobs.checkpoints import Checkpoints
 from cloudtrain.jobs.logpump import TAIL_LINES, LogPump
-from cloudtrain.jobs.metrics import FLUSH_S, MetricsPump
+from cloudtrain.jobs.metrics import MetricsPump
 from cloudtrain.jobs.node_rules import RefusedInput, launch_problem
+from cloudtrain.jobs.node_trace import NodeTrace
 from cloudtrain.jobs.preemption import Notice, PreemptionWatcher, cloud_of_store
 from cloudtrain.jobs.protocol import FINAL_STATES, ClusterDoc, NodeState
+from cloudtrain.jobs.rendezvous import Rendezvous
 from cloudtrain.jobs.tf_config import build_tf_config, chief_task, needs_tf_config
 from cloudtrain.providers.base import node_name
+from cloudtrain.providers.change_wait import ChangeWaiter
 from cloudtrain.redact import Redactor
 
 __all__ = ["Agent", "LogPump", "NewAttempt", "StopRequested", "main"]
@@ -59,7 +70,7 @@ class NewAttempt(Exception):
 LEASE_CHECK_S = 30.0  # how often the chief looks at the run's lease (one GET)
 
 
-class Agent(Checkpoints):
+class Agent(Beats, Checkpoints, NodeTrace, Rendezvous):
     """One node's agent. `run()` blocks until the run stops or the deadline passes."""
 
     def __init__(self, run_id: str, role: str, index: int, store: Any, work: Path) -> None:
@@ -70,13 +81,14 @@ class Agent(Checkpoints):
         self.model_dir = work / "model"
         self.workdir = work / "bundle" / "workdir"
         self.tb_dir = work / "tensorboard"  # the chief's is mirrored to tensorboard/
+        # the job's TMPDIR, emptied at each attempt: a killed worker runs no atexit cleanup, and
+        # its tempfile folders (jobs/runtime.py) would stay in the machine's /tmp for good
+        self.scratch = work / "tmp"
         self.cluster = ClusterDoc()  # read by run(); every field has its default until then
         self.attempt = 0
         self.child: subprocess.Popen[bytes] | horovod.ProcessGroup | None = None
         self.state: str = NodeState.BOOTSTRAPPED
-        logs = proto.logs_prefix(run_id, self.me)
-        start_seq = 1 + max((proto.log_seq(o.key) for o in store.list(logs)), default=-1)
-        self.logs = LogPump(store, logs, start_seq)
+        self.logs = LogPump.resume(store, run_id, self.me)
         metrics_file = work / "metrics" / "train.jsonl"
         self.metrics = MetricsPump(store, run_id, self.me, metrics_file, say=self.say)
         self._synced: dict[str, tuple[int, int]] = {}
@@ -85,8 +97,9 @@ class Agent(Checkpoints):
         cloud = cloud_of_store(store.uri)
         self.watcher = PreemptionWatcher(cloud, node_name(run_id, role, index))  # the VM's name
         self.notice: Notice | None = None
-        paces = ("heartbeat", "flush", "metrics", "sync", "control", "lease")
-        self._last = dict.fromkeys(paces, 0.0)
+        self._last = dict.fromkeys(("sync", "control", "lease"), 0.0)
+        self._init_beats()
+        self._init_trace()
         self._orphaned_term = -1  # the expired lease term this node reported (control/orphaned)
 
     # --- bucket helpers -------------------------------------------------------------------
@@ -106,45 +119,15 @@ class Agent(Checkpoints):
         except proto.ProtocolError:
             return None
 
-    def write_status(self, state: str, **extra: Any) -> None:
-        """status/<me>.json: the controller's view of this node's progress."""
-        self.state = state
-        doc = proto.NodeStatus(state=state, attempt=self.attempt, time=time.time(), **extra)
-        self.store.put(proto.status_key(self.run_id, self.me), doc.to_json())
-
-    def heartbeat(self) -> None:
-        """heartbeat/<me>.json: alive, the epoch reached, the last line of output, the node's
-        latest figures (after sampling the training's processes and GPUs: jobs/metrics.py)."""
-        epoch = self.logs.epoch
-        self.metrics.sample(self.child.pid if self.child else None)
-        self.metrics.refresh()
-        doc = proto.Heartbeat(
-            time=time.time(),
-            attempt=self.attempt,
-            state=self.state,
-            epoch=epoch[0] if epoch else None,
-            epochs=epoch[1] if epoch else None,
-            last_line=self.logs.last_line,
-            pid=self.child.pid if self.child else None,
-            metrics=self.metrics.summary() or None,
-        )
-        self.store.put(proto.heartbeat_key(self.run_id, self.me), doc.to_json())
-
     # --- periodic work --------------------------------------------------------------------
     def tick(self, now: float | None = None) -> None:
-        """Heartbeat, log and metrics flush, checkpoint (and TensorBoard) sync and control
-        checks, each at its own pace.
-        Raises StopRequested or NewAttempt."""
+        """Checkpoint (and TensorBoard) sync, control and lease checks, each at its own pace,
+        and the preemption notice; also the heartbeat's work (`beat`) while its background
+        thread is not running (an agent used outside `run()`). Raises StopRequested or
+        NewAttempt."""
         now, cluster = now or time.time(), self.cluster
-        if now - self._last["flush"] >= cluster.log_flush_s:
-            self._last["flush"] = now
-            self.logs.flush()
-        if now - self._last["metrics"] >= FLUSH_S:
-            self._last["metrics"] = now
-            self.metrics.flush()
-        if now - self._last["heartbeat"] >= cluster.heartbeat_s:
-            self._last["heartbeat"] = now
-            self.heartbeat()
+        if not self.beating:
+            self.beat(now)
         if self.is_chief and now - self._last["sync"] >= cluster.sync_s:
             self._last["sync"] = now
             self.sync_checkpoints()
@@ -213,66 +196,6 @@ class Agent(Checkpoints):
         roles = self.cluster.roles
         return (self.role, self.index) == chief_task({r: ["x"] * n for r, n in roles.items()})
 
-    # --- rendezvous -----------------------------------------------------------------------
-    def address(self) -> str:
-        """host:port this node registers: $CLOUDTRAIN_NODE_HOST or the address of the interface
-        the default route leaves by, never a loopback while another exists (jobs/reachability.py);
-        $CLOUDTRAIN_NODE_PORT or the job's port (on a cloud every node uses the job's port)."""
-        host = reachability.discover_host()
-        port = os.environ.get("CLOUDTRAIN_NODE_PORT") or str(self.cluster.port)
-        return f"{host}:{port}"
-
-    def check_peers(self, cluster: dict[str, list[str]]) -> None:
-        """Before the training starts, every peer in `cluster` must answer at TCP level (a
-        refusal counts: the path is open). Blocking, ticking meanwhile; ~0 s when they answer at
-        once. Raises reachability.Unreachable (a RuntimeError: this attempt's failed status then
-        names the silent peer), StopRequested or NewAttempt."""
-        peers = reachability.peers_of(cluster, self.me)
-        timeout_s = reachability.probe_deadline_s(self.cluster.rendezvous_timeout_s)
-        try:
-            took = reachability.check_peers(peers, timeout_s, tick=self.tick)
-        except reachability.Unreachable as exc:
-            for node, why in exc.why.items():
-                self.say(f"{node} never answered: {why}")
-            raise
-        if peers:
-            self.say(f"attempt {self.attempt}: {len(peers)} peers reachable ({took:.2f} s)")
-
-    def rendezvous(self) -> dict[str, list[str]]:
-        """Register for this attempt and wait until every node has. Raises StopRequested,
-        NewAttempt, or TimeoutError after `rendezvous_timeout_s`."""
-        run, attempt = self.run_id, self.attempt
-        slots = None
-        if self.cluster.strategy == horovod.STRATEGY:
-            slots = horovod.local_slots()  # one process per GPU
-        mine = proto.Registration(address=self.address(), time=time.time(), slots=slots)
-        self.store.put(proto.registration_key(run, attempt, self.me), mine.to_json())
-        roles = self.cluster.roles
-        expected = {proto.node_id(r, i) for r, n in roles.items() for i in range(n)}
-        deadline = time.time() + self.cluster.rendezvous_timeout_s
-        self.say(f"attempt {self.attempt}: waiting for {len(expected)} nodes")
-        while True:
-            present = {
-                o.key.rsplit("/", 1)[-1].removesuffix(".json")
-                for o in self.store.list(proto.registrations_prefix(run, attempt))
-            }
-            if expected <= present:
-                break
-            if time.time() > deadline:
-                missing = ", ".join(sorted(expected - present))
-                raise TimeoutError(f"rendezvous timed out waiting for {missing}")
-            self.tick()
-            time.sleep(self.cluster.poll_s)
-        cluster: dict[str, list[str]] = {}
-        for role, count in roles.items():
-            cluster[role] = []
-            for i in range(count):
-                key = proto.registration_key(run, attempt, proto.node_id(role, i))
-                reg = self._read(proto.Registration, key)
-                cluster[role].append(reg.address if reg else "")
-        self.say(f"attempt {self.attempt}: cluster complete")
-        return cluster
-
     # --- the training process -------------------------------------------------------------
     def child_env(self, cluster: dict[str, list[str]]) -> dict[str, str]:
         env = dict(os.environ)
@@ -295,6 +218,7 @@ class Agent(Checkpoints):
             CLOUDTRAIN_IS_CHIEF="1" if self.is_chief else "0",
             CLOUDTRAIN_ATTEMPT=str(self.attempt),
             CLOUDTRAIN_CHECKPOINT_DIR=str(self.ckpt_dir),
+            TMPDIR=str(self.scratch),
             CLOUDTRAIN_MODEL_DIR=str(self.model_dir),
             **{
                 proto.METRICS_FILE_ENV: str(self.metrics.path),
@@ -390,6 +314,10 @@ class Agent(Checkpoints):
         marker = self.work / ".setup-done"
         if not setup or marker.exists():
             return
+        with self.traced(tr.SETUP):
+            self._run_setup(setup, marker)
+
+    def _run_setup(self, setup: str, marker: Path) -> None:
         self.say("running setup")
         env = self.child_env({})
         self.check_launch("setup", setup, env)
@@ -397,7 +325,8 @@ class Agent(Checkpoints):
         self.child = proc
         while proc.poll() is None:
             self.tick()
-            time.sleep(0.2)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=0.2)  # up at its exit, not at the next look
         self.child = None
         if proc.returncode != 0:
             raise RuntimeError(f"setup failed with exit code {proc.returncode}")
@@ -413,55 +342,81 @@ class Agent(Checkpoints):
         """One attempt: restore, rendezvous, run the entrypoint to its end, report."""
         self.logs.add(f"=== cloudtrain attempt {self.attempt} ({self.me}) ===")
         self.metrics.new_attempt()
-        self.checkpoint_barrier()
-        restored = self.restore_checkpoints()
+        shutil.rmtree(self.scratch, ignore_errors=True)  # a killed attempt's leftovers
+        self.scratch.mkdir(parents=True)
+        with self.traced(tr.RESTORE):  # the barrier (the chief's flush) and the restore
+            self.checkpoint_barrier()
+            restored = self.restore_checkpoints()
         if restored:
             self.say(f"restored {restored} checkpoint files from the bucket")
         self.write_status(NodeState.RENDEZVOUS)
         cluster = self.rendezvous()
-        self.check_peers(cluster)
+        with self.traced(tr.PEERS):
+            self.check_peers(cluster)
         self.run_setup()
+        launched = time.time()
         self.child = self.launch(cluster)
         self.write_status(NodeState.RUNNING, pid=self.child.pid)
+        self.publish_trace()  # so far: `status` of a live run shows the boot and the rendezvous
         serving = self.role in ("ps", "evaluator") or (
             self.cluster.strategy == "parameter_server" and not self.is_chief
         )
         last_chief_check = 0.0
+        # a server looks at the chief's status each second, and at once when a status changes
+        statuses = ChangeWaiter(self.store.uri, [proto.status_prefix(self.run_id)])
+        changed = False
         while self.child.poll() is None:
             self.tick()
-            if serving and time.time() - last_chief_check > 1.0:
+            if serving and (changed or time.time() - last_chief_check > 1.0):
                 last_chief_check = time.time()
                 if self.chief_final():
                     self.say("the chief has finished; ending this server")
                     self.kill_child()
+                    self._trace_training(launched, "chief finished")
                     self.finish(0, "chief finished")
                     return
-            time.sleep(0.2)
+            if serving:
+                changed = statuses.wait(0.2)
+            else:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self.child.wait(timeout=0.2)  # up at its exit, not at the next look
         rc = self.child.returncode
+        self._trace_training(launched, f"exit {rc}")
         self.kill_child()  # background processes the entrypoint left behind go too
         self.finish(rc)
 
+    def _trace_training(self, launched: float, detail: str) -> None:
+        self._trained = (launched, time.time())
+        attempt = self.attempt
+        self.trace.add(tr.TRAINING, *self._trained, parent=tr.NODE, attempt=attempt, detail=detail)
+
     def finish(self, rc: int, reason: str = "") -> None:
-        """Final sync, model upload on success, logs, then the final status (written last)."""
+        """Final sync, model upload on success, the final flushes, a heartbeat, then the final
+        status (written last: it and the heartbeat announce every line of the logs)."""
+        started = time.time()
+        shutil.rmtree(self.scratch, ignore_errors=True)  # its processes are gone (kill_child)
         deadline = time.monotonic() + 5  # every line of output is in the logs before the status
         for pump in self._pumps:
             pump.join(timeout=max(0.0, deadline - time.monotonic()))
         self.metrics.flush(final=True)
+        self.trace_steps(*self._trained, self.metrics.first_step_at, self.metrics.last_step_at)
         if self.is_chief:
             self.sync_checkpoints()
             self.sync_tensorboard()
             if rc == 0:
                 n = self.upload_model()
                 self.say(f"uploaded the model ({n} files)")
-        self.logs.flush()
+        tail = self.logs.tail()  # the job's last words, before the agent's own line
+        if rc != 0:
+            self.say(f"the training process failed (exit {rc})")
+        self.logs.flush(final=True)
         self.heartbeat()  # the training's last figures, read before the final status is
+        self.trace.add(tr.FINISH, started, time.time(), parent=tr.NODE, attempt=self.attempt)
+        self.publish_trace()  # before the final status: who reads that finds the whole trace
         if rc == 0:
             self.write_status(NodeState.SUCCEEDED, exit_code=0, reason=reason)
         else:
             sig = -rc if rc < 0 else None
-            tail = self.logs.tail()  # the job's last words, before the agent's own line
-            self.say(f"the training process failed (exit {rc})")
-            self.logs.flush()
             self.write_status(NodeState.FAILED, exit_code=rc, signal=sig, reason=reason, tail=tail)
 
     def report_error(self, exc: BaseException) -> None:
@@ -474,7 +429,8 @@ class Agent(Checkpoints):
         for line in lines:
             self.logs.add(line)
         self.kill_child()
-        self.logs.flush()
+        self.logs.flush(final=True)
+        self.publish_trace()
         reason = f"agent error: {type(exc).__name__}: {exc}"
         self.write_status(NodeState.FAILED, reason=reason[:500], tail=lines[-TAIL_LINES:])
 
@@ -483,7 +439,7 @@ class Agent(Checkpoints):
         A node that already reported a final state keeps it (teardown must not rewrite it)."""
         if self.child is None and self.state in FINAL_STATES:
             self.say(f"stopping ({why}) after a final state of {self.state}")
-            self.logs.flush()
+            self.logs.flush(final=True)
             return
         self.say(f"stop requested ({why}): flushing checkpoints")
         if self.is_chief:
@@ -494,7 +450,8 @@ class Agent(Checkpoints):
             self.say(f"final checkpoint flushed ({n} new files)")
             self.sync_tensorboard()
         self.metrics.flush(final=True)
-        self.logs.flush()
+        self.logs.flush(final=True)
+        self.publish_trace()
         self.write_status(NodeState.STOPPED, reason=why)
 
     def run(self) -> int:
@@ -505,7 +462,12 @@ class Agent(Checkpoints):
             return 2
         self.cluster, self.attempt = cluster, cluster.attempt
         self.logs.redactor = Redactor.from_cluster(self.cluster)
+        self.logs.segment_bytes = cluster.log_segment_bytes
+        self.logs.segment_s = cluster.log_segment_s
+        self.logs.snapshot_s = cluster.log_snapshot_s
         self.write_status(NodeState.BOOTSTRAPPED)
+        self.agent_up()
+        self.start_beating()
         try:
             while True:
                 try:
@@ -519,11 +481,13 @@ class Agent(Checkpoints):
                 except TimeoutError as exc:
                     self.say(str(exc))
                     self.kill_child()
+                    self.publish_trace()
                     self.write_status(NodeState.FAILED, reason="rendezvous timeout")
                     self._idle_until_next_attempt()
                 except RuntimeError as exc:
                     self.say(str(exc))
                     self.kill_child()
+                    self.publish_trace()
                     self.write_status(NodeState.FAILED, reason=str(exc), exit_code=1)
                     self._idle_until_next_attempt()
                 except StopRequested:
@@ -536,9 +500,10 @@ class Agent(Checkpoints):
             self.stop(str(exc))
             return 0
         finally:
+            self.stop_beating()
             self.kill_child()
             with contextlib.suppress(Exception):
-                self.logs.flush()
+                self.logs.flush(final=True)
                 self.metrics.flush(final=True)
                 self.heartbeat()
 

@@ -251,6 +251,8 @@ class MetricsPump:
         """The per-attempt state (a new attempt's training is a new process)."""
         self._offset = 0
         self._runtime = False  # the training writes the metrics file: no keras-log records
+        self.first_step_at: float | None = None  # the attempt's first train step's end
+        self.last_step_at: float | None = None  # and its last's (the run's trace)
         self._keras = KerasProgress()
         self._held: list[dict[str, Any]] = []  # keras-log records waiting out hold_s
         self._epoch: dict[str, Any] | None = None
@@ -444,6 +446,10 @@ class MetricsPump:
                 self._info["steps_per_epoch"] = record["steps"]
         elif kind == "window":
             self._window = record
+        elif kind == "first_step" and self.first_step_at is None:
+            self.first_step_at = _num(record.get("time"))
+        elif kind == "train_end":
+            self.last_step_at = _num(record.get("last_step_time"))
         elif kind == "process":
             self._process = record
         elif kind == "gpu":

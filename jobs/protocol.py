@@ -8,6 +8,9 @@ Everything a run keeps in its bucket lives under `run_prefix(run_id)` ("cloudtra
     heartbeat/<node>.json               Heartbeat     agent -> controller (every heartbeat_s)
     notice/<node>.json                  NoticeDoc     agent -> controller (preemption notice)
     logs/<node>/<seq>.log               text          agent -> controller (ordered chunks)
+    logs/<node>/segments/<a>-<b>.log    text          agent -> `logs` (chunks a..b rolled up)
+    logs/<node>/index.json              LogIndex      agent -> `logs` (the closed segments)
+    logs/<node>/segments/open-<a>.log   text          agent -> `logs` (the open segment so far)
     metrics/<node>/<seq>.jsonl          JSON lines    agent -> report (ordered chunks; METRICS)
     tensorboard/<rel>                   event files   chief -> `cloudtrain tensorboard`
     bootstrap/<node>.log                text          startup script -> controller
@@ -23,7 +26,8 @@ Everything a run keeps in its bucket lives under `run_prefix(run_id)` ("cloudtra
 each is also the JSON object it is, a read-only dict (`doc["state"]`, `json.dumps(doc)`).
 `from_json` reads a document older than the `version` field (it reads as version 0) and ignores
 fields it does not know (a newer writer's). Standard library only and importing nothing else of
-the project: the agent runs it on the node (Python 3.10+), the controller reads with it.
+the project but its part jobs/protocol_streams.py (the streams' formats, re-exported here): the
+agent runs it on the node (Python 3.10+), the controller reads with it.
 """
 
 from __future__ import annotations
@@ -35,6 +39,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, ClassVar, TypeVar
+
+# the streams' formats live beside this module (their size); they are the protocol's too
+from cloudtrain.jobs.protocol_streams import (  # noqa: F401
+    HEARTBEAT_METRICS,
+    MAX_STEPS_ENV,
+    METRICS,
+    METRICS_FILE_ENV,
+    OPEN_SEGMENT_HEADER,
+    OPEN_SEGMENT_MARK,
+    TENSORBOARD_DIR_ENV,
+    open_segment_body,
+    read_open_segment,
+)
 
 RUNS_ROOT = "cloudtrain/runs/"
 CLUSTER_NAME = "cluster.json"  # the names inside the run's prefix that prose may mention too
@@ -110,9 +127,14 @@ def stop_key(run_id: str) -> str:
     return f"{run_prefix(run_id)}{STOP_NAME}"
 
 
+def status_prefix(run_id: str) -> str:
+    """status/: every node's NodeStatus. Pure."""
+    return f"{run_prefix(run_id)}status/"
+
+
 def status_key(run_id: str, node: str) -> str:
     """status/<node>.json: the node's NodeStatus. Pure."""
-    return f"{run_prefix(run_id)}status/{node}.json"
+    return f"{status_prefix(run_id)}{node}.json"
 
 
 def heartbeat_key(run_id: str, node: str) -> str:
@@ -146,6 +168,31 @@ def log_seq(key: str) -> int:
     return int(name) if name.isdigit() else -1
 
 
+def log_lines(text: str) -> list[str]:
+    """The lines of a log chunk's (or segment's) text, as every reader and the agent count them
+    (a segment's `first_line`/`lines`). Pure."""
+    return text.splitlines()
+
+
+def log_index_key(run_id: str, node: str) -> str:
+    """logs/<node>/index.json: the node's LogIndex (its closed segments). Pure."""
+    return f"{logs_prefix(run_id, node)}index.json"
+
+
+def log_segment_key(run_id: str, node: str, first_seq: int, last_seq: int) -> str:
+    """logs/<node>/segments/<first>-<last>.log: chunks first..last (inclusive) concatenated,
+    byte for byte. Pure."""
+    return f"{logs_prefix(run_id, node)}segments/{first_seq:08d}-{last_seq:08d}.log"
+
+
+def log_open_segment_key(run_id: str, node: str, first_seq: int) -> str:
+    """logs/<node>/segments/open-<first>.log: the open segment (chunks from `first_seq`, the
+    index's next_seq) as its agent last uploaded it: OPEN_SEGMENT_HEADER, then the chunks' bytes.
+    Rewritten while the segment is open (every ClusterDoc.log_snapshot_s at most), deleted once
+    it closes. Pure."""
+    return f"{logs_prefix(run_id, node)}segments/open-{first_seq:08d}.log"
+
+
 def metrics_prefix(run_id: str, node: str) -> str:
     """metrics/<node>/: the node's metrics stream (JSON lines, see METRICS). Pure."""
     return f"{run_prefix(run_id)}metrics/{node}/"
@@ -160,48 +207,6 @@ def tensorboard_prefix(run_id: str) -> str:
     """tensorboard/: the chief's TensorBoard event files (`runtime.callbacks()`), mirrored by
     its agent as they grow. Pure."""
     return f"{run_prefix(run_id)}tensorboard/"
-
-
-# --- the metrics a node measures ------------------------------------------------------------------
-METRICS_FILE_ENV = "CLOUDTRAIN_METRICS_FILE"  # agent -> training: where runtime appends records
-TENSORBOARD_DIR_ENV = "CLOUDTRAIN_TENSORBOARD_DIR"  # agent -> training: the event files' folder
-MAX_STEPS_ENV = "CLOUDTRAIN_MAX_STEPS"  # `cloudtrain scale`: stop fit after this many steps
-METRICS = """One JSON object per line, in the training's metrics file (METRICS_FILE_ENV, appended by
-`runtime.callbacks()`) and in the node's stream metrics/<node>/<seq>.jsonl (the agent adds its own
-samples). Every record has `time` (epoch seconds) and `kind`:
-
-  kind "epoch"   an epoch ended: epoch (1-based), steps, examples (this node's share), seconds,
-                 examples_per_s, steps_per_s, step_p50_s, step_p95_s, loss, metrics ({name:
-                 value}, Keras' logs), source ("runtime", or "keras-log": parsed by the agent
-                 from Keras' `N/N - 2s - loss: ... - 52ms/step` lines, for a job without the
-                 runtime; then only epoch, seconds, steps_per_s, step_p50_s and loss are known)
-  kind "window"  every ~`window_s` during an epoch: the same rates over the last window of steps
-                 (examples_per_s, steps_per_s, step_p50_s, step_p95_s, epoch, step)
-  kind "process" the agent's sample of the training's process tree: cpu_percent (100 = one core;
-                 null on the first sample), rss_bytes, processes
-  kind "gpu"     the agent's `nvidia-smi` sample: gpus, a list of {index, util_percent,
-                 mem_used_mib, mem_total_mib}
-
-Unknown kinds and fields are ignored by readers (a newer writer's). The heartbeat's `metrics`
-(HEARTBEAT_METRICS) is the node's latest figures from these."""
-HEARTBEAT_METRICS = (
-    "examples_per_s",  # the latest window's (else the last epoch's) rate of this node
-    "steps_per_s",
-    "step_p50_s",
-    "step_p95_s",
-    "epoch_seconds",  # the last whole epoch's duration
-    "steps_per_epoch",  # Keras' params["steps"] (null for a dataset of unknown length)
-    "global_batch",  # the job's global batch size, as runtime.callbacks(batch_size=) was told
-    "workers",  # the data-parallel workers the global batch is split over
-    "examples",  # examples this node trained on so far in the attempt
-    "loss",  # the last epoch's loss
-    "losses",  # the last epochs' losses, oldest first (at most 32): the live view's sparkline
-    "cpu_percent",
-    "rss_bytes",
-    "gpu_util_percent",  # the mean over the node's GPUs
-    "gpu_mem_used_mib",  # summed over the node's GPUs
-    "source",  # "runtime" or "keras-log"
-)
 
 
 def bootstrap_prefix(run_id: str) -> str:
@@ -222,6 +227,12 @@ def attempt_prefix(run_id: str, attempt: int) -> str:
 def registrations_prefix(run_id: str, attempt: int) -> str:
     """attempt-<n>/nodes/: the attempt's Registrations. Pure."""
     return f"{attempt_prefix(run_id, attempt)}nodes/"
+
+
+def trace_key(run_id: str, node: str) -> str:
+    """trace/<node>.json: the node's spans, a `jobs/trace.py` TraceDoc its agent rewrites as
+    spans end (never read by the watch's poll: by `status`, the summary and the report). Pure."""
+    return f"{run_prefix(run_id)}trace/{node}.json"
 
 
 def registration_key(run_id: str, attempt: int, node: str) -> str:
@@ -338,6 +349,12 @@ def _object(value: Any) -> dict[str, Any]:
     return {str(k): v for k, v in value.items()}
 
 
+def _objects(value: Any) -> list[dict[str, Any]]:
+    if not isinstance(value, list):
+        raise TypeError(f"not a list: {value!r}")
+    return [_object(x) for x in value]
+
+
 # how each field type (as annotated) is read from JSON; a null reads as the field's default,
 # except for the `| None` types, where it is None
 _READERS = {
@@ -348,6 +365,7 @@ _READERS = {
     "dict[str, int]": _counts,
     "dict[str, str]": _strings,
     "dict[str, Any]": _object,
+    "list[dict[str, Any]]": _objects,
 }
 
 D = TypeVar("D", bound="Document")
@@ -460,6 +478,10 @@ class ClusterDoc(Document):
     # the one default of the rendezvous timeout; the controller writes RunOptions' value
     rendezvous_timeout_s: float = 600.0
     stop_grace_s: float = 10.0  # SIGTERM to SIGKILL of the training on a stop
+    # the agent closes a log segment (LogIndex) at this size or age, whichever comes first
+    log_segment_bytes: int = 8 * 1024 * 1024
+    log_segment_s: float = 3600.0
+    log_snapshot_s: float = 60.0  # how often the open segment is uploaded whole (if it grew)
     linger_s: float = 3600.0  # how long an agent beats on after its final state
 
 
@@ -478,6 +500,7 @@ class NodeStatus(Document):
     signal: int | None = None  # the signal that ended the training, if one did
     reason: str | None = None
     tail: list[str] | None = None  # a failure's last lines of output or traceback
+    log_seq: int | None = None  # the last log chunk uploaded before this status (see Heartbeat)
 
 
 @dataclass(frozen=True, eq=False)
@@ -493,6 +516,13 @@ class Heartbeat(Document):
     pid: int | None = None
     # the node's latest figures (HEARTBEAT_METRICS' keys, each optional); None before any
     metrics: dict[str, Any] | None = None
+    # the last log chunk (logs/<node>/<seq>.log) this agent uploaded before writing this
+    # heartbeat; None before any. Readers GET the chunks after the last they read up to it,
+    # and never list logs/ (a poll's cost does not grow with the run's age)
+    log_seq: int | None = None
+    # what the agent is busy with besides the training ("restoring 3.1/5.0 GB"), "" when
+    # nothing: written by the agent's heartbeat thread, which beats through long transfers
+    activity: str = ""
 
 
 @dataclass(frozen=True, eq=False)
@@ -550,6 +580,38 @@ class OrphanedDoc(Document):
     term: int = 0  # the expired lease's term
 
 
+@dataclass(frozen=True, eq=False)
+class LogIndex(Document):
+    """logs/<node>/index.json: the node's closed log segments, oldest first. Each segment is a
+    dict: `key` (log_segment_key), `first_seq`, `last_seq` (its chunks, inclusive), `first_line`
+    (how many lines of the node's stream come before it, by `log_lines`), `lines`, `bytes`,
+    `time` (when it was closed). Segments are contiguous: the next one's first_seq is this one's
+    last_seq + 1, and the first starts at seq 0. Every chunk of a segment but its last ends with
+    a newline, so the segment's lines are its chunks' lines (a reader skips by count). Chunks
+    after the last segment are the open segment's; chunks stay in the bucket (readers of the
+    live stream GET them by seq). Rewritten
+    whole by the node's agent after each segment is uploaded (the segment exists before the
+    index names it)."""
+
+    INDENT: ClassVar[int | None] = None
+
+    node: str = ""
+    segments: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def next_seq(self) -> int:
+        """The first chunk seq no segment holds (0 for an empty index). Pure."""
+        return int(self.segments[-1]["last_seq"]) + 1 if self.segments else 0
+
+    @property
+    def next_line(self) -> int:
+        """How many lines of the stream the segments hold. Pure."""
+        if not self.segments:
+            return 0
+        last = self.segments[-1]
+        return int(last["first_line"]) + int(last["lines"])
+
+
 DOCUMENTS: tuple[type[Document], ...] = (
     ClusterDoc,
     NodeStatus,
@@ -559,4 +621,5 @@ DOCUMENTS: tuple[type[Document], ...] = (
     CheckpointsReady,
     LeaseDoc,
     OrphanedDoc,
+    LogIndex,
 )

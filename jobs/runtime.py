@@ -366,6 +366,11 @@ def _throughput_callback(tf: Any, epochs: int | None, batch_size: int | None) ->
         def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
             self._total, self._tracing = 0, True
 
+        def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
+            if self._total:  # the last train step's end, for the run's trace
+                last = time.time() - (time.perf_counter() - self._train_end)
+                out.write({"kind": "train_end", "last_step_time": last, "steps": self._total})
+
         def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
             self._epoch, self._epoch_start = epoch, time.perf_counter()
             self._train_end, self._epoch_steps, self._epoch_times = self._epoch_start, 0, []
@@ -396,6 +401,7 @@ def _throughput_callback(tf: Any, epochs: int | None, batch_size: int | None) ->
             if self._tracing:  # the fit's first step traces the tf.function: no window rate
                 self._tracing = False
                 self._window_start = now
+                out.write({"kind": "first_step", **common})  # its end, for the run's trace
             else:
                 self._window_steps += count
                 self._window_times += step_times

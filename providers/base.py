@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
@@ -197,12 +198,19 @@ class ObjectStore(Protocol):
         """Read an object. Raises NotFound. Blocks."""
         ...
 
-    def put_file(self, key: str, path: str) -> None:
-        """Upload a file (multipart/resumable when large). Idempotent; blocks."""
+    def put_file(self, key: str, path: str, progress: Callable[[int], None] | None = None) -> None:
+        """Upload a file; a large one in parallel parts (or a resumable session), and a call
+        after a failed one resumes it: parts the store holds already are not sent again
+        (providers/transfer.py). `progress(n)`, if given, is called from any thread with the
+        bytes of each part once the store has it. Idempotent; blocks."""
         ...
 
-    def get_file(self, key: str, path: str) -> None:
-        """Download to `path`, creating parent folders. Raises NotFound. Blocks."""
+    def get_file(self, key: str, path: str, progress: Callable[[int], None] | None = None) -> None:
+        """Download to `path`, creating parent folders; the file appears whole when complete.
+        A large object comes as parallel ranged reads into a hidden sidecar beside `path`
+        (`.<name>.cloudtrain-part`, see transfer.is_sidecar), and a call after a failed one
+        fetches only the missing ranges if the object is unchanged. `progress(n)` as for
+        put_file. Raises NotFound. Blocks."""
         ...
 
     def list(self, prefix: str) -> list[ObjectInfo]:
@@ -300,14 +308,21 @@ class Compute(ABC):
         does nothing, and `create_node` must work without it. Idempotent; blocks."""
         return None
 
-    def create_nodes(self, run: RunInfo, requests: list[NodeRequest]) -> list[Node]:
+    def create_nodes(
+        self,
+        run: RunInfo,
+        requests: list[NodeRequest],
+        on_created: Callable[[str, float, float], None] | None = None,
+    ) -> list[Node]:
         """`prepare_nodes`, then `self.create_node` for every request in parallel. Idempotent;
         does not wait for boot. Retries nothing itself: on a provider from the registry, `self`
         is a RetryingCompute (providers/retrying.py), whose `create_node` retries each node.
         Adapters override `create_node` and `prepare_nodes`, never this.
 
         Every request is attempted; if any failed, the first error is raised after all have
-        finished, so the caller knows the full set that may exist (the ledger has them all)."""
+        finished, so the caller knows the full set that may exist (the ledger has them all).
+        `on_created(name, start, end)` hears of each call as it returns ("<name> (failed)" for
+        one that raised), from the fan-out's threads (the run's trace)."""
         from cloudtrain.crashpoints import crash_point
 
         if requests:
@@ -315,7 +330,15 @@ class Compute(ABC):
         done = Counter()
 
         def create(req: NodeRequest) -> Node:
-            node = self.create_node(run, req)
+            start = time.time()
+            try:
+                node = self.create_node(run, req)
+            except Exception:
+                if on_created is not None:  # a zone without capacity: its calls count too
+                    on_created(f"{req.name} (failed)", start, time.time())
+                raise
+            if on_created is not None:  # the node's create call, timed (the run's trace)
+                on_created(req.name, start, time.time())
             if done.bump() == 1 and len(requests) > 1:
                 crash_point("between-creates")
             return node

@@ -50,6 +50,9 @@ class FaultPlan:
     store_latency_s: float = 0.0  # added to every store call that reaches the bucket
     error_rate: float = 0.0  # fraction of compute calls throttled before reaching the cloud
     store_error_rate: float = 0.0  # the same for store calls
+    # the bandwidth of put_file/get_file bytes (0: unlimited), shared by every transfer of the
+    # provider's stores and their parallel parts: "a store that delivers slowly"
+    store_bytes_per_s: float = 0.0
     lost_reply_rate: float = 0.0  # fraction of create_node calls that succeed, then raise
     capacity_errors: dict[str, int] = field(default_factory=dict)  # zone -> failing creates
     preempt_after_s: dict[str, float] = field(default_factory=dict)  # node name -> s after create
@@ -64,7 +67,7 @@ class FaultPlan:
     @property
     def store_faults(self) -> bool:
         """Whether any store fault is configured (else `store()` returns the inner store)."""
-        return self.store_latency_s > 0 or self.store_error_rate > 0
+        return self.store_latency_s > 0 or self.store_error_rate > 0 or self.store_bytes_per_s > 0
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], source: str = "fault plan") -> FaultPlan:
@@ -119,7 +122,9 @@ class FaultPlan:
         for name in ("error_rate", "store_error_rate", "lost_reply_rate"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise UsageError(f"{source}: {name} must be between 0 and 1")
-        negative = [n for n in ("latency_s", "store_latency_s") if getattr(self, n) < 0]
+        negative = [
+            n for n in ("latency_s", "store_latency_s", "store_bytes_per_s") if getattr(self, n) < 0
+        ]
         negative += [f"capacity_errors[{z}]" for z, n in self.capacity_errors.items() if n < 0]
         negative += [f"preempt_after_s[{k}]" for k, s in self.preempt_after_s.items() if s < 0]
         negative += [f"slow_create_s[{k}]" for k, s in self.slow_create_s.items() if s < 0]
@@ -144,9 +149,13 @@ def _for_node(per_node: Mapping[str, float], name: str) -> float | None:
 class _Injector:
     """Latency and random throttling for one side (compute or store). Thread-safe."""
 
-    def __init__(self, latency_s: float, error_rate: float, seed: int) -> None:
+    def __init__(
+        self, latency_s: float, error_rate: float, seed: int, bytes_per_s: float = 0.0
+    ) -> None:
         self.latency_s = latency_s
         self.error_rate = error_rate
+        self.bytes_per_s = bytes_per_s
+        self._paced_until = 0.0  # monotonic time up to which the bandwidth is spoken for
         self.calls: Counter[str] = Counter()
         self.throttled: Counter[str] = Counter()  # calls failed by `gate`, per method
         self._rng = random.Random(seed)
@@ -169,6 +178,25 @@ class _Injector:
             time.sleep(self.latency_s)
         if self.roll(self.error_rate):
             self.throttle(method, THROTTLED)
+
+    def pace(self, progress: Callable[[int], None] | None) -> Callable[[int], None] | None:
+        """`progress` behind the bandwidth limit: each report of n bytes books n / bytes_per_s
+        seconds after what is booked already (all threads share one budget) and sleeps until
+        its booking ends, then passes the report on. Unlimited: `progress` itself."""
+        if self.bytes_per_s <= 0:
+            return progress
+
+        def paced(n: int) -> None:
+            with self._lock:
+                now = time.monotonic()
+                self._paced_until = max(self._paced_until, now) + n / self.bytes_per_s
+                delay = self._paced_until - now
+            if delay > 0:
+                time.sleep(delay)
+            if progress is not None:
+                progress(n)
+
+        return paced
 
     def throttle(self, method: str, message: str) -> None:
         """Count a throttled call of `method` and raise the TransientError that says so."""
@@ -356,7 +384,8 @@ class FaultyCompute(Compute):
 
 class FaultyStore:
     """An ObjectStore that adds latency/throttling to every call reaching `inner` except the
-    (local) presign calls. Thread-safe if the inner store is."""
+    (local) presign calls, and paces put_file/get_file to the injector's bandwidth. Thread-safe
+    if the inner store is."""
 
     def __init__(self, inner: ObjectStore, faults: _Injector) -> None:
         self.inner = inner
@@ -383,15 +412,17 @@ class FaultyStore:
         self._faults.gate("get")
         return self.inner.get(key)
 
-    def put_file(self, key: str, path: str) -> None:
-        """See ObjectStore.put_file (idempotent; blocks), plus faults."""
+    def put_file(self, key: str, path: str, progress: Callable[[int], None] | None = None) -> None:
+        """See ObjectStore.put_file (idempotent; blocks), plus faults: the plan's bandwidth
+        paces the parts as the inner store reports them."""
         self._faults.gate("put_file")
-        self.inner.put_file(key, path)
+        self.inner.put_file(key, path, self._faults.pace(progress))
 
-    def get_file(self, key: str, path: str) -> None:
-        """See ObjectStore.get_file (raises NotFound; blocks), plus faults."""
+    def get_file(self, key: str, path: str, progress: Callable[[int], None] | None = None) -> None:
+        """See ObjectStore.get_file (raises NotFound; blocks), plus faults: the plan's bandwidth
+        paces the parts as the inner store reports them."""
         self._faults.gate("get_file")
-        self.inner.get_file(key, path)
+        self.inner.get_file(key, path, self._faults.pace(progress))
 
     def list(self, prefix: str) -> list[ObjectInfo]:
         """See ObjectStore.list (blocks), plus faults."""
@@ -439,7 +470,9 @@ class FaultyProvider(ProviderWrapper):
         super().__init__(inner)
         self.plan = plan
         self._clock = clock
-        self.store_faults = _Injector(plan.store_latency_s, plan.store_error_rate, plan.seed + 1)
+        self.store_faults = _Injector(
+            plan.store_latency_s, plan.store_error_rate, plan.seed + 1, plan.store_bytes_per_s
+        )
 
     def wrap_compute(self, inner: Compute) -> FaultyCompute:
         """The inner compute with the plan's compute faults."""

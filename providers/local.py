@@ -14,11 +14,8 @@ import fcntl
 import hashlib
 import json
 import os
-import random
 import re
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -45,6 +42,17 @@ from cloudtrain.providers.base import (
     Tagged,
     run_labels,
 )
+from cloudtrain.providers.local_sessions import (  # noqa: F401 - the local provider's API
+    EPHEMERAL_RANGE,
+    LOW_PORT,
+    _free_port,
+    _port_range,
+    free_port,
+    kill_session,
+    session_pids,
+    start_session,
+)
+from cloudtrain.providers.transfer import Progress, copy_file, sidecar_path
 from cloudtrain.providers.uri_rules import split_uri, uri_problem
 
 KILL_GRACE_S = 3.0
@@ -179,27 +187,36 @@ class LocalStore:
         except (FileNotFoundError, IsADirectoryError):
             raise NotFound(f"no object {key!r} in {self.uri}") from None
 
-    def put_file(self, key: str, path: str) -> None:
-        """Copy a file in atomically. Idempotent."""
+    def put_file(self, key: str, path: str, progress: Progress = None) -> None:
+        """Copy a file in atomically, calling `progress` per 4 MiB copied. Idempotent."""
         dest = self._path(key)
         with _folder_lock(dest.parent):
             fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=".tmp-")
             os.close(fd)
             try:
-                shutil.copyfile(path, tmp)
+                copy_file(path, tmp, progress)
                 os.replace(tmp, dest)
             except BaseException:
                 with contextlib.suppress(OSError):
                     os.unlink(tmp)
                 raise
 
-    def get_file(self, key: str, path: str) -> None:
-        """Copy an object out to `path`; NotFound if missing."""
+    def get_file(self, key: str, path: str, progress: Progress = None) -> None:
+        """Copy an object out to `path` atomically (through the sidecar, renamed when
+        complete), calling `progress` per 4 MiB copied; NotFound if missing. A local copy: a
+        failed one starts over."""
         src = self._path(key)
         if not src.is_file():
             raise NotFound(f"no object {key!r} in {self.uri}")
         Path(path).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(src, path)
+        side = sidecar_path(path)
+        try:
+            copy_file(src, side, progress)
+            os.replace(side, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                side.unlink()
+            raise
 
     def list(self, prefix: str) -> list[ObjectInfo]:
         """Objects under `prefix` (a key prefix, not only a folder), sorted by key."""
@@ -248,116 +265,6 @@ class LocalStore:
         path = self._path(key)
         path.parent.mkdir(parents=True, exist_ok=True)
         return _path_to_uri(path)
-
-
-EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
-LOW_PORT = 20000  # node ports are drawn from here up to the kernel's ephemeral range
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 now, drawn at random below the kernel's ephemeral range
-    (ip_local_port_range, 32768 by default): a port the kernel hands out (bind to 0) is also
-    what any outgoing connection may take before the node's TensorFlow binds it ("Could not
-    start gRPC server" under load). Non-blocking."""
-    try:
-        top = int(EPHEMERAL_RANGE.read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        top = 32768
-    rng = random.SystemRandom()
-    for _ in range(200):
-        port = rng.randrange(LOW_PORT, max(top, LOW_PORT + 1000))
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:  # crowded: the kernel's pick
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-_free_port = free_port
-
-
-def _proc_stat(pid: int) -> tuple[str, int] | None:
-    """(state, session id) of a process, or None if it is gone."""
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
-        return None
-    fields = raw[raw.rindex(")") + 2 :].split()
-    return fields[0], int(fields[3])
-
-
-class _SessionTable:
-    """Scans of /proc shared by every thread: 64 threads each scanning /proc while deleting in
-    parallel made deletion grow with N (they queue on the GIL). A caller only reuses a scan that
-    started after it asked, so a process that existed when it asked is never missed."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._started = -1.0
-        self._table: dict[int, list[int]] = {}
-
-    def get(self, sid: int) -> list[int]:
-        asked = time.monotonic()
-        with self._lock:
-            if self._started < asked:
-                started = time.monotonic()
-                table: dict[int, list[int]] = {}
-                for entry in os.listdir("/proc"):
-                    if entry.isdigit():
-                        st = _proc_stat(int(entry))
-                        if st and st[0] != "Z":
-                            table.setdefault(st[1], []).append(int(entry))
-                self._table, self._started = table, started
-            return list(self._table.get(sid, []))
-
-
-_SESSIONS = _SessionTable()
-
-
-def session_pids(sid: int) -> list[int]:
-    """Every live (non-zombie) process whose session id is `sid`, as of a /proc scan that began
-    after this call (scans are shared between threads that ask at the same time)."""
-    return _SESSIONS.get(sid)
-
-
-def start_session(script: Path, work: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
-    """Boot a node: run its startup script with bash in a new session (the node's identity for
-    listing and deletion) in `work`, appending its output to `work/console.log`. No wait."""
-    with open(work / "console.log", "ab") as console:
-        return subprocess.Popen(
-            ["bash", str(script)],
-            cwd=work,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=console,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-
-
-def kill_session(sid: int, grace_s: float = 0.0) -> bool:
-    """End every process of session `sid`: SIGTERM and up to `grace_s` to exit, then SIGKILL.
-    Blocks; returns whether none is left. Idempotent."""
-    if grace_s > 0:
-        for pid in session_pids(sid):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + grace_s
-        while session_pids(sid) and time.monotonic() < deadline:
-            time.sleep(0.05)
-    for _ in range(50):
-        left = session_pids(sid)
-        if not left:
-            return True
-        for pid in left:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        time.sleep(0.05)
-    return not session_pids(sid)
 
 
 class LocalCompute(Compute):
@@ -615,7 +522,10 @@ class LocalProvider(Provider):
     name = "local"
 
     def __init__(self, config: ProviderConfig | None = None) -> None:
+        """Creates nothing. Raises UsageError for a malformed $CLOUDTRAIN_LOCAL_PORTS, so a run
+        is refused before its bucket exists rather than at its first node."""
         super().__init__(config or ProviderConfig(name="local"))
+        _port_range()
         root = self.config.options.get("root")
         self.root = Path(root) if root else cloudtrain_home() / "local"
         self._compute = LocalCompute(self.root)

@@ -39,7 +39,7 @@ from cloudtrain.providers.base import (
     StartupBlocks,
     Tagged,
 )
-from cloudtrain.retry import retrying
+from cloudtrain.retry import is_retryable, retrying
 
 T = TypeVar("T")
 
@@ -212,13 +212,46 @@ class RetryingStore:
         """See ObjectStore.get; retried (NotFound is raised at once). Blocks."""
         return self._call("get", f"get {key}", lambda: self.inner.get(key))
 
-    def put_file(self, key: str, path: str) -> None:
-        """See ObjectStore.put_file; retried. Idempotent; blocks."""
-        self._call("put_file", f"upload {key}", lambda: self.inner.put_file(key, path))
+    def _transfer(
+        self,
+        op: str,
+        what: str,
+        fn: Callable[[Callable[[int], None]], None],
+        progress: Callable[[int], None] | None,
+    ) -> None:
+        """`fn(progress)` retried like any call; and when it still fails with a retryable error
+        after moving bytes, retried again with a fresh deadline (each call resumes where the
+        last stopped, so a transfer that keeps making progress is never given up; one that
+        moved nothing for a whole deadline is). Blocks."""
+        while True:
+            moved = 0
 
-    def get_file(self, key: str, path: str) -> None:
-        """See ObjectStore.get_file; retried (NotFound is raised at once). Blocks."""
-        self._call("get_file", f"download {key}", lambda: self.inner.get_file(key, path))
+            def counting(n: int) -> None:
+                nonlocal moved
+                moved += n
+                if progress is not None:
+                    progress(n)
+
+            try:
+                self._call(op, what, lambda: fn(counting))
+                return
+            except Exception as exc:
+                if not is_retryable(exc) or moved == 0:
+                    raise
+
+    def put_file(self, key: str, path: str, progress: Callable[[int], None] | None = None) -> None:
+        """See ObjectStore.put_file; retried, each retry resuming (see `_transfer`).
+        Idempotent; blocks."""
+        self._transfer(
+            "put_file", f"upload {key}", lambda p: self.inner.put_file(key, path, p), progress
+        )
+
+    def get_file(self, key: str, path: str, progress: Callable[[int], None] | None = None) -> None:
+        """See ObjectStore.get_file; retried, each retry resuming (see `_transfer`); NotFound
+        is raised at once. Blocks."""
+        self._transfer(
+            "get_file", f"download {key}", lambda p: self.inner.get_file(key, path, p), progress
+        )
 
     def list(self, prefix: str) -> list[ObjectInfo]:
         """See ObjectStore.list; retried. Blocks."""

@@ -25,6 +25,7 @@ def wait_for_driver(installer: str, timeout_s: int) -> str:
     return f"""
 if grep -qsi '0x10de' "$CT_SYS_PCI"/*/vendor && ! nvidia-smi >/dev/null 2>&1; then
   phase "driver: waiting for {installer}"
+  upload_log # the controller sees what the node waits for
   ct_waited=0
   until nvidia-smi >/dev/null 2>&1; do
     if [ "$ct_waited" -ge {int(timeout_s)} ]; then

@@ -1,4 +1,5 @@
-"""The suite's last check: nothing of it is left on this machine (issue 16).
+"""Node ports per worker, and the suite's last check: nothing of it is left on this machine
+(issue 16).
 
 After every test and fixture has been torn down, `pytest_sessionfinish` asks
 tests/fakes/netns.leftovers() for `ctb*` namespaces, links and /etc/netns folders, mounts under a
@@ -9,9 +10,28 @@ test session running beside this one, see netns.claim) is not this session's lef
 
 from __future__ import annotations
 
+import os
 import shutil
 
 import pytest
+
+from cloudtrain.providers.local_sessions import PORTS_ENV, _port_range
+from tests.fakes.port_slices import worker_slice
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under xdist, this worker's node ports come from its own slice (tests/fakes/port_slices)."""
+    if PORTS_ENV in os.environ:  # set by whoever runs the suite: theirs to split
+        return
+    low, high = _port_range()
+    got = worker_slice(
+        os.environ.get("PYTEST_XDIST_WORKER"),
+        int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")),
+        low,
+        high + 1,
+    )
+    if got is not None:
+        os.environ[PORTS_ENV] = f"{got[0]}-{got[1]}"
 
 
 @pytest.hookimpl(trylast=True)

@@ -2,26 +2,21 @@
 
 Every SDK call runs inside `aws_errors(...)`, which names the object and turns botocore exceptions
 into `cloudtrain.errors` types; nothing here catches a botocore exception. Large files go through
-s3transfer (parallel multipart parts). Presigned URLs are SigV4, signed for the bucket's own
-region, and live at most an hour. Only the default bucket (`cloudtrain-...`) and buckets this
-class creates are configured (public access blocked, SSE-S3); a user's existing bucket is only
-checked for access, never changed.
+s3_transfers.py (parallel multipart parts and ranged GETs, both resumable). Presigned URLs are
+SigV4, signed for the bucket's own region, and live at most an hour. Only the default bucket
+(`cloudtrain-...`) and buckets this class creates are configured (public access blocked,
+SSE-S3); a user's existing bucket is only checked for access, never changed.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import threading
 import urllib.parse
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-from boto3.s3.transfer import TransferConfig, create_transfer_manager
 from botocore.config import Config
 from botocore.exceptions import ClientError
-from s3transfer.exceptions import RetriesExceededError
 
 from cloudtrain.crashpoints import crash_point
 from cloudtrain.errors import (
@@ -31,21 +26,22 @@ from cloudtrain.errors import (
     ProviderError,
     TransientError,
 )
+from cloudtrain.providers import transfer
+from cloudtrain.providers.aws import s3_transfers as uploads
 from cloudtrain.providers.aws.clients import client
 from cloudtrain.providers.aws.errors import TRANSIENT_CODES, aws_errors, error_code
 from cloudtrain.providers.base import ObjectInfo, Resource
+from cloudtrain.providers.transfer import Progress
 from cloudtrain.providers.uri_rules import uri_problem
 
 MiB = 1024 * 1024
 DEFAULT_BUCKET_PREFIX = "cloudtrain-"
 MAX_PRESIGN_TTL_S = 3600
 DELETE_BATCH = 1000  # the most keys one DeleteObjects call takes
-TRANSFER = TransferConfig(
-    multipart_threshold=8 * MiB,
-    multipart_chunksize=8 * MiB,
-    max_concurrency=8,
-    preferred_transfer_client="classic",  # never the CRT: its errors are not botocore's
-)
+# S3's multipart limits (docs.aws.amazon.com/AmazonS3/latest/userguide/qfacts.html): parts of
+# 5 MiB to 5 GiB (the last one may be smaller), numbered 1 to 10,000.
+MIN_PART = 5 * MiB
+MAX_PARTS = 10_000
 # SigV4 everywhere: botocore still presigns with SigV2 by default, which newer regions refuse.
 S3_CONFIG = Config(signature_version="s3v4")  # presigned URLs every region accepts
 _WAIT = {"Delay": 1, "MaxAttempts": 30}
@@ -231,29 +227,29 @@ class S3Store:
             raise PreconditionFailed(f"{what}: the object is gone", codes=err.codes) from err
         return str(resp["ETag"])
 
-    def put_file(self, key: str, path: str) -> None:
-        """Upload a file; from 8 MiB on as parallel multipart parts (8 MiB each, 8 at a time).
-        The object appears whole when the upload completes. Idempotent; blocks."""
-        full = self._key(key)
-        with aws_errors(f"upload {path} to {self._where(key)}"), self._transfers() as manager:
-            manager.upload(os.fspath(path), self.bucket, full).result()
+    def put_file(self, key: str, path: str, progress: Progress = None) -> None:
+        """Upload a file: up to one part (8 MiB) in one PutObject, larger ones as a multipart
+        upload of parallel parts (`transfer.CONCURRENCY` at a time). The object appears whole
+        when the upload completes. Resumable: a call after a failure asks S3 which parts it holds
+        (ListParts on the upload id kept in the transfer state) and sends only the others; a
+        source file that changed since (size or mtime) aborts that upload and starts over.
+        `progress(n)` gets each part's bytes once S3 has it. Idempotent; blocks."""
+        size = os.path.getsize(path)
+        part = transfer.part_bytes(minimum=MIN_PART)
+        if size <= part:
+            with open(path, "rb") as body, aws_errors(f"upload {path} to {self._where(key)}"):
+                self._s3.put_object(Bucket=self.bucket, Key=self._key(key), Body=body)
+            transfer.report(progress, size)
+            return
+        uploads.upload(self, key, path, part, progress)
 
-    def get_file(self, key: str, path: str) -> None:
-        """Download to `path` (parallel ranged GETs when large), creating parent folders. The
-        file appears only when complete. Raises NotFound. Blocks."""
-        full = self._key(key)
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        with aws_errors(f"download {self._where(key)}"), self._transfers() as manager:
-            manager.download(self.bucket, full, os.fspath(path)).result()
-
-    @contextlib.contextmanager
-    def _transfers(self) -> Iterator[Any]:
-        """A transfer manager for one call; s3transfer giving up on retries is a TransientError."""
-        try:
-            with create_transfer_manager(self._s3, TRANSFER) as manager:
-                yield manager
-        except RetriesExceededError as exc:
-            raise TransientError(f"s3://{self.bucket}: transfer failed: {exc}") from exc
+    def get_file(self, key: str, path: str, progress: Progress = None) -> None:
+        """Download to `path`, creating parent folders; a large object as parallel ranged GETs
+        (IfMatch its ETag) into the sidecar `.<name>.cloudtrain-part`, renamed into place when
+        complete. Resumable: a call after a failure fetches only the missing ranges if the ETag
+        is unchanged, else starts over. Raises NotFound. `progress(n)` gets each range's bytes
+        once written. Blocks."""
+        uploads.download(self, key, path, progress)
 
     def list(self, prefix: str) -> list[ObjectInfo]:
         """Every object whose key starts with `prefix` (plain key-prefix match, not folders),

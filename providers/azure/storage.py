@@ -15,7 +15,8 @@ exception. Nothing is logged, and no message carries an account key or a SAS sig
   storage account itself is made by the compute side, not here. Azure encrypts every blob at
   rest (Microsoft-managed keys).
 - Blobs: whole-object writes (one Put Blob up to 8 MiB, then 8 MiB blocks uploaded in parallel
-  and committed at once); downloads land in a temporary file that is renamed when complete.
+  and committed at once); put_file/get_file resume after a failure (blob_transfers.py);
+  downloads land in a hidden sidecar that is renamed when complete.
 - Presigned URLs: SAS, at most one hour; see `presign_get`. A PUT through a SAS URL must carry
   `x-ms-blob-type: BlockBlob` (see `presign_put`).
 """
@@ -25,11 +26,9 @@ from __future__ import annotations
 import contextlib
 import datetime
 import os
-import tempfile
 import threading
 import urllib.parse
 from collections.abc import Iterator, Mapping
-from pathlib import Path
 from typing import Any
 
 from azure.core import MatchConditions
@@ -43,6 +42,8 @@ from azure.storage.blob import (
 )
 
 from cloudtrain.errors import CredentialsError, NotFound, PreconditionFailed, ProviderError
+from cloudtrain.providers import transfer
+from cloudtrain.providers.azure import blob_transfers
 from cloudtrain.providers.azure.errors import (
     ACCOUNT_NOT_FOUND,
     already_exists,
@@ -52,6 +53,7 @@ from cloudtrain.providers.azure.errors import (
 )
 from cloudtrain.providers.base import ObjectInfo, Resource
 from cloudtrain.providers.parallel import parallel_map
+from cloudtrain.providers.transfer import Progress
 from cloudtrain.providers.uri_rules import uri_problem
 
 try:
@@ -304,12 +306,18 @@ class BlobStore:
             raise
         return str(answer["etag"])
 
-    def put_file(self, key: str, path: str) -> None:
-        """Upload a file: up to 8 MiB in one request, larger ones as 8 MiB blocks,
-        `max_concurrency` at a time, committed in one Put Block List (the object appears whole
-        then). Idempotent; blocks."""
-        blob = self._blob(key)
+    def put_file(self, key: str, path: str, progress: Progress = None) -> None:
+        """Upload a file: up to one part (8 MiB) in one Put Blob, larger ones as blocks staged
+        `max_concurrency` at a time and committed in one Put Block List (the object appears
+        whole then). Resumable: a call after a failure stages only the blocks Azure does not
+        hold yet for this version of the file (blob_transfers.py). `progress(n)` gets each
+        block's bytes once staged. Idempotent; blocks."""
         size = os.path.getsize(path)
+        part = transfer.part_bytes()
+        if size > part:
+            blob_transfers.upload(self, key, path, part, progress)
+            return
+        blob = self._blob(key)
         with open(path, "rb") as stream, azure_errors(f"upload {path} to {self._where(key)}"):
             blob.upload_blob(
                 stream,
@@ -318,23 +326,15 @@ class BlobStore:
                 content_settings=ContentSettings(content_type=OCTET),
                 max_concurrency=self.max_concurrency,
             )
+        transfer.report(progress, size)
 
-    def get_file(self, key: str, path: str) -> None:
-        """Download to `path` (parallel ranged GETs when large), creating parent folders. The
-        file appears only when complete (a temporary file in the same folder is renamed).
-        Raises NotFound, leaving no file. Blocks."""
-        blob = self._blob(key)
-        dest = Path(path)
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
-        try:
-            with os.fdopen(fd, "wb") as out, azure_errors(f"download {self._where(key)}"):
-                blob.download_blob(max_concurrency=self.max_concurrency).readinto(out)
-            os.replace(tmp, dest)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+    def get_file(self, key: str, path: str, progress: Progress = None) -> None:
+        """Download to `path`, creating parent folders: parallel ranged reads pinned to the
+        blob's ETag into the sidecar `.<name>.cloudtrain-part`, renamed into place when
+        complete. Resumable: a call after a failure fetches only the missing ranges if the ETag
+        is unchanged, else starts over. Raises NotFound, leaving no file. `progress(n)` gets
+        each range's bytes. Blocks."""
+        blob_transfers.download(self, key, path, transfer.part_bytes(), progress)
 
     def _blobs(self, prefix: str) -> Iterator[Any]:
         """BlobProperties of every blob under `prefix`, in the service's order."""

@@ -11,7 +11,8 @@ credentials by itself, and this class keeps it that way. Nothing is logged, leas
   configured: uniform bucket-level access on, public access prevention "enforced". GCS always
   encrypts at rest (Google-managed keys). A user's existing bucket is only checked, never changed.
 - Objects: whole-object writes (a single request up to 8 MiB, then resumable uploads in 8 MiB
-  chunks); downloads land in a temporary file that is renamed when complete.
+  chunks); put_file/get_file resume after a failure (gcs_transfers.py); downloads land in a
+  hidden sidecar that is renamed when complete.
 - Presigned URLs: V4, at most one hour; see `presign_get` for how they are signed.
 """
 
@@ -20,12 +21,10 @@ from __future__ import annotations
 import contextlib
 import datetime
 import os
-import tempfile
 import threading
 import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import google.auth
@@ -45,9 +44,12 @@ from cloudtrain.errors import (
     ProviderError,
     TransientError,
 )
+from cloudtrain.providers import transfer
 from cloudtrain.providers.base import ObjectInfo, Resource
+from cloudtrain.providers.gcp import gcs_transfers
 from cloudtrain.providers.gcp.errors import already_exists, gcp_errors
 from cloudtrain.providers.parallel import parallel_map
+from cloudtrain.providers.transfer import Progress
 from cloudtrain.providers.uri_rules import uri_problem
 
 MiB = 1024 * 1024
@@ -153,6 +155,12 @@ class GcsStore:
                 kwargs["project"] = auth_.project
             with gcp_errors(f"open a Cloud Storage client for {self.uri}"):
                 client = storage.Client(**kwargs)
+            # google-cloud-storage 3.x's bucket metadata cache (for its OpenTelemetry spans) GETs
+            # the bucket in a background thread for every new client, and again after each 404
+            # (storage/_bucket_metadata_cache.py: check_and_evict): a billed request per missing
+            # object a poll asks for (notice/, control/stop), none of which we use
+            if getattr(client, "_bucket_metadata_cache", None) is not None:
+                client._bucket_metadata_cache = None
             self._local.client = client
         return client
 
@@ -333,32 +341,30 @@ class GcsStore:
             )
         return str(blob.generation)
 
-    def put_file(self, key: str, path: str) -> None:
-        """Upload a file: up to 8 MiB in one request, larger ones as a resumable upload in 8 MiB
-        chunks (each chunk retried alone). The object appears whole when the upload completes.
-        Idempotent; blocks."""
+    def put_file(self, key: str, path: str, progress: Progress = None) -> None:
+        """Upload a file: up to one part (8 MiB) in one request, larger ones through a
+        resumable upload session in part-sized chunks (gcs_transfers.py). Resumable: a call
+        after a failure continues the session kept in the transfer state from the offset GCS
+        reports; a changed file or an expired session starts over. The object appears whole when
+        the upload completes. `progress(n)` gets the bytes GCS acknowledged. Idempotent;
+        blocks."""
         size = os.path.getsize(path)
-        blob = self._blob(key, CHUNK_SIZE if size > RESUMABLE_THRESHOLD else None)
+        chunk = transfer.part_bytes(align=gcs_transfers.CHUNK_ALIGN)
+        if size > chunk:
+            gcs_transfers.upload(self, key, path, chunk, progress)
+            return
+        blob = self._blob(key)
         with gcp_errors(f"upload {path} to {self._where(key)}"):
             blob.upload_from_filename(os.fspath(path), content_type=OCTET)
+        transfer.report(progress, size)
 
-    def get_file(self, key: str, path: str) -> None:
-        """Download to `path` (checksum-verified), creating parent folders. The file appears
-        only when complete (a temporary file in the same folder is renamed). Raises NotFound,
-        leaving no file. Blocks."""
-        blob = self._blob(key)
-        dest = Path(path)
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
-        os.close(fd)
-        try:
-            with gcp_errors(f"download {self._where(key)}"):
-                blob.download_to_filename(tmp, retry=None)
-            os.replace(tmp, dest)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+    def get_file(self, key: str, path: str, progress: Progress = None) -> None:
+        """Download to `path`, creating parent folders: the object's generation, then parallel
+        ranged reads pinned to it into the sidecar `.<name>.cloudtrain-part`, renamed into place
+        when complete (an object of one part: one checksum-verified read). Resumable: a call
+        after a failure fetches only the missing ranges of the same generation, else starts
+        over. Raises NotFound, leaving no file. `progress(n)` gets each range's bytes. Blocks."""
+        gcs_transfers.download(self, key, path, transfer.part_bytes(), progress)
 
     def _names(self, prefix: str) -> Iterator[tuple[str, Any]]:
         """(full name, blob) of every object under `prefix`, in the service's order."""

@@ -111,6 +111,24 @@ class Env:
             time.sleep(0.2)
         raise AssertionError(f"{pattern!r} not seen in time; output:\n{self.output()[-4000:]}")
 
+    def wait_for_node_line(self, node: str, pattern: str, timeout: float = 240) -> re.Match[str]:
+        """Wait until a line of `node`'s training output in the bucket matches `pattern` (one
+        local run in this home). Reads the agent's log chunks on disk, the moment its flush (~1 s)
+        lands: the CLI prints a line only after a heartbeat announces its chunk and a poll reads
+        it, seconds later on a loaded machine, which is too late to time a kill mid-epoch."""
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            ids = self.run_ids()
+            if len(ids) == 1:
+                logs = self.bucket / ids[0] / "logs" / node
+                for chunk in sorted(logs.glob("*.log")):
+                    with contextlib.suppress(OSError):  # rolled into a segment meanwhile
+                        m = re.search(pattern, chunk.read_text(errors="replace"), re.M)
+                        if m:
+                            return m
+            time.sleep(0.1)
+        raise AssertionError(f"{pattern!r} not in {node}'s logs in time:\n{self.output()[-4000:]}")
+
     def run_ids(self) -> list[str]:
         return [r.run_id for r in self.ledger().list_runs()]
 

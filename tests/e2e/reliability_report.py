@@ -19,8 +19,13 @@ REPORT_ENV = "CLOUDTRAIN_RELIABILITY_OUT"
 def record(section: str, key: str, **figures: Any) -> None:
     """Merge the row `figures` under section/key into the report file, if one is configured."""
     target = os.environ.get(REPORT_ENV)
-    if not target:
-        return
+    if target:
+        merge(target, section, key, **figures)
+
+
+def merge(target: str | Path, section: str, key: str, **figures: Any) -> None:
+    """Merge the row `figures` under section/key into the JSON file `target` (created if
+    missing), under a lock and atomically: safe across processes, a rerun replaces its row."""
     path = Path(target)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path.with_suffix(".lock"), "w") as lock:

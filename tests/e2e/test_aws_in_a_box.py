@@ -11,6 +11,8 @@ from __future__ import annotations
 import base64
 import gzip
 import json
+import re
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +20,10 @@ from typing import Any
 
 import pytest
 
+from cloudtrain.jobs import protocol
+from tests.e2e import phases_report
 from tests.e2e.conftest import EXAMPLES, Env
+from tests.e2e.trace_kit import assert_traced
 from tests.fakes.boot_harness import BootHarness, Vm
 from tests.fakes.moto_server import MotoServer
 
@@ -49,6 +54,27 @@ class AwsBox:
     def keys(self, prefix: str) -> list[str]:
         pages = self.s3.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix)
         return [o["Key"] for page in pages for o in page.get("Contents", [])]
+
+    def wait_for_node_line(self, node: str, pattern: str, timeout: float = 300) -> re.Match[str]:
+        """Wait until a line of `node`'s output in the run's bucket matches `pattern` (one run in
+        this home). Its log chunks land within the agent's ~1 s flush; the CLI prints a line
+        only after a heartbeat announces its chunk and a poll reads it, seconds later on a loaded
+        machine, too late to time a termination mid-epoch (as Env.wait_for_node_line on local)."""
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            ids = self.ct.run_ids()
+            for key in self.keys(protocol.logs_prefix(ids[0], node)) if len(ids) == 1 else []:
+                try:
+                    body = self.s3.get_object(Bucket=BUCKET, Key=key)["Body"].read()
+                except self.s3.exceptions.NoSuchKey:  # rolled into a segment meanwhile
+                    continue
+                m = re.search(pattern, body.decode(errors="replace"), re.M)
+                if m:
+                    return m
+            time.sleep(0.2)
+        raise AssertionError(
+            f"{pattern!r} not in {node}'s logs in time:\n{self.ct.output()[-4000:]}"
+        )
 
     def assert_nothing_left(self, run_id: str) -> None:
         states = {i["InstanceId"]: i["State"]["Name"] for i in self.instances()}
@@ -122,7 +148,9 @@ def test_run_on_aws_trains_for_real_and_leaves_nothing(aws: AwsBox) -> None:
     # the planned zone (the catalog's use1-az1) has no capacity: the run lands in the next one
     aws.ct.env["CLOUDTRAIN_FAULTS"] = json.dumps({"capacity_errors": {"use1-az1": 99}})
     job = EXAMPLES / "digits-multiworker" / "job.yaml"
+    spawned = time.time()
     proc = aws.run("run", "--provider", "aws", "--region", REGION, str(job))
+    exited = time.time()
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     assert "zone use1-az1: " in proc.stdout and "trying the next zone" in proc.stdout
     (run_id,) = aws.ct.run_ids()
@@ -141,6 +169,9 @@ def test_run_on_aws_trains_for_real_and_leaves_nothing(aws: AwsBox) -> None:
     assert "throughput: cluster" in proc.stdout
     assert len(aws.harness.booted) == 2
     aws.assert_nothing_left(run_id)
+    # traced as on local (the VMs are processes here: one clock); its phases for the README
+    trace = assert_traced(aws.ct, run_id, spawned, exited, ("worker-0", "worker-1"))
+    phases_report.record("aws box", trace, phases_report.aws_fakes(aws.harness), spawned, exited)
 
 
 def test_scale_on_aws_measures_each_size_at_the_catalogs_price(aws: AwsBox) -> None:

@@ -18,6 +18,7 @@ import base64
 import json
 import os
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +26,9 @@ from typing import Any
 
 import pytest
 
+from tests.e2e import phases_report
 from tests.e2e.conftest import EXAMPLES, Env
+from tests.e2e.trace_kit import assert_traced
 from tests.fakes.azure_cloud import ENV_NAMES, AzureCloud, azure_cloud, azurite, azurite_session
 from tests.fakes.azurite import CLEARED_ENV, CONNECTION_STRING_ENV
 from tests.fakes.boot_harness import BootHarness, Vm
@@ -173,7 +176,9 @@ def test_run_on_azure_trains_for_real_and_leaves_nothing(azure: AzureBox) -> Non
     # fails in the create's operation, leaving Failed VMs): the run lands in zone 1
     # (the user's own command: the planner picks the region, eastus)
     azure.arm.fail_next_vm_create(REGION, "AllocationFailed", count=2)
+    spawned = time.time()
     proc = azure.run("run", "--provider", "azure", str(JOB))
+    exited = time.time()
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     assert "trying the next zone" in proc.stdout, proc.stdout[-4000:]
     (run_id,) = azure.ct.run_ids()
@@ -186,6 +191,11 @@ def test_run_on_azure_trains_for_real_and_leaves_nothing(azure: AzureBox) -> Non
     assert len(azure.harness.booted) == 2, azure.harness.booted
     assert [vm.zones for vm in azure.booted_vms()] == [["1"], ["1"]]
     azure.assert_nothing_left(run_id)
+    # traced as on local (the VMs are processes here: one clock); its phases for the README
+    trace = assert_traced(azure.ct, run_id, spawned, exited, ("worker-0", "worker-1"))
+    phases_report.record(
+        "azure box", trace, phases_report.azure_fakes(azure.cloud, azure.harness), spawned, exited
+    )
 
 
 def test_detach_then_status_logs_and_down(azure: AzureBox) -> None:

@@ -13,6 +13,10 @@ On local there is no network, so the three network points cannot be reached ther
 Each provider runs every point concurrently, each as its own run of one shared cloud (a fake),
 and a last scenario crashes during training and deletes the ledger file: `down` then works from
 the cloud's tags alone. Figures go to the reliability report (benchmarks/reliability.py).
+
+After every scenario, every run the ledger held is checked again (a run no scenario tore down
+leaks unseen otherwise), and on a cloud box no VM session may be left; each one left is named
+with its run (so its scenario) and what the harness saw happen to it.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -27,7 +32,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -104,6 +109,7 @@ class World:
     leftovers: Callable[[str], list[str]]
     hold: Callable[[str], None]  # make worker-1 of this job name slow to boot
     box: Any = None
+    runs: set[str] = field(default_factory=set)  # every run a scenario made
 
     def controller_console(self, run_id: str) -> str:
         """The console of the run's controller node (its VM, or its local folder)."""
@@ -155,14 +161,20 @@ def _cli(env: dict[str, str], *args: str, log: Path | None = None) -> subprocess
     return signals_kit.start(env, args, log=log, text=True)
 
 
+def _runs(ledger_path: Path) -> list[str]:
+    """Every run id the ledger holds, newest first."""
+    return [r.run_id for r in Ledger(ledger_path).list_runs(limit=100_000)]
+
+
 def _run_id(ledger_path: Path, point: str, timeout: float = 60) -> str | None:
     """The run id of the point's run, from the ledger (the run printed nothing reliable: its
-    buffered output died with it)."""
+    buffered output died with it). A run id is its job's name, a dash and six hex digits: the
+    job's name must match whole, as a prefix would also match the run of a point whose name
+    extends this one's (`network` and `network-ledger`, run at the same time)."""
     deadline = time.time() + timeout
     while time.time() < deadline:
         if ledger_path.exists():
-            runs = [r.run_id for r in Ledger(ledger_path).list_runs()]
-            mine = [r for r in runs if r.startswith(_short(point) + "-")]
+            mine = [r for r in _runs(ledger_path) if r.rsplit("-", 1)[0] == _short(point)]
             if mine:
                 return mine[0]
         time.sleep(0.1)
@@ -210,6 +222,7 @@ def crash_then_down(world: World, point: str, *, ledgerless: bool = False) -> li
     run_id = _run_id(ledger_path, name)
     if run_id is None:
         return [*problems, f"{name}: no run in the ledger"]
+    world.runs.add(run_id)
     if node_side:  # the controller node's process kills itself at the point, then its VM stops
         end = time.time() + 300
         while "phase agent: exited with 137" not in world.controller_console(run_id):
@@ -233,12 +246,24 @@ def crash_then_down(world: World, point: str, *, ledgerless: bool = False) -> li
         problems.append(f"{name}: down exited {down.returncode}: {down.stdout}{down.stderr}")
     if (ledgerless or point in BOOTED_POINTS) and not world.booted(run_id):
         problems.append(f"{name}: no node of {run_id} ever booted; the checks prove nothing")
-    problems += [f"{name}: left {what}" for what in world.leftovers(run_id)]
+    problems += [f"{name}: left {what} of {run_id}" for what in world.leftovers(run_id)]
     if not ledgerless:
         rec = Ledger(ledger_path)
         live = [(r.kind, r.resource_id, r.state) for r in rec.resources(run_id, live_only=True)]
         if live:
             problems.append(f"{name}: the ledger still shows {live}")
+    return problems
+
+
+def _live_sessions(harness: Any) -> list[str]:
+    """One problem per VM whose session still runs after the harness's settle: its run (whose
+    job name is `c-<scenario>`) and what the harness saw of it (`BootHarness.describe`)."""
+    problems = []
+    for vm_id in harness.live_sessions():
+        vm = harness.describe(vm_id)
+        found = re.match(r"ct-(.+-[0-9a-f]{6})-", vm)
+        run_id = found[1] if found else "?"
+        problems.append(f"VM session still running, of run {run_id}: {vm}")
     return problems
 
 
@@ -370,12 +395,13 @@ def test_a_crash_at_every_point_then_down_leaves_nothing(
         finally:
             world.crash_nodes_at(None)
     # last, alone: it deletes the ledger file the other scenarios share
+    made = set(_runs(world.ct.home / "ledger.db"))
     ledgerless = crash_then_down(world, "training", ledgerless=True)
     problems = [p for found in results.values() for p in found] + ledgerless
+    for run_id in sorted(made | world.runs):  # a run no scenario tore down, or one that grew
+        problems += [f"after every down: {run_id} left {what}" for what in world.leftovers(run_id)]
     if world.box is not None:
-        live = world.box.harness.live_sessions()
-        if live:
-            problems.append(f"VM sessions still running: {live}")
+        problems += _live_sessions(world.box.harness)
     survived = sum(1 for found in results.values() if not found)
     reliability_report.record(
         "crash",

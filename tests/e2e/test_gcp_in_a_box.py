@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +21,9 @@ from typing import Any
 
 import pytest
 
+from tests.e2e import phases_report
 from tests.e2e.conftest import EXAMPLES, Env
+from tests.e2e.trace_kit import assert_traced
 from tests.fakes.boot_harness import BootHarness, Vm
 from tests.fakes.gcp_cloud import GcpCloud, gcp_cloud, gcs_emulator, gcs_emulator_session
 
@@ -124,7 +127,9 @@ def test_run_on_gcp_trains_for_real_and_leaves_nothing(gcp: GcpBox) -> None:
     # the planned zone has no capacity (GCE's own operation error): the run lands in the next
     # (the user's own command: the planner picks the region, us-central1, and its zone a)
     gcp.cloud.gce.fail_next_insert("us-central1-a", "ZONE_RESOURCE_POOL_EXHAUSTED", count=2)
+    spawned = time.time()
     proc = gcp.run("run", "--provider", "gcp", str(JOB))
+    exited = time.time()
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     assert "zone us-central1-a: " in proc.stdout and "trying the next zone" in proc.stdout
     (run_id,) = gcp.ct.run_ids()
@@ -137,6 +142,11 @@ def test_run_on_gcp_trains_for_real_and_leaves_nothing(gcp: GcpBox) -> None:
     assert prefix + "model/saved_model/saved_model.pb" in keys
     assert len(gcp.harness.booted) == 2
     gcp.assert_nothing_left(run_id)
+    # traced as on local (the VMs are processes here: one clock); its phases for the README
+    trace = assert_traced(gcp.ct, run_id, spawned, exited, ("worker-0", "worker-1"))
+    phases_report.record(
+        "gcp box", trace, phases_report.gcp_fakes(gcp.cloud, gcp.harness), spawned, exited
+    )
 
 
 def test_detach_then_status_logs_and_down(gcp: GcpBox) -> None:

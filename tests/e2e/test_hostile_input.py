@@ -334,6 +334,16 @@ RUN_CASES = [
         r"error_rate must be between 0 and 1",
     ),
     Case(
+        "run-local-ports-not-a-range",
+        with_env(run_spec(), CLOUDTRAIN_LOCAL_PORTS="bad"),
+        r"CLOUDTRAIN_LOCAL_PORTS='bad': expected two port numbers as LOW-HIGH",
+    ),
+    Case(
+        "run-local-ports-reversed",
+        with_env(run_spec(), CLOUDTRAIN_LOCAL_PORTS="30000-20000"),
+        r"CLOUDTRAIN_LOCAL_PORTS='30000-20000': expected 1024 <= LOW <= HIGH <= 65535",
+    ),
+    Case(
         "run-home-is-a-file",
         homefile(["run", "--quiet"]),
         r"cannot create the ledger folder .*home.*set CLOUDTRAIN_HOME to a writable folder",

@@ -14,6 +14,7 @@ import pytest
 
 from tests.e2e import signals_kit
 from tests.e2e.conftest import Env, assert_clean
+from tests.e2e.trace_kit import assert_traced
 
 pytestmark = pytest.mark.e2e
 
@@ -27,7 +28,9 @@ def _files(path: object) -> list[str]:
 
 def test_parameter_server_job_ends_its_servers(ct: Env) -> None:
     job = ct.job("digits-ps", "python train.py --epochs 2")
+    spawned = time.time()
     proc = ct.cli("run", str(job))
+    exited = time.time()
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (run_id,) = ct.run_ids()
     statuses = {p.stem: p.read_text() for p in (ct.bucket / run_id / "status").glob("*.json")}
@@ -35,6 +38,13 @@ def test_parameter_server_job_ends_its_servers(ct: Env) -> None:
     for node in ("worker-0", "worker-1", "ps-0"):
         assert "chief finished" in statuses[node], statuses[node]
     assert_clean(ct, run_id)
+    # the run is traced: its spans nest and cover the CLI's wall time (issue 20)
+    assert re.search(r"^  time: start [\d.]+ s, .*training [\d.]+ s", proc.stdout, re.M)
+    assert_traced(ct, run_id, spawned, exited, statuses)
+    # the chief's training (runtime.callbacks) reported its first and last train steps
+    spans = json.loads(ct.cli("status", run_id, "--json").stdout)["trace"]["spans"]
+    steps = {s["name"] for s in spans if s["node"] == "chief-0" and s["parent"] == "node"}
+    assert {"first step", "after last step"} <= steps, sorted(steps)
 
 
 def test_killed_worker_resumes_from_the_synced_checkpoint(ct: Env) -> None:

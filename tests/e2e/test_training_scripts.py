@@ -13,7 +13,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from cloudtrain.providers.local_sessions import free_port
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "jobs" / "examples"
 TIMEOUT = 120.0  # seconds for any single run; the tests never wait longer than this
@@ -68,15 +69,10 @@ class Node:
 
 
 def _free_ports(count: int) -> list[int]:
-    """Return ``count`` distinct free loopback ports (all held open while choosing)."""
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for sock in sockets:
-            sock.bind(("127.0.0.1", 0))
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
+    """``count`` distinct free ports, drawn as the local provider draws a node's (below the
+    ephemeral range, from this worker's slice): a port the kernel hands out can be taken by an
+    outgoing connection before the node's TensorFlow binds it."""
+    return [free_port() for _ in range(count)]
 
 
 def _layout(tmp_path: Path, roles: dict[str, int]) -> list[Node]:

@@ -46,7 +46,13 @@ controller node, last) finishes its final step in that window. The clouds' real 
   virtualmachines/deallocate); a Spot eviction comes at least 30 s after its Scheduled Events
   `Preempt` notice (learn.microsoft.com/azure/virtual-machines/linux/scheduled-events).
 `kill(vm_id)` instead cuts the power at once (SIGKILL): a VM that dies (a host failure, a crash)
-while its cloud still lists it running.
+while its cloud still lists it running. A VM the cloud deleted never boots again: a reboot it
+asked for (power.log, `reboot()`, the driver extension) that comes after the deletion is refused,
+and one that started before it is the boot the power cut kills.
+
+For a failure message, `describe(vm_id)` tells what happened to a VM: its boots (with their
+session ids), each change in what the emulator said of it (alive, dead, absent), its power calls,
+its shutdown and whether the power cut found it still running, with times since `start()`.
 
 The VM's environment carries what the cloud SDKs of a program on it need to reach the box's
 emulators, as on a cloud its metadata service and identity would: the endpoints and dummy
@@ -219,6 +225,12 @@ class BootHarness:
         self.boots: dict[str, int] = {}  # vm id -> boots so far
         self.errors: list[str] = []
         self._vms: dict[str, Vm] = {}
+        # what happened to each VM, in order: (seconds since start, vm id, event); see describe()
+        self.events: list[tuple[float, str, str]] = []
+        self._said: dict[str, str] = {}  # vm id -> what discover() said of it last
+        self._t0 = time.monotonic()
+        # a deleted VM's shutdown and a reboot of it never interleave (see shut_down)
+        self._power = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True, name="boot-harness")
         self._shims = root / "shims"
@@ -241,6 +253,8 @@ class BootHarness:
         self.network = network
         self.hosts: dict[str, Host] = {}
         self.before_boot: Callable[[Vm, Host], None] = lambda _vm, _host: None
+        # how a boot of `vm` runs `script`: returns its session id (the leader's pid), no wait
+        self.launch: Callable[[Vm, Path], int] = self._launch
         self._imds: MetadataServer | None = None
 
     def start(self) -> BootHarness:
@@ -248,6 +262,7 @@ class BootHarness:
         if self.network is not None and self._imds is None:
             self._imds = MetadataServer(host=self.network.host_ip)
             self.network.serve_link_local(int(self._imds.url.rsplit(":", 1)[1]))
+        self._t0 = time.monotonic()
         self._thread.start()
         return self
 
@@ -263,8 +278,16 @@ class BootHarness:
                 self.errors.append(repr(exc))
             self._stop.wait(self.poll_s)
 
+    def _event(self, vm_id: str, what: str) -> None:
+        self.events.append((round(time.monotonic() - self._t0, 2), vm_id, what))
+
     def _tick(self) -> None:
         vms = self.discover()
+        said = {vm.id: "alive" if vm.alive else "dead" for vm in vms}
+        for vm_id in said.keys() | self._said.keys():
+            if said.get(vm_id, "absent") != self._said.get(vm_id, "absent"):
+                self._event(vm_id, f"the cloud lists it {said.get(vm_id, 'absent')}")
+        self._said = said
         for vm in vms:
             if vm.alive and vm.id not in self.sessions and not self.hold(vm):
                 self.boot(vm)
@@ -278,6 +301,7 @@ class BootHarness:
             lines = log.read_text().splitlines()
             for line in lines[self._power_seen :]:
                 vm_id, cmd, *args = line.split()
+                self._event(vm_id, f"ran {cmd} {' '.join(args)}")
                 if cmd == "reboot" or "-r" in args:
                     self._boot_again(vm_id)
                 elif "now" in args:
@@ -363,6 +387,10 @@ class BootHarness:
         """Run `script` as this boot of `vm`: a new session (its id is the VM's), in the VM's
         namespace in namespace mode. No wait."""
         self.boots[vm.id] = self.boots.get(vm.id, 0) + 1
+        sid = self.sessions[vm.id] = self.launch(vm, script)
+        self._event(vm.id, f"boot {self.boots[vm.id]} ({script.name}): session {sid}")
+
+    def _launch(self, vm: Vm, script: Path) -> int:
         host = self.hosts.get(vm.id)
         if host is None:
             proc = start_session(script, self.vm_dir(vm.id), self._env(vm))
@@ -377,7 +405,7 @@ class BootHarness:
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
                 )
-        self.sessions[vm.id] = proc.pid
+        return proc.pid
 
     def _drop_host(self, vm_id: str) -> None:
         """The VM is gone for good: remove its namespace (killing what is left in it)."""
@@ -400,7 +428,11 @@ class BootHarness:
             time.sleep(0.05)  # the old boot is going down
         runner = self.vm_dir(vm_id) / "reboot-runner.sh"
         runner.write_text(REBOOT_RUNNER)
-        self._start(vm, runner)
+        with self._power:  # no shutdown registers meanwhile: its power cut sees this boot
+            if vm_id in self.shutdowns:  # the cloud deleted it: a deleted VM never boots
+                self._event(vm_id, "reboot refused: the cloud deleted the VM")
+                return
+            self._start(vm, runner)
 
     def _extension_done(self, vm_id: str) -> None:
         """NvidiaGpuDriverLinux finished: the driver is installed, and the extension reboots."""
@@ -420,13 +452,16 @@ class BootHarness:
     def shut_down(self, vm_id: str) -> None:
         """The cloud deleted (or preempted) the VM: shut its guest down as a cloud does, in a
         thread (SIGTERM to every process of its session, `shutdown_grace_s` to end, then
-        SIGKILL), then remove its namespace. No wait; once per VM (a later call is a no-op)."""
-        if vm_id in self.shutdowns:
-            return
+        SIGKILL), then remove its namespace. No wait; once per VM (a later call is a no-op).
+        From then on the VM never boots again (a reboot is refused)."""
         thread = threading.Thread(
             target=self._acpi_shutdown, args=(vm_id,), daemon=True, name=f"shutdown-{vm_id}"
         )
-        self.shutdowns[vm_id] = thread
+        with self._power:
+            if vm_id in self.shutdowns:
+                return
+            self.shutdowns[vm_id] = thread
+        self._event(vm_id, "shutdown: SIGTERM to its session")
         thread.start()
 
     def _acpi_shutdown(self, vm_id: str) -> None:
@@ -440,7 +475,13 @@ class BootHarness:
                 time.sleep(0.05)
             if session_pids(sid):  # the guest was not done: what it ran last is cut short
                 self.forced.append(vm_id)
-        self.kill(vm_id)  # the power cut (a subclass's kill cleans up after the VM too)
+                self._event(vm_id, "shutdown: still running when the grace ended")
+        # the power cut (a subclass's kill cleans up after the VM too), of the boot current now:
+        # a reboot that began before the shutdown registered may have replaced the one above
+        self.kill(vm_id)
+        if sid is not None and sid != self.sessions.get(vm_id):
+            kill_session(sid)
+        self._event(vm_id, "shutdown: power cut")
         self._drop_host(vm_id)
 
     def live_sessions(self, settle_s: float | None = None) -> list[str]:
@@ -449,10 +490,22 @@ class BootHarness:
         settle_s = self.shutdown_grace_s + 5.0 if settle_s is None else settle_s
         deadline = time.monotonic() + settle_s
         while True:
-            live = [vm for vm, sid in self.sessions.items() if session_pids(sid)]
+            live = [vm for vm, sid in list(self.sessions.items()) if session_pids(sid)]
             if not live or time.monotonic() >= deadline:
                 return live
             time.sleep(0.1)
+
+    def describe(self, vm_id: str) -> str:
+        """What happened to VM `vm_id`, for a failure message: its name, its session and the
+        pids left in it, then its events (see the module docstring), one a line. Read-only."""
+        vm = self._vms.get(vm_id)
+        sid = self.sessions.get(vm_id)
+        left = session_pids(sid) if sid is not None else []
+        head = f"{vm.name if vm else '?'} (vm {vm_id}): session {sid}, processes left {left}"
+        lines = [f"  {at:8.2f}s {what}" for at, who, what in list(self.events) if who == vm_id]
+        if vm_id not in self.shutdowns:
+            lines.append("  (never shut down: the cloud never deleted it, as the harness saw)")
+        return "\n".join([head, *lines])
 
     def vm_ids(self, name: str) -> list[str]:
         """The ids of every VM named `name` the harness booted, in boot order (a node the cloud

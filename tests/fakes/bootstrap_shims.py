@@ -47,14 +47,22 @@ VGA_LSPCI = "00:02.0 VGA compatible controller [0300]: Device [1234:1111] (rev 0
 PREFIX = "cloudtrain/runs/shim-run/"
 
 _RECORD = 'printf \'%s %s\\n\' "$(basename "$0")" "${*//$\'\\n\'/ }" >>"$SHIM_CALLS"\n'
-# An interpreter's answers to the script's version checks (require_python), from the knob.
+# An interpreter's answer to the script's one question (node_facts): its version, 1 if that is
+# >= the minimum ($3), the versions of tensorflow and tf-keras, cloudtrain's ("-": missing), from
+# the knobs and the state (each interpreter's shim defines shim_tf and shim_cloudtrain first);
+# and its version alone (the wheelhouse's stack_tag).
 _PY_VERSION = """\
 if [ "${1:-}" = -c ]; then
   case "$2" in
-    *python_version*) echo "$SHIM_PYTHON_VERSION"; exit 0 ;;
-    *version_info*)
-      [ "$(printf '%s\\n%s\\n' "$3" "$SHIM_PYTHON_VERSION" | sort -V | head -n 1)" = "$3" ]
-      exit ;;
+    *importlib.metadata*)
+      ok=0 tf=-
+      if [ "$(printf '%s\\n%s\\n' "$3" "$SHIM_PYTHON_VERSION" | sort -V | head -n 1)" = "$3" ]; then
+        ok=1
+      fi
+      if shim_tf; then tf=2.21.0; fi
+      echo "$SHIM_PYTHON_VERSION $ok $tf $tf $(shim_cloudtrain)"
+      exit 0 ;;
+    *python_version*) echo "$SHIM_PYTHON_VERSION"; exit 0 ;; # the wheelhouse's stack_tag
   esac
 fi
 """
@@ -121,7 +129,8 @@ if [ -n "$out" ]; then echo "fake download of $url" >"$out"; fi
 """,
     "pip": 'echo "pip shim: the script must use \\"$CT_PYTHON -m pip\\"" >&2\nexit 97\n',
     # the image's interpreter: makes venvs (whose python is the venv shim) and may have TF
-    "python3": _PY_VERSION
+    "python3": 'shim_tf() { [ "$SHIM_SYSTEM_TF" = 1 ]; }\nshim_cloudtrain() { echo -; }\n'
+    + _PY_VERSION
     + """\
 if [ "${1:-}" = -m ] && [ "${2:-}" = venv ]; then
   if [ "$SHIM_ENSUREPIP" != 1 ] && [ ! -e "$SHIM_STATE/python3-venv" ]; then
@@ -138,19 +147,20 @@ if [ "${1:-}" = -m ] && [ "${2:-}" = venv ]; then
   esac
   exit 0
 fi
-case "$*" in
-  *tf-keras*) [ "$SHIM_SYSTEM_TF" = 1 ] ;;
-  *) exit 1 ;;
-esac
+exit 1
 """,
 }
 # The venv's interpreter ($CT_PYTHON): answers the script's checks from the knobs and state.
 VENV_PYTHON = (
-    _PY_VERSION
-    + """\
+    """\
 tf_present() {
   [ "$SHIM_TF" = 1 ] || [ -e "$SHIM_STATE/tf-installed" ] || [ -e "$SHIM_STATE/tf-system" ]
 }
+shim_tf() { tf_present; }
+shim_cloudtrain() { echo "$SHIM_CLOUDTRAIN_VERSION"; } # the wheel's version is installed
+"""
+    + _PY_VERSION
+    + """\
 if [ "${1:-}" = -m ]; then
   case "${2:-}" in
     cloudtrain.jobs.agent)
@@ -195,7 +205,6 @@ if [ "${1:-}" = -m ]; then
 fi
 if [ "${1:-}" = -c ]; then
   case "$2" in
-    *tf-keras*) tf_present; exit ;;
     *list_physical_devices*)
       tf_present || exit 1
       gpus="${SHIM_TF_GPUS:-0}"
@@ -206,7 +215,6 @@ if [ "${1:-}" = -c ]; then
       if [ "$SHIM_HOROVOD" = 1 ]; then exit 0; fi
       echo "ModuleNotFoundError: No module named 'horovod'" >&2
       exit 1 ;;
-    *cloudtrain.__version__*) exit 0 ;;
   esac
 fi
 exit 0
@@ -360,6 +368,7 @@ class FakeNode:
             "SHIM_ENSUREPIP": flag[machine.ensurepip],
             "SHIM_APT": "fail" if machine.apt_fails else "ok",
             "SHIM_PYTHON_VERSION": machine.python,
+            "SHIM_CLOUDTRAIN_VERSION": cloudtrain.__version__,
             **self.extra_env,
         }
         script = self.root / "startup.sh"

@@ -176,15 +176,20 @@ class MemoryStore:
                 raise NotFound(f"{self.uri}/{key} does not exist")
             return self.objects[key][0]
 
-    def put_file(self, key: str, path: str) -> None:
-        """Store a file's bytes. Idempotent."""
-        self.put(key, Path(path).read_bytes())
+    def put_file(self, key: str, path: str, progress: Callable[[int], None] | None = None) -> None:
+        """Store a file's bytes, then `progress(size)`. Idempotent."""
+        data = Path(path).read_bytes()
+        self.put(key, data)
+        if progress is not None and data:
+            progress(len(data))
 
-    def get_file(self, key: str, path: str) -> None:
-        """Write the object to `path`. Raises NotFound."""
+    def get_file(self, key: str, path: str, progress: Callable[[int], None] | None = None) -> None:
+        """Write the object to `path`, then `progress(size)`. Raises NotFound."""
         data = self.get(key)
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         Path(path).write_bytes(data)
+        if progress is not None and data:
+            progress(len(data))
 
     def list(self, prefix: str) -> list[ObjectInfo]:
         """Objects under `prefix`, sorted by key."""

@@ -116,9 +116,11 @@ def _a_run(home: Path) -> Ledger:
     prefix = bucket / "cloudtrain" / "runs" / RUN
     for rel, text in {
         "status/worker-0.json": json.dumps({"state": "running", "attempt": 1}),
-        "heartbeat/worker-0.json": json.dumps({"epoch": 2, "epochs": 5}),
-        "logs/worker-0/000001.log": "hello\nepoch 2/5\n",
-        "logs/worker-1/000001.log": "other node\n",
+        "heartbeat/worker-0.json": json.dumps({"epoch": 2, "epochs": 5, "log_seq": 0}),
+        "status/worker-1.json": json.dumps({"state": "running", "attempt": 1, "log_seq": 0}),
+        # chunks as an agent names them (protocol.log_chunk_key): read by number from 0
+        "logs/worker-0/00000000.log": "hello\nepoch 2/5\n",
+        "logs/worker-1/00000000.log": "other node\n",
     }.items():
         (prefix / rel).parent.mkdir(parents=True, exist_ok=True)
         (prefix / rel).write_text(text)

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 import cloudtrain
-from cloudtrain.bundle import Bundle, build_bundle, build_wheel
+from cloudtrain.bundle import KEEP_WHEELS, Bundle, build_bundle, build_wheel
 from cloudtrain.errors import SpecError
 
 WHEEL_NAME = f"cloudtrain-{cloudtrain.__version__}-py3-none-any.whl"
@@ -173,6 +173,21 @@ def test_wheel_ships_the_controller_and_the_node_side(wheel: tuple[str, bytes]) 
 
 def test_wheel_is_deterministic(wheel: tuple[str, bytes]) -> None:
     assert build_wheel() == wheel
+
+
+def test_cached_wheel_is_the_built_wheel(wheel: tuple[str, bytes], tmp_path: Path) -> None:
+    assert build_wheel(tmp_path) == wheel  # built, then kept under its inputs' digest
+    (kept,) = tmp_path.iterdir()
+    assert kept.suffix == ".whl" and kept.read_bytes() == wheel[1]
+    assert build_wheel(tmp_path) == wheel  # read back: still the one file
+    assert list(tmp_path.iterdir()) == [kept]
+    old = [tmp_path / f"{i:064x}.whl" for i in range(KEEP_WHEELS)]  # older wheels: pruned
+    for i, path in enumerate(old):
+        path.write_bytes(b"old")
+        os.utime(path, (i, i))
+    kept.unlink()
+    assert build_wheel(tmp_path) == wheel
+    assert sorted(tmp_path.iterdir()) == sorted([kept, *old[1:]])
 
 
 def test_symlink_leaving_the_workdir_is_refused(tmp_path: Path) -> None:

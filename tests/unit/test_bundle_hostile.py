@@ -27,6 +27,7 @@ import cloudtrain.bundle
 from cloudtrain.bundle import (
     CHUNK,
     MAX_BUNDLE_BYTES,
+    WHEEL_CACHE,
     Bundle,
     build_bundle,
     build_spec_bundle,
@@ -436,10 +437,18 @@ def _racy_workdir(tmp_path: Path) -> Path:
     return wd
 
 
+def _no_wheel_temps(out: Path) -> list[Path]:
+    """What `out` holds besides the wheel cache, whose files must be whole wheels only."""
+    cache = out / WHEEL_CACHE
+    if cache.exists():
+        assert all(p.suffix == ".whl" for p in cache.iterdir()), list(cache.iterdir())
+    return [p for p in out.iterdir() if p.name != WHEEL_CACHE]
+
+
 def _check_one_whole_bundle(out: Path, shas: set[str]) -> None:
     assert len(shas) == 1, shas
-    assert sorted(p.name for p in out.iterdir()) == [f"{shas.pop()}.tar.gz"]  # no temp left
-    (bundle,) = out.iterdir()
+    assert sorted(p.name for p in _no_wheel_temps(out)) == [f"{shas.pop()}.tar.gz"]  # no temp
+    (bundle,) = _no_wheel_temps(out)
     assert hashlib.sha256(bundle.read_bytes()).hexdigest() == bundle.name.split(".")[0]
     with tarfile.open(bundle, "r:gz") as tar:
         assert "workdir/blob.bin" in tar.getnames()
@@ -520,4 +529,4 @@ def test_an_interrupted_build_leaves_nothing(
     with pytest.raises(KeyboardInterrupt):
         build_bundle(wd, out)
     assert "workdir/a.py" in calls  # the archive was under way
-    assert list(out.iterdir()) == []
+    assert _no_wheel_temps(out) == []

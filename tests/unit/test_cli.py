@@ -38,9 +38,9 @@ def cli(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def heavy_modules(home: Path, *args: str, expect: str) -> list[str]:
-    """Modules from HEAVY that running the CLI (`cloudtrain.cli.main`, as the console script
-    does) with `args` imports. Asserts the command succeeded, exit 0 with `expect` in its
+def heavy_modules(home: Path, *args: str, expect: str, of: tuple[str, ...] = HEAVY) -> list[str]:
+    """Modules from HEAVY (or `of`) that running the CLI (`cloudtrain.cli.main`, as the console
+    script does) with `args` imports. Asserts the command succeeded, exit 0 with `expect` in its
     output: a command that crashes early imports little, so its import list proves nothing."""
     report = home / "modules.json"
     code = (
@@ -64,7 +64,7 @@ def heavy_modules(home: Path, *args: str, expect: str) -> list[str]:
     assert expect in proc.stdout, f"{expect!r} not in the output\n{out}"
     result = json.loads(report.read_text())
     assert result["status"] == 0, out
-    return [m for m in result["modules"] if m.startswith(HEAVY)]
+    return [m for m in result["modules"] if m.startswith(of)]
 
 
 def assert_one_line_error(proc: subprocess.CompletedProcess[str], *phrases: str) -> None:
@@ -94,6 +94,23 @@ def test_light_paths_import_no_tensorflow_or_cloud_sdk(
     tmp_path: Path, args: tuple[str], expect: str
 ) -> None:
     assert heavy_modules(tmp_path, *args, expect=expect) == []
+
+
+def test_commands_of_other_modules_load_only_when_asked_for(tmp_path: Path) -> None:
+    lazy = ("cloudtrain.cli_scale", "cloudtrain.cli_tensorboard", "cloudtrain.cli_report")
+    lazy += ("cloudtrain.catalog_cli",)
+    assert heavy_modules(tmp_path, "schema", expect='"additionalProperties"', of=lazy) == []
+    listed = cli(tmp_path, "--help").stdout  # every command, with its own help line
+    for line in (
+        "status       The run's state from the ledger",
+        "logs         Print the run's logs from its bucket",
+        "scale        Run the job briefly at each worker count",
+        "tensorboard  Serve the run's TensorBoard event files",
+        "report       Write one run's report",
+        "catalog      The price catalog; refresh it live.",
+    ):
+        assert line in listed, listed
+    assert listed.index("│ schema ") < listed.index("│ catalog ")  # a group, after the commands
 
 
 def test_plan_prints_the_price_and_creates_nothing(tmp_path: Path) -> None:

@@ -293,3 +293,19 @@ def test_wrap_never_wraps_twice() -> None:
     later = wrap(wrap_provider(inner), FaultPlan(error_rate=1.0))  # goes below them too
     assert isinstance(later, RetryingProvider) and isinstance(later.inner, FaultyProvider)
     assert later.inner.inner is inner
+
+
+def test_each_create_call_is_timed_for_the_trace_failed_ones_too() -> None:
+    _, compute = make(FaultPlan(capacity_errors={"zone-c": 10**9}))
+    heard: list[tuple[str, float, float]] = []
+    compute.create_nodes(RUN, requests(2, zone="zone-a"), on_created=lambda *c: heard.append(c))
+    with pytest.raises(NoCapacityError):
+        compute.create_nodes(
+            RUN, requests(1, zone="zone-c", role="chief"), on_created=lambda *c: heard.append(c)
+        )
+    assert sorted(name for name, _, _ in heard) == [
+        "ct-r1-chief-0 (failed)",
+        "ct-r1-worker-0",
+        "ct-r1-worker-1",
+    ]
+    assert all(start <= end for _, start, end in heard)

@@ -24,6 +24,7 @@ from cloudtrain.jobs.protocol import (
     Document,
     Heartbeat,
     LeaseDoc,
+    LogIndex,
     MissingField,
     NodeState,
     NodeStatus,
@@ -63,6 +64,7 @@ EXAMPLES: dict[type[Document], Document] = {
         signal=9,
         reason="killed",
         tail=["line 1", "Killed"],
+        log_seq=17,
     ),
     Heartbeat: Heartbeat(
         time=1_800_000_001.0,
@@ -72,6 +74,8 @@ EXAMPLES: dict[type[Document], Document] = {
         epochs=10,
         last_line="Epoch 3/10",
         pid=4242,
+        log_seq=17,
+        activity="restoring 3.1/5.0 GB",
     ),
     NoticeDoc: NoticeDoc(
         attempt=1, time=1_800_000_002.0, cloud="gcp", action="preempt", deadline=1_800_000_032.0
@@ -86,6 +90,20 @@ EXAMPLES: dict[type[Document], Document] = {
         time=1_800_000_000.0,
     ),
     OrphanedDoc: OrphanedDoc(time=1_800_000_005.0, by="worker-1", term=3),
+    LogIndex: LogIndex(
+        node="worker-1",
+        segments=[
+            {
+                "key": f"{P}logs/worker-1/segments/00000000-00000009.log",
+                "first_seq": 0,
+                "last_seq": 9,
+                "first_line": 0,
+                "lines": 120,
+                "bytes": 8192,
+                "time": 1_800_000_006.0,
+            }
+        ],
+    ),
 }
 
 
@@ -100,6 +118,10 @@ def test_every_key_is_under_the_run_prefix() -> None:
         protocol.notice_key(RUN, "worker-1"): "notice/worker-1.json",
         protocol.logs_prefix(RUN, "worker-1"): "logs/worker-1/",
         protocol.log_chunk_key(RUN, "worker-1", 42): "logs/worker-1/00000042.log",
+        protocol.log_index_key(RUN, "worker-1"): "logs/worker-1/index.json",
+        protocol.log_segment_key(
+            RUN, "worker-1", 0, 9
+        ): "logs/worker-1/segments/00000000-00000009.log",
         protocol.bootstrap_prefix(RUN): "bootstrap/",
         protocol.bootstrap_log_key(RUN, "ps-0"): "bootstrap/ps-0.log",
         protocol.attempt_prefix(RUN, 2): "attempt-2/",
@@ -329,16 +351,20 @@ def test_the_controller_does_not_import_the_node_agent() -> None:
 
 
 def test_the_protocol_imports_only_the_standard_library() -> None:
-    """Both sides import jobs/protocol.py: it may depend on nothing of the project (and nothing
-    a node's bare Python lacks)."""
+    """Both sides import jobs/protocol.py: it may depend on nothing of the project but its own
+    part, jobs/protocol_streams.py (which depends on nothing), and nothing a node's bare Python
+    lacks."""
     import sys
 
-    source = (ROOT / "jobs" / "protocol.py").read_text()
-    imported = set()
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Import):
-            imported |= {alias.name.split(".")[0] for alias in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            imported.add(node.module.split(".")[0])
-    assert imported, "the scan found no import at all"
-    assert sorted(imported - set(sys.stdlib_module_names)) == []
+    own = "cloudtrain.jobs.protocol_streams"
+    for name in ("protocol.py", "protocol_streams.py"):
+        source = (ROOT / "jobs" / name).read_text()
+        imported = set()
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.Import):
+                imported |= {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                ours = name == "protocol.py" and node.module == own
+                imported |= set() if ours else {node.module.split(".")[0]}
+        assert imported, f"the scan found no import at all in {name}"
+        assert sorted(imported - set(sys.stdlib_module_names)) == [], name

@@ -29,6 +29,8 @@ BY_TYPE: dict[str, st.SearchStrategy[Any]] = {
         TEXT, st.none() | INTS | FINITE | TEXT | st.lists(FINITE, max_size=4), max_size=4
     ),
 }
+# a list of JSON objects (the log index's segments)
+BY_TYPE["list[dict[str, Any]]"] = st.lists(BY_TYPE["dict[str, Any]"], max_size=3)
 
 
 def field_strategy(f: dataclasses.Field[Any]) -> st.SearchStrategy[Any]:

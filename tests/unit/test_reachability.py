@@ -124,8 +124,10 @@ def test_listening_and_refusing_peers_answer_at_once() -> None:
 
 
 def test_a_silent_peer_fails_naming_it_and_the_others_are_not_named() -> None:
-    refusing = reach.Peer("ps-0", "127.0.0.1", free_port())
     with silent_listener() as port:
+        # drawn while the listener holds its port: bound first, the kernel could hand the
+        # freed port to the listener (the CI saw both peers on one port)
+        refusing = reach.Peer("ps-0", "127.0.0.1", free_port())
         silent = reach.Peer("worker-1", "127.0.0.1", port)
         start = time.monotonic()
         with pytest.raises(reach.Unreachable) as info:

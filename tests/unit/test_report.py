@@ -4,12 +4,15 @@
 The run is written as a run writes it: the plan from the example job's spec (`api.plan`), the
 ledger's rows through `Ledger` (its clock set, so every time is known), the bucket's documents
 through jobs/protocol.py's keys and classes into a real `LocalStore`, the bootstrap logs in the
-startup script's line format and the metrics stream in protocol.METRICS's. The browser's view of
-the page is tests/e2e/test_report.py's.
+startup script's line format and the metrics stream in protocol.METRICS's; a traced run's spans
+as production records them (jobs/trace.py's Tracer and PhaseClock: the controller's into the
+ledger's "span" events, each node's into its TraceDoc in the bucket). The browser's view of the
+page is tests/e2e/test_insight.py's.
 """
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import sys
@@ -21,6 +24,7 @@ from typing import Any
 import pytest
 
 from cloudtrain import api
+from cloudtrain.jobs import trace as tr
 from cloudtrain.jobs.protocol import (
     NodeStatus,
     Registration,
@@ -29,12 +33,15 @@ from cloudtrain.jobs.protocol import (
     registration_key,
     run_prefix,
     status_key,
+    trace_key,
 )
 from cloudtrain.ledger import Ledger
 from cloudtrain.providers.base import Resource, node_name
 from cloudtrain.providers.local import LocalStore
 from cloudtrain.report_data import ReportData, collect
 from cloudtrain.report_html import INSTALL_HINT, PLOT_IDS, render
+from cloudtrain.report_timeline import lanes
+from cloudtrain.trace_view import SPAN_EVENT
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "jobs" / "examples" / "digits-multiworker"
 RUN_ID = "digits-multiworker-abc123"
@@ -272,6 +279,12 @@ def test_the_page_is_one_file_with_every_plot(
     for fid, tags in page.figures.items():
         assert "svg" in tags and "figcaption" in tags, (fid, tags)
     assert "no data" not in text and "no GPU samples" not in text
+    # a run without spans: its timeline derived from the ledger and the bucket, no breakdown
+    assert texts(figure(text, "plot-timeline"), "ytick") == [
+        *("provision", "boot worker-0", "boot worker-1", "rendezvous", "training", "restarts"),
+        "teardown",
+    ]
+    assert not data.trace and 'class="breakdown"' not in text
     assert HOSTILE not in text and "succeeded: &lt;script&gt;alert(1)&lt;/script&gt;" in text
     for value in ("digits-multiworker-abc123", "succeeded", "1m41s", "$0.0985"):
         assert f"<td>{value}" in text, value
@@ -301,6 +314,135 @@ def test_a_run_without_metrics_says_no_data(
     assert alone.store_error and alone.nodes == ["worker-0", "worker-1"]
     assert {s.lane for s in alone.spans} == {"provision", "restarts", "teardown"}
     assert "not readable" in render(alone)
+
+
+def write_trace(home: Path, ledger: Ledger) -> None:
+    """write_run's run traced as production records it: the controller's phases back to back
+    from the CLI's start at -0.5 (before the ledger's record) to +101, with the create and delete
+    calls under them, into the ledger; each node's spans from its boot (+5, +6: the startup
+    script's trace file, one phase too short to see, one named as an attack) to its finish,
+    over both attempts, into its trace document."""
+    store = LocalStore((home / "bucket").as_uri())
+    ctl = tr.Tracer(on_span=lambda s: ledger.event(RUN_ID, SPAN_EVENT, json.dumps(s.to_dict())))
+    phases = tr.PhaseClock(ctl, tr.ROOT, T0 - 0.5)
+    steps = [(tr.STARTUP, 0, -0.5), (tr.BUNDLE, 0, 0.2), (tr.BUCKET, 0, 0.4)]
+    steps += [(tr.PROVISION, 0, 0.6), (tr.CREATE, 0, 1), (tr.WATCH, 1, 3), (tr.WATCH, 2, 60)]
+    for name, attempt, at in [*steps, (tr.END, 0, 96.5), (tr.TEARDOWN, 0, 97)]:
+        phases.next(name, attempt, at=T0 + at)
+    for i in (0, 1):
+        ctl.add(f"create worker-{i}", T0 + 1 + i / 10, T0 + 2.9 + i / 10, parent=tr.CREATE)
+        name = node_name(RUN_ID, "worker", i)
+        ctl.add(f"delete {name}", T0 + 97 + i / 5, T0 + 99 + i, parent=tr.TEARDOWN)
+    ctl.add(tr.ROOT, T0 - 0.5, phases.close(at=T0 + 101))
+    for i, node in enumerate(("worker-0", "worker-1")):
+        t = T0 + i  # worker-1 a second behind
+        boot = home / f"trace-{node}.tsv"
+        boot.write_text(
+            f"driver\t{t + 5}\t{t + 7}\npython\t{t + 7}\t{t + 17}\n"
+            f"bundle\t{t + 17}\t{t + 18}\nmount\t{t + 17.9}\t{t + 18}\n"
+            f"{HOSTILE}\t{t + 5}\t{t + 6}\n"  # beside driver: a row of its own
+        )
+        agent = tr.Tracer(node)
+        agent.extend(tr.read_boot_trace(boot, node))
+        for name, start, end, attempt in (
+            (tr.BOOT, t + 5, t + 18, 0),
+            (tr.AGENT_START, t + 18, t + 18.5, 0),
+            (tr.REGISTER, t + 18.5, t + 20, 1),
+            (tr.RENDEZVOUS, t + 20, T0 + 22, 1),
+            (tr.PEERS, T0 + 22, T0 + 22.2 + i / 10, 1),
+            (tr.SETUP, T0 + 22.2 + i / 10, t + 23, 1),
+            (tr.TRAINING, t + 23, T0 + 60, 1),
+            (tr.FIRST_STEP, t + 23, t + 27, 1),
+            (tr.REGISTER, T0 + 63, T0 + 64 + i / 2, 2),
+            (tr.RENDEZVOUS, T0 + 64 + i / 2, T0 + 65, 2),
+            (tr.TRAINING, T0 + 65, t + 95, 2),
+            (tr.FINISH, t + 95, t + 96, 0),
+        ):
+            agent.add(name, start, end, parent=tr.NODE, attempt=attempt)
+        agent.add(tr.NODE, t + 5, t + 96)
+        store.put(trace_key(RUN_ID, node), tr.TraceDoc(tuple(agent.spans())).to_json().encode())
+
+
+def texts(svg: str, group: str = "") -> list[str]:
+    """The SVG's texts in document order (within `<g id="<group>_N">` groups when given)."""
+    if group:
+        svg = "".join(re.findall(rf'<g id="{group}_\d+">.*?</text>', svg, re.S))
+    return [html.unescape(t) for t in re.findall(r"<text[^>]*>(.*?)</text>", svg, re.S)]
+
+
+def figure(text: str, fid: str) -> str:
+    block = text[text.index(f'id="{fid}"') :]
+    return block[: block.index("</figure>")]
+
+
+def test_a_traced_run_draws_its_spans_and_their_breakdown(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ledger = write_run(tmp_path, monkeypatch)
+    write_trace(tmp_path, ledger)
+    data = collect_run(tmp_path, ledger)
+    # the ledger's span events are the trace, not events
+    assert sum(e.kind == SPAN_EVENT for e in ledger.events(RUN_ID)) == 14
+    assert [kind for _, kind, _ in data.events] == ["node", "node", "restart", "end"]
+    assert sorted({s.node for s in data.trace}) == ["", "worker-0", "worker-1"]
+    # a lane per recorder: its top level in row 0, overlapping spans and children below
+    assert [
+        (lane.name, [[b.label for b in lane.bars if b.row == r] for r in range(lane.rows)])
+        for lane in lanes(data.trace, data.nodes, 103.5)
+    ] == [
+        (
+            "controller",
+            [
+                [
+                    *("startup", "bundle", "bucket", "provision", "create", "watch", "watch #2"),
+                    "end",
+                    "teardown",
+                ],
+                ["create worker-0", f"delete {node_name(RUN_ID, 'worker', 0)}"],
+                ["create worker-1", f"delete {node_name(RUN_ID, 'worker', 1)}"],
+            ],
+        ),
+        *(
+            (
+                node,
+                [
+                    [
+                        *("boot", "agent start", "register", "rendezvous", "peers", "setup"),
+                        *("training", "register #2", "rendezvous #2", "training #2", "finish"),
+                    ],
+                    ["driver", "python", "bundle", "first step"],  # mount: 0.1 s, not drawn
+                    [HOSTILE],
+                ],
+            )
+            for node in ("worker-0", "worker-1")
+        ),
+    ]
+    text = render(data)
+    assert_self_contained(text)
+    assert "<td>span</td>" not in text and "<td>restart</td>" in text
+    # the breakdown, after the summary and before the plots: the phases tile the 101.5 s
+    table = text[text.index('<table class="summary">') : text.index("<figure")]
+    rows = re.findall(r"<tr><t[dh]>([^<]*)</t[dh]><t[dh]>([^<]*)</t[dh]>", table)
+    assert rows[-11:] == [
+        ("phase", "seconds"),
+        ("start", "1.50"),  # the CLI's start to the first create call
+        ("create", "2.00"),
+        ("boot", "16.50"),  # to worker-1's agent up
+        ("agent", "1.50"),
+        ("rendezvous", "1.30"),  # to worker-1's peers answering
+        ("setup", "1.70"),
+        ("training", "72.00"),  # to the last node's exit in attempt 2
+        ("end detection", "1.00"),  # to every final report seen
+        ("teardown", "4.00"),
+        ("run", "101.50"),
+    ]
+    timeline = figure(text, "plot-timeline")
+    assert texts(timeline, "ytick") == ["controller", "worker-0", "worker-1"]
+    shown = texts(timeline)
+    for label in ("watch #2", "training #2", "python", "boot: python", "create", "teardown"):
+        assert label in shown, label  # on its bar, or the legend's (boot: the script's phases)
+    assert "mount" not in shown and "boot: mount" not in shown
+    assert f"boot: {HOSTILE}" in shown and HOSTILE not in text  # escaped
 
 
 def run_cli(

@@ -185,6 +185,10 @@ def assert_rates(record: dict[str, Any], steps: int) -> None:
 
 def test_epoch_and_window_records(run: dict[str, Any]) -> None:
     rows = records(run["out"] / "metrics" / "metered.jsonl")
+    # the fit's first step's end first, its last step's last (the run's trace)
+    first, *rows, end = rows
+    assert first["kind"] == "first_step" and end["kind"] == "train_end"
+    assert first["time"] <= end["last_step_time"] <= end["time"] and end["steps"] == 16
     epochs = [row for row in rows if row["kind"] == "epoch"]
     windows = [row for row in rows if row["kind"] == "window"]
     assert len(epochs) + len(windows) == len(rows)
@@ -249,7 +253,7 @@ def test_nothing_measured_without_the_env_vars(run: dict[str, Any]) -> None:
 
 
 def test_without_a_batch_size_only_steps_are_counted(run: dict[str, Any]) -> None:
-    (row,) = records(run["out"] / "metrics" / "worker.jsonl")
+    _first, row, _end = records(run["out"] / "metrics" / "worker.jsonl")
     assert row["kind"] == "epoch"
     assert (row["steps"], row["global_batch"], row["workers"]) == (8, None, 1)
     assert row["examples"] is None and row["examples_per_s"] is None

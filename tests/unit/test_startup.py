@@ -34,6 +34,7 @@ from pathlib import Path
 import pytest
 
 import cloudtrain
+from cloudtrain.bootlog import parse
 from cloudtrain.bundle import build_bundle
 from cloudtrain.errors import NotFound
 from cloudtrain.providers.base import NodeRequest, RunInfo, StartupBlocks, node_name
@@ -345,6 +346,7 @@ class Boot:
     uploaded_log: str | None
     console: str
     store_uri: str
+    log_puts: int  # requests to the log's URL (storage_headers is called for every curl)
 
 
 def write_python_shim(path: Path, argv_file: Path) -> None:
@@ -399,7 +401,10 @@ def boot_local_node(tmp_path: Path, *, wrong_sha: bool = False) -> Boot:
     request = NodeRequest("boot-run", "worker", 1, "local", "")
     blocks = LocalCompute(tmp_path / "local").startup_blocks(run, request)
     assert not blocks.install_stack
-    blocks = dataclasses.replace(blocks, python=str(shim))
+    # the provider's storage_headers hook sees every URL the script curls: count the log's PUTs
+    urls = tmp_path / "curled-urls.txt"
+    hook = f"\nstorage_headers() {{ printf '%s\\n' \"$1\" >>{shlex.quote(str(urls))}; }}"
+    blocks = dataclasses.replace(blocks, python=str(shim), metadata=blocks.metadata + hook)
     log_key = prefix + "bootstrap/worker-1.log"
     params = StartupParams(
         run_id="boot-run",
@@ -455,6 +460,7 @@ def boot_local_node(tmp_path: Path, *, wrong_sha: bool = False) -> Boot:
         uploaded_log=uploaded,
         console=console.read_text(errors="replace"),
         store_uri=store.uri,
+        log_puts=urls.read_text().splitlines().count(params.log_put_url) if urls.exists() else 0,
     )
 
 
@@ -509,9 +515,13 @@ def test_local_script_fetches_verifies_unpacks_and_runs_the_agent(tmp_path: Path
     assert positions == sorted(positions)
     assert "FAILED" not in boot.boot_log
     assert "installing" not in boot.boot_log, "nothing is installed on a ready machine"
-    # the log goes up before the agent starts, so a node that dies later still explains its boot
+    # the log goes up before the agent starts, so a node that dies later still explains its boot,
+    # and when the agent exits; the quick phases of a ready machine upload nothing more (each PUT
+    # is an HTTPS request on a cloud)
+    assert boot.log_puts == 2, boot.log_puts
     assert boot.uploaded_log is not None
     assert "cloudtrain-bootstrap[worker-1]: start" in boot.uploaded_log
+    assert parse(boot.uploaded_log).agent_exit == 0, boot.uploaded_log
 
 
 def test_local_script_refuses_a_bundle_with_the_wrong_sha(tmp_path: Path) -> None:

@@ -8,9 +8,12 @@
 # first boot only, so before the one reboot a driver install may need, the script copies itself into
 # cloud-init's per-boot folder (and removes that copy once the driver works).
 #
-# The bootstrap log ($CT_WORK/bootstrap.log) goes to the bucket through the presigned PUT URL at
-# every phase boundary, before a reboot and on failure. The controller parses these lines
-# (cloudtrain/bootlog.py), each `<UTC time> cloudtrain-bootstrap[<role>-<index>]: <text>`:
+# The bootstrap log ($CT_WORK/bootstrap.log) goes to the bucket through the presigned PUT URL
+# before the agent starts, on failure, before a reboot, when an install or a wait begins, at the
+# end of a phase that did real work (>= 1 s, an install or a wait, a resumed boot) and when the
+# agent exits; a ready image's quick phases (well under a second) are one upload, not four. The
+# controller parses these lines (cloudtrain/bootlog.py), each
+# `<UTC time> cloudtrain-bootstrap[<role>-<index>]: <text>`:
 #   phase <name>: <state>          a phase's progress; <name> is driver|python|bundle|agent, e.g.
 #                                  `phase python: installing tensorflow[and-cuda]==2.21.0`
 #   phase <name>: done in <N>s     the end of a phase (agent: `exited with <rc> in <N>s`)
@@ -49,6 +52,8 @@
 # see is a warning rather than a failure.
 set -Eeuo pipefail
 umask 077
+# the run's trace (jobs/trace.py): this boot's start, to the microsecond ($EPOCHREALTIME: bash 5)
+ct_t0=${EPOCHREALTIME:-}
 
 CT_RUN_ID='golden-run'
 CT_ROLE='ps'
@@ -71,7 +76,9 @@ CT_OS_RELEASE="${CT_OS_RELEASE:-/etc/os-release}"
 CT_SYS_PCI="${CT_SYS_PCI:-/sys/bus/pci/devices}"
 CT_STATE_DIR="${CT_STATE_DIR:-$CT_WORK/state}"
 CT_PERBOOT_DIR="${CT_PERBOOT_DIR:-/var/lib/cloud/scripts/per-boot}"
-CT_BOOT_ID="${CT_BOOT_ID:-$(cat /proc/sys/kernel/random/boot_id 2>/dev/null || echo unknown)}"
+if [ -z "${CT_BOOT_ID:-}" ]; then
+  read -r CT_BOOT_ID 2>/dev/null </proc/sys/kernel/random/boot_id || CT_BOOT_ID=unknown
+fi
 export CT_RUN_ID CT_ROLE CT_INDEX CT_GPU_COUNT DEADLINE_EPOCH
 export CLOUDTRAIN_PROVIDER='aws'
 
@@ -102,16 +109,24 @@ if [ -d "$CT_PERBOOT_DIR" ] && [ -f "$0" ] && [ "$0" != "$PERBOOT_COPY" ]; then
     mv "$PERBOOT_COPY.tmp" "$PERBOOT_COPY"; } || echo "cloudtrain-bootstrap: no per-boot copy" >&2
 fi
 # After a reboot the log goes on, so the uploaded log tells the whole story.
-if [ -z "$ct_continuing" ]; then : >"$BOOT_LOG"; fi
+# $CT_WORK/trace.tsv: `<phase>\t<start>\t<end>` per ended phase, for the agent's trace
+TRACE_FILE="$CT_WORK/trace.tsv"
+if [ -z "$ct_continuing" ]; then : >"$BOOT_LOG"; : >"$TRACE_FILE"; fi
 # Commands' output goes to the console and the log through tee; our own lines (phase, FAILED,
 # durations, diagnostics) are written to both directly, so they are in the log when it is uploaded.
 exec 3>&1
 exec > >(tee -a "$BOOT_LOG") 2>&1
 ct_tee_pid=$!
 
+# The boot's fast path forks as little as it can (each fork and exec costs milliseconds on a
+# small node): times come from bash's own printf (%(...)T, bash >= 4.2) and $EPOCHREALTIME.
+utc_time() { # utc_time VAR [EPOCH]: VAR = EPOCH (default now) as 2026-01-02T03:04:05Z
+  TZ=UTC0 printf -v "$1" '%(%Y-%m-%dT%H:%M:%SZ)T' "${2:--1}"
+}
 phase() { # one timestamped line, straight to the log and the console
   local line
-  line="$(date -u +%Y-%m-%dT%H:%M:%SZ) cloudtrain-bootstrap[$CT_ROLE-$CT_INDEX]: $*"
+  utc_time line
+  line="$line cloudtrain-bootstrap[$CT_ROLE-$CT_INDEX]: $*"
   printf '%s\n' "$line" >>"$BOOT_LOG"
   printf '%s\n' "$line" >&3
 }
@@ -127,15 +142,24 @@ ct_curl() { # curl "$@", plus the storage headers of the URL, which is the last 
   done < <(storage_headers "${*: -1}")
   curl "${extra[@]}" "$@"
 }
-upload_log() { ct_curl -fsS --retry 3 -T "$BOOT_LOG" "$CT_LOG_URL" >/dev/null 2>&1 || true; }
+upload_log() { # one PUT of the log (an HTTPS request on a cloud: 50-100 ms)
+  ct_uploaded=1
+  ct_curl -fsS --retry 3 -T "$BOOT_LOG" "$CT_LOG_URL" >/dev/null 2>&1 || true
+}
 
 # Phase timing: `begin NAME STATE` ... `finish [STATE]`; ct_durations is the durations line.
-ct_phase="" ct_phase_start=0 ct_phase_extra=0 ct_durations=""
+# ct_uploaded: the log went up during this phase (an install or a driver wait said so first).
+ct_phase="" ct_phase_start=0 ct_phase_extra=0 ct_durations="" ct_uploaded=""
 begin() {
-  ct_phase=$1 ct_phase_start=$SECONDS ct_phase_extra=0
+  ct_phase=$1 ct_phase_start=$SECONDS ct_phase_extra=0 ct_phase_t0=${EPOCHREALTIME:-}
+  ct_uploaded=""
   phase "phase $1: $2"
 }
 phase_seconds() { echo $((SECONDS - ct_phase_start + ct_phase_extra)); }
+micros() { # micros VAR TIME: VAR = TIME (as $EPOCHREALTIME: s.us, or s,us) in us; 0 if none
+  local t=${2:-0}
+  printf -v "$1" '%s' "$((10#${t/[.,]/}))"
+}
 # Steps inside a phase: `t=$SECONDS; ...; step NAME "$t"` adds the seconds to NAME's total.
 declare -A ct_step_s=()
 ct_step_order=""
@@ -153,15 +177,27 @@ flush_steps() { # the phase's `steps` line, if it had steps
   ct_step_s=()
   ct_step_order=""
 }
-finish() {
-  local secs
+finish() { # ends the phase. Its end uploads the log when the phase did real work: it took
+  # >= 1 s, it uploaded the log already (an install or a wait said so), or the boot resumes
+  # after a reboot. A quick phase's lines go up with the next upload: at the latest when the
+  # agent starts (always: so the agent phase's end uploads too), on FAILED (always) or before a
+  # reboot. Each upload is an HTTPS PUT on a cloud: a ready image's three quick phases paid three
+  # for nothing the controller needs.
+  local secs t1=${EPOCHREALTIME:-} u0 u1
   flush_steps
-  secs=$(phase_seconds)
+  secs=$((SECONDS - ct_phase_start + ct_phase_extra))
   ct_durations="${ct_durations:+$ct_durations }$ct_phase=${secs}s"
+  printf '%s\t%s\t%s\n' "$ct_phase" "$ct_phase_t0" "$t1" >>"$TRACE_FILE"
   phase "phase $ct_phase: ${1:-done} in ${secs}s"
   ct_phase=""
   phase "durations $ct_durations"
-  upload_log
+  micros u0 "$ct_phase_t0"
+  micros u1 "$t1"
+  # without $EPOCHREALTIME (bash < 5) every phase end uploads, as it always did
+  if [ -n "$ct_uploaded$ct_continuing" ] || [ "$ct_phase_extra" != 0 ] || [ "$u0" = 0 ] ||
+    [ $((u1 - u0)) -ge 1000000 ]; then
+    upload_log
+  fi
 }
 flush_output() { # let tee write what commands printed, so our last lines end the log
   exec 1>&3 2>&3
@@ -177,7 +213,7 @@ fail() {
   if [ -n "$ct_phase" ]; then flush_steps; fi
   phase "FAILED: $*"
   if [ -n "$ct_phase" ]; then
-    ct_durations="${ct_durations:+$ct_durations }$ct_phase=$(phase_seconds)s"
+    ct_durations+="${ct_durations:+ }$ct_phase=$((SECONDS - ct_phase_start + ct_phase_extra))s"
   fi
   if [ -n "$ct_durations" ]; then phase "durations $ct_durations"; fi
   upload_log
@@ -186,7 +222,9 @@ fail() {
 trap 'fail "command failed at line $LINENO (exit $?)"' ERR
 
 if [ -n "$ct_continuing" ]; then phase "continuing after a reboot (boot $CT_BOOT_ID)"; fi
-phase "start (deadline $(date -u -d "@$DEADLINE_EPOCH" +%Y-%m-%dT%H:%M:%SZ 2>/dev/null || echo "$DEADLINE_EPOCH"))"
+ct_deadline=""
+utc_time ct_deadline "$DEADLINE_EPOCH"
+phase "start (deadline $ct_deadline)"
 
 # 1. The dead-man switch: the node stops its own bill at the deadline, laptop or not.
 shutdown -h "+$(( (DEADLINE_EPOCH - $(date +%s)) / 60 ))" || true
@@ -285,6 +323,7 @@ load_driver() { # load the module now, or reboot once (the script continues on t
     fail "driver: the nvidia kernel module still does not load after a reboot (under Secure Boot an unsigned DKMS module is refused: see the diagnostics above)"
   fi
   phase_seconds >"$REBOOT_MARKER" # the per-boot copy (registered at the start) comes back
+  flush_output # modprobe's complaint goes in the log before our last lines, which end it
   phase "phase driver: rebooting once to load the nvidia module"
   phase "durations ${ct_durations:+$ct_durations }driver=$(phase_seconds)s"
   upload_log
@@ -294,6 +333,7 @@ load_driver() { # load the module now, or reboot once (the script continues on t
 }
 make_venv() { # make_venv [--system-site-packages]: the venv $CT_PYTHON belongs to
   local venv t=$SECONDS
+  forget_facts
   venv="$(dirname "$(dirname "$CT_PYTHON")")"
   if command -v python3 >/dev/null 2>&1 && python3 -m venv "$@" "$venv"; then
     step venv "$t"
@@ -428,20 +468,51 @@ publish_wheelhouse() { # publish_wheelhouse TAG REQUIREMENT... (in the backgroun
   phase "wheelhouse: published $tag ($n wheels, $size bytes)"
 }
 
+# What the phases decide on, from ONE start of an interpreter (each start costs 40-100 ms, more
+# with a big site-packages): its Python version and whether that is >= $CT_MIN_PYTHON, the
+# installed versions of tensorflow and tf-keras (importlib.metadata: TensorFlow is not imported)
+# and cloudtrain's __version__ ("-" for what is missing). A ready image's boot asks once. The
+# answers are PYTHON's as it was then: whatever installs into it (make_venv, pip, a wheelhouse)
+# calls forget_facts, and the next question asks again.
+ct_facts_of="" ct_py_version="" ct_py_ok="" ct_tf="" ct_tf_keras="" ct_cloudtrain=""
+node_facts() { # node_facts PYTHON: sets the ct_* facts of PYTHON; 1 if it does not run
+  local out
+  ct_facts_of=""
+  out="$("$1" -c 'import sys
+def dist(name):
+    try:
+        from importlib.metadata import version
+        return version(name) or "-"
+    except Exception:
+        return "-"
+def cloudtrain():
+    try:
+        import cloudtrain
+        return cloudtrain.__version__
+    except Exception:
+        return "-"
+need = tuple(map(int, sys.argv[1].split(".")))
+print(sys.version.split()[0], int(sys.version_info[:2] >= need), dist("tensorflow"),
+      dist("tf-keras"), cloudtrain())' "$CT_MIN_PYTHON" 2>/dev/null)" || return 1
+  read -r ct_py_version ct_py_ok ct_tf ct_tf_keras ct_cloudtrain <<<"$out"
+  if [ -z "$ct_cloudtrain" ]; then return 1; fi # not all five answers: not a usable Python
+  ct_facts_of=$1
+}
+forget_facts() { ct_facts_of=""; }
+have_facts() { # have_facts PYTHON: the facts are PYTHON's (asked now if not); 1 if it does not run
+  [ "$ct_facts_of" = "$1" ] || node_facts "$1"
+}
 require_python() { # require_python PYTHON: the node's agent runs on $CT_MIN_PYTHON or newer
-  local version
-  version="$("$1" -c 'import platform; print(platform.python_version())' 2>/dev/null)" ||
-    fail "python: $1 does not run"
-  if ! "$1" -c 'import sys; sys.exit(sys.version_info[:2] < tuple(map(int, sys.argv[1].split("."))))' \
-    "$CT_MIN_PYTHON"; then
-    fail "python: $(command -v "$1" || echo "$1") is Python $version, but cloudtrain's node agent needs Python >= $CT_MIN_PYTHON: use an image with a newer python3 (Ubuntu 22.04 or later, Debian 12)"
+  local where=$1
+  case $1 in */*) ;; *) where="$(command -v "$1" || echo "$1")" ;; esac
+  have_facts "$1" || fail "python: $1 does not run"
+  if [ "$ct_py_ok" != 1 ]; then
+    fail "python: $where is Python $ct_py_version, but cloudtrain's node agent needs Python >= $CT_MIN_PYTHON: use an image with a newer python3 (Ubuntu 22.04 or later, Debian 12)"
   fi
-  phase "phase python: $(command -v "$1" || echo "$1") is Python $version"
+  phase "phase python: $where is Python $ct_py_version"
 }
 stack_ok() { # stack_ok PYTHON: the pinned tensorflow and tf-keras are installed for PYTHON
-  "$1" -c 'import importlib.metadata as m, sys
-sys.exit(m.version("tensorflow") != sys.argv[1] or m.version("tf-keras") != sys.argv[2])' \
-    "$CT_TF_VERSION" "$CT_TF_KERAS_VERSION" >/dev/null 2>&1
+  have_facts "$1" && [ "$ct_tf" = "$CT_TF_VERSION" ] && [ "$ct_tf_keras" = "$CT_TF_KERAS_VERSION" ]
 }
 check_gpus() { # TensorFlow must see every GPU: a silent fallback to the CPU is refused
   local out n
@@ -490,7 +561,8 @@ elif [ "$CT_GPU_COUNT" -gt 0 ]; then
   fi
   phase "WARNING: $CT_GPU_COUNT GPU(s) expected but no NVIDIA PCI device found: TensorFlow will use the CPU"
 fi
-rm -f "$REBOOT_MARKER" # the driver works: a later reboot is no driver reboot
+# the driver works: a later reboot is no driver reboot
+if [ -e "$REBOOT_MARKER" ]; then rm -f "$REBOOT_MARKER"; fi
 finish
 
 # 3. Python and TensorFlow: skipped when the pinned versions are already installed.
@@ -533,6 +605,7 @@ if ! stack_ok "$CT_PYTHON"; then
         fail "python: pip could not install $tf_pkg (exit $?)"
       step pip "$t"
     fi
+    forget_facts # the install changed what $CT_PYTHON has
     stack_ok "$CT_PYTHON" || fail "python: tensorflow $CT_TF_VERSION is still not importable after the install"
   fi
 fi
@@ -544,11 +617,12 @@ finish
 begin bundle "fetching"
 ct_curl -fsSL --retry 5 --retry-connrefused -o bundle.tar.gz "$CT_BUNDLE_URL" ||
   fail "bundle: download failed (curl exit $?); the presigned URL may have expired"
-echo "$CT_BUNDLE_SHA256  bundle.tar.gz" | sha256sum -c --quiet - ||
+sha256sum -c --quiet - <<<"$CT_BUNDLE_SHA256  bundle.tar.gz" ||
   fail "bundle: sha256 mismatch (expected $CT_BUNDLE_SHA256)"
-rm -rf bundle && mkdir bundle && tar -xzf bundle.tar.gz -C bundle || fail "bundle: cannot unpack"
-if ! "$CT_PYTHON" -c 'import sys, cloudtrain; sys.exit(cloudtrain.__version__ != sys.argv[1])' \
-  "$CT_VERSION" 2>/dev/null; then
+if [ -e bundle ]; then rm -rf bundle; fi
+mkdir bundle && tar -xzf bundle.tar.gz -C bundle || fail "bundle: cannot unpack"
+# the installed cloudtrain's version: the python phase asked already (node_facts)
+if ! have_facts "$CT_PYTHON" || [ "$ct_cloudtrain" != "$CT_VERSION" ]; then
   phase "phase bundle: installing the cloudtrain wheel"
   wheel=$(ls bundle/wheel/*.whl)
   if [ -n "$CT_PIP_EXTRA" ]; then wheel="${wheel}[${CT_PIP_EXTRA}]"; fi
@@ -565,7 +639,7 @@ rm -f "$PERBOOT_COPY" "$BOOTING_MARKER"
 upload_log
 trap - ERR
 set +e
-"$CT_PYTHON" -m cloudtrain.jobs.agent \
+CT_BOOT_START="$ct_t0" CT_AGENT_LAUNCH="${EPOCHREALTIME:-}" "$CT_PYTHON" -m cloudtrain.jobs.agent \
   --run-id "$CT_RUN_ID" --role "$CT_ROLE" --index "$CT_INDEX" \
   --store-uri "$CT_STORE_URI" --work "$CT_WORK"
 agent_rc=$?
