@@ -485,12 +485,25 @@ class BootHarness:
         self._drop_host(vm_id)
 
     def live_sessions(self, settle_s: float | None = None) -> list[str]:
-        """VMs whose session still has a process, after giving the poll loop up to `settle_s`
-        (default: the shutdown grace + 5 s) to notice VMs deleted just now and shut them down."""
+        """VMs whose session still has a process, or whose shutdown has not yet cut the power
+        and cleaned up after it (a subclass's kill(): the Debian box unmounts the VM's root
+        there, after its processes may already have ended at the SIGTERM), after giving the
+        poll loop up to `settle_s` (default: the shutdown grace + 5 s) to notice VMs deleted
+        just now and shut them down."""
         settle_s = self.shutdown_grace_s + 5.0 if settle_s is None else settle_s
         deadline = time.monotonic() + settle_s
         while True:
-            live = [vm for vm, sid in list(self.sessions.items()) if session_pids(sid)]
+            with self._power:
+                going = {
+                    vm
+                    for vm, thread in self.shutdowns.items()
+                    if thread.ident is None or thread.is_alive()  # registered, not yet started
+                }
+            live = [
+                vm
+                for vm, sid in list(self.sessions.items())
+                if vm in going or session_pids(sid)
+            ]
             if not live or time.monotonic() >= deadline:
                 return live
             time.sleep(0.1)

@@ -8,6 +8,7 @@ built on first use); the polls are the harness's own `_tick()`, driven by hand i
 from __future__ import annotations
 
 import subprocess
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -59,3 +60,30 @@ def test_a_deleted_vm_is_not_booted_again_by_a_reboot(
     assert harness.live_sessions(settle_s=0) == []
     assert harness.boots["17"] == 1
     assert "reboot refused" in harness.describe("17")
+
+
+def test_a_vm_is_live_until_its_power_cut_has_cleaned_up(
+    box: tuple[BootHarness, list[Vm]],
+) -> None:
+    """A subclass's kill() cleans up after the VM (the Debian box unmounts its root): the VM's
+    processes may be gone at SIGTERM while that cleanup still runs. `live_sessions()` waits for
+    it, so a test that then checks what the VM left (mounts) does not race the shutdown thread."""
+    harness, cloud = box
+    cut, release = threading.Event(), threading.Event()
+    power_cut = harness.kill
+
+    def slow_kill(vm_id: str) -> None:
+        power_cut(vm_id)
+        cut.set()
+        release.wait(30)  # the cleanup (an unmount) takes its time
+
+    harness.kill = slow_kill  # type: ignore[method-assign]
+    vm = Vm("18", "ct-c-stop-0a1b2c-worker-0", True, lambda: "exit 0\n", IMAGE, every_boot=True)
+    cloud.append(vm)
+    harness._tick()
+    cloud.clear()
+    harness._tick()  # SIGTERM: `sleep` ends at once, then the power cut's cleanup runs
+    assert cut.wait(30)
+    assert harness.live_sessions(settle_s=0.3) == ["18"]
+    release.set()
+    assert harness.live_sessions(settle_s=30) == []
