@@ -102,12 +102,13 @@ def _fence_out(prov: Provider, store_uri: str, run_id: str, tell: Callable[[str]
     import os
     import socket
 
-    from cloudtrain.lease import Lease, describe, read_lease
+    from cloudtrain.lease import DOWN_OWNER_PREFIX, Lease, describe, read_lease
 
     with contextlib.suppress(CloudtrainError, OSError):
         store = prov.store(store_uri)
         held = read_lease(store, run_id)
-        Lease(store, run_id, f"down:{socket.gethostname()}:{os.getpid()}").acquire(force=True)
+        owner = f"{DOWN_OWNER_PREFIX}{socket.gethostname()}:{os.getpid()}"
+        Lease(store, run_id, owner).acquire(force=True)
         if held is not None and held.expires > time.time():
             tell(f"took control from {describe(held)}")
 

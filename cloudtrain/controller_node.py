@@ -115,7 +115,7 @@ def _control(
     crash_point("controller-adopted")
     result = orch.follow()
     observer.event(f"run {run_id}: {result.outcome}: {result.detail}")
-    if result.outcome == Outcome.LEASE_LOST:
+    if result.outcome == Outcome.LEASE_LOST or orch.fenced_out:  # `down` took it, say
         return EXIT_NOT_MINE
     crash_point("controller-torn-down")
     _delete_self(orch, journal)

@@ -41,6 +41,9 @@ from cloudtrain.jobs.protocol import LeaseDoc, ProtocolError
 from cloudtrain.providers.base import ObjectStore
 
 DEFAULT_TTL_S = 30.0
+# the owner `cloudtrain down` takes the lease as (cloudtrain/api_down.py): a run it took is being
+# stopped and torn down by it, whatever the order its holder sees the stop and the loss in
+DOWN_OWNER_PREFIX = "down:"
 TTL_ENV = "CLOUDTRAIN_LEASE_TTL_S"
 
 

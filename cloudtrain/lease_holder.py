@@ -15,13 +15,15 @@ import contextlib
 
 from cloudtrain.errors import CloudtrainError, LeaseLost
 from cloudtrain.fencing import FencedProvider
+from cloudtrain.jobs import protocol
 from cloudtrain.journal import Journal
-from cloudtrain.lease import Lease, LeaseKeeper
+from cloudtrain.lease import DOWN_OWNER_PREFIX, Lease, LeaseKeeper, read_lease
 from cloudtrain.ledger import Ledger
 from cloudtrain.providers.base import ObjectStore, Provider
-from cloudtrain.runtypes import Observer
+from cloudtrain.runtypes import Observer, Outcome
 
 JOURNAL_CLOSE_S = 60.0
+STOPPED_BY_DOWN = f"stopped by `cloudtrain down` ({protocol.STOP_NAME})"
 
 
 class LeaseHolder:
@@ -35,6 +37,7 @@ class LeaseHolder:
     ledger: Ledger
     store: ObjectStore
     journal: Journal | None
+    fenced_out: bool = False  # the lease was lost: this process acts no more
 
     def take_lease(self, lease: Lease) -> None:
         """Act only while `lease` (held) holds: the provider becomes fenced (every create and
@@ -65,6 +68,22 @@ class LeaseHolder:
         """Raise LeaseLost once the keeper found the lease gone (the watch loop's check)."""
         if self._keeper is not None and self._keeper.lost.is_set():
             raise LeaseLost(f"run {self.run_id}: another process controls it now")
+
+    def stop_acting(self, outcome: Outcome, detail: str, why: str) -> tuple[Outcome, str]:
+        """This process lost the run's lease (`why`): stop renewing, note it in the ledger and
+        to the observer, and set `fenced_out`; the new holder stops and tears the run down. A
+        run `cloudtrain down` took ends `interrupted` (as when the watch reads its stop first,
+        whichever this process saw first); otherwise `outcome`, `detail` stay. Returns the
+        outcome and detail to report. Blocks (one read of the lease)."""
+        self.fenced_out = True
+        self.hand_over()
+        self.ledger.event(self.run_id, "lease", why)
+        self.observer.event(f"stopped acting: {why}")
+        with contextlib.suppress(CloudtrainError, OSError):
+            held = read_lease(self.store, self.run_id)
+            if held is not None and held.owner.startswith(DOWN_OWNER_PREFIX):
+                return Outcome.INTERRUPTED, STOPPED_BY_DOWN
+        return outcome, detail
 
     def hand_over(self, successor: str = "", ttl_s: float | None = None) -> None:
         """Stop renewing and hand the lease over (to `successor`, or to anyone: expired)."""

@@ -25,7 +25,7 @@ from cloudtrain.jobs import protocol
 from cloudtrain.jobs import trace as tr
 from cloudtrain.jobs.protocol import FINAL_STATES, ClusterDoc, NodeState, node_id
 from cloudtrain.lease import Lease, LeaseKeeper
-from cloudtrain.lease_holder import LeaseHolder
+from cloudtrain.lease_holder import STOPPED_BY_DOWN, LeaseHolder
 from cloudtrain.ledger import Ledger
 from cloudtrain.paths import cloudtrain_home
 from cloudtrain.providers.base import Provider, RunInfo, node_name
@@ -221,17 +221,38 @@ class Orchestrator(LeaseHolder, Provisioning, Recovery):
     def _finish(self, outcome: Outcome, detail: str) -> RunResult:
         ledger = self.ledger
         if outcome == Outcome.LEASE_LOST:  # its holder stops and tears down, not this process
-            self.hand_over()
-            ledger.event(self.run_id, "lease", detail)
-            self.observer.event(f"stopped acting: {detail}")
-            self.trace.close()
-            return self._result(outcome, detail)
+            return self._fenced_result(outcome, detail, detail)
         if self.trace.phases.current not in (tr.END, tr.STOP):
             self.trace.phase(tr.END)
         node_spans = []
         if self.reader is not None:  # the nodes' spans (written before their final status)
             nodes = [node_id(nv.role, nv.index) for nv in self.view.nodes]
             node_spans = read_node_traces(self.store, self.run_id, nodes)
+        try:
+            keep, teardown_s = self._stop_and_tear_down(outcome, detail)
+        except LeaseLost as exc:  # taken meanwhile (`cloudtrain down`): its holder tears down
+            return self._fenced_result(outcome, detail, str(exc))
+        if not self.spare:  # the controller node hands over after deleting itself
+            self.hand_over()  # expired now: the next `attach` or `down` takes it at once
+        result = self._result(outcome, detail)
+        result.teardown_s = teardown_s
+        if self.job_end is not None and not keep:
+            result.teardown_lag_s = time.time() - self.job_end
+        ledger.event(self.run_id, "end", f"{outcome}: {detail}")
+        self.trace.close()
+        result.trace = trace_json([*self.trace.spans(), *node_spans], self._chief_name())
+        return result
+
+    def _fenced_result(self, outcome: Outcome, detail: str, why: str) -> RunResult:
+        """The result of a run whose lease this process lost (see LeaseHolder.stop_acting)."""
+        outcome, detail = self.stop_acting(outcome, detail, why)
+        self.trace.close()
+        return self._result(outcome, detail)
+
+    def _stop_and_tear_down(self, outcome: Outcome, detail: str) -> tuple[bool, float]:
+        """The graceful stop (when the run was stopped) and the teardown, unless the spec keeps
+        a failed run's nodes. Returns (kept, teardown seconds). Raises LeaseLost. Blocks."""
+        ledger = self.ledger
         if outcome in (Outcome.INTERRUPTED, Outcome.BUDGET_EXCEEDED, Outcome.DEADLINE):
             self._graceful_stop(outcome)
             if self.job_end is None:  # the job ended when its agents had stopped
@@ -259,16 +280,7 @@ class Orchestrator(LeaseHolder, Provisioning, Recovery):
             teardown_s = report.seconds
             scrub_secrets(self.provider, self.store_uri, self.run_id)
             ledger.set_status(self.run_id, "done", outcome, detail)
-        if not self.spare:  # the controller node hands over after deleting itself
-            self.hand_over()  # expired now: the next `attach` or `down` takes it at once
-        result = self._result(outcome, detail)
-        result.teardown_s = teardown_s
-        if self.job_end is not None and not keep:
-            result.teardown_lag_s = time.time() - self.job_end
-        ledger.event(self.run_id, "end", f"{outcome}: {detail}")
-        self.trace.close()
-        result.trace = trace_json([*self.trace.spans(), *node_spans], self._chief_name())
-        return result
+        return keep, teardown_s
 
     def detached_result(self) -> RunResult:
         """The result of a run this process hands over (outcome detached). Blocks (a listing)."""
@@ -331,8 +343,7 @@ class Orchestrator(LeaseHolder, Provisioning, Recovery):
             self._check_bootstrap(snap)
             self._refresh_view(snap)
             if snap.stop_requested:  # only `cloudtrain down` writes it while a run is watched
-                detail = f"stopped by `cloudtrain down` ({protocol.STOP_NAME})"
-                raise Stop(Outcome.INTERRUPTED, detail)
+                raise Stop(Outcome.INTERRUPTED, STOPPED_BY_DOWN)
             chief_status = snap.statuses.get(chief)
             if (
                 chief_status is not None

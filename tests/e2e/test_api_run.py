@@ -12,7 +12,10 @@ from pathlib import Path
 import pytest
 
 from cloudtrain import api
-from cloudtrain.runtypes import Outcome
+from cloudtrain.lease import TTL_ENV, Lease
+from cloudtrain.lease_holder import STOPPED_BY_DOWN
+from cloudtrain.runtypes import Outcome, RunResult
+from cloudtrain.teardown import request_stop
 from tests.e2e.conftest import Env, assert_clean
 
 pytestmark = pytest.mark.e2e
@@ -80,31 +83,96 @@ def test_a_detached_run_from_a_thread_then_logs_status_and_down(home: Env) -> No
     assert_clean(home, handle.run_id)
 
 
+class AttachedRun:
+    """`api.run(job)` (attached) in a worker thread, started and past its second epoch."""
+
+    def __init__(self, home: Env, name: str) -> None:
+        self.home, self.seen, self.started = home, api.SilentObserver(), []
+        job = home.tick_job(name, epochs=400, seconds=0.5)
+        self.thread = threading.Thread(target=self._start, args=(job,), daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + 120
+        while not any("epoch 2/400" in x.line for x in self.seen.lines):
+            assert time.monotonic() < deadline and self.thread.is_alive(), self.started
+            time.sleep(0.2)
+        (self.run_id,) = home.run_ids()
+
+    def _start(self, job: Path) -> None:
+        try:
+            self.started.append(api.run(job, observer=self.seen))
+        except BaseException as exc:  # the test reports what escaped
+            self.started.append(exc)
+
+    def take_lease(self, owner: str) -> None:
+        """Take the run's lease by force as `owner` (what `cloudtrain down` does first)."""
+        rec = self.home.ledger().get_run(self.run_id)
+        assert rec is not None and rec.store_uri
+        store = api.provider("local").store(rec.store_uri)
+        Lease(store, self.run_id, owner).acquire(force=True)
+
+    def result(self) -> RunResult:
+        """The attached call's result, once it returned (fails the test if it raised)."""
+        self.thread.join(timeout=120)
+        (handle,) = self.started
+        assert isinstance(handle, api.RunHandle), (handle, self.seen.events[-5:])
+        return handle.result
+
+
 def test_an_attached_run_in_a_thread_is_stopped_by_down_and_torn_down(home: Env) -> None:
     """No signal reaches a run off the main thread: `api.down(run_id)` from elsewhere stops
     it; the attached call returns `interrupted` and nothing is left."""
-    job = home.tick_job("apistop", epochs=400, seconds=0.5)
-    seen = api.SilentObserver()
-    started: list[object] = []
+    run = AttachedRun(home, "apistop")
+    assert api.NO_SIGNALS_NOTE.format(run_id=run.run_id) in run.seen.events
+    api.down(run.run_id)
+    result = run.result()
+    assert result.outcome is Outcome.INTERRUPTED, result.detail
+    assert "cloudtrain down" in result.detail
+    assert_clean(home, run.run_id)
 
-    def start() -> None:
-        try:
-            started.append(api.run(job, observer=seen))
-        except BaseException as exc:  # the test reports what escaped
-            started.append(exc)
 
-    thread = threading.Thread(target=start, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 120
-    while not any("epoch 2/400" in x.line for x in seen.lines):
-        assert time.monotonic() < deadline and thread.is_alive(), (started, seen.events)
-        time.sleep(0.2)
-    (run_id,) = home.run_ids()
-    assert api.NO_SIGNALS_NOTE.format(run_id=run_id) in seen.events
-    api.down(run_id)
-    thread.join(timeout=120)
-    (handle,) = started
-    assert isinstance(handle, api.RunHandle), handle
-    assert handle.result.outcome is Outcome.INTERRUPTED, handle.result.detail
-    assert "cloudtrain down" in handle.result.detail
-    assert_clean(home, run_id)
+def test_a_run_down_took_while_it_stopped_ends_interrupted_and_leaves_the_teardown(
+    home: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`down` takes the lease, then writes the stop. When the watch reads the stop before the
+    keeper finds the lease gone (here: the keeper does not renew within the test), the run's
+    own stop and teardown meet the fence: it stops acting there, still `interrupted`, and
+    leaves the teardown to `down` (it raised LeaseLost out of `api.run`, once in CI)."""
+    monkeypatch.setenv(TTL_ENV, "3600")
+    run = AttachedRun(home, "apifence")
+    run.take_lease("down:elsewhere:1")
+    request_stop(
+        api.provider("local"),
+        home.ledger().get_run(run.run_id).store_uri,
+        run.run_id,
+        "cloudtrain down",
+    )
+    result = run.result()
+    assert (result.outcome, result.detail) == (Outcome.INTERRUPTED, STOPPED_BY_DOWN)
+    assert any(e.startswith("stopped acting: ") for e in run.seen.events), run.seen.events
+    # it deleted nothing once fenced: its nodes are down's to delete
+    assert len(api.provider("local").compute.list_nodes(run.run_id)) == 2
+    api.down(run.run_id)
+    assert_clean(home, run.run_id)
+
+
+@pytest.mark.parametrize(
+    ("owner", "outcome"),
+    [("down:elsewhere:1", Outcome.INTERRUPTED), ("laptop:elsewhere:1", Outcome.LEASE_LOST)],
+)
+def test_a_run_whose_lease_was_taken_stops_acting_and_names_who_took_it(
+    home: Env, monkeypatch: pytest.MonkeyPatch, owner: str, outcome: Outcome
+) -> None:
+    """The keeper finds the lease gone before any stop is read (down writes its stop after
+    taking the lease): a run `down` took ends `interrupted`, as when the stop came first;
+    one another controller took ends `lease_lost`. Neither deletes anything."""
+    monkeypatch.setenv(TTL_ENV, "6")  # renewed every second
+    run = AttachedRun(home, "apitaken")
+    run.take_lease(owner)
+    result = run.result()
+    assert result.outcome is outcome, result.detail
+    if outcome is Outcome.INTERRUPTED:
+        assert result.detail == STOPPED_BY_DOWN
+    assert any(e.startswith("stopped acting: ") for e in run.seen.events), run.seen.events
+    assert len(api.provider("local").compute.list_nodes(run.run_id)) == 2
+    api.down(run.run_id)
+    assert_clean(home, run.run_id)
