@@ -38,15 +38,15 @@ fi
 python3 -m ruff check .
 # The node-side tests under the other Pythons the clouds' images ship (the suite below is 3.11's)
 # side by side (each mostly waits on its fakes), each drawing node ports from its own half of
-# 20000 up to the kernel's ephemeral range (CLOUDTRAIN_LOCAL_PORTS), each one's output printed
+# the node-port range (CLOUDTRAIN_LOCAL_PORTS, tests/fakes/port_slices.py), each one's output printed
 # whole when both have ended
 if [ "$#" -eq 0 ]; then
-  read -r ephemeral _ </proc/sys/net/ipv4/ip_local_port_range || ephemeral=32768
-  top=$((ephemeral > 21000 ? ephemeral : 21000)) && mid=$(((20000 + top) / 2))
+  slices=$(python3 -m tests.fakes.port_slices 2) # two LOW-HIGH lines; a failure ends the script
+  slice310=${slices%%$'\n'*} && slice312=${slices##*$'\n'}
   node_logs=$(mktemp -d)
-  CLOUDTRAIN_LOCAL_PORTS="20000-$((mid - 1))" bash tests/node_pythons.sh 3.10 >"$node_logs/3.10" 2>&1 &
+  CLOUDTRAIN_LOCAL_PORTS="$slice310" bash tests/node_pythons.sh 3.10 >"$node_logs/3.10" 2>&1 &
   pid310=$!
-  CLOUDTRAIN_LOCAL_PORTS="$mid-$((top - 1))" bash tests/node_pythons.sh 3.12 >"$node_logs/3.12" 2>&1 &
+  CLOUDTRAIN_LOCAL_PORTS="$slice312" bash tests/node_pythons.sh 3.12 >"$node_logs/3.12" 2>&1 &
   pid312=$!
   rc310=0 && wait "$pid310" || rc310=$?
   rc312=0 && wait "$pid312" || rc312=$?

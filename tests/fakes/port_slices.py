@@ -8,6 +8,8 @@ harnesses inherit."""
 
 from __future__ import annotations
 
+import sys
+
 
 def worker_slice(worker: str | None, count: int, low: int, top: int) -> tuple[int, int] | None:
     """The inclusive (low, high) slice of [low, top) for xdist worker `worker` ("gw0", ...) of
@@ -16,3 +18,25 @@ def worker_slice(worker: str | None, count: int, low: int, top: int) -> tuple[in
         return None
     index, width = int(worker.removeprefix("gw")), (top - low) // count
     return low + index * width, low + (index + 1) * width - 1
+
+
+def main(argv: list[str]) -> int:
+    """`python -m tests.fakes.port_slices N`: N disjoint slices of this machine's node-port
+    range ($CLOUDTRAIN_LOCAL_PORTS, else 20000 up to the ephemeral range), one LOW-HIGH a line
+    (tests/run.sh gives one to each node-side suite it runs side by side)."""
+    from cloudtrain.providers.local_sessions import _port_range
+
+    count = int(argv[1]) if len(argv) > 1 and argv[1].isdigit() else 0
+    if count < 2:
+        print("usage: python -m tests.fakes.port_slices N (N >= 2)", file=sys.stderr)
+        return 2
+    low, high = _port_range()
+    for index in range(count):
+        got = worker_slice(f"gw{index}", count, low, high + 1)
+        assert got is not None
+        print(f"{got[0]}-{got[1]}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

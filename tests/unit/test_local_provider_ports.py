@@ -13,6 +13,7 @@ from cloudtrain.errors import UsageError
 from cloudtrain.providers import local_sessions
 from cloudtrain.providers.local import EPHEMERAL_RANGE, LOW_PORT, free_port
 from cloudtrain.providers.local_sessions import PORTS_ENV
+from tests.fakes import port_slices
 from tests.fakes.port_slices import worker_slice
 
 
@@ -63,3 +64,13 @@ def test_the_suites_workers_get_disjoint_slices() -> None:
     assert not ranges[0] & ranges[1] and not ranges[1] & ranges[2] and not ranges[0] & ranges[2]
     assert min(min(r) for r in ranges) >= 20000 and max(max(r) for r in ranges) < 32768
     assert worker_slice(None, 0, low=20000, top=32768) is None  # not under xdist: the whole range
+
+
+def test_tests_run_sh_gets_disjoint_slices_of_the_set_range(monkeypatch, capsys) -> None:
+    """`python -m tests.fakes.port_slices 2` (tests/run.sh, the node-side suites): two lines
+    that split the range whole, no port in both."""
+    monkeypatch.setenv(PORTS_ENV, "30000-30009")
+    assert port_slices.main(["port_slices", "2"]) == 0
+    lines = capsys.readouterr().out.split()
+    assert lines == ["30000-30004", "30005-30009"]
+    assert port_slices.main(["port_slices", "1"]) == 2  # one slice is no split: refused
