@@ -3,7 +3,8 @@
 A node is the rendered startup script run by bash in its own session (`setsid`) and working folder,
 under `$CLOUDTRAIN_HOME/local/runs/<run_id>/nodes/<name>/`. `node.json` there plays the role of the
 cloud's tags: `list_nodes` reads it, so a new process (`cloudtrain down` after a crash) sees the
-same nodes. Deleting a node kills every process of its session and checks that none is left.
+same nodes. Deleting a node kills every process of its session, checks that none is left, and
+deletes what it wrote there (its VM's disk) but node.json and its console log.
 Each node gets its own loopback port, passed like instance metadata through its environment.
 """
 
@@ -62,6 +63,23 @@ _COMPONENT_RE = re.compile(r"[a-z0-9][a-z0-9-]{0,99}")
 # the node's own folder, in the environment of every process it starts: what makes a process
 # provably the node's (a pid read back from node.json proves nothing by itself)
 WORK_ENV = "CT_WORK"
+# what a deleted node's folder keeps: its record (the provider's tags) and its console log; the
+# rest was its VM's disk, which goes with the VM (and a node made again boots on an empty one)
+KEPT_AFTER_DELETE = ("node.json", "console.log")
+
+
+def wipe_disk(node_dir: Path) -> None:
+    """Delete what a node wrote in its folder but KEPT_AFTER_DELETE; a link is removed, never
+    followed. Idempotent; best effort (a file that cannot go stays)."""
+    with contextlib.suppress(FileNotFoundError):
+        for entry in node_dir.iterdir():
+            if entry.name in KEPT_AFTER_DELETE:
+                continue
+            with contextlib.suppress(OSError):
+                if entry.is_dir() and not entry.is_symlink():
+                    shutil.rmtree(entry, ignore_errors=True)
+                else:
+                    entry.unlink()
 
 
 def _uri_to_path(uri: str) -> Path:
@@ -406,9 +424,10 @@ class LocalCompute(Compute):
             if meta and not meta.get("deleted") and self._alive(meta, node_dir):
                 return self._to_node(meta, "running")
             node_dir.mkdir(parents=True, exist_ok=True)
-            # a node created again is a new machine: its predecessor's boot claim and markers
-            # (jobs/startup.sh.j2's state folder) must not make the new boot step aside
-            shutil.rmtree(node_dir / "state", ignore_errors=True)
+            # a node created again is a new machine on an empty disk: its predecessor's boot
+            # claim and markers (jobs/startup.sh.j2's state folder) must not make the new boot
+            # step aside, nor its checkpoints, model or partial downloads be found there
+            wipe_disk(node_dir)
             script = node_dir / "startup.sh"
             script.write_text(request.startup_script)
             script.chmod(0o700)
@@ -499,6 +518,8 @@ class LocalCompute(Compute):
         if popen is not None:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 popen.wait(timeout=1)
+        if not self._members(meta, node_dir):  # its disk goes with it (nothing runs there)
+            wipe_disk(node_dir)
 
     def _kill_session(self, sid: int, name: str) -> None:
         if not kill_session(sid, KILL_GRACE_S):
