@@ -25,15 +25,19 @@ sleep 600
 """
 
 
-def _node_dir(root: Path, run: RunInfo, name: str) -> Path:
-    return root / "runs" / run.run_id / "nodes" / name
+class WrittenNode:
+    """A local node (run `run_id`) that wrote WRITE's files in its folder and runs on."""
 
-
-def _wait_for(path: Path) -> None:
-    deadline = time.time() + 30
-    while not (path.exists() and "written" in path.read_text()):
-        assert time.time() < deadline, "the node did not write its files"
-        time.sleep(0.05)
+    def __init__(self, tmp_path: Path, run_id: str, index: int) -> None:
+        self.compute = LocalCompute(tmp_path / "local")
+        self.run = RunInfo(run_id, "local", None, (2222, 2232))
+        request = NodeRequest(run_id, "worker", index, "local", WRITE)
+        self.node = self.compute.create_node(self.run, request)
+        self.folder = tmp_path / "local" / "runs" / run_id / "nodes" / request.name
+        console, deadline = self.folder / "console.log", time.time() + 30
+        while not (console.exists() and "written" in console.read_text()):
+            assert time.time() < deadline, "the node did not write its files"
+            time.sleep(0.05)
 
 
 def test_deleting_a_node_deletes_its_disk_but_its_record_and_console(
@@ -43,13 +47,8 @@ def test_deleting_a_node_deletes_its_disk_but_its_record_and_console(
     outside.mkdir()
     (outside / "dataset.csv").write_text("x\n")
     monkeypatch.setenv("OUTSIDE", str(outside))
-    root = tmp_path / "local"
-    compute = LocalCompute(root)
-    run = RunInfo("disk-abcdef", "local", None, (2222, 2232))
-    request = NodeRequest(run.run_id, "worker", 0, "local", WRITE)
-    node = compute.create_node(run, request)
-    folder = _node_dir(root, run, request.name)
-    _wait_for(folder / "console.log")
+    written = WrittenNode(tmp_path, "disk-abcdef", 0)
+    compute, run, node, folder = written.compute, written.run, written.node, written.folder
     assert (folder / "checkpoints" / "ckpt-1.data").stat().st_size == 1_000_000
     compute.delete_node(node)
     assert sorted(os.listdir(folder)) == sorted(KEPT_AFTER_DELETE)
@@ -62,13 +61,8 @@ def test_deleting_a_node_deletes_its_disk_but_its_record_and_console(
 
 def test_a_node_created_again_boots_on_an_empty_disk(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("OUTSIDE", str(tmp_path))
-    root = tmp_path / "local"
-    compute = LocalCompute(root)
-    run = RunInfo("again-abcdef", "local", None, (2222, 2232))
-    first = NodeRequest(run.run_id, "worker", 1, "local", WRITE)
-    node = compute.create_node(run, first)
-    folder = _node_dir(root, run, first.name)
-    _wait_for(folder / "console.log")
+    written = WrittenNode(tmp_path, "again-abcdef", 1)
+    compute, run, node, folder = written.compute, written.run, written.node, written.folder
     # the node is lost (its session killed from outside), not deleted: then made again
     kill_session(int(json.loads((folder / "node.json").read_text())["pid"]))
     assert [n.state for n in compute.list_nodes(run.run_id)] == ["terminated"]
