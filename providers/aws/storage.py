@@ -42,6 +42,12 @@ DELETE_BATCH = 1000  # the most keys one DeleteObjects call takes
 # 5 MiB to 5 GiB (the last one may be smaller), numbered 1 to 10,000.
 MIN_PART = 5 * MiB
 MAX_PARTS = 10_000
+# S3 keeps, and bills, the parts of a multipart upload never completed until it is aborted
+# (docs.aws.amazon.com/AmazonS3/latest/userguide/mpu-abort-incomplete-mpu-lifecycle-config.html):
+# a node preempted or killed mid-upload of a checkpoint leaves one that no process will resume
+# (its transfer state went with its disk). A lifecycle rule of the bucket aborts them.
+ABORT_RULE_ID = "cloudtrain-abort-incomplete-uploads"
+ABORT_DAYS = 7  # an upload is resumed within minutes, by the same node, or never
 # SigV4 everywhere: botocore still presigns with SigV2 by default, which newer regions refuse.
 S3_CONFIG = Config(signature_version="s3v4")  # presigned URLs every region accepts
 _WAIT = {"Delay": 1, "MaxAttempts": 30}
@@ -147,7 +153,8 @@ class S3Store:
         self._bucket_region = self.region
 
     def _configure(self) -> None:
-        """Block all public access and turn on default encryption. Idempotent."""
+        """Block all public access, turn on default encryption and abort incomplete multipart
+        uploads after ABORT_DAYS. Idempotent."""
         with aws_errors(f"block public access on s3://{self.bucket}"):
             self._s3.put_public_access_block(
                 Bucket=self.bucket,
@@ -169,6 +176,33 @@ class S3Store:
                         }
                     ]
                 },
+            )
+        self._abort_incomplete_uploads()
+
+    def _abort_incomplete_uploads(self) -> None:
+        """Add the lifecycle rule ABORT_RULE_ID to the bucket, keeping its other rules (a put
+        replaces the whole configuration). Idempotent; blocks."""
+        try:
+            with aws_errors(f"read the lifecycle of s3://{self.bucket}"):
+                got = self._s3.get_bucket_lifecycle_configuration(Bucket=self.bucket)
+            rules = list(got.get("Rules", []))
+        except ProviderError as err:
+            if _cause_code(err) != "NoSuchLifecycleConfiguration":
+                raise
+            rules = []
+        if any(rule.get("ID") == ABORT_RULE_ID for rule in rules):
+            return
+        rules.append(
+            {
+                "ID": ABORT_RULE_ID,
+                "Status": "Enabled",
+                "Filter": {"Prefix": ""},
+                "AbortIncompleteMultipartUpload": {"DaysAfterInitiation": ABORT_DAYS},
+            }
+        )
+        with aws_errors(f"set the lifecycle of s3://{self.bucket}"):
+            self._s3.put_bucket_lifecycle_configuration(
+                Bucket=self.bucket, LifecycleConfiguration={"Rules": rules}
             )
 
     # --- objects ---------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from tests.fakes.moto_server import clear_aws_caches, moto_server, moto_server_s
 
 pytest.importorskip("boto3")
 
-from cloudtrain.providers.aws.storage import S3Store
+from cloudtrain.providers.aws.storage import ABORT_RULE_ID, S3Store
 
 __all__ = ["moto_server", "moto_server_session"]  # fixtures used by this module
 
@@ -87,6 +87,31 @@ def test_default_bucket_is_private_and_encrypted() -> None:
     assert rule["BucketKeyEnabled"] is True
 
 
+def _lifecycle(s3: Any, bucket: str) -> list[dict[str, Any]]:
+    return list(s3.get_bucket_lifecycle_configuration(Bucket=bucket)["Rules"])
+
+
+def test_a_bucket_cloudtrain_made_aborts_incomplete_uploads_and_keeps_other_rules() -> None:
+    """A node preempted mid-upload leaves a multipart upload S3 bills until it is aborted: the
+    bucket's lifecycle aborts those after a week. Rules already there stay; twice is once."""
+    bucket = "cloudtrain-123456789012-us-west-2"
+    s3 = raw("us-west-2")
+    s3.create_bucket(Bucket=bucket, CreateBucketConfiguration={"LocationConstraint": "us-west-2"})
+    theirs = {"ID": "tmp-expiry", "Status": "Enabled", "Filter": {"Prefix": "tmp/"}}
+    theirs["Expiration"] = {"Days": 3}
+    s3.put_bucket_lifecycle_configuration(Bucket=bucket, LifecycleConfiguration={"Rules": [theirs]})
+    for _ in range(2):
+        S3Store(f"s3://{bucket}", "us-west-2").ensure_bucket()
+    rules = {r["ID"]: r for r in _lifecycle(s3, bucket)}
+    assert set(rules) == {"tmp-expiry", ABORT_RULE_ID}, rules
+    assert rules["tmp-expiry"]["Expiration"] == {"Days": 3}
+    ours = rules[ABORT_RULE_ID]
+    assert ours["Status"] == "Enabled" and ours["Filter"] == {"Prefix": ""}
+    assert ours["AbortIncompleteMultipartUpload"] == {"DaysAfterInitiation": 7}
+    S3Store("s3://my-new-lifecycle/x", "us-east-1").ensure_bucket()  # made by cloudtrain too
+    assert [r["ID"] for r in _lifecycle(raw(), "my-new-lifecycle")] == [ABORT_RULE_ID]
+
+
 def test_an_existing_user_bucket_is_left_as_it_is() -> None:
     s3 = raw()
     s3.create_bucket(Bucket="my-team-data")
@@ -98,6 +123,8 @@ def test_an_existing_user_bucket_is_left_as_it_is() -> None:
     assert got == open_pab, "a user's bucket settings are never changed"
     with pytest.raises(s3.exceptions.ClientError, match="ServerSideEncryptionConfiguration"):
         s3.get_bucket_encryption(Bucket="my-team-data")
+    with pytest.raises(s3.exceptions.ClientError, match="NoSuchLifecycleConfiguration"):
+        s3.get_bucket_lifecycle_configuration(Bucket="my-team-data")
 
 
 def test_a_missing_user_bucket_is_created_private() -> None:
