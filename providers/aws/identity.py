@@ -59,6 +59,20 @@ def parse_s3_uri(uri: str) -> tuple[str, str]:
     return parsed.netloc, f"{prefix}/" if prefix else ""
 
 
+# What a node does to its run's objects. A multipart upload's create, parts and completion are
+# s3:PutObject, but resuming one lists its parts (ListParts: s3:ListMultipartUploadParts) and
+# replacing a stale one aborts it (s3:AbortMultipartUpload): docs.aws.amazon.com/AmazonS3/latest/
+# userguide/mpuoverview.html#mpuAndPermissions, and the Service Authorization Reference's S3
+# actions (providers/aws/s3_transfers.py makes those calls).
+NODE_OBJECT_ACTIONS = (
+    "s3:GetObject",
+    "s3:PutObject",
+    "s3:DeleteObject",
+    "s3:ListMultipartUploadParts",
+    "s3:AbortMultipartUpload",
+)
+
+
 def s3_policy(store_uri: str, run_id: str) -> dict[str, Any]:
     """The inline policy: objects under the run's prefix only, listing of that prefix only. Pure."""
     bucket, prefix = parse_s3_uri(store_uri)
@@ -69,7 +83,7 @@ def s3_policy(store_uri: str, run_id: str) -> dict[str, Any]:
             {
                 "Sid": "RunObjects",
                 "Effect": "Allow",
-                "Action": ["s3:GetObject", "s3:PutObject", "s3:DeleteObject"],
+                "Action": list(NODE_OBJECT_ACTIONS),
                 "Resource": f"arn:aws:s3:::{bucket}/{run_prefix}*",
             },
             {

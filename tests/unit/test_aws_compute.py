@@ -71,7 +71,13 @@ def test_s3_policy_is_the_run_prefix_only() -> None:
         parse_s3_uri("gs://b/x")
     doc = s3_policy("s3://b/x", "r9")
     objects, listing = doc["Statement"]
-    assert sorted(objects["Action"]) == ["s3:DeleteObject", "s3:GetObject", "s3:PutObject"]
+    assert sorted(objects["Action"]) == [
+        "s3:AbortMultipartUpload",
+        "s3:DeleteObject",
+        "s3:GetObject",
+        "s3:ListMultipartUploadParts",
+        "s3:PutObject",
+    ]
     assert objects["Resource"] == "arn:aws:s3:::b/x/cloudtrain/runs/r9/*"
     assert listing["Action"] == "s3:ListBucket"
     assert listing["Resource"] == "arn:aws:s3:::b"

@@ -266,8 +266,10 @@ def test_node_role_reaches_only_the_runs_prefix(aws: AwsSeen) -> None:
         actions = statement["Action"]
         for action in [actions] if isinstance(actions, str) else actions:
             by_action[action] = statement
-    assert set(by_action) == {"s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:ListBucket"}
-    for action in ("s3:GetObject", "s3:PutObject", "s3:DeleteObject"):
+    objects = {"s3:GetObject", "s3:PutObject", "s3:DeleteObject"}
+    objects |= {"s3:ListMultipartUploadParts", "s3:AbortMultipartUpload"}  # resumed uploads
+    assert set(by_action) == objects | {"s3:ListBucket"}
+    for action in objects:
         assert by_action[action]["Resource"] == f"arn:aws:s3:::{aws.bucket}/{run_prefix}*"
     listing = by_action["s3:ListBucket"]
     assert listing["Resource"] == f"arn:aws:s3:::{aws.bucket}"
