@@ -63,7 +63,11 @@ class AwsBox:
         deadline = time.time() + timeout
         while time.time() < deadline:
             ids = self.ct.run_ids()
-            for key in self.keys(protocol.logs_prefix(ids[0], node)) if len(ids) == 1 else []:
+            try:
+                keys = self.keys(protocol.logs_prefix(ids[0], node)) if len(ids) == 1 else []
+            except self.s3.exceptions.NoSuchBucket:  # the run's row comes before its bucket
+                keys = []
+            for key in keys:
                 try:
                     body = self.s3.get_object(Bucket=BUCKET, Key=key)["Body"].read()
                 except self.s3.exceptions.NoSuchKey:  # rolled into a segment meanwhile
