@@ -73,8 +73,8 @@ class LeaseHolder:
         """This process lost the run's lease (`why`): stop renewing, note it in the ledger and
         to the observer, and set `fenced_out`; the new holder stops and tears the run down. A
         run `cloudtrain down` took ends `interrupted` (as when the watch reads its stop first,
-        whichever this process saw first); otherwise `outcome`, `detail` stay. Returns the
-        outcome and detail to report. Blocks (one read of the lease)."""
+        whichever this process saw first), in the ledger too; otherwise `outcome`, `detail`
+        stay. Returns the outcome and detail to report. Blocks (one read of the lease)."""
         self.fenced_out = True
         self.hand_over()
         self.ledger.event(self.run_id, "lease", why)
@@ -82,6 +82,11 @@ class LeaseHolder:
         with contextlib.suppress(CloudtrainError, OSError):
             held = read_lease(self.store, self.run_id)
             if held is not None and held.owner.startswith(DOWN_OWNER_PREFIX):
+                # the run's record says so too (down, finishing the run, keeps it; a `done`
+                # down wrote first stays done: Ledger.set_status)
+                self.ledger.set_status(
+                    self.run_id, "stopping", Outcome.INTERRUPTED.value, STOPPED_BY_DOWN
+                )
                 return Outcome.INTERRUPTED, STOPPED_BY_DOWN
         return outcome, detail
 

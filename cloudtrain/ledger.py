@@ -415,7 +415,8 @@ class Ledger:
     ) -> None:
         """Set a run's status; `outcome`/`detail` replace the stored ones only when given.
 
-        Status `done` stamps `ended_at` (the first time only). Idempotent. Raises LedgerError for
+        Status `done` stamps `ended_at` (the first time only) and is final: a later status is
+        ignored (its outcome and detail still land). Idempotent. Raises LedgerError for
         an unknown run, status or outcome. A mirrored `done` waits for its journal entry.
         """
         args = {"run_id": run_id, "status": status, "outcome": outcome, "detail": detail}
@@ -428,7 +429,10 @@ class Ledger:
         if outcome is not None and outcome not in OUTCOMES:
             raise LedgerError(f"unknown run outcome {outcome!r}; expected one of {OUTCOMES}")
         cur = conn.execute(
-            "UPDATE runs SET status = ?, outcome = COALESCE(?, outcome),"
+            # `done` is final: a process that `down` fenced out records its outcome after
+            # down may have finished the run (LeaseHolder.stop_acting)
+            "UPDATE runs SET status = CASE WHEN status = 'done' THEN 'done' ELSE ? END,"
+            " outcome = COALESCE(?, outcome),"
             " detail = COALESCE(?, detail),"
             " ended_at = CASE WHEN ? = 'done' THEN COALESCE(ended_at, ?) ELSE ended_at END"
             " WHERE run_id = ?",

@@ -153,6 +153,8 @@ def test_a_run_down_took_while_it_stopped_ends_interrupted_and_leaves_the_teardo
     assert len(api.provider("local").compute.list_nodes(run.run_id)) == 2
     api.down(run.run_id)
     assert_clean(home, run.run_id)
+    rec = home.ledger().get_run(run.run_id)  # the record says what the call returned
+    assert rec is not None and (rec.status, rec.outcome) == ("done", "interrupted"), rec
 
 
 @pytest.mark.parametrize(
@@ -176,3 +178,7 @@ def test_a_run_whose_lease_was_taken_stops_acting_and_names_who_took_it(
     assert len(api.provider("local").compute.list_nodes(run.run_id)) == 2
     api.down(run.run_id)
     assert_clean(home, run.run_id)
+    rec = home.ledger().get_run(run.run_id)
+    assert rec is not None and rec.status == "done", rec
+    if outcome is Outcome.INTERRUPTED:  # another holder's record is its own to write
+        assert rec.outcome == "interrupted", rec

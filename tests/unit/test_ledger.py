@@ -139,6 +139,18 @@ def test_set_status_and_done_stamps_ended_at(ledger: Ledger, clock: FakeClock) -
     assert again is not None and again.ended_at == run.ended_at
 
 
+def test_a_done_run_stays_done_and_a_late_outcome_still_lands(ledger: Ledger) -> None:
+    """`down` may mark a run done before the process it fenced out records why it stopped:
+    the late write gives the outcome, and never takes the run back out of `done`."""
+    new_run(ledger, "r1")
+    ledger.set_status("r1", "running")
+    assert ledger.finish_run("r1").outcome == "crashed"  # down: nobody recorded an outcome
+    ledger.set_status("r1", "stopping", outcome="interrupted", detail="stopped by down")
+    run = ledger.get_run("r1")
+    assert run is not None
+    assert (run.status, run.outcome, run.detail) == ("done", "interrupted", "stopped by down")
+
+
 def test_set_status_rejects_bad_values(ledger: Ledger) -> None:
     new_run(ledger, "r1")
     with pytest.raises(LedgerError):
