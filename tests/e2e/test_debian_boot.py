@@ -150,6 +150,7 @@ echo "no-ensurepip=$(python3 -m venv /tmp/v 2>&1 | grep -c 'ensurepip is not')"
 echo "proc=$(grep -c '^proc /proc proc' /proc/mounts)" ; test -c /dev/null && echo dev-ok
 curl -sS -o /dev/null -w 'curl %{http_code}\\n' http://127.0.0.1:9/ || echo curl-refused
 (sleep 600 &) ; setsid sleep 600 &
+echo backgrounded  # both sleeps are forked by now: the test waits for this line, not an earlier one
 sleep 600
 """
 
@@ -169,7 +170,7 @@ def test_the_first_boot_runs_user_data_as_cloud_init_does_and_nothing_is_left(
     try:
         disk = None
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and "curl" not in harness.console("i-debian"):
+        while time.monotonic() < deadline and "backgrounded" not in harness.console("i-debian"):
             time.sleep(0.2)
         console = harness.console("i-debian")
         assert harness.errors == [], harness.errors
