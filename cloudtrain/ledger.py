@@ -6,7 +6,8 @@ call, so a crash between the call and its reply still leaves a row for `cloudtra
 Concurrency: every call opens its own connection (so a `Ledger` is thread-safe and can be shared by
 the orchestrator's teardown threads), writes run in `BEGIN IMMEDIATE` transactions behind a
 per-file lock, and the database is in WAL mode with a busy timeout, so another process (say `down`
-while a crashed run's file is still there) can use the same file at the same time.
+while a crashed run's file is still there) can use the same file at the same time (the file, its
+schema and connections: cloudtrain/ledger_db.py).
 """
 
 from __future__ import annotations
@@ -14,14 +15,13 @@ from __future__ import annotations
 import os
 import socket
 import sqlite3
-import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from cloudtrain.errors import LedgerError, UsageError
+from cloudtrain.ledger_db import SCHEMA_VERSION, LedgerFile
 from cloudtrain.ledger_records import (
     JOURNAL_OPS,
     OUTCOMES,
@@ -51,84 +51,6 @@ __all__ = [  # the records live in ledger_records (this file's size); import the
     "state_entries",
 ]
 
-SCHEMA_VERSION = 4
-BUSY_TIMEOUT_S = 30.0
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS runs (
-    run_id     TEXT PRIMARY KEY,
-    name       TEXT NOT NULL,
-    provider   TEXT NOT NULL,
-    region     TEXT,
-    zone       TEXT,
-    account    TEXT,
-    spec_path  TEXT,
-    store_uri  TEXT,
-    plan_json  TEXT,
-    status     TEXT NOT NULL,
-    outcome    TEXT,
-    created_at REAL NOT NULL,
-    ended_at   REAL,
-    detail     TEXT,
-    controller_pid   INTEGER,
-    controller_host  TEXT,
-    controller_start TEXT
-);
-CREATE INDEX IF NOT EXISTS runs_created_at ON runs (created_at);
-CREATE TABLE IF NOT EXISTS resources (
-    run_id       TEXT NOT NULL,
-    provider     TEXT NOT NULL,
-    kind         TEXT NOT NULL,
-    resource_id  TEXT NOT NULL,
-    region       TEXT,
-    cloud_id     TEXT,
-    state        TEXT NOT NULL,
-    price_hourly REAL NOT NULL DEFAULT 0,
-    created_at   REAL NOT NULL,
-    deleted_at   REAL,
-    PRIMARY KEY (run_id, kind, resource_id)
-);
-CREATE TABLE IF NOT EXISTS events (
-    id      INTEGER PRIMARY KEY AUTOINCREMENT,
-    run_id  TEXT NOT NULL,
-    ts      REAL NOT NULL,
-    kind    TEXT NOT NULL,
-    message TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS events_run_id ON events (run_id, id);
-CREATE TABLE IF NOT EXISTS journal_applied (
-    run_id TEXT NOT NULL,
-    key    TEXT NOT NULL,
-    PRIMARY KEY (run_id, key)
-);
-"""
-# Upgrades of an older file, by the version they lead to (v1 -> v2: the cloud account column;
-# v2 -> v3: which process controls the run, so `logs --follow` knows when nobody will write;
-# v3 -> v4: which entries of a run's journal in its bucket this file holds, cloudtrain/journal.py).
-_MIGRATIONS: dict[int, tuple[str, ...]] = {
-    2: ("ALTER TABLE runs ADD COLUMN account TEXT",),
-    3: (
-        "ALTER TABLE runs ADD COLUMN controller_pid INTEGER",
-        "ALTER TABLE runs ADD COLUMN controller_host TEXT",
-        "ALTER TABLE runs ADD COLUMN controller_start TEXT",
-    ),
-    4: (
-        "CREATE TABLE IF NOT EXISTS journal_applied (run_id TEXT NOT NULL, key TEXT NOT NULL,"
-        " PRIMARY KEY (run_id, key))",
-    ),
-}
-
-_LOCKS: dict[str, threading.Lock] = {}
-_LOCKS_GUARD = threading.Lock()
-
-
-def _file_lock(path: Path) -> threading.Lock:
-    """One in-process write lock per database file, shared by every `Ledger` on that file."""
-    key = str(path.resolve())
-    with _LOCKS_GUARD:
-        return _LOCKS.setdefault(key, threading.Lock())
-
-
 class Ledger:
     """The run ledger at `path` (default `$CLOUDTRAIN_HOME/ledger.db`).
 
@@ -147,101 +69,13 @@ class Ledger:
                 f"cannot create the ledger folder {self.path.parent}: {exc.strerror or exc}",
                 hint="set CLOUDTRAIN_HOME to a writable folder",
             ) from exc
-        self._lock = _file_lock(self.path)
+        self._file = LedgerFile(self.path)
         self._journals: dict[str, JournalSink] = {}
-        self._init_schema()
-
-    # -- plumbing ---------------------------------------------------------------------------------
-
-    def _fail(self, exc: sqlite3.Error) -> LedgerError:
-        return LedgerError(
-            f"cannot use the ledger at {self.path}: {exc}",
-            hint="check the file is writable; if it is corrupt, move it aside",
-        )
-
-    @contextmanager
-    def _connect(self, write: bool = False) -> Iterator[sqlite3.Connection]:
-        """A fresh connection; for `write`, in one IMMEDIATE transaction committed on exit."""
-        try:
-            conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
-        except sqlite3.Error as exc:
-            raise self._fail(exc) from exc
-        try:
-            conn.row_factory = sqlite3.Row
-            conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
-            conn.execute("PRAGMA synchronous = NORMAL")
-            if not write:
-                yield conn
-                return
-            with self._lock:
-                conn.execute("BEGIN IMMEDIATE")
-                try:
-                    yield conn
-                except BaseException:
-                    if conn.in_transaction:
-                        conn.execute("ROLLBACK")
-                    raise
-                conn.execute("COMMIT")
-        except sqlite3.Error as exc:
-            raise self._fail(exc) from exc
-        finally:
-            conn.close()
-
-    def _enable_wal(self) -> None:
-        """Put the file in WAL mode (a no-op once it is). SQLite does not call the busy handler
-        for a journal-mode change, so two processes opening a fresh file at once would see
-        "database is locked" at once: retry for up to the busy timeout. Blocks."""
-        deadline = time.monotonic() + BUSY_TIMEOUT_S
-        delay = 0.01
-        while True:
-            try:
-                with self._connect() as conn:
-                    mode = str(conn.execute("PRAGMA journal_mode").fetchone()[0])
-                    if mode.lower() != "wal":
-                        conn.execute("PRAGMA journal_mode = WAL")
-                return
-            except LedgerError as exc:
-                busy = isinstance(exc.__cause__, sqlite3.OperationalError) and (
-                    "locked" in str(exc.__cause__) or "busy" in str(exc.__cause__)
-                )
-                if not busy or time.monotonic() > deadline:
-                    raise
-            time.sleep(delay)
-            delay = min(delay * 2, 0.25)
-
-    def _init_schema(self) -> None:
-        """Create or upgrade the schema. Safe when several processes open a fresh file at once:
-        the check and the upgrade are one IMMEDIATE transaction, so one process upgrades and
-        the others find the current version."""
-        self._enable_wal()
-        with self._connect(write=True) as conn:
-            version = conn.execute("PRAGMA user_version").fetchone()[0]
-            if version > SCHEMA_VERSION:
-                raise LedgerError(
-                    f"the ledger at {self.path} has schema version {version}, newer than this "
-                    f"cloudtrain understands ({SCHEMA_VERSION})",
-                    hint="upgrade cloudtrain, or point CLOUDTRAIN_HOME elsewhere",
-                )
-            if version < SCHEMA_VERSION:
-                fresh = (
-                    conn.execute(
-                        "SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'runs'"
-                    ).fetchone()
-                    is None
-                )
-                for statement in _SCHEMA.split(";"):
-                    if statement.strip():
-                        conn.execute(statement)
-                if not fresh:  # an older file: its tables predate the newer columns
-                    for target in range(max(version, 1) + 1, SCHEMA_VERSION + 1):
-                        for statement in _MIGRATIONS[target]:
-                            conn.execute(statement)
-                conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        self._file.init_schema()
 
     def schema_version(self) -> int:
         """The schema version stored in the file (`PRAGMA user_version`). Read-only."""
-        with self._connect() as conn:
-            return int(conn.execute("PRAGMA user_version").fetchone()[0])
+        return self._file.schema_version()
 
     # -- the journal: every write of a run mirrored to its bucket, and replayed from it --------
 
@@ -265,7 +99,7 @@ class Ledger:
         if not backfill:
             self._journals[run_id] = journal
             return
-        with self._connect(write=True) as conn:  # no write of the run between state and mirror
+        with self._file.connect(write=True) as conn:  # no write of the run between state and mirror
             row = conn.execute("SELECT * FROM runs WHERE run_id = ?", (run_id,)).fetchone()
             if row is None:
                 raise LedgerError(f"no run {run_id!r} in the ledger at {self.path}")
@@ -292,7 +126,7 @@ class Ledger:
         """Run the write `op` with `args` at the clock's time in one transaction; mirrored
         (see `journal_to`) as `{"op": op, "at": <that time>, **args}`. Returns the op's result."""
         journal = self._journals.get(args["run_id"])
-        with self._connect(write=True) as conn:
+        with self._file.connect(write=True) as conn:
             at = self.clock()
             result = getattr(self, f"_op_{op}")(conn, at, args)
             if journal is not None:
@@ -319,7 +153,7 @@ class Ledger:
         at = entry.get("at")
         if isinstance(at, bool) or not isinstance(at, (int, float)):
             raise LedgerError(f"a {op} entry without a time")
-        with self._connect(write=True) as conn:
+        with self._file.connect(write=True) as conn:
             seen = conn.execute(
                 "SELECT 1 FROM journal_applied WHERE run_id = ? AND key = ?", (run_id, key)
             ).fetchone()
@@ -334,13 +168,13 @@ class Ledger:
 
     def journal_keys(self, run_id: str) -> set[str]:
         """The keys of the run's journal entries this file holds (applied or written). Read-only."""
-        with self._connect() as conn:
+        with self._file.connect() as conn:
             rows = conn.execute("SELECT key FROM journal_applied WHERE run_id = ?", (run_id,))
             return {str(r[0]) for r in rows.fetchall()}
 
     def last_journal_key(self, run_id: str) -> str | None:
         """The greatest key of `journal_keys`, or None. Read-only."""
-        with self._connect() as conn:
+        with self._file.connect() as conn:
             row = conn.execute(
                 "SELECT MAX(key) FROM journal_applied WHERE run_id = ?", (run_id,)
             ).fetchone()
@@ -467,14 +301,14 @@ class Ledger:
 
     def get_run(self, run_id: str) -> RunRecord | None:
         """The run with exactly this id, or None. Read-only."""
-        with self._connect() as conn:
+        with self._file.connect() as conn:
             row = conn.execute("SELECT * FROM runs WHERE run_id = ?", (run_id,)).fetchone()
         return RunRecord(**dict(row)) if row else None
 
     def list_runs(self, limit: int = 50, since: float | None = None) -> list[RunRecord]:
         """Up to `limit` runs created at or after `since`, newest first. Read-only."""
         where, args = ("WHERE created_at >= ?", [since]) if since is not None else ("", [])
-        with self._connect() as conn:
+        with self._file.connect() as conn:
             rows = conn.execute(
                 f"SELECT * FROM runs {where} ORDER BY created_at DESC, rowid DESC LIMIT ?",
                 (*args, limit),
@@ -498,7 +332,7 @@ class Ledger:
         exact = self.get_run(prefix)
         if exact is not None:
             return exact
-        with self._connect() as conn:
+        with self._file.connect() as conn:
             rows = conn.execute(
                 "SELECT * FROM runs WHERE substr(run_id, 1, ?) = ?"
                 " ORDER BY created_at DESC LIMIT 6",
@@ -627,7 +461,7 @@ class Ledger:
         sql = "SELECT * FROM resources WHERE run_id = ?"
         if live_only:
             sql += " AND state != 'deleted'"
-        with self._connect() as conn:
+        with self._file.connect() as conn:
             rows = conn.execute(sql + " ORDER BY created_at, kind, resource_id", (run_id,))
             return [ResourceRecord(**dict(r)) for r in rows.fetchall()]
 
@@ -677,7 +511,7 @@ class Ledger:
 
     def events(self, run_id: str) -> list[EventRecord]:
         """The run's events, oldest first. Read-only."""
-        with self._connect() as conn:
+        with self._file.connect() as conn:
             rows = conn.execute(
                 "SELECT * FROM events WHERE run_id = ? ORDER BY id", (run_id,)
             ).fetchall()
