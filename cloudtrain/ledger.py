@@ -62,16 +62,8 @@ class Ledger:
     def __init__(self, path: Path | None = None, clock: Callable[[], float] = time.time) -> None:
         self.path = Path(path) if path is not None else ledger_path()
         self.clock = clock
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise LedgerError(
-                f"cannot create the ledger folder {self.path.parent}: {exc.strerror or exc}",
-                hint="set CLOUDTRAIN_HOME to a writable folder",
-            ) from exc
-        self._file = LedgerFile(self.path)
         self._journals: dict[str, JournalSink] = {}
-        self._file.init_schema()
+        self._file = LedgerFile(self.path)  # its folder, file and schema
 
     def schema_version(self) -> int:
         """The schema version stored in the file (`PRAGMA user_version`). Read-only."""

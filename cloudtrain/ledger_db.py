@@ -96,14 +96,23 @@ def _file_lock(path: Path) -> threading.Lock:
 
 
 class LedgerFile:
-    """The SQLite database at `path`, with the ledger's schema (created or upgraded by
-    `init_schema`). Every error from SQLite surfaces as `LedgerError` naming the file."""
+    """The SQLite database at `path`. Constructing one creates its folder, the file and the
+    ledger's schema, or upgrades an older file's (`_init_schema`); blocks. Every error from
+    SQLite, and a folder that cannot be made, surfaces as `LedgerError` naming the file."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise LedgerError(
+                f"cannot create the ledger folder {path.parent}: {exc.strerror or exc}",
+                hint="set CLOUDTRAIN_HOME to a writable folder",
+            ) from exc
         self._lock = _file_lock(path)
+        self._init_schema()
 
-    def fail(self, exc: sqlite3.Error) -> LedgerError:
+    def _fail(self, exc: sqlite3.Error) -> LedgerError:
         """The LedgerError, naming the file, for an error from SQLite."""
         return LedgerError(
             f"cannot use the ledger at {self.path}: {exc}",
@@ -116,7 +125,7 @@ class LedgerFile:
         try:
             conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
         except sqlite3.Error as exc:
-            raise self.fail(exc) from exc
+            raise self._fail(exc) from exc
         try:
             conn.row_factory = sqlite3.Row
             conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
@@ -134,7 +143,7 @@ class LedgerFile:
                     raise
                 conn.execute("COMMIT")
         except sqlite3.Error as exc:
-            raise self.fail(exc) from exc
+            raise self._fail(exc) from exc
         finally:
             conn.close()
 
@@ -160,7 +169,7 @@ class LedgerFile:
             time.sleep(delay)
             delay = min(delay * 2, 0.25)
 
-    def init_schema(self) -> None:
+    def _init_schema(self) -> None:
         """Create or upgrade the schema. Safe when several processes open a fresh file at once:
         the check and the upgrade are one IMMEDIATE transaction, so one process upgrades and
         the others find the current version."""
