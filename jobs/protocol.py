@@ -25,20 +25,39 @@ Everything a run keeps in its bucket lives under `run_prefix(run_id)` ("cloudtra
 `to_json()`/`from_json()`, a `version` field and its defaults (the one place they are written);
 each is also the JSON object it is, a read-only dict (`doc["state"]`, `json.dumps(doc)`).
 `from_json` reads a document older than the `version` field (it reads as version 0) and ignores
-fields it does not know (a newer writer's). Standard library only and importing nothing else of
-the project but its part jobs/protocol_streams.py (the streams' formats, re-exported here): the
-agent runs it on the node (Python 3.10+), the controller reads with it.
+fields it does not know (a newer writer's). Every document is untrusted input: `from_json` reads
+it by the one rule of jobs/protocol_base.py (`load_json`: a size cap, a depth cap, finite numbers)
+and its fields by their types, and anything else is a ProtocolError. Standard library only and
+importing nothing else of the project but its parts jobs/protocol_base.py (the states, the errors,
+the parsing rule, the Document base) and jobs/protocol_streams.py (the streams' formats), both
+re-exported here: the agent runs it on the node (Python 3.10+), the controller reads with it.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from enum import Enum
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar
+
+# the states, the errors, the parsing rule and the Document base: the protocol's too
+from cloudtrain.jobs.protocol_base import (  # noqa: F401
+    FINAL_STATES,
+    MAX_DEPTH,
+    MAX_DOCUMENT_BYTES,
+    PROTOCOL_VERSION,
+    UNVERSIONED,
+    D,
+    Document,
+    MissingField,
+    NodeState,
+    ProtocolError,
+    load_json,
+    read_integer,
+    read_number,
+    read_object,
+    read_text,
+)
 
 # the streams' formats live beside this module (their size); they are the protocol's too
 from cloudtrain.jobs.protocol_streams import (  # noqa: F401
@@ -59,26 +78,6 @@ STOP_NAME = "control/stop"
 LEASE_NAME = "control/lease"
 # the reason in the status of an agent that stopped because it found the stop key
 STOPPED_BY_CONTROL = STOP_NAME
-PROTOCOL_VERSION = 1  # what the writers write; a document without `version` reads as 0
-UNVERSIONED = 0
-
-
-class NodeState(str, Enum):
-    """What an agent says it is doing (`NodeStatus.state`, `Heartbeat.state`). A `str` enum:
-    `NodeState.RUNNING == "running"`, which is also what the documents hold."""
-
-    BOOTSTRAPPED = "bootstrapped"  # the agent started and read cluster.json
-    RENDEZVOUS = "rendezvous"  # checkpoints restored; waiting for every node of the attempt
-    RUNNING = "running"  # the entrypoint runs
-    SUCCEEDED = "succeeded"  # the entrypoint exited 0 (or a server ended after the chief)
-    FAILED = "failed"  # the entrypoint, the setup, the rendezvous or the agent failed
-    STOPPED = "stopped"  # control/stop, the deadline, SIGTERM or the linger time ended it
-
-    def __str__(self) -> str:
-        return self.value
-
-
-FINAL_STATES = frozenset({NodeState.SUCCEEDED, NodeState.FAILED, NodeState.STOPPED})
 
 
 def node_id(role: str, index: int) -> str:
@@ -287,170 +286,57 @@ def classify(run_id: str, key: str) -> tuple[str, str] | None:
     return None
 
 
+# --- what a document's fields hold, where their type says too little ------------------------------
+LARGE_DOCUMENT_BYTES = 4 * 1024 * 1024  # cluster.json (the env) and a log index
+_SEGMENT_COUNTS = ("first_seq", "last_seq", "first_line", "lines")
+
+
+def _segments(value: Any) -> list[dict[str, Any]]:
+    """LogIndex.segments: objects whose first_seq <= last_seq, first_line and lines are
+    integers >= 0 (and `bytes`, `time` numbers, `key` text where present)."""
+    if not isinstance(value, list):
+        raise TypeError(f"not a list of segments: {type(value).__name__}")
+    out = []
+    for raw in value:
+        segment = read_object(raw)
+        for name in _SEGMENT_COUNTS:
+            if name not in segment:
+                raise ValueError(f"a segment without {name!r}")
+            segment[name] = read_integer(segment[name])
+            if segment[name] < 0:
+                raise ValueError(f"a segment's {name} is negative")
+        if segment["last_seq"] < segment["first_seq"]:
+            raise ValueError("a segment ends before it starts")
+        for name, reader in (("bytes", read_number), ("time", read_number), ("key", read_text)):
+            if segment.get(name) is not None:
+                segment[name] = reader(segment[name])
+        out.append(segment)
+    return out
+
+
+def _figures(value: Any) -> dict[str, Any]:
+    """Heartbeat.metrics: HEARTBEAT_METRICS' figures, each a finite number or null, `source`
+    text and `losses` a list of numbers; an unknown key (a newer agent's) is kept only when it
+    is a number or text."""
+    out: dict[str, Any] = {}
+    for name, raw in read_object(value).items():
+        if raw is None:
+            out[name] = None
+        elif name == "source":
+            out[name] = read_text(raw)
+        elif name == "losses":
+            if not isinstance(raw, list):
+                raise TypeError("losses: not a list")
+            out[name] = [read_number(x) for x in raw]
+        elif name in HEARTBEAT_METRICS:
+            out[name] = raw if isinstance(raw, int) and not isinstance(raw, bool) else None
+            out[name] = read_number(raw) if out[name] is None else read_integer(raw)
+        elif isinstance(raw, (str, int, float)) and not isinstance(raw, bool):
+            out[name] = raw
+    return out
+
+
 # --- documents ------------------------------------------------------------------------------------
-class ProtocolError(ValueError):
-    """A document that cannot be read: not JSON (a half-written object), not a JSON object, or a
-    field of the wrong type. A ValueError: readers treat it as "not there yet"."""
-
-
-class MissingField(ProtocolError):
-    """A document without one of its required fields (`field`)."""
-
-    def __init__(self, doc: str, name: str) -> None:
-        super().__init__(f"{doc} has no {name!r}")
-        self.field = name
-
-
-def _integer(value: Any) -> int:
-    if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
-        raise TypeError(f"not an integer: {value!r}")
-    return int(value)
-
-
-def _number(value: Any) -> float:
-    if isinstance(value, bool):
-        raise TypeError(f"not a number: {value!r}")
-    return float(value)
-
-
-def _text(value: Any) -> str:
-    if isinstance(value, (dict, list)):
-        raise TypeError(f"not a string: {value!r}")
-    return str(value)
-
-
-def _state(value: Any) -> str:
-    text = _text(value)
-    known = {s.value for s in NodeState}
-    return NodeState(text) if text in known else text  # a newer agent's state stays a string
-
-
-def _lines(value: Any) -> list[str]:
-    if not isinstance(value, list):
-        raise TypeError(f"not a list: {value!r}")
-    return [str(x) for x in value]
-
-
-def _counts(value: Any) -> dict[str, int]:
-    if not isinstance(value, dict):
-        raise TypeError(f"not an object: {value!r}")
-    return {str(k): _integer(v) for k, v in value.items()}
-
-
-def _strings(value: Any) -> dict[str, str]:
-    if not isinstance(value, dict):
-        raise TypeError(f"not an object: {value!r}")
-    return {str(k): str(v) for k, v in value.items()}
-
-
-def _object(value: Any) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise TypeError(f"not an object: {value!r}")
-    return {str(k): v for k, v in value.items()}
-
-
-def _objects(value: Any) -> list[dict[str, Any]]:
-    if not isinstance(value, list):
-        raise TypeError(f"not a list: {value!r}")
-    return [_object(x) for x in value]
-
-
-# how each field type (as annotated) is read from JSON; a null reads as the field's default,
-# except for the `| None` types, where it is None
-_READERS = {
-    "int": _integer,
-    "float": _number,
-    "str": _text,
-    "list[str]": _lines,
-    "dict[str, int]": _counts,
-    "dict[str, str]": _strings,
-    "dict[str, Any]": _object,
-    "list[dict[str, Any]]": _objects,
-}
-
-D = TypeVar("D", bound="Document")
-
-
-@dataclass(frozen=True, eq=False)
-class Document(dict):  # type: ignore[type-arg]
-    """The base of every JSON document: a frozen dataclass whose fields are the JSON object's
-    (`version` first). It is also that JSON object: a read-only dict of `to_dict()`, so
-    `doc["state"]`, `doc.get("attempt")` and `json.dumps(doc)` work, and a document equals the
-    dict it reads from. Mutating it raises TypeError; `dataclasses.replace` makes a new one."""
-
-    version: int = PROTOCOL_VERSION
-    REQUIRED: ClassVar[tuple[str, ...]] = ()  # fields a document must have
-    INDENT: ClassVar[int | None] = None
-    OMIT_NULLS: ClassVar[bool] = False  # whether a None field is left out of the JSON
-
-    def __post_init__(self) -> None:
-        dict.update(self, self.to_dict())
-
-    def _read_only(self, *_args: Any, **_kwargs: Any) -> Any:
-        raise TypeError(f"a {type(self).__name__} is read-only: use dataclasses.replace")
-
-    __setitem__ = __delitem__ = __ior__ = _read_only
-    clear = pop = popitem = setdefault = update = _read_only
-
-    @classmethod
-    def _names(cls) -> tuple[str, ...]:
-        return tuple(f.name for f in dataclasses.fields(cls))
-
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON object: every field, `version` included (None fields left out where the
-        document says OMIT_NULLS). Pure."""
-        out = {name: _plain(getattr(self, name)) for name in self._names()}
-        return {k: v for k, v in out.items() if v is not None} if self.OMIT_NULLS else out
-
-    def to_json(self) -> bytes:
-        """The document as the bytes the bucket holds. Pure."""
-        return json.dumps(self.to_dict(), indent=self.INDENT).encode()
-
-    @classmethod
-    def from_dict(cls: type[D], data: Any) -> D:
-        """The document from a decoded JSON object. Unknown fields are ignored; a missing
-        optional field (or a null) takes its default. Raises MissingField for a missing
-        required field and ProtocolError for anything else unreadable. Pure."""
-        if not isinstance(data, Mapping):
-            raise ProtocolError(f"{cls.__name__}: not a JSON object")
-        values: dict[str, Any] = {}
-        for f in dataclasses.fields(cls):
-            raw = data.get(f.name)
-            if raw is None:
-                if f.name in cls.REQUIRED:
-                    raise MissingField(cls.__name__, f.name)
-                if f.name == "version":
-                    values[f.name] = UNVERSIONED  # written before documents had a version
-                continue  # its default (None for the `| None` fields)
-            kind = str(f.type).removesuffix(" | None")
-            reader = _state if f.name == "state" else _READERS[kind]
-            try:
-                values[f.name] = reader(raw)
-            except (TypeError, ValueError) as exc:
-                raise ProtocolError(f"{cls.__name__}.{f.name}: {exc}") from None
-        return cls(**values)
-
-    @classmethod
-    def from_json(cls: type[D], body: bytes | str) -> D:
-        """The document from the bucket's bytes (see from_dict). Raises ProtocolError when they
-        are not JSON (e.g. a half-written object). Pure."""
-        try:
-            data = json.loads(body)
-        except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
-            raise ProtocolError(f"{cls.__name__}: not JSON: {exc}") from None
-        return cls.from_dict(data)
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, Enum):
-        return value.value
-    if isinstance(value, dict):
-        return dict(value)
-    if isinstance(value, list):
-        return list(value)
-    return value
-
-
 @dataclass(frozen=True, eq=False)
 class ClusterDoc(Document):
     """cluster.json: what every agent of the run needs, written by the controller before the
@@ -459,6 +345,8 @@ class ClusterDoc(Document):
 
     REQUIRED: ClassVar[tuple[str, ...]] = ("run_id", "roles", "port", "attempt", "entrypoint")
     INDENT: ClassVar[int | None] = 1
+    MAX_BYTES: ClassVar[int] = LARGE_DOCUMENT_BYTES
+    INFINITE: ClassVar[tuple[str, ...]] = ("deadline",)  # no deadline: json's Infinity
 
     run_id: str = ""
     strategy: str = ""
@@ -506,6 +394,8 @@ class NodeStatus(Document):
 @dataclass(frozen=True, eq=False)
 class Heartbeat(Document):
     """heartbeat/<node>.json: the node is alive; how far the training is; its last line."""
+
+    FIELD_READERS: ClassVar[Mapping[str, Callable[[Any], Any]]] = {"metrics": _figures}
 
     time: float = 0.0
     attempt: int = 0
@@ -594,6 +484,8 @@ class LogIndex(Document):
     index names it)."""
 
     INDENT: ClassVar[int | None] = None
+    MAX_BYTES: ClassVar[int] = LARGE_DOCUMENT_BYTES
+    FIELD_READERS: ClassVar[Mapping[str, Callable[[Any], Any]]] = {"segments": _segments}
 
     node: str = ""
     segments: list[dict[str, Any]] = field(default_factory=list)

@@ -12,10 +12,18 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cloudtrain.jobs.protocol import DOCUMENTS, UNVERSIONED, Document, NodeState
+from cloudtrain.jobs.protocol import (
+    DOCUMENTS,
+    HEARTBEAT_METRICS,
+    UNVERSIONED,
+    Document,
+    NodeState,
+)
+from cloudtrain.jobs.protocol_base import MAX_MAGNITUDE
 
 TEXT = st.text(max_size=30)
-FINITE = st.floats(allow_nan=False, allow_infinity=False)
+# the numbers a document may hold (protocol_base.load_json): finite, within MAX_MAGNITUDE
+FINITE = st.floats(min_value=-MAX_MAGNITUDE, max_value=MAX_MAGNITUDE)
 INTS = st.integers(min_value=-(2**53), max_value=2**53)
 BY_TYPE: dict[str, st.SearchStrategy[Any]] = {
     "int": INTS,
@@ -29,14 +37,46 @@ BY_TYPE: dict[str, st.SearchStrategy[Any]] = {
         TEXT, st.none() | INTS | FINITE | TEXT | st.lists(FINITE, max_size=4), max_size=4
     ),
 }
-# a list of JSON objects (the log index's segments)
+# a list of JSON objects
 BY_TYPE["list[dict[str, Any]]"] = st.lists(BY_TYPE["dict[str, Any]"], max_size=3)
+COUNT = st.integers(min_value=0, max_value=2**40)
+# the fields whose readers check more than their type (protocol.FIELD_READERS)
+BY_FIELD: dict[str, st.SearchStrategy[Any]] = {
+    "segments": st.lists(
+        st.builds(
+            lambda first, more, line, lines, size: {
+                "first_seq": first,
+                "last_seq": first + more,
+                "first_line": line,
+                "lines": lines,
+                "bytes": size,
+            },
+            COUNT,
+            COUNT,
+            COUNT,
+            COUNT,
+            FINITE,
+        ),
+        max_size=3,
+    ),
+    "metrics": st.fixed_dictionaries(
+        {},
+        optional={
+            **{name: st.none() | INTS | FINITE for name in HEARTBEAT_METRICS},
+            "source": TEXT,
+            "losses": st.lists(FINITE, max_size=4),
+            "x_newer": st.none() | INTS | FINITE | TEXT,
+        },
+    ),
+}
 
 
 def field_strategy(f: dataclasses.Field[Any]) -> st.SearchStrategy[Any]:
     kind = str(f.type)
     if f.name == "state":
         return st.sampled_from(list(NodeState))
+    if f.name in BY_FIELD:
+        return (st.none() if kind.endswith(" | None") else st.nothing()) | BY_FIELD[f.name]
     if kind.endswith(" | None"):
         return st.none() | BY_TYPE[kind.removesuffix(" | None")]
     return BY_TYPE[kind]
