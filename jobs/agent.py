@@ -31,7 +31,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
 import traceback
 from pathlib import Path
@@ -47,6 +46,7 @@ from cloudtrain.jobs.logpump import TAIL_LINES, LogPump
 from cloudtrain.jobs.metrics import MetricsPump
 from cloudtrain.jobs.node_rules import RefusedInput, launch_problem
 from cloudtrain.jobs.node_trace import NodeTrace
+from cloudtrain.jobs.pipe_pump import PipePump
 from cloudtrain.jobs.preemption import Notice, PreemptionWatcher, cloud_of_store
 from cloudtrain.jobs.protocol import FINAL_STATES, ClusterDoc, NodeState
 from cloudtrain.jobs.rendezvous import Rendezvous
@@ -92,7 +92,7 @@ class Agent(Beats, Checkpoints, NodeTrace, Rendezvous):
         metrics_file = work / "metrics" / "train.jsonl"
         self.metrics = MetricsPump(store, run_id, self.me, metrics_file, say=self.say)
         self._synced: dict[str, tuple[int, int]] = {}
-        self._pumps: list[threading.Thread] = []
+        self._pumps: list[PipePump] = []
         self.start_horovod_server: horovod.ServerStarter = horovod.start_rendezvous_server
         cloud = cloud_of_store(store.uri)
         self.watcher = PreemptionWatcher(cloud, node_name(run_id, role, index))  # the VM's name
@@ -252,18 +252,21 @@ class Agent(Beats, Checkpoints, NodeTrace, Rendezvous):
             preexec_fn=functools.partial(os.setpgid, 0, process_group),
         )
         assert proc.stdout is not None
-        stream = proc.stdout
-
-        def pump() -> None:
-            for raw in iter(stream.readline, b""):
-                line = prefix + raw.decode(errors="replace")
-                self.logs.add(line)
-                self.metrics.log_line(line)  # Keras' progress, for a job without the runtime
-
-        thread = threading.Thread(target=pump, daemon=True, name="log-pump")
-        thread.start()
-        self._pumps.append(thread)
+        # Keras' progress goes to the metrics too, for a job without the runtime. The pump never
+        # stops draining the pipe; a sink's error ends the node (check_pumps)
+        sinks = [self.logs.add, self.metrics.log_line]
+        pump = PipePump(proc.stdout, sinks, prefix=prefix)  # type: ignore[arg-type]
+        pump.start()
+        self._pumps.append(pump)
         return proc
+
+    def check_pumps(self) -> None:
+        """Raise RuntimeError("log pump: ...": a failed status with that reason, the training
+        killed) when an output pump of this attempt failed: its lines no longer reach the logs.
+        Pure otherwise."""
+        for pump in self._pumps:
+            if pump.failure is not None:
+                raise RuntimeError(pump.failure)
 
     def launch(
         self, cluster: dict[str, list[str]]
@@ -325,9 +328,11 @@ class Agent(Beats, Checkpoints, NodeTrace, Rendezvous):
         self.child = proc
         while proc.poll() is None:
             self.tick()
+            self.check_pumps()
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=0.2)  # up at its exit, not at the next look
         self.child = None
+        self.check_pumps()
         if proc.returncode != 0:
             raise RuntimeError(f"setup failed with exit code {proc.returncode}")
         marker.touch()
@@ -367,6 +372,7 @@ class Agent(Beats, Checkpoints, NodeTrace, Rendezvous):
         changed = False
         while self.child.poll() is None:
             self.tick()
+            self.check_pumps()
             if serving and (changed or time.time() - last_chief_check > 1.0):
                 last_chief_check = time.time()
                 if self.chief_final():
@@ -383,6 +389,8 @@ class Agent(Beats, Checkpoints, NodeTrace, Rendezvous):
         rc = self.child.returncode
         self._trace_training(launched, f"exit {rc}")
         self.kill_child()  # background processes the entrypoint left behind go too
+        self._join_pumps()
+        self.check_pumps()  # a pump that failed lost lines: not a success
         self.finish(rc)
 
     def _trace_training(self, launched: float, detail: str) -> None:
@@ -390,14 +398,19 @@ class Agent(Beats, Checkpoints, NodeTrace, Rendezvous):
         attempt = self.attempt
         self.trace.add(tr.TRAINING, *self._trained, parent=tr.NODE, attempt=attempt, detail=detail)
 
+    def _join_pumps(self) -> None:
+        """Wait (up to 5 s) for the output pumps to reach the end of their pipes: every line of
+        output is in the logs before the status. Blocking."""
+        deadline = time.monotonic() + 5
+        for pump in self._pumps:
+            pump.join(timeout=max(0.0, deadline - time.monotonic()))
+
     def finish(self, rc: int, reason: str = "") -> None:
         """Final sync, model upload on success, the final flushes, a heartbeat, then the final
         status (written last: it and the heartbeat announce every line of the logs)."""
         started = time.time()
         shutil.rmtree(self.scratch, ignore_errors=True)  # its processes are gone (kill_child)
-        deadline = time.monotonic() + 5  # every line of output is in the logs before the status
-        for pump in self._pumps:
-            pump.join(timeout=max(0.0, deadline - time.monotonic()))
+        self._join_pumps()
         self.metrics.flush(final=True)
         self.trace_steps(*self._trained, self.metrics.first_step_at, self.metrics.last_step_at)
         if self.is_chief:

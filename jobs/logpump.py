@@ -30,11 +30,15 @@ from cloudtrain.jobs.protocol import (
 )
 from cloudtrain.redact import Redactor
 
+# the output is untrusted: an epoch number longer than 9 digits is no epoch (int() of a 5000-digit
+# string raises ValueError on 3.11+), so the patterns take none
+_NUM = r"(\d{1,9})(?!\d)"
 _EPOCH_RES = (
-    re.compile(r"cloudtrain: epoch (\d+)/(\d+) done"),
-    re.compile(r"^(?:\[rank \d+\] )?Epoch (\d+)/(\d+)"),
+    re.compile(rf"cloudtrain: epoch {_NUM}/{_NUM} done"),
+    re.compile(rf"^(?:\[rank \d{{1,6}}\] )?Epoch {_NUM}/{_NUM}"),
 )
 LOG_CHUNK_BYTES = 256 * 1024
+MAX_LINE_BYTES = 64 * 1024  # a longer output line is cut (jobs/pipe_pump.py)
 TAIL_LINES = 20  # the last lines a failed status carries (the controller prints them)
 
 # Key names inside a node's logs/ folder, taken from the protocol's key functions (which need a
@@ -136,10 +140,13 @@ class LogPump:
 
     def add(self, line: str) -> None:
         """Buffer one line, secrets redacted (echoed to this process's stdout, the node's
-        console)."""
+        console, best effort). Never raises for the line's content."""
         line = self.redactor.redact(line.rstrip("\n"))
-        sys.stdout.write(line + "\n")
-        sys.stdout.flush()
+        # a console that cannot take the line (closed, or an encoding without U+FFFD) loses it;
+        # the stream does not
+        with contextlib.suppress(OSError, ValueError):
+            sys.stdout.write(line + "\n")
+            sys.stdout.flush()
         with self._lock:
             self._lines.append(line)
             self._tail.append(line[-500:])

@@ -38,6 +38,12 @@ LOSSES_KEPT = 32  # the heartbeat's `losses`: the live view's sparkline
 FLUSH_S = 10.0
 KERAS_LOG_HOLD_S = 10.0  # a keras-log record waits this long for the runtime's records to show
 MAX_READ_BYTES = 4 * 1024 * 1024  # of the metrics file per flush (the rest waits for the next)
+# The metrics file is the job's, so untrusted: a longer line, a deeper record or a number out of
+# these bounds is no record (skipped, each kind of problem said once in the node's log)
+MAX_RECORD_BYTES = 64 * 1024
+MAX_RECORD_DEPTH = 8
+MAX_RECORD_INT = 2**63
+MAX_KERAS_LINE = 4096  # of a progress line's last `\r` update: Keras' own are under 1 KiB
 NVIDIA_SMI = "nvidia-smi"
 GPU_QUERY = (
     "--query-gpu=index,utilization.gpu,memory.used,memory.total",
@@ -55,22 +61,83 @@ def metrics_seq(key: str) -> int:
 
 
 def _num(value: Any) -> float | None:
-    """A finite number, else None (a record's field may be anything a newer writer wrote)."""
+    """A finite number, else None (a record's field may be anything a newer writer wrote; an
+    int too large for a float is none either). Pure; never raises."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    return float(value) if math.isfinite(value) else None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+# the known fields' types (protocol.METRICS); null is allowed for each, unknown fields are free
+_NUMBER_FIELDS = frozenset(
+    {
+        *("time", "epoch", "epochs", "steps", "examples", "seconds", "loss", "step"),
+        *("examples_per_s", "steps_per_s", "step_p50_s", "step_p95_s", "last_step_time"),
+        *("cpu_percent", "rss_bytes", "processes", "steps_per_epoch", "global_batch", "workers"),
+    }
+)
+_FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
+    "metrics": dict,
+    "source": str,
+    "partial": bool,
+    "gpus": list,
+}
+
+
+def _wrong_type(record: dict[str, Any]) -> str | None:
+    """The first known field of `record` whose value has the wrong type, else None. Pure."""
+    for key, value in record.items():
+        if value is None:
+            continue
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if key in _NUMBER_FIELDS and not number:
+            return key
+        if key in _FIELD_TYPES and not isinstance(value, _FIELD_TYPES[key]):
+            return key
+    return None
+
+
+def record_problem(value: Any, depth: int = 0) -> str | None:
+    """Why `value` (a parsed line of the metrics file) is no record, else None: not an object,
+    no string `kind`, nested deeper than MAX_RECORD_DEPTH, a number that is not finite or an
+    int beyond MAX_RECORD_INT, a known field of the wrong type. Pure; recursion bounded by the
+    depth."""
+    if depth == 0:
+        if not (isinstance(value, dict) and isinstance(value.get("kind"), str)):
+            return "not a record (an object with a string kind)"
+        if _wrong_type(value) is not None:
+            return "a field of the wrong type"
+    if depth > MAX_RECORD_DEPTH:
+        return "nested too deep"
+    if isinstance(value, float) and not math.isfinite(value):
+        return "a number that is not finite"
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= MAX_RECORD_INT:
+        return "an integer too large"
+    if isinstance(value, (dict, list)):
+        for child in value.values() if isinstance(value, dict) else value:
+            problem = record_problem(child, depth + 1)
+            if problem:
+                return problem
+    return None
 
 
 # --- Keras' progress lines ------------------------------------------------------------------------
 _RANK = re.compile(r"^\[rank (\d+)\] ")  # the agent's prefix of a horovod rank's lines
-_EPOCH = re.compile(r"^Epoch (\d+)/(\d+)$")
-_TIME = r"(\d+)(s|ms|us)"
+# numbers are bounded (int() of a 5000-digit string raises ValueError on 3.11+)
+_EPOCH = re.compile(r"^Epoch (\d{1,9})/(\d{1,9})$")
+_TIME = r"(\d{1,12})(s|ms|us)"
 _UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
 _LOGS = r"(?P<logs>(?: - [^\s:]+: \S+)*)"
 # verbose=1, finalized: "24/24 [====] - 1s 44ms/step - loss: 0.5270 - accuracy: 0.8567"
-_VERBOSE1 = re.compile(rf"^(\d+)/(\d+) \[=+\] - \d+s {_TIME}/step{_LOGS}$")
+_VERBOSE1 = re.compile(rf"^(\d{{1,12}})/(\d{{1,12}}) \[=+\] - \d{{1,12}}s {_TIME}/step{_LOGS}$")
 # verbose=2: "24/24 - 1s - loss: 0.5270 - accuracy: 0.8567 - 1s/epoch - 44ms/step"
-_VERBOSE2 = re.compile(rf"^(\d+)/(\d+) - \d+s{_LOGS} - {_TIME}/epoch - {_TIME}/step$")
+_VERBOSE2 = re.compile(
+    rf"^(\d{{1,12}})/(\d{{1,12}}) - \d{{1,12}}s{_LOGS} - {_TIME}/epoch - {_TIME}/step$"
+)
 _LOG_ITEM = re.compile(r" - ([^\s:]+): (\S+)")
 
 
@@ -93,6 +160,8 @@ class KerasProgress:
                 return None
             line = line[rank.end() :]
         text = line.split("\r")[-1].replace("\b", "").strip()
+        if len(text) > MAX_KERAS_LINE:  # no Keras line: not worth a regex's time
+            return None
         announced = _EPOCH.match(text)
         if announced:
             self.epoch, self.epochs = int(announced[1]), int(announced[2])
@@ -114,7 +183,7 @@ class KerasProgress:
             return None
         values: dict[str, float] = {}
         for name, raw in _LOG_ITEM.findall(logs):
-            with contextlib.suppress(ValueError):
+            with contextlib.suppress(ValueError, OverflowError):
                 values[name] = float(raw)
         loss = values.pop("loss", None)
         record = {
@@ -243,6 +312,8 @@ class MetricsPump:
         self._lock = threading.Lock()
         self._out: list[str] = []  # the lines of the next chunk
         self._gpu_failed = False
+        self._said: set[str] = set()  # the kinds of bad input said in the log already
+        self._skipping = False  # inside a line longer than a read: dropped to its newline
         self._reset()
         with contextlib.suppress(OSError):
             self._offset = path.stat().st_size
@@ -278,11 +349,16 @@ class MetricsPump:
                 self.path.unlink()
 
     def log_line(self, line: str, now: float | None = None) -> None:
-        """Feed one line of the training's output to the Keras progress parser. Cheap."""
+        """Feed one line of the training's output to the Keras progress parser. Cheap; a line
+        it cannot read is skipped (said once), never raised."""
         with self._lock:
             if self._runtime:
                 return
-            record = self._keras.feed(line, time.time() if now is None else now)
+            try:
+                record = self._keras.feed(line, time.time() if now is None else now)
+            except (ValueError, ArithmeticError) as exc:  # the output is untrusted: skipped
+                self._warn_once(f"a progress line skipped ({type(exc).__name__})")
+                return
             if record is not None:
                 self._held.append(record)
 
@@ -411,15 +487,43 @@ class MetricsPump:
         if end < 0:
             if len(data) == MAX_READ_BYTES:  # a line longer than that is no record: skipped
                 self._offset += len(data)
+                self._skipping = True  # to its newline, in a later read
             return
         self._offset += end + 1
-        for raw in data[:end].split(b"\n"):
-            try:
-                record = json.loads(raw)
-            except ValueError:
-                continue  # not a record (a torn or foreign line): not streamed
-            if isinstance(record, dict) and isinstance(record.get("kind"), str):
-                self._emit(record, raw.decode(errors="replace").strip())
+        lines = data[:end].split(b"\n")
+        if self._skipping:  # the end of a line too long to be a record
+            self._skipping = False
+            lines = lines[1:]
+            self._warn_once("a line too long skipped")
+        for raw in lines:
+            parsed = self._parse(raw)
+            if parsed is not None:
+                self._emit(*parsed)
+
+    def _parse(self, raw: bytes) -> tuple[dict[str, Any], str] | None:
+        """The record on the line `raw` and its text, else None (said once per kind of
+        problem)."""
+        if len(raw) > MAX_RECORD_BYTES:
+            self._warn_once("a line too long skipped")
+            return None
+        if not raw.strip():
+            return None
+        try:
+            text = raw.decode().strip()
+            record = json.loads(text)
+        except (ValueError, RecursionError):  # a torn or foreign line, or nested too deep
+            self._warn_once("a line that is not JSON skipped")
+            return None
+        problem = record_problem(record)
+        if problem is not None:
+            self._warn_once(f"a line skipped: {problem}")
+            return None
+        return record, text
+
+    def _warn_once(self, what: str) -> None:
+        if what not in self._said:
+            self._said.add(what)
+            self._say(f"metrics file: {what} (further ones are not said)")
 
     def _release_held(self, now: float, everything: bool) -> None:
         while self._held and (everything or now - self._held[0]["time"] >= self.hold_s):
