@@ -3,8 +3,11 @@
 A node is the rendered startup script run by bash in its own session (`setsid`) and working folder,
 under `$CLOUDTRAIN_HOME/local/runs/<run_id>/nodes/<name>/`. `node.json` there plays the role of the
 cloud's tags: `list_nodes` reads it, so a new process (`cloudtrain down` after a crash) sees the
-same nodes. Deleting a node kills every process of its session, checks that none is left, and
-deletes what it wrote there (its VM's disk) but node.json and its console log.
+same nodes. Deleting a node kills every process of it, checks that none is left, and deletes what
+it wrote there (its VM's disk) but node.json and its console log. A node's processes are its
+session, every process of this user that carries its marker (`NODE_ENV`) in its environment, and
+its cgroup where one could be made: a daemon that left the session is found too, as a VM's
+processes end with the VM (providers/local_sessions.py says what only a cgroup finds).
 Each node gets its own loopback port, passed like instance metadata through its environment.
 """
 
@@ -16,6 +19,7 @@ import hashlib
 import json
 import os
 import re
+import secrets
 import shutil
 import subprocess
 import sys
@@ -30,6 +34,7 @@ from cloudtrain.crashpoints import crash_point
 from cloudtrain.errors import NotFound, PreconditionFailed, ProviderError
 from cloudtrain.paths import cloudtrain_home
 from cloudtrain.procid import environ_has, same_process, start_stamp
+from cloudtrain.providers import local_cgroups
 from cloudtrain.providers.base import (
     Compute,
     Node,
@@ -44,12 +49,20 @@ from cloudtrain.providers.base import (
     run_labels,
 )
 from cloudtrain.providers.local_sessions import (  # noqa: F401 - the local provider's API
+    DEADMAN_SH,
+    END_NODE_SH,
     EPHEMERAL_RANGE,
     LOW_PORT,
+    NODE_ENV,
+    POWER_OFF_SH,
+    WORK_ENV,
     _free_port,
     _port_range,
     free_port,
+    kill_members,
     kill_session,
+    marked_pids,
+    node_marker,
     session_pids,
     start_session,
 )
@@ -60,9 +73,6 @@ KILL_GRACE_S = 3.0
 # One folder name under the local root: a run id ("r1", "digits-3fa9c2") or a node name
 # ("ct-digits-3fa9c2-worker-0"). No '/', no '.', so it can never climb out of the root.
 _COMPONENT_RE = re.compile(r"[a-z0-9][a-z0-9-]{0,99}")
-# the node's own folder, in the environment of every process it starts: what makes a process
-# provably the node's (a pid read back from node.json proves nothing by itself)
-WORK_ENV = "CT_WORK"
 # what a deleted node's folder keeps: its record (the provider's tags) and its console log; the
 # rest was its VM's disk, which goes with the VM (and a node made again boots on an empty one)
 KEPT_AFTER_DELETE = ("node.json", "console.log")
@@ -324,6 +334,19 @@ class LocalCompute(Compute):
             raise
 
     def _members(self, meta: dict[str, object], node_dir: Path) -> list[int]:
+        """Every live process of the node: its session's (`_session_members`), the processes
+        of this user that carry its marker and folder in their environment, and its cgroup's.
+        A record planted in another folder reaches none of another node's (the marker's folder,
+        the cgroup's name from the folder)."""
+        found = set(self._session_members(meta, node_dir))
+        token = meta.get("token")
+        if isinstance(token, str) and local_cgroups.TOKEN_RE.fullmatch(token):
+            found.update(marked_pids(node_marker(node_dir, token), str(node_dir)))
+            name = local_cgroups.name_for(node_dir, token)
+            found.update(local_cgroups.pids(meta.get("cgroup"), name))
+        return sorted(found)
+
+    def _session_members(self, meta: dict[str, object], node_dir: Path) -> list[int]:
         """The live processes of the node's session, if the session is provably the node's:
         one of them carries the node's folder in the environment it started with, and the
         session's leader, while alive, is the process recorded at create (its start stamp).
@@ -368,12 +391,8 @@ class LocalCompute(Compute):
         """Nothing to delete. Idempotent."""
 
     def startup_blocks(self, run: RunInfo, request: NodeRequest) -> StartupBlocks:
-        """This machine's Python runs the agent; the dead-man switch kills the node's session."""
-        shutdown = (
-            '( sleep "$(( DEADLINE_EPOCH > $(date +%s) ? DEADLINE_EPOCH - $(date +%s) : 0 ))"\n'
-            '  echo "cloudtrain: node deadline reached, shutting down"\n'
-            '  pkill -TERM -s "$$"; sleep 5; pkill -KILL -s "$$" ) </dev/null >/dev/null 2>&1 &'
-        )
+        """This machine's Python runs the agent; the dead-man switch and the power-off end the
+        node's session and every process that carries its marker (local_sessions)."""
         metadata = (
             'export CLOUDTRAIN_NODE_HOST="${CLOUDTRAIN_NODE_HOST:-127.0.0.1}"\n'
             'export CLOUDTRAIN_NODE_PORT="${CLOUDTRAIN_NODE_PORT:-}"'
@@ -381,9 +400,9 @@ class LocalCompute(Compute):
         return StartupBlocks(
             python=sys.executable,
             metadata=metadata,
-            self_shutdown=shutdown,
+            self_shutdown=f"{END_NODE_SH}\n{DEADMAN_SH}",
             install_stack=False,
-            power_off='pkill -KILL -s "$$"  # the node is its session: end all of it',
+            power_off=POWER_OFF_SH,
         )
 
     def _read_meta(self, path: Path) -> dict[str, object] | None:
@@ -424,6 +443,9 @@ class LocalCompute(Compute):
             if meta and not meta.get("deleted") and self._alive(meta, node_dir):
                 return self._to_node(meta, "running")
             node_dir.mkdir(parents=True, exist_ok=True)
+            if meta:  # the predecessor's cgroup, empty now (nothing of it is alive)
+                old = local_cgroups.name_for(node_dir, meta.get("token"))
+                local_cgroups.remove(meta.get("cgroup"), old)
             # a node created again is a new machine on an empty disk: its predecessor's boot
             # claim and markers (jobs/startup.sh.j2's state folder) must not make the new boot
             # step aside, nor its checkpoints, model or partial downloads be found there
@@ -439,7 +461,11 @@ class LocalCompute(Compute):
                 CLOUDTRAIN_NODE_NAME=request.name,
             )
             env[WORK_ENV] = str(node_dir)
-            proc = start_session(script, node_dir, env)
+            token = secrets.token_hex(8)  # new with each node made: its processes' marker
+            env[NODE_ENV] = node_marker(node_dir, token)
+            cgroup = local_cgroups.create(str(local_cgroups.name_for(node_dir, token)))
+            procs = local_cgroups.procs_file(cgroup) if cgroup else None
+            proc = start_session(script, node_dir, env, procs)
             self._popen[request.name] = proc
             meta = {
                 "name": request.name,
@@ -449,6 +475,8 @@ class LocalCompute(Compute):
                 "pid": proc.pid,
                 "start": start_stamp(proc.pid),
                 "port": port,
+                "token": token,
+                "cgroup": cgroup,
                 "spot": request.spot,
                 "instance_type": request.instance_type,
                 "labels": {**run_labels(run.run_id, request.role, request.index), **request.labels},
@@ -500,8 +528,8 @@ class LocalCompute(Compute):
         return out
 
     def delete_node(self, node: Node) -> None:
-        """Kill every process of the node's session (TERM, then KILL) and verify none is left.
-        Idempotent; blocks until the session is empty."""
+        """Kill every process of the node (`_members`: TERM, then KILL) and verify none is
+        left. Idempotent; blocks until none is left."""
         node_dir = self._node_dir(node.run_id, node.name)
         meta_path = node_dir / "node.json"
         meta = self._read_meta(meta_path)
@@ -512,20 +540,33 @@ class LocalCompute(Compute):
         meta["deleted"] = True
         meta["deleted_at"] = time.time()
         self._write_meta(meta_path, meta)
-        if self._members(meta, node_dir):  # only a session that is provably this node's
-            self._kill_session(int(meta["pid"]), node.name)  # type: ignore[call-overload]
+        if self._members(meta, node_dir):  # only processes that are provably this node's
+            self._kill(meta, node_dir, node.name)
         popen = self._popen.pop(node.name, None)
         if popen is not None:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 popen.wait(timeout=1)
         if not self._members(meta, node_dir):  # its disk goes with it (nothing runs there)
             wipe_disk(node_dir)
+            cgroup_name = local_cgroups.name_for(node_dir, meta.get("token"))
+            local_cgroups.remove(meta.get("cgroup"), cgroup_name)
 
-    def _kill_session(self, sid: int, name: str) -> None:
-        if not kill_session(sid, KILL_GRACE_S):
+    def _kill(self, meta: dict[str, object], node_dir: Path, name: str) -> None:
+        """End every process of the node: TERM, KILL_GRACE_S, then KILL (its cgroup's
+        cgroup.kill first, where it has one). Raises ProviderError if any survives."""
+        cgroup = meta.get("cgroup")
+        cgroup_name = local_cgroups.name_for(node_dir, meta.get("token"))
+
+        def members() -> list[int]:
+            return self._members(meta, node_dir)
+
+        def kill_all() -> bool:
+            return local_cgroups.kill(cgroup, cgroup_name)
+
+        if not kill_members(members, KILL_GRACE_S, kill_all):
             raise ProviderError(
-                f"node {name}: processes {session_pids(sid)} survived SIGKILL",
-                hint="check them with `ps -s SID`",
+                f"node {name}: processes {members()} survived SIGKILL",
+                hint="check them with `ps -o pid,sid,cmd -p PID`",
             )
 
     def console_output(self, node: Node) -> str:
