@@ -10,8 +10,10 @@ both believe they wrote last. Rules:
   `force` (`cloudtrain down`: a teardown outranks any controller).
 - `renew` rewrites the lease on the tag this process last wrote, same term, later expiry. Any
   other writer in between (a takeover, `down`) moved the tag: PreconditionFailed, and the lease
-  raises LeaseLost. So does a lease this process let expire (a paused process resumes late: its
-  expiry is in the past, and it must not act on it even if nobody took over yet).
+  raises LeaseLost naming the new holder. A lease this process let expire (a paused process, a
+  laptop's closed lid) is renewed the same way: the conditional write lands only when nobody
+  wrote the lease since, and nobody acts on a run without writing its lease first, so an
+  untouched lease proves that nobody acted meanwhile and the process carries on (issue 29).
 - `check` is what guards every create and delete (cloudtrain/fencing.py): a renewal. Nobody
   creates or deletes a node without the current term.
 - `release(successor)` hands the run over: the lease stays live (`ttl` of the successor's boot)
@@ -129,16 +131,12 @@ class Lease:
             raise LeaseHeld(f"run {self.run_id}: the lease kept changing while taking it")
 
     def renew(self) -> None:
-        """Extend the lease, same term. Raises LeaseLost when it expired first or anyone else
-        wrote it since this process did. Blocks (one conditional write)."""
+        """Extend the lease, same term, also past its expiry: raises LeaseLost (naming the new
+        holder) only when anyone else wrote it since this process did. Blocks (one conditional
+        write; one read after a loss)."""
         with self._lock:
             if self._tag is None:
                 raise LeaseLost(f"run {self.run_id}: {self.owner} does not hold the lease")
-            if self.clock() >= self._expires:
-                raise LeaseLost(
-                    f"run {self.run_id}: the lease of {self.owner} (term {self.term}) expired "
-                    "before it was renewed"
-                )
             try:
                 self._write(self.term, self._tag)
             except PreconditionFailed:
@@ -218,6 +216,7 @@ class LeaseKeeper:
     ) -> None:
         self.lease, self.on_lost, self.should_yield = lease, on_lost, should_yield
         self.lost = threading.Event()
+        self.reason = ""  # why it was lost, naming the new holder (set before `lost`)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="lease-keeper", daemon=True)
 
@@ -237,13 +236,16 @@ class LeaseKeeper:
             try:
                 if self.should_yield():
                     self.lease.release()  # expired now: the asker takes it at once
-                    self.lost.set()
-                    self.on_lost(f"{self.lease.owner} yielded the run")
+                    self._lose(f"{self.lease.owner} yielded the run")
                     return
                 self.lease.renew()
             except LeaseLost as exc:
-                self.lost.set()
-                self.on_lost(str(exc))
+                self._lose(str(exc))
                 return
             except (CloudtrainError, OSError):  # a store hiccup: the next round tries again
                 continue
+
+    def _lose(self, reason: str) -> None:
+        self.reason = reason
+        self.lost.set()
+        self.on_lost(reason)

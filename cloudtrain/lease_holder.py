@@ -67,7 +67,7 @@ class LeaseHolder:
     def _check_lease(self) -> None:
         """Raise LeaseLost once the keeper found the lease gone (the watch loop's check)."""
         if self._keeper is not None and self._keeper.lost.is_set():
-            raise LeaseLost(f"run {self.run_id}: another process controls it now")
+            raise LeaseLost(self._keeper.reason or f"run {self.run_id}: the lease was lost")
 
     def stop_acting(self, outcome: Outcome, detail: str, why: str) -> tuple[Outcome, str]:
         """This process lost the run's lease (`why`): stop renewing, note it in the ledger and

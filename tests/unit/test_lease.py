@@ -146,3 +146,55 @@ def test_a_paused_controller_that_resumes_late_does_nothing(store: ObjectStore) 
     assert compute.creations == {}  # A never acted after the takeover
     FencedCompute(compute, b).create_node(INFO, _request(1))  # B does
     assert list(compute.creations.values()) == [1]
+
+
+class _Clock:
+    """A wall clock the test moves: a process paused (a closed lid) sees time jump."""
+
+    def __init__(self, now: float = 1_000_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_controller_paused_past_its_expiry_takes_its_untouched_lease_back(
+    store: ObjectStore,
+) -> None:
+    """A laptop's lid closes for twice the ttl and nobody else wants the run: the lease in the
+    bucket still carries this process's last write, so the conditional renewal proves that nobody
+    acted meanwhile. The controller carries on with the same term (issue 29)."""
+    clock = _Clock()
+    lease = Lease(store, RUN, "run:laptop", ttl_s=30, clock=clock)
+    assert lease.acquire() == 1
+    compute = MemoryCompute()
+    fenced = FencedCompute(compute, lease)
+    clock.now += 60  # the lid was closed
+    fenced.create_node(INFO, _request(0))  # its fence renews: untouched, so it is still its own
+    doc = read_lease(store, RUN)
+    assert doc is not None and (doc.owner, doc.term) == ("run:laptop", 1)
+    assert doc.expires == pytest.approx(clock.now + 30)
+    assert set(compute.nodes) == {f"ct-{RUN}-worker-0"}
+
+
+def test_a_paused_controller_whose_lease_was_taken_is_fenced_and_names_the_holder(
+    store: ObjectStore,
+) -> None:
+    clock = _Clock()
+    lease = Lease(store, RUN, "run:laptop", ttl_s=30, clock=clock)
+    lease.acquire()
+    clock.now += 60
+    assert Lease(store, RUN, "attach:desk", ttl_s=30, clock=clock).acquire() == 2
+    with pytest.raises(LeaseLost, match=r"now attach:desk \(term 2"):
+        lease.renew()
+    assert read_lease(store, RUN).owner == "attach:desk"  # type: ignore[union-attr]
+
+
+def test_the_keeper_keeps_the_loss_naming_the_new_holder(store: ObjectStore) -> None:
+    lease = Lease(store, RUN, "run:k", ttl_s=1.2)
+    lease.acquire()
+    keeper = LeaseKeeper(lease).start()
+    Lease(store, RUN, "attach:desk", ttl_s=30).acquire(force=True)
+    assert keeper.lost.wait(5.0)
+    keeper.stop()
+    assert "now attach:desk (term 2" in keeper.reason
