@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
-from cloudtrain import __version__
+from cloudtrain import __version__, launch_doc
 from cloudtrain.crashpoints import crash_point
 from cloudtrain.errors import CloudtrainError, NoCapacityError
 from cloudtrain.jobs import protocol
@@ -86,6 +86,20 @@ class Provisioning:
         crash_point("bundle")
         self.cluster = self._cluster_doc()
         self._write_cluster()
+        # what another controller needs to adopt the run: `cloudtrain attach` takes an attached
+        # run over after a closed lid or a crash (issue 29); `run --detach` rewrites it with its
+        # controller node's name
+        launch_doc.write(
+            self.store,
+            launch_doc.LaunchDoc.of(
+                self.spec,
+                self.run_id,
+                self.options,
+                self.started,
+                self.bundle.sha256,
+                self.store.uri,
+            ),
+        )
         self.ledger.set_status(self.run_id, "provisioning")
         compute = self.provider.compute
         for res in compute.planned_network(self.info):
