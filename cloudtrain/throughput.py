@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from cloudtrain.node_text import figure, finite
+
 # a node this much slower than the median of the run's nodes holds back every all-reduce
 STRAGGLER_FRACTION = 0.20
 # a training node below this GPU use (or, without a GPU, CPU use: 100 = one core) waits for work
@@ -102,9 +104,7 @@ class Throughput:
 
 
 def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value) if value == value and abs(value) != float("inf") else None
+    return finite(value)  # an int too big for a float (a 4000-digit one) is no figure either
 
 
 def _losses(value: Any) -> tuple[float, ...]:
@@ -206,19 +206,23 @@ SPARKS = "▁▂▃▄▅▆▇█"
 
 
 def sparkline(values: tuple[float, ...] | list[float], width: int = 16) -> str:
-    """The last `width` values as block characters, lowest to highest ('' for none). Pure."""
-    tail = list(values)[-width:]
+    """The last `width` finite values as block characters, lowest to highest ('' for none);
+    other values are left out. Pure."""
+    tail = [x for x in (finite(v) for v in list(values)[-width:]) if x is not None]
     if not tail:
         return ""
-    low, high = min(tail), max(tail)
+    low, high = min(tail) / 2, max(tail) / 2  # halves: their difference cannot overflow
     span = high - low
     if span <= 0:
         return SPARKS[len(SPARKS) // 2] * len(tail)
-    return "".join(SPARKS[round((v - low) / span * (len(SPARKS) - 1))] for v in tail)
+    top = len(SPARKS) - 1
+    return "".join(SPARKS[min(max(round((v / 2 - low) / span * top), 0), top)] for v in tail)
 
 
 def fmt_rate(value: float | None) -> str:
-    """'1234/s', '12.3/s' or '-'. Pure."""
-    if value is None:
+    """'1,234/s', '12.3/s', '1.23e+15/s' (at most 12 characters before '/s'), or '-' for no
+    finite number. Pure."""
+    number = finite(value)
+    if number is None:
         return "-"
-    return f"{value:,.0f}/s" if value >= 100 else f"{value:.1f}/s"
+    return f"{figure(number, ',.0f' if abs(number) >= 100 else '.1f')}/s"

@@ -31,6 +31,7 @@ from typing import Any
 
 from cloudtrain.jobs import trace as tr
 from cloudtrain.jobs.trace import Span
+from cloudtrain.node_text import figure, finite
 
 SPAN_EVENT = "span"  # the ledger event kind of a controller span (its message: the span's JSON)
 PHASES = (
@@ -146,9 +147,14 @@ def summary_line(phases: Sequence[Phase]) -> str:
 
 def time_line(trace: Any) -> str:
     """The same line from a trace as `to_json` gives it (a run's result, `status --json`);
-    "" without a breakdown. What the summary and `cloudtrain status` print. Pure."""
-    rows = (trace or {}).get("breakdown") or []
-    return ", ".join(f"{r['phase']} {r['seconds']:.2f} s" for r in rows if r["seconds"] >= 0.005)
+    "" without a breakdown. What the summary and `cloudtrain status` print; a row whose
+    seconds are no finite number (read from a bucket) is left out. Pure."""
+    parts = []
+    for row in (trace or {}).get("breakdown") or []:
+        seconds = finite(row.get("seconds")) if isinstance(row, dict) else None
+        if seconds is not None and seconds >= 0.005:
+            parts.append(f"{row.get('phase')} {figure(seconds, '.2f')} s")
+    return ", ".join(parts)
 
 
 def coverage(spans: Sequence[Span], start: float, end: float) -> float:

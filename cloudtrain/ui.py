@@ -3,8 +3,10 @@
 On a terminal the run is a rich Live view (nodes, states, epoch, what a node's agent is busy with
 and its last line, elapsed, cost) with log lines scrolling above it. Elsewhere (CI, pipes) the same
 information is printed as plain lines, only when something changes. If the terminal goes away
-(SIGHUP, a closed SSH session or pipe), the output moves to the run's `controller.log`. Imports
-rich only; never TensorFlow or a cloud SDK.
+(SIGHUP, a closed SSH session or pipe), the output moves to the run's `controller.log`. What a
+node wrote (its lines, states, activity, reasons, names and figures) is shown as text through
+`cloudtrain.node_text`: never as rich markup, no control character, every figure finite and short.
+Imports rich only; never TensorFlow or a cloud SDK.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from cloudtrain.node_text import figure, finite, shown, shown_lines, whole
 from cloudtrain.paths import runs_dir
 from cloudtrain.throughput import fmt_rate, sparkline
 from cloudtrain.trace_view import time_line
@@ -34,6 +37,10 @@ if TYPE_CHECKING:
 
 _NATIVE_LOG = re.compile(r"^(?:[IWE]\d{4} |WARNING: All log messages before absl)")
 PLAIN_ACTIVITY_S = 30.0  # a plain stream repeats a node's ongoing activity at most this often
+NAME_LIMIT = 80  # characters shown of a node's name, state or activity
+LOG_LINE_LIMIT = 2000  # characters shown of one line a node printed (`logs` shows it whole)
+EVENT_LINE_LIMIT = 2000  # ... of one line of an event (which may quote a node's reason)
+EVENT_LINES = 100  # lines shown of one event
 _FIGURES = re.compile(r"[\d.]+/[\d.]+ ?[KMGT]?B\b|\d+(?:\.\d+)?")
 _STATE_STYLE = {
     "succeeded": "green",
@@ -45,7 +52,11 @@ _STATE_STYLE = {
 
 
 def fmt_duration(seconds: float) -> str:
-    """'1h02m', '3m05s' or '12.3s'."""
+    """'1h02m', '3m05s' or '12.3s' ('-' for no finite number, '?' beyond 10^6 hours). Pure."""
+    if finite(seconds) is None:
+        return "-"
+    if abs(seconds) >= 3.6e9:
+        return "?"
     if seconds < 60:
         return f"{seconds:.1f}s"
     m, s = divmod(int(seconds), 60)
@@ -96,8 +107,8 @@ def node_table(view: RunView) -> Group:
     ("restoring 3.1/5.0 GB") and its last line; below, the cluster's examples/s and the cost
     so far."""
     head = Text(
-        f"{view.run_id}  {view.phase}  attempt {view.attempt}  "
-        f"{fmt_duration(view.elapsed_s)}  ${view.cost_usd:.4f} (${view.hourly_usd:.4f}/h)",
+        f"{view.run_id}  {view.phase}  attempt {whole(view.attempt)}  "
+        f"{fmt_duration(view.elapsed_s)}  {_usd(view.cost_usd)} ({_usd(view.hourly_usd)}/h)",
         style="bold",
     )
     table = Table(expand=True)
@@ -108,15 +119,14 @@ def node_table(view: RunView) -> Group:
     rates = view.throughput.nodes if view.throughput else {}
     for nv in view.nodes:
         name = f"{nv.role}-{nv.index}"
-        epoch = f"{nv.epoch}/{nv.epochs}" if nv.epoch else "-"
         rate = rates.get(name)
         table.add_row(
-            name,
-            nv.cloud_state,
-            Text(nv.agent_state, _STATE_STYLE.get(nv.agent_state, "")),
-            epoch,
-            fmt_rate(rate.examples_per_s if rate else None),
-            _percent(rate.gpu_util_percent if rate else None),
+            Text(shown(name, NAME_LIMIT)),
+            Text(shown(nv.cloud_state, NAME_LIMIT)),
+            Text(shown(nv.agent_state, NAME_LIMIT), _STATE_STYLE.get(str(nv.agent_state), "")),
+            Text(_epoch(nv.epoch, nv.epochs)),
+            Text(fmt_rate(rate.examples_per_s if rate else None)),
+            Text(_percent(rate.gpu_util_percent if rate else None)),
             _loss(rate),
             _flag(rate),
             _doing(nv.activity, nv.last_line),
@@ -124,8 +134,18 @@ def node_table(view: RunView) -> Group:
     return Group(head, table, *_cluster_line(view))
 
 
+def _epoch(epoch: object, epochs: object) -> str:
+    """'3/10', '3/?' or '-' (no epoch yet). Pure."""
+    return f"{whole(epoch)}/{whole(epochs)}" if epoch else "-"
+
+
+def _usd(value: float) -> str:
+    return f"${figure(value, '.4f', 14)}"
+
+
 def _doing(activity: str, last_line: str) -> Text:
     """The last column: the agent's activity (highlighted) before the node's last line."""
+    activity, last_line = shown(activity, NAME_LIMIT), shown(last_line)
     if not activity:
         return Text(last_line)
     return Text(activity, style="bold yellow") + Text(f"  {last_line}" if last_line else "")
@@ -138,13 +158,14 @@ def activity_kind(activity: str) -> str:
 
 
 def _percent(value: float | None) -> str:
-    return "-" if value is None else f"{value:.0f}%"
+    text = figure(value, ".0f", 6)
+    return text if text == "-" else f"{text}%"
 
 
 def _loss(rate: NodeRate | None) -> Text:
-    if rate is None or rate.loss is None:
+    if rate is None or finite(rate.loss) is None:
         return Text("-")
-    return Text(f"{rate.loss:.4f} ") + Text(sparkline(rate.losses, 12), style="cyan")
+    return Text(f"{figure(rate.loss, '.4f')} ") + Text(sparkline(rate.losses, 12), style="cyan")
 
 
 def _flag(rate: NodeRate | None) -> Text:
@@ -163,15 +184,15 @@ def _cluster_line(view: RunView) -> list[Text]:
     return [
         Text(
             f"cluster {fmt_rate(tp.cluster_examples_per_s)}{_unit_costs(tp)}  "
-            f"cost so far ${view.cost_usd:.4f}"
+            f"cost so far {_usd(view.cost_usd)}"
         )
     ]
 
 
 def _unit_costs(tp: Throughput) -> str:
     per_epoch, per_million = tp.usd_per_epoch, tp.usd_per_million_examples
-    out = f"  ${per_epoch:.4f}/epoch" if per_epoch is not None else ""
-    return out + (f"  ${per_million:.4f}/M examples" if per_million is not None else "")
+    out = f"  {_usd(per_epoch)}/epoch" if finite(per_epoch) is not None else ""
+    return out + (f"  {_usd(per_million)}/M examples" if finite(per_million) is not None else "")
 
 
 class ConsoleObserver:
@@ -268,15 +289,19 @@ class ConsoleObserver:
             )
 
     def event(self, message: str) -> None:
-        """A lifecycle event (created, restart, teardown...)."""
+        """A lifecycle event (created, restart, teardown...), shown as text: it may quote what
+        a node wrote (a failure's reason and last lines)."""
         stamp = time.strftime("%H:%M:%S")
-        self._print(f"[dim]{stamp}[/dim] [bold]cloudtrain[/bold] {message}")
+        text = shown_lines(message, EVENT_LINE_LIMIT, EVENT_LINES)
+        self._print(Text(stamp, "dim") + " " + Text("cloudtrain", "bold") + " " + Text(text))
 
     def log_line(self, node: str, line: str) -> None:
-        """One line of a node's output."""
+        """One line of a node's output, shown as text (at most LOG_LINE_LIMIT characters;
+        `cloudtrain logs` has the whole line)."""
         if self.show_logs:
+            line = shown(line, LOG_LINE_LIMIT)
             style = "dim" if _NATIVE_LOG.match(line) else ""
-            self._print(Text(f"[{node}] ", style="blue") + Text(line, style=style))
+            self._print(Text(f"[{shown(node, NAME_LIMIT)}] ", style="blue") + Text(line, style))
 
     def update(self, view: RunView) -> None:
         """Redraw the live view; on a plain stream print only what changed."""
@@ -289,8 +314,11 @@ class ConsoleObserver:
             self._last_phase = view.phase
             self.event(f"phase: {view.phase}")
         for nv in view.nodes:
-            key = f"{nv.role}-{nv.index}"
-            state = f"{nv.cloud_state}/{nv.agent_state} attempt {nv.attempt}"
+            key = shown(f"{nv.role}-{nv.index}", NAME_LIMIT)
+            state = (
+                f"{shown(nv.cloud_state, NAME_LIMIT)}/{shown(nv.agent_state, NAME_LIMIT)} "
+                f"attempt {whole(nv.attempt)}"
+            )
             if self._last_plain.get(key) != state:
                 self._last_plain[key] = state
                 self.event(f"{key}: {state}")
@@ -300,6 +328,7 @@ class ConsoleObserver:
     def _plain_activity(self, key: str, activity: str) -> None:
         """On a plain stream, a node's activity ("worker-1: restoring 3.1/5.0 GB") when a new
         one begins, and while it goes on at most every PLAIN_ACTIVITY_S; nothing when it ends."""
+        activity = shown(activity, NAME_LIMIT)
         kind = activity_kind(activity)
         last_kind, printed = self._last_activity.get(key, ("", 0.0))
         now = time.monotonic()
@@ -321,9 +350,9 @@ class ConsoleObserver:
         if self._last_epoch.get(key) == epoch:
             return
         self._last_epoch[key] = epoch
-        loss = "" if rate.loss is None else f", loss {rate.loss:.4f}"
+        loss = "" if finite(rate.loss) is None else f", loss {figure(rate.loss, '.4f')}"
         flag = f" [{_flag(rate).plain}]" if _flag(rate).plain else ""
-        self.event(f"{key}: epoch {epoch}/{epochs or '?'}, {fmt_rate(rate.rate)}{loss}{flag}")
+        self.event(f"{key}: epoch {_epoch(epoch, epochs)}, {fmt_rate(rate.rate)}{loss}{flag}")
 
 
 def _interrupt_behind(exc: BaseException) -> KeyboardInterrupt | None:
@@ -378,19 +407,20 @@ def summary(result: RunResult) -> Group:
     """The end-of-run summary: outcome, where the outputs are, wall time, cost by node."""
     style = "green" if result.ok else "red"
     lines: list[Any] = [Text(f"run {result.run_id}: {result.outcome}", style=f"bold {style}")]
-    if result.detail:  # the reason, and for a failed node the last lines of its log
-        lines.append(Text("\n".join(f"  {line}" for line in result.detail.splitlines())))
+    if result.detail:  # the reason, and for a failed node the last lines of its log: as text
+        detail = shown_lines(result.detail, LOG_LINE_LIMIT)
+        lines.append(Text("\n".join(f"  {line}" for line in detail.splitlines())))
     if result.model_uri:
         lines.append(Text(f"  model:       {result.model_uri}"))
     if result.checkpoints_uri:
         lines.append(Text(f"  checkpoints: {result.checkpoints_uri}"))
     lines.append(
         Text(
-            f"  wall time {fmt_duration(result.wall_s)}, attempts {result.attempts}, "
-            f"teardown {result.teardown_s:.1f}s, cost ${result.cost_usd:.4f}"
+            f"  wall time {fmt_duration(result.wall_s)}, attempts {whole(result.attempts)}, "
+            f"teardown {figure(result.teardown_s, '.1f')}s, cost {_usd(result.cost_usd)}"
         )
     )
-    took = time_line(result.trace)
+    took = shown(time_line(result.trace), LOG_LINE_LIMIT)
     if took:  # where the wall time went (the run's trace)
         lines.append(Text(f"  time: {took}"))
     lines.extend(throughput_lines(result.throughput))
@@ -400,14 +430,18 @@ def summary(result: RunResult) -> Group:
         table.add_column("cost", justify="right")
         table.add_column("billed idle", justify="right")
         for name, cost in sorted(result.cost_by_node.items()):
-            idle = result.billed_idle_s.get(name)
-            table.add_row(name, f"${cost:.4f}", "-" if idle is None else f"{idle:.1f}s")
+            idle = figure(result.billed_idle_s.get(name), ".1f")
+            table.add_row(
+                Text(shown(name, NAME_LIMIT)),
+                Text(_usd(cost)),
+                Text(idle if idle == "-" else f"{idle}s"),
+            )
         lines.append(table)
         if result.billed_idle_s:
             lines.append(
                 Text(
                     f"  billed idle (job end -> node deleted): "
-                    f"{sum(result.billed_idle_s.values()):.1f} node-seconds"
+                    f"{figure(sum(result.billed_idle_s.values()), '.1f')} node-seconds"
                 )
             )
     return Group(*lines)
@@ -426,14 +460,14 @@ def throughput_lines(tp: Throughput | None) -> list[Any]:
     for col in ("node", "examples/s", "step p50", "step p95", "efficiency", "gpu", ""):
         table.add_column(col, justify="left" if col in ("node", "") else "right")
     for name, rate in sorted(tp.nodes.items()):
-        eff = "-" if rate.efficiency is None else f"{rate.efficiency:.0%}"
+        eff = "-" if rate.efficiency is None else figure(rate.efficiency, ".0%", 6)
         table.add_row(
-            name,
-            fmt_rate(rate.examples_per_s),
-            _millis(rate.step_p50_s),
-            _millis(rate.step_p95_s),
-            eff,
-            _percent(rate.gpu_util_percent),
+            Text(shown(name, NAME_LIMIT)),
+            Text(fmt_rate(rate.examples_per_s)),
+            Text(_millis(rate.step_p50_s)),
+            Text(_millis(rate.step_p95_s)),
+            Text(eff),
+            Text(_percent(rate.gpu_util_percent)),
             _flag(rate),
         )
     lines.append(table)
@@ -441,4 +475,6 @@ def throughput_lines(tp: Throughput | None) -> list[Any]:
 
 
 def _millis(seconds: float | None) -> str:
-    return "-" if seconds is None else f"{seconds * 1000:.0f}ms"
+    number = finite(seconds)
+    text = "-" if number is None else figure(number * 1000, ".0f", 9)
+    return text if text == "-" else f"{text}ms"
