@@ -7,6 +7,7 @@ only the standard library at start-up (the SDKs load when a provider is made), s
 from __future__ import annotations
 
 import json
+import math
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -47,8 +48,30 @@ def warn(line: str) -> None:
 
 
 def emit_json(data: Any) -> None:
-    """`data` as indented JSON on stdout."""
-    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+    """`data` as indented JSON on stdout: always valid JSON, a NaN or an infinity (a figure a
+    node's heartbeat led to) written as null, an object JSON has no form for as its str()."""
+    text = json.dumps(json_safe(data), indent=2, default=str, allow_nan=False)
+    sys.stdout.write(text + "\n")
+
+
+def json_safe(data: Any) -> Any:
+    """`data` in the form strict JSON allows, through dicts, lists and tuples: every float that
+    is not finite as None (as a key: its str), an object with a `to_dict()` (a run's
+    Throughput) as that. Pure."""
+    if isinstance(data, float):
+        return data if math.isfinite(data) else None
+    if isinstance(data, dict):
+        return {_json_key(key): json_safe(value) for key, value in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [json_safe(value) for value in data]
+    to_dict = getattr(data, "to_dict", None)
+    if callable(to_dict) and not isinstance(data, type):
+        return json_safe(to_dict())
+    return data
+
+
+def _json_key(key: Any) -> Any:
+    return str(key) if isinstance(key, float) and not math.isfinite(key) else key
 
 
 def run_ref(value: str) -> str:

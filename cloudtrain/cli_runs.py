@@ -70,33 +70,51 @@ def status(
     if as_json:
         common.emit_json(now.to_dict())
         return
+    _print_status(now)
+
+
+def _print_status(now: RunStatus) -> None:
+    """`status` for a person. What the run's bucket, journal or cloud said (node names and
+    states, activities, reasons, the lease's owner) is shown as text (`cloudtrain.node_text`):
+    never markup, no control character, every figure short and finite."""
+    from rich.text import Text
+
+    from cloudtrain.node_text import figure, shown, shown_lines, whole
+
     rec = now.record
     console = common.console()
     console.print(
-        f"[bold]{rec.run_id}[/bold] {rec.status} {rec.outcome or ''} on {rec.provider}, "
-        f"cost ${now.cost_usd:.4f}"
+        Text(rec.run_id, "bold")
+        + f" {shown(rec.status, 40)} {shown(rec.outcome or '', 40)} on {shown(rec.provider, 40)}, "
+        f"cost ${figure(now.cost_usd, '.4f', 14)}"
     )
     for node, st in sorted(now.statuses.items()):
         beat = now.heartbeats.get(node) or {}
-        epoch = f"epoch {beat.get('epoch')}/{beat.get('epochs')}" if beat.get("epoch") else ""
-        doing = f"  {beat['activity']}" if beat.get("activity") else ""  # "restoring 3.1/5.0 GB"
-        console.print(f"  {node}: {st.get('state')} (attempt {st.get('attempt')}) {epoch}{doing}")
+        epoch = beat.get("epoch")
+        epoch = f"epoch {whole(epoch)}/{whole(beat.get('epochs'))}" if epoch else ""
+        doing = f"  {shown(beat.get('activity'), 80)}" if beat.get("activity") else ""
+        console.print(
+            f"  {shown(node, 80)}: {shown(st.get('state'), 40)} "
+            f"(attempt {whole(st.get('attempt'))}) {epoch}{doing}",
+            markup=False,
+        )
     from cloudtrain.ui import throughput_lines
 
     for line in throughput_lines(now.throughput):
         console.print(line)
     from cloudtrain.trace_view import time_line
 
-    took = time_line(now.trace)
+    took = shown(time_line(now.trace), 2000)
     if took:
         console.print(f"  time: {took}", markup=False)
     console.print(
-        f"  live resources: {len(now.live_resources)}  cloud nodes: {len(now.cloud_nodes)}"
+        f"  live resources: {len(now.live_resources)}  cloud nodes: {len(now.cloud_nodes)}",
+        markup=False,
     )
     if rec.status != "done":
-        console.print(f"  {_controlled_by(now)}", markup=False)
+        console.print(f"  {shown(_controlled_by(now), 2000)}", markup=False)
     if now.store_error:
-        console.print(f"  bucket not readable: {now.store_error}", markup=False)
+        console.print(f"  bucket not readable: {shown(now.store_error, 2000)}", markup=False)
     if now.orphaned:
         console.print(
             f"  its controller is gone: nothing replaces a lost node or ends this run; "
@@ -107,9 +125,10 @@ def status(
     from cloudtrain.failures import describe
 
     if rec.detail and rec.outcome not in (None, "succeeded"):
-        console.print(_indented(rec.detail), markup=False)
+        console.print(_indented(shown_lines(rec.detail, 2000)), markup=False)
     elif now.failures:  # a live run: what its nodes report so far
-        console.print(_indented(describe(list(now.failures.values()))), markup=False)
+        failures = describe(list(now.failures.values()))
+        console.print(_indented(shown_lines(failures, 2000)), markup=False)
 
 
 def _controlled_by(now: RunStatus) -> str:
@@ -136,14 +155,25 @@ def logs(
     bootstrap: Annotated[
         bool, typer.Option("--bootstrap", help="Show the nodes' bootstrap logs.")
     ] = False,
+    raw: Annotated[
+        bool,
+        typer.Option(
+            "--raw",
+            help="Write the lines as the nodes printed them, control characters and escape "
+            "sequences included, even to a terminal.",
+        ),
+    ] = False,
     provider: ProviderOpt = None,
     region: RegionOpt = None,
     project: ProjectOpt = None,
 ) -> None:
     """Print the run's logs from its bucket, in order per node.
 
-    With --follow, keep printing until the run ends (or nobody is left to end it). With no
-    record of RUN in the ledger, --provider says where its journal is."""
+    With --follow, keep printing until the run ends (or nobody is left to end it). On a
+    terminal every control character a node printed is shown escaped (ESC as \\x1b), so no
+    escape sequence of the job reaches the terminal; into a pipe or a file, and with --raw,
+    the lines go as the nodes printed them. With no record of RUN in the ledger, --provider
+    says where its journal is."""
     from cloudtrain import api
     from cloudtrain.api_journal import sync_run
 
@@ -151,16 +181,18 @@ def logs(
         run_id, provider=provider, region=region, account=project, warn=common.warn
     ).run_id
     out = sys.stdout
+    escape = not raw and _is_terminal(out)
     if bootstrap:
         from cloudtrain.bootlog import durations_text, parse
 
         for name, text in api.bootstrap_logs(run_id, node=node).items():
             info = parse(text)
             took = durations_text(info.durations, info.steps)
-            out.write(f"== {name} ==" + (f" ({took})" if took else "") + f"\n{text}")
+            head = f"== {name} ==" + (f" ({took})" if took else "")
+            out.write(_as_shown(head, escape) + "\n" + _as_shown(text, escape))
         return
     stream = api.logs(run_id, follow=follow, node=node, on_wait=_waiting_to(sys.stderr))
-    code = render(stream, out, sys.stderr)
+    code = render(stream, out, sys.stderr, escape=escape)
     if code:
         raise typer.Exit(code)
 
@@ -176,22 +208,45 @@ def _waiting_to(err: TextIO) -> Callable[[str], None]:
 WRITE_LINES = 10_000  # `logs` writes a poll's lines this many at a time
 
 
-def render(stream: LogStream, out: TextIO, err: TextIO) -> int:
+def _is_terminal(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # no such method, or a closed stream
+        return False
+
+
+def _as_shown(text: str, escape: bool) -> str:
+    """`text` (lines) with every control character escaped when `escape`, else as it is."""
+    if not escape:
+        return text
+    from cloudtrain.node_text import shown_lines
+
+    return shown_lines(text, None, None)
+
+
+def render(stream: LogStream, out: TextIO, err: TextIO, escape: bool = False) -> int:
     """Print a log stream's lines to `out` as `[node] line`, then why it ended: the outcome and
     detail of a run that did not succeed (to `out`), or why nobody will finish it (to `err`).
-    Returns `logs`' exit code: 0, or api_logs.GONE_EXIT. Blocks while the stream does. Output
-    is written and flushed a poll's lines at a time, not per line (a day-3 run's `logs` prints
+    With `escape` (`logs` on a terminal) every control character of a line, the node's name
+    and the detail is shown escaped (`cloudtrain.node_text`), the whole line kept. Returns
+    `logs`' exit code: 0, or api_logs.GONE_EXIT. Blocks while the stream does. Output is
+    written and flushed a poll's lines at a time, not per line (a day-3 run's `logs` prints
     millions)."""
+    from cloudtrain.node_text import shown
+
+    show = (lambda text: shown(text, None)) if escape else str
     for batch in stream.batches():
         for start in range(0, len(batch), WRITE_LINES):
-            out.write("".join([f"{line}\n" for line in batch[start : start + WRITE_LINES]]))
+            lines = batch[start : start + WRITE_LINES]
+            out.write("".join([f"[{show(x.node)}] {show(x.line)}\n" for x in lines]))
         out.flush()
     end = stream.end
     assert end is not None  # a stream that stopped says why
     if end.message:
-        err.write(end.message + "\n")
+        err.write(_as_shown(end.message, escape) + "\n")
     elif end.outcome not in (None, "succeeded"):
-        out.write(f"== run {stream.rec.run_id} {end.outcome}:\n{end.detail or ''}\n")
+        detail = _as_shown(end.detail or "", escape)
+        out.write(f"== run {stream.rec.run_id} {show(end.outcome)}:\n{detail}\n")
     return end.code
 
 
