@@ -101,6 +101,11 @@ class PreconditionFailed(ProviderError):
     Never retried: the caller reads again and decides."""
 
 
+class TooLarge(ProviderError):
+    """An object holds more than the bounded read asked for (`get(key, max_bytes=n)`): the
+    reader took at most n + 1 bytes of it and skips it. Never retried: it will not shrink."""
+
+
 class LeaseError(CloudtrainError):
     """The run's control lease (cloudtrain/lease.py)."""
 

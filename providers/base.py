@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
+from cloudtrain.errors import TooLarge
 from cloudtrain.providers.parallel import Counter, first_error, parallel_map
 
 if TYPE_CHECKING:
@@ -180,6 +181,20 @@ class StartupBlocks:
     power_off: str = ""  # bash run after the agent exits: stop the node's bill (shutdown -h now)
 
 
+def within(data: bytes, max_bytes: int | None, what: str) -> bytes:
+    """`data` when `max_bytes` is None or it holds at most max_bytes; else raises TooLarge
+    naming `what`. A store reads at most max_bytes + 1 bytes and hands them here. Pure."""
+    if max_bytes is not None and len(data) > max_bytes:
+        raise TooLarge(f"{what}: more than {max_bytes} bytes, not read")
+    return data
+
+
+def bound(max_bytes: int | None) -> dict[str, int]:
+    """The keyword arguments a wrapper passes on for a read bounded by `max_bytes`: none for an
+    unbounded read, so a store that predates the bound still serves it. Pure."""
+    return {} if max_bytes is None else {"max_bytes": max_bytes}
+
+
 @runtime_checkable
 class ObjectStore(Protocol):
     """A bucket (or a prefix of one). Keys are '/'-separated and relative to `uri`."""
@@ -194,8 +209,10 @@ class ObjectStore(Protocol):
         """Write an object whole (atomically for readers). Idempotent; blocks."""
         ...
 
-    def get(self, key: str) -> bytes:
-        """Read an object. Raises NotFound. Blocks."""
+    def get(self, key: str, max_bytes: int | None = None) -> bytes:
+        """Read an object. With `max_bytes`, a bounded read: at most max_bytes + 1 bytes of it
+        come into memory, and one that holds more raises TooLarge (never retried). Raises
+        NotFound. Blocks."""
         ...
 
     def put_file(self, key: str, path: str, progress: Callable[[int], None] | None = None) -> None:
@@ -233,9 +250,10 @@ class ObjectStore(Protocol):
         """A URL that PUTs the object without credentials for `ttl_s` seconds (at most 1 h)."""
         ...
 
-    def get_tagged(self, key: str) -> tuple[bytes, str] | None:
+    def get_tagged(self, key: str, max_bytes: int | None = None) -> tuple[bytes, str] | None:
         """The object and its version tag (S3 ETag, GCS generation, Azure ETag, local: a
-        content-and-write stamp), or None when there is none. Blocks."""
+        content-and-write stamp), or None when there is none. `max_bytes` bounds the read as
+        for `get` (TooLarge). Blocks."""
         ...
 
     def put_if(self, key: str, data: bytes, tag: str | None) -> str:

@@ -35,6 +35,7 @@ from cloudtrain.providers.base import (
     RunInfo,
     StartupBlocks,
     Tagged,
+    bound,
 )
 
 FAULTS_ENV = "CLOUDTRAIN_FAULTS"
@@ -407,10 +408,10 @@ class FaultyStore:
         self._faults.gate("put")
         self.inner.put(key, data)
 
-    def get(self, key: str) -> bytes:
-        """See ObjectStore.get (raises NotFound; blocks), plus faults."""
+    def get(self, key: str, max_bytes: int | None = None) -> bytes:
+        """See ObjectStore.get (raises NotFound, TooLarge; blocks), plus faults."""
         self._faults.gate("get")
-        return self.inner.get(key)
+        return self.inner.get(key, **bound(max_bytes))
 
     def put_file(self, key: str, path: str, progress: Callable[[int], None] | None = None) -> None:
         """See ObjectStore.put_file (idempotent; blocks), plus faults: the plan's bandwidth
@@ -439,10 +440,10 @@ class FaultyStore:
         self._faults.gate("delete_prefix")
         return self.inner.delete_prefix(prefix)
 
-    def get_tagged(self, key: str) -> tuple[bytes, str] | None:
+    def get_tagged(self, key: str, max_bytes: int | None = None) -> tuple[bytes, str] | None:
         """See ObjectStore.get_tagged (None when missing; blocks), plus faults."""
         self._faults.gate("get_tagged")
-        return self.inner.get_tagged(key)
+        return self.inner.get_tagged(key, **bound(max_bytes))
 
     def put_if(self, key: str, data: bytes, tag: str | None) -> str:
         """See ObjectStore.put_if (raises PreconditionFailed; blocks), plus faults. The latency

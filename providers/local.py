@@ -21,6 +21,7 @@ import os
 import re
 import secrets
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -31,7 +32,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from cloudtrain.crashpoints import crash_point
-from cloudtrain.errors import NotFound, PreconditionFailed, ProviderError
+from cloudtrain.errors import NotFound, PreconditionFailed, ProviderError, TooLarge
 from cloudtrain.paths import cloudtrain_home
 from cloudtrain.procid import environ_has, same_process, start_stamp
 from cloudtrain.providers import local_cgroups
@@ -66,7 +67,7 @@ from cloudtrain.providers.local_sessions import (  # noqa: F401 - the local prov
     session_pids,
     start_session,
 )
-from cloudtrain.providers.transfer import Progress, copy_file, sidecar_path
+from cloudtrain.providers.transfer import COPY_CHUNK, Progress, copy_file, report, sidecar_path
 from cloudtrain.providers.uri_rules import split_uri, uri_problem
 
 KILL_GRACE_S = 3.0
@@ -127,11 +128,56 @@ def _folder_lock(folder: Path) -> Iterator[None]:
         os.close(fd)  # releases the lock
 
 
+# how a store opens an object to read it: never through a symlink, never blocking on a FIFO
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+
+
+def _open_object(path: Path, what: str) -> tuple[int, os.stat_result] | None:
+    """A descriptor of the regular file at `path` and its stat, or None when there is none (or a
+    folder is there). The last component is opened without following a symlink and without
+    blocking, so a FIFO, a device or a symlink at the key raises ProviderError instead of being
+    read. The caller closes the descriptor."""
+    try:
+        fd = os.open(path, _READ_FLAGS)
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+        return None
+    except OSError as exc:  # ELOOP: a symlink at the key (O_NOFOLLOW); ENXIO, EACCES, ...
+        raise ProviderError(f"{what}: not a readable regular file ({exc.strerror})") from None
+    st = os.fstat(fd)
+    if stat.S_ISREG(st.st_mode):
+        os.set_blocking(fd, True)
+        return fd, st
+    os.close(fd)
+    if stat.S_ISDIR(st.st_mode):
+        return None
+    raise ProviderError(f"{what}: not a regular file (mode {stat.filemode(st.st_mode)})")
+
+
+def _read_fd(fd: int, max_bytes: int | None, what: str) -> bytes:
+    """The bytes of the open file `fd` from its start: all of them, or with `max_bytes` at most
+    max_bytes + 1 read before raising TooLarge. Blocks on the read."""
+    limit = None if max_bytes is None else max_bytes + 1
+    parts: list[bytes] = []
+    got = 0
+    while limit is None or got < limit:
+        chunk = os.read(fd, COPY_CHUNK if limit is None else min(COPY_CHUNK, limit - got))
+        if not chunk:
+            break
+        parts.append(chunk)
+        got += len(chunk)
+    if max_bytes is not None and got > max_bytes:
+        raise TooLarge(f"{what}: more than {max_bytes} bytes, not read")
+    return b"".join(parts)
+
+
 class LocalStore:
     """An ObjectStore that is a folder. Writes are atomic (temp file + rename); thread-safe.
 
     Every write of a key (put, put_file, put_if, delete) holds an flock on the key's folder, so a
-    conditional write's compare and rename are atomic against all of them, in any process."""
+    conditional write's compare and rename are atomic against all of them, in any process.
+    The folder is writable by the run's nodes, so it is untrusted: only regular files are
+    objects; a read never follows a symlink at the key, never blocks on a FIFO, and no key leads
+    out of the folder through a symlinked folder."""
 
     def __init__(self, uri: str) -> None:
         self.root = _uri_to_path(uri)
@@ -140,7 +186,16 @@ class LocalStore:
     def _path(self, key: str) -> Path:
         if key.startswith("/") or ".." in key.split("/"):
             raise ProviderError(f"invalid object key {key!r}")
-        return self.root / key
+        path = self.root / key
+        if not self._inside(path.parent):
+            raise ProviderError(f"object key {key!r} leads out of {self.uri} (a symlink)")
+        return path
+
+    def _inside(self, folder: Path) -> bool:
+        """Whether `folder`, its symlinks resolved, is the bucket's folder or inside it."""
+        root = os.path.realpath(self.root)
+        real = os.path.realpath(folder)
+        return real == root or real.startswith(root.rstrip(os.sep) + os.sep)
 
     def ensure_bucket(self) -> Resource:
         """Create the folder, private to this user. Idempotent; a folder that already exists
@@ -176,19 +231,28 @@ class LocalStore:
             raise
         return st
 
-    def _read(self, path: Path) -> tuple[bytes, os.stat_result] | None:
-        """The bytes of `path` and the stat of that very file (one descriptor), or None."""
-        try:
-            with open(path, "rb") as fh:
-                return fh.read(), os.fstat(fh.fileno())
-        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+    def _read(
+        self, path: Path, max_bytes: int | None = None
+    ) -> tuple[bytes, os.stat_result] | None:
+        """The bytes of the regular file `path` and the stat of that very file (one
+        descriptor), or None when there is none. Raises ProviderError for anything else at the
+        key (a FIFO, a symlink) and TooLarge past `max_bytes`."""
+        what = f"get {path.relative_to(self.root).as_posix()} in {self.uri}"
+        opened = _open_object(path, what)
+        if opened is None:
             return None
+        fd, st = opened
+        try:
+            return _read_fd(fd, max_bytes, what), st
+        finally:
+            os.close(fd)
 
-    def get_tagged(self, key: str) -> tuple[bytes, str] | None:
+    def get_tagged(self, key: str, max_bytes: int | None = None) -> tuple[bytes, str] | None:
         """The object and its stamp (inode, mtime, size, digest: see `_stamp`), or None when
-        there is none. Reads one file through one descriptor, so bytes and stamp belong
-        together. Blocks briefly; takes no lock (writes are renames)."""
-        found = self._read(self._path(key))
+        there is none; TooLarge when it holds more than `max_bytes` (at most max_bytes + 1
+        read). Reads one file through one descriptor, so bytes and stamp belong together.
+        Blocks briefly; takes no lock (writes are renames)."""
+        found = self._read(self._path(key), max_bytes)
         return None if found is None else (found[0], _stamp(found[1], found[0]))
 
     def put_if(self, key: str, data: bytes, tag: str | None) -> str:
@@ -208,12 +272,14 @@ class LocalStore:
             st = self._write(path, data, after_ns=0 if found is None else found[1].st_mtime_ns)
         return _stamp(st, data)
 
-    def get(self, key: str) -> bytes:
-        """Read an object; NotFound if missing."""
-        try:
-            return self._path(key).read_bytes()
-        except (FileNotFoundError, IsADirectoryError):
-            raise NotFound(f"no object {key!r} in {self.uri}") from None
+    def get(self, key: str, max_bytes: int | None = None) -> bytes:
+        """Read an object; NotFound if missing, TooLarge when it holds more than `max_bytes`
+        (at most max_bytes + 1 read), ProviderError for what is not a regular file. Blocks
+        briefly."""
+        found = self._read(self._path(key), max_bytes)
+        if found is None:
+            raise NotFound(f"no object {key!r} in {self.uri}")
+        return found[0]
 
     def put_file(self, key: str, path: str, progress: Progress = None) -> None:
         """Copy a file in atomically, calling `progress` per 4 MiB copied. Idempotent."""
@@ -233,13 +299,16 @@ class LocalStore:
         """Copy an object out to `path` atomically (through the sidecar, renamed when
         complete), calling `progress` per 4 MiB copied; NotFound if missing. A local copy: a
         failed one starts over."""
-        src = self._path(key)
-        if not src.is_file():
+        opened = _open_object(self._path(key), f"get {key} in {self.uri}")
+        if opened is None:
             raise NotFound(f"no object {key!r} in {self.uri}")
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         side = sidecar_path(path)
         try:
-            copy_file(src, side, progress)
+            with os.fdopen(opened[0], "rb") as fin, open(side, "wb") as fout:
+                while chunk := fin.read(COPY_CHUNK):
+                    fout.write(chunk)
+                    report(progress, len(chunk))
             os.replace(side, path)
         except BaseException:
             with contextlib.suppress(OSError):
@@ -251,9 +320,9 @@ class LocalStore:
         base = prefix.rsplit("/", 1)[0] if "/" in prefix else ""
         start = self._path(base) if base else self.root
         out: list[ObjectInfo] = []
-        if not start.is_dir():
+        if not start.is_dir() or not self._inside(start):
             return out
-        for dirpath, _dirs, files in os.walk(start):
+        for dirpath, _dirs, files in os.walk(start):  # never into a symlinked folder
             for fname in files:
                 if fname.startswith(".tmp-"):
                     continue
@@ -262,10 +331,11 @@ class LocalStore:
                 if not key.startswith(prefix):
                     continue
                 try:
-                    st = full.stat()
-                except FileNotFoundError:
+                    st = os.lstat(full)
+                except OSError:
                     continue
-                out.append(ObjectInfo(key, st.st_size, st.st_mtime))
+                if stat.S_ISREG(st.st_mode):  # no symlink, FIFO, socket or device
+                    out.append(ObjectInfo(key, st.st_size, st.st_mtime))
         out.sort(key=lambda o: o.key)
         return out
 

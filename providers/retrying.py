@@ -38,6 +38,7 @@ from cloudtrain.providers.base import (
     RunInfo,
     StartupBlocks,
     Tagged,
+    bound,
 )
 from cloudtrain.retry import is_retryable, retrying
 
@@ -208,9 +209,9 @@ class RetryingStore:
         """See ObjectStore.put; retried. Idempotent; blocks."""
         self._call("put", f"put {key}", lambda: self.inner.put(key, data))
 
-    def get(self, key: str) -> bytes:
-        """See ObjectStore.get; retried (NotFound is raised at once). Blocks."""
-        return self._call("get", f"get {key}", lambda: self.inner.get(key))
+    def get(self, key: str, max_bytes: int | None = None) -> bytes:
+        """See ObjectStore.get; retried (NotFound and TooLarge are raised at once). Blocks."""
+        return self._call("get", f"get {key}", lambda: self.inner.get(key, **bound(max_bytes)))
 
     def _transfer(
         self,
@@ -266,9 +267,11 @@ class RetryingStore:
         what = f"delete {prefix}"
         return self._call("delete_prefix", what, lambda: self.inner.delete_prefix(prefix))
 
-    def get_tagged(self, key: str) -> tuple[bytes, str] | None:
+    def get_tagged(self, key: str, max_bytes: int | None = None) -> tuple[bytes, str] | None:
         """See ObjectStore.get_tagged; retried like `get` (a missing object is None). Blocks."""
-        return self._call("get_tagged", f"get {key}", lambda: self.inner.get_tagged(key))
+        return self._call(
+            "get_tagged", f"get {key}", lambda: self.inner.get_tagged(key, **bound(max_bytes))
+        )
 
     def put_if(self, key: str, data: bytes, tag: str | None) -> str:
         """See ObjectStore.put_if; retried on TransientError only (PreconditionFailed, like

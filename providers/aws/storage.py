@@ -30,7 +30,7 @@ from cloudtrain.providers import transfer
 from cloudtrain.providers.aws import s3_transfers as uploads
 from cloudtrain.providers.aws.clients import client
 from cloudtrain.providers.aws.errors import TRANSIENT_CODES, aws_errors, error_code
-from cloudtrain.providers.base import ObjectInfo, Resource
+from cloudtrain.providers.base import ObjectInfo, Resource, within
 from cloudtrain.providers.transfer import Progress
 from cloudtrain.providers.uri_rules import uri_problem
 
@@ -214,29 +214,25 @@ class S3Store:
         with aws_errors(f"put {self._where(key)}"):
             self._s3.put_object(Bucket=self.bucket, Key=full, Body=data)
 
-    def get(self, key: str) -> bytes:
-        """Read an object. Raises NotFound for a missing key (or bucket). Blocks."""
+    def get(self, key: str, max_bytes: int | None = None) -> bytes:
+        """Read an object. Raises NotFound for a missing key (or bucket); with `max_bytes`,
+        TooLarge for one that holds more (at most max_bytes + 1 bytes of its body are read; the
+        rest is never taken off the connection). Blocks."""
         full = self._key(key)
         with aws_errors(f"get {self._where(key)}"):
             body = self._s3.get_object(Bucket=self.bucket, Key=full)["Body"]
-            try:
-                return bytes(body.read())
-            finally:
-                body.close()
+            return _read_body(body, max_bytes, f"get {self._where(key)}")
 
-    def get_tagged(self, key: str) -> tuple[bytes, str] | None:
+    def get_tagged(self, key: str, max_bytes: int | None = None) -> tuple[bytes, str] | None:
         """The object and its ETag (GetObject answers both at once, so they belong together), or
-        None when there is no object (or no bucket). The ETag is S3's: an MD5 of the content for
-        a PutObject, so rewriting the same bytes keeps it. Blocks."""
+        None when there is no object (or no bucket); TooLarge past `max_bytes` (as `get`). The
+        ETag is S3's: an MD5 of the content for a PutObject, so rewriting the same bytes keeps
+        it. Blocks."""
         full = self._key(key)
         try:
             with aws_errors(f"get {self._where(key)}"):
                 resp = self._s3.get_object(Bucket=self.bucket, Key=full)
-                body = resp["Body"]
-                try:
-                    data = bytes(body.read())
-                finally:
-                    body.close()
+                data = _read_body(resp["Body"], max_bytes, f"get {self._where(key)}")
         except NotFound:
             return None
         return data, str(resp["ETag"])
@@ -376,3 +372,13 @@ class S3Store:
         """A SigV4 URL that PUTs the object (`curl -T FILE URL`; no Content-Type is signed) for
         min(ttl_s, 3600) seconds. Each PUT replaces the object."""
         return self._presign("put_object", key, ttl_s)
+
+
+def _read_body(body: Any, max_bytes: int | None, what: str) -> bytes:
+    """A GetObject body's bytes (at most max_bytes + 1 of them taken off the connection with
+    `max_bytes`, then TooLarge), the body closed either way. Blocks on the read."""
+    try:
+        data = bytes(body.read() if max_bytes is None else body.read(max_bytes + 1))
+    finally:
+        body.close()
+    return within(data, max_bytes, what)

@@ -51,7 +51,7 @@ from cloudtrain.providers.azure.errors import (
     error_codes,
     translate,
 )
-from cloudtrain.providers.base import ObjectInfo, Resource
+from cloudtrain.providers.base import ObjectInfo, Resource, within
 from cloudtrain.providers.parallel import parallel_map
 from cloudtrain.providers.transfer import Progress
 from cloudtrain.providers.uri_rules import uri_problem
@@ -257,25 +257,36 @@ class BlobStore:
                 max_concurrency=self.max_concurrency,
             )
 
-    def get(self, key: str) -> bytes:
-        """Read an object. Raises NotFound for a missing key or container. Blocks."""
+    def get(self, key: str, max_bytes: int | None = None) -> bytes:
+        """Read an object. Raises NotFound for a missing key or container; with `max_bytes`,
+        a ranged read of its first max_bytes + 1 bytes, and TooLarge when that many came.
+        Blocks."""
         blob = self._blob(key)
-        with azure_errors(f"get {self._where(key)}"):
-            return bytes(blob.download_blob(max_concurrency=self.max_concurrency).readall())
+        what = f"get {self._where(key)}"
+        with azure_errors(what):
+            data = blob.download_blob(**self._range(max_bytes)).readall()
+        return within(bytes(data), max_bytes, what)
 
-    def get_tagged(self, key: str) -> tuple[bytes, str] | None:
+    def _range(self, max_bytes: int | None) -> dict[str, Any]:
+        """download_blob's arguments: the whole blob, or its first max_bytes + 1 bytes."""
+        if max_bytes is None:
+            return {"max_concurrency": self.max_concurrency}
+        return {"max_concurrency": self.max_concurrency, "offset": 0, "length": max_bytes + 1}
+
+    def get_tagged(self, key: str, max_bytes: int | None = None) -> tuple[bytes, str] | None:
         """The object and its ETag (from the download's own answer, so they belong together; a
         blob rewritten during a multi-part download is a TransientError, read again), or None
         when there is no object (or no container). Azure gives a blob a new ETag on every
-        write. Blocks."""
+        write. `max_bytes` bounds the read as for `get` (TooLarge). Blocks."""
         blob = self._blob(key)
+        what = f"get {self._where(key)}"
         try:
-            with azure_errors(f"get {self._where(key)}"):
-                download = blob.download_blob(max_concurrency=self.max_concurrency)
+            with azure_errors(what):
+                download = blob.download_blob(**self._range(max_bytes))
                 data = download.readall()
         except NotFound:
             return None
-        return bytes(data), str(download.properties.etag)
+        return within(bytes(data), max_bytes, what), str(download.properties.etag)
 
     def put_if(self, key: str, data: bytes, tag: str | None) -> str:
         """Write the object only if its ETag is `tag` (If-Match), or only if there is none

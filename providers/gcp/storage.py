@@ -42,10 +42,11 @@ from cloudtrain.errors import (
     NotFound,
     PreconditionFailed,
     ProviderError,
+    TooLarge,
     TransientError,
 )
 from cloudtrain.providers import transfer
-from cloudtrain.providers.base import ObjectInfo, Resource
+from cloudtrain.providers.base import ObjectInfo, Resource, within
 from cloudtrain.providers.gcp import gcs_transfers
 from cloudtrain.providers.gcp.errors import already_exists, gcp_errors
 from cloudtrain.providers.parallel import parallel_map
@@ -295,18 +296,25 @@ class GcsStore:
         with gcp_errors(f"put {self._where(key)}"):
             blob.upload_from_string(data, content_type=OCTET)
 
-    def get(self, key: str) -> bytes:
-        """Read an object (checksum-verified). Raises NotFound for a missing key or bucket.
-        Blocks."""
+    def get(self, key: str, max_bytes: int | None = None) -> bytes:
+        """Read an object (checksum-verified when whole). Raises NotFound for a missing key or
+        bucket; with `max_bytes`, one ranged read of its first max_bytes + 1 bytes, and
+        TooLarge when that many came. Blocks."""
         blob = self._blob(key)
-        with gcp_errors(f"get {self._where(key)}"):
-            return bytes(blob.download_as_bytes(retry=None))  # one retry layer: see READ_RETRY
+        what = f"get {self._where(key)}"
+        with gcp_errors(what):
+            if max_bytes is None:  # retry=None: one retry layer, see READ_RETRY
+                return bytes(blob.download_as_bytes(retry=None))
+            data = bytes(blob.download_as_bytes(start=0, end=max_bytes, retry=None))
+        return within(data, max_bytes, what)
 
-    def get_tagged(self, key: str) -> tuple[bytes, str] | None:
+    def get_tagged(self, key: str, max_bytes: int | None = None) -> tuple[bytes, str] | None:
         """The object and its generation (as text), or None when there is no object (or no
         bucket). Two requests: the metadata, then the bytes of that generation with
         ifGenerationMatch, so bytes and tag always belong together; an object replaced in between
-        is read again (at most TAGGED_READS times, then TransientError). Blocks."""
+        is read again (at most TAGGED_READS times, then TransientError). An object whose
+        metadata says it holds more than `max_bytes` is TooLarge before any byte is read.
+        Blocks."""
         where = self._where(key)
         bucket = self._client().bucket(self.bucket)
         for _ in range(TAGGED_READS):
@@ -315,6 +323,8 @@ class GcsStore:
             if blob is None:
                 return None
             generation = int(blob.generation)
+            if max_bytes is not None and (blob.size or 0) > max_bytes:
+                raise TooLarge(f"get {where}: {blob.size} bytes, more than {max_bytes}: not read")
             try:
                 with gcp_errors(f"get {where} at generation {generation}"):
                     data = blob.download_as_bytes(if_generation_match=generation, retry=None)

@@ -14,7 +14,7 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
-from cloudtrain.errors import NotFound, PreconditionFailed
+from cloudtrain.errors import NotFound, PreconditionFailed, TooLarge
 from cloudtrain.providers.base import (
     Compute,
     Node,
@@ -152,6 +152,12 @@ class MemoryCompute(Compute):
         return sorted(out, key=lambda t: (t.run_id, t.kind, t.id))
 
 
+def _bounded(data: bytes, max_bytes: int | None, what: str) -> bytes:
+    if max_bytes is not None and len(data) > max_bytes:
+        raise TooLarge(f"{what}: more than {max_bytes} bytes, not read")
+    return data
+
+
 class MemoryStore:
     """An ObjectStore over a dict shared by every store with the same URI. Thread-safe."""
 
@@ -169,12 +175,12 @@ class MemoryStore:
         with self._lock:
             self.objects[key] = (bytes(data), time.time(), _new_tag())
 
-    def get(self, key: str) -> bytes:
-        """The object's bytes. Raises NotFound."""
+    def get(self, key: str, max_bytes: int | None = None) -> bytes:
+        """The object's bytes. Raises NotFound, and TooLarge past `max_bytes`."""
         with self._lock:
             if key not in self.objects:
                 raise NotFound(f"{self.uri}/{key} does not exist")
-            return self.objects[key][0]
+            return _bounded(self.objects[key][0], max_bytes, f"{self.uri}/{key}")
 
     def put_file(self, key: str, path: str, progress: Callable[[int], None] | None = None) -> None:
         """Store a file's bytes, then `progress(size)`. Idempotent."""
@@ -210,11 +216,14 @@ class MemoryStore:
                 del self.objects[k]
         return len(keys)
 
-    def get_tagged(self, key: str) -> tuple[bytes, str] | None:
-        """The object's bytes and tag (new on every write), or None."""
+    def get_tagged(self, key: str, max_bytes: int | None = None) -> tuple[bytes, str] | None:
+        """The object's bytes and tag (new on every write), or None; TooLarge past
+        `max_bytes`."""
         with self._lock:
             found = self.objects.get(key)
-            return None if found is None else (found[0], found[2])
+            if found is None:
+                return None
+            return _bounded(found[0], max_bytes, f"{self.uri}/{key}"), found[2]
 
     def put_if(self, key: str, data: bytes, tag: str | None) -> str:
         """Write only if the object's tag is `tag` (None: only if absent), atomically; the new
