@@ -53,6 +53,7 @@ from typing import IO, TYPE_CHECKING, NoReturn
 import cloudtrain
 from cloudtrain.errors import SpecError, UsageError
 from cloudtrain.paths import HOME_ENV, cloudtrain_home
+from cloudtrain.spec_yaml import printable
 
 if TYPE_CHECKING:
     from cloudtrain.spec import JobSpec
@@ -207,11 +208,7 @@ def _prune_wheels(cache_dir: Path) -> None:
                 old.unlink()
 
 
-def _shown(text: object) -> str:
-    """`text` for an error line: as it is when printable, else quoted with escapes, so that a
-    newline or a terminal escape in a file name can neither split nor colour the line. Pure."""
-    value = str(text)
-    return value if value.isprintable() else repr(value)
+_shown = printable  # a name for an error line (cloudtrain.spec_yaml.printable)
 
 
 def _real(path: Path) -> Path:

@@ -56,7 +56,15 @@ from cloudtrain.spec_providers import (
     provider_names,
     section_model,
 )
-from cloudtrain.spec_yaml import MAX_DEPTH, MAX_SPEC_BYTES, Loc, parse_yaml, read_spec_file, show
+from cloudtrain.spec_yaml import (
+    MAX_DEPTH,
+    MAX_SPEC_BYTES,
+    Loc,
+    parse_yaml,
+    printable,
+    read_spec_file,
+    show,
+)
 
 __all__ = [
     "MAX_DEPTH",
@@ -392,11 +400,15 @@ class JobSpec(BaseModel):
         if "\x00" in value or any(0xD800 <= ord(c) <= 0xDFFF for c in value):
             raise ValueError("contains a NUL byte or a lone surrogate: no folder has that name")
         base = (info.context or {}).get("base_dir") or Path.cwd()
-        path = (Path(base) / Path(value).expanduser()).resolve()
+        given = Path(base) / Path(value).expanduser()
+        try:
+            path = given.resolve()
+        except (RuntimeError, OSError):  # Python 3.11's loop error is a RuntimeError
+            raise ValueError(f"{printable(given)} is a symlink loop, not a folder") from None
         if not path.exists():
-            raise ValueError(f"folder does not exist: {path}")
+            raise ValueError(f"folder does not exist: {printable(path)}")
         if not path.is_dir():
-            raise ValueError(f"is not a folder: {path}")
+            raise ValueError(f"is not a folder: {printable(path)}")
         return value
 
     @field_validator("checkpoint")
@@ -512,7 +524,7 @@ def load_spec(
     file = Path(path)
     spec = load_spec_text(
         read_spec_file(file),
-        filename=str(path),
+        filename=printable(path),
         base_dir=file.absolute().parent,
         provider=provider,
         region=region,
@@ -587,5 +599,3 @@ def _model_at(loc: Loc) -> type[BaseModel]:
     if len(loc) > 1 and loc[0] == SECTION:
         return model_at_section(loc)
     return ClusterSpec if len(loc) > 1 and loc[0] == "cluster" else JobSpec
-
-

@@ -34,7 +34,7 @@ Loc = tuple[str | int, ...]
 def read_spec_file(path: str | Path) -> str:
     """The text of the spec file at `path` (UTF-8, a BOM dropped). Raises SpecError naming the
     file for a missing, unreadable, non-regular, over-1-MiB or non-UTF-8 file."""
-    shown = str(path)
+    shown = printable(path)
     file = Path(path)
     try:
         st = file.stat()
@@ -239,6 +239,14 @@ def show(value: Any) -> str:
     if isinstance(value, date):
         return value.isoformat()
     return repr(value)
+
+
+def printable(text: object) -> str:
+    """A path or name for an error line: as it is when printable, else quoted with escapes
+    (`'a\\nb.yaml'`), so that a line break or a terminal escape in it can neither split nor
+    colour the line, and the name stays exact. Pure."""
+    value = str(text)
+    return value if value.isprintable() else repr(value)
 
 
 def one_line(text: str) -> str:

@@ -41,6 +41,8 @@ from tests.e2e.hostile_kit import (
     shadow,
     with_env,
     workdir_with,
+    write_spec,
+    write_text,
 )
 from tests.e2e.nothing_created import assert_nothing_created, snapshot
 
@@ -97,9 +99,7 @@ SPEC_FILE_CASES = [
         run_text("name: hostile\nentrypoint: x\nenv: " + "[" * 50_000 + "]" * 50_000 + "\n"),
         r"nested too deeply",
     ),
-    Case(
-        "yaml-deep-block-nesting", run_text(nested_block(40)), r"env\.k0\.k1.*nested too deeply"
-    ),
+    Case("yaml-deep-block-nesting", run_text(nested_block(40)), r"env\.k0\.k1.*nested too deeply"),
     Case(
         "yaml-python-tag",
         run_text('name: !!python/object/apply:os.system ["touch /tmp/pwned"]\n'),
@@ -296,6 +296,32 @@ RUN_CASES = [
         "run-workdir-symlink-to-outside-file",
         workdir_with(outside_file),
         r"workdir: secret\.txt is a symlink to .*secret\.txt, outside the workdir",
+    ),
+    Case(
+        "run-workdir-symlink-loop",
+        lambda d, env: (
+            (d / "loop").symlink_to("loop"),
+            ["run", "--quiet", str(write_spec(d, workdir="loop"))],
+        )[1],
+        r"job\.yaml:\d+: workdir: .*loop.* is a symlink loop",
+    ),
+    Case(
+        "run-workdir-line-break",
+        lambda d, env: (
+            (d / "a\nb").mkdir(),
+            ["run", "--quiet", str(write_spec(d, workdir="a\nb/missing"))],
+        )[1],
+        r"workdir: folder does not exist: .*a\\nb/missing",
+    ),
+    Case(
+        "run-spec-path-line-break",
+        lambda d, env: ["run", "--quiet", str(d / "a\nb.yaml")],
+        r"^error: '/.*/in/a\\nb\.yaml': no such file$",
+    ),
+    Case(
+        "run-spec-path-line-break-invalid",
+        lambda d, env: ["run", "--quiet", str(write_text(d, "name: x\n", "a\nb.yaml"))],
+        r"^error: '/.*/in/a\\nb\.yaml':1: entrypoint: is required$",
     ),
     Case(
         "run-workdir-dangling-symlink",
