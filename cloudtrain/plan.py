@@ -310,6 +310,8 @@ _IGNORED: tuple[tuple[tuple[str, ...], tuple[str, ...], str], ...] = (
     (("cluster", "ssh"), ("local",), "local nodes are processes on this machine"),
     (("cluster", "image"), ("local",), "local nodes run this machine's Python"),
     (("cluster", "disk_gb"), ("local",), "local nodes use this machine's disk"),
+    (("region",), ("local",), "local nodes run on this machine"),  # job.yaml or --region
+    (("zone",), ("local",), "local nodes run on this machine"),
 )
 
 
