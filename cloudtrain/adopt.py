@@ -41,7 +41,7 @@ def adopt(
     if rec is None or not rec.plan_json:
         raise UsageError(f"run {run_id}: no record of it in the ledger or its journal")
     store = provider.store(store_uri)
-    doc = launch_doc.read(store, run_id)
+    doc = launch_doc.read(store, run_id, ledger.run_key(run_id))  # this ledger's key first
     cluster = ClusterDoc.from_json(store.get(protocol.cluster_key(run_id)))
     spec = doc.job_spec(cluster)
     plan = Plan.from_dict(rec.plan)

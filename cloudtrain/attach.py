@@ -16,6 +16,7 @@ import socket
 import time
 from collections.abc import Callable
 
+from cloudtrain import launch_doc
 from cloudtrain.errors import CloudtrainError, LeaseHeld, UsageError
 from cloudtrain.jobs import protocol
 from cloudtrain.lease import Lease, describe, read_lease
@@ -57,9 +58,12 @@ def attach(
     store_uri = rec.store_uri or ""
     prov = api_build.record_provider(rec)
     store = prov.store(store_uri)
+    # a run that cannot be adopted is refused before its lease is taken: taking it and failing
+    # would leave the run controlled by nobody
+    launch_doc.read(store, rid, ledger.run_key(rid))
     owner = f"attach:{socket.gethostname()}:{os.getpid()}"
     lease = Lease(store, rid, owner)
-    _take(lease, store, rid, tell)
+    _take(lease, store, rid, tell, ledger.run_key(rid))
     journal = Journal(store, rid, writer_id("attach"))
     ledger.journal_to(rid, journal)
     ledger.event(rid, "lease", f"{owner} took the run (term {lease.term})")
@@ -78,16 +82,32 @@ def attach(
     return orch.follow()
 
 
-def _take(lease: Lease, store: ObjectStore, run_id: str, tell: Callable[[str], None]) -> None:
-    """Acquire the lease; ask a live holder to yield first and wait for it. Raises LeaseHeld."""
+def _take(
+    lease: Lease,
+    store: ObjectStore,
+    run_id: str,
+    tell: Callable[[str], None],
+    key: bytes | None,
+) -> None:
+    """Acquire the lease; ask a live holder to yield first (control/yield, signed with the
+    run's `key` for the holder's term: a controller ignores an unsigned one, which a node
+    could write) and wait for it. Raises LeaseHeld; UsageError with no key to sign with."""
+    from cloudtrain.run_key import yield_body
+
     try:
         lease.acquire()
         return
     except LeaseHeld:
         pass
     holder = read_lease(store, run_id)
+    if key is None:
+        raise UsageError(
+            f"run {run_id}: no key to sign a yield with; its controller would ignore it",
+            hint=f"wait for its lease to expire, or `cloudtrain down {run_id}`",
+        )
     tell(f"asking {describe(holder) if holder else 'the controller'} to hand the run over")
-    store.put(protocol.yield_key(run_id), lease.owner.encode())
+    term = holder.term if holder is not None else 0
+    store.put(protocol.yield_key(run_id), yield_body(key, run_id, lease.owner, term))
     try:
         end = time.time() + lease.ttl_s * YIELD_WAIT_FACTOR
         while True:

@@ -60,7 +60,7 @@ def launch_controller(orch: Orchestrator) -> str:
         controller=name,
         controller_hourly_usd=offer.hourly_usd,
     )
-    launch_doc.write(orch.store, doc)
+    launch_doc.write(orch.store, doc, ledger.run_key(run_id))  # signed: cloudtrain/run_key.py
     plan = NodePlan(
         role=ROLE,
         index=0,

@@ -58,6 +58,16 @@ class ProviderError(CloudtrainError):
     retryable: bool = False
 
 
+class NotTheRuns(ProviderError):
+    """A delete by name refused: the resource does not carry the run's tag or name pattern (a
+    name from a forged or stale record). `refused` holds each (kind, id); the run's other
+    resources in the same call were deleted."""
+
+    def __init__(self, message: str, *, refused: tuple[tuple[str, str], ...]) -> None:
+        super().__init__(message, codes=frozenset({"NotTheRuns"}))
+        self.refused = refused
+
+
 class CredentialsError(ProviderError):
     """The SDK's credential chain found nothing usable."""
 

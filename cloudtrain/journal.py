@@ -31,6 +31,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
+from cloudtrain import run_key
 from cloudtrain.errors import CloudtrainError, LedgerError, NotFound
 from cloudtrain.jobs.protocol import journal_prefix
 
@@ -114,6 +115,13 @@ class Journal:
         self._error: BaseException | None = None
         self._closing = False
         self._thread: threading.Thread | None = None
+        self.key: bytes | None = None  # the run's key, which signs every entry (`sign_with`)
+
+    def sign_with(self, key: bytes) -> None:
+        """Sign every entry appended from now on with the run's `key` (an HMAC bound to the
+        entry's name: cloudtrain/run_key.py); `Ledger.journal_to` calls it. Non-blocking."""
+        with self._cond:
+            self.key = key
 
     def reserve(self) -> str:
         """A new entry name (not yet written), later than every one this journal gave before,
@@ -125,11 +133,14 @@ class Journal:
 
     def append(self, entry: dict[str, Any], *, key: str | None = None, wait: bool = False) -> str:
         """Queue `entry` (JSON-able) to be written as a new object named `key` (default: a
-        freshly reserved one) and return the name. With `wait`, block until it is written
-        (`flush`). Never rewrites an object: each name is written once. LedgerError once
-        closed."""
-        data = json.dumps(entry, sort_keys=True, separators=(",", ":")).encode()
+        freshly reserved one), signed when the journal has the run's key (`sign_with`; an
+        unsigned entry is refused by every importer), and return the name. With `wait`, block
+        until it is written (`flush`). Never rewrites an object: each name is written once.
+        LedgerError once closed."""
         name = key or self.reserve()
+        if self.key is not None:
+            entry = run_key.sign_doc(self.key, run_key.journal_purpose(name), entry)
+        data = json.dumps(entry, sort_keys=True, separators=(",", ":")).encode()
         with self._cond:
             if self._closing:
                 raise LedgerError(f"the journal of run {self.run_id} is closed")
@@ -255,9 +266,14 @@ def import_journal(
     yet, in key order, each with its original time (so `billed_cost` equals the writer's).
     Returns how many were applied. Idempotent: a second import applies nothing new.
 
-    An entry that cannot be applied (unreadable JSON, an op a newer cloudtrain wrote, another
-    run's, a field missing, a write the ledger refuses) is skipped with a warning to `warn`
-    (default: this module's logger) and not recorded, so a later import tries it again.
+    Only entries signed with the run's key are replayed (`run_key.reader_key`: this ledger's,
+    else the bucket's control/key): the others (a node's forgery, an entry copied under
+    another name, one from before journals were signed) are skipped with one warning that
+    names the key, and tried again by a later import. With no key at all, nothing is replayed
+    (one warning). An entry that cannot be applied (unreadable JSON, an op a newer cloudtrain
+    wrote, another run's, a field missing, a write the ledger refuses) is skipped with a
+    warning to `warn` (default: this module's logger) and not recorded, so a later import
+    tries it again.
     `incremental` lists only names whose time is within the decimal window from `SKEW_S`
     before the ledger's newest entry of the run to `SKEW_S` after now (one listing of part of
     `ledger/`; the whole journal when the ledger holds none of it). Blocks for one listing
@@ -274,6 +290,7 @@ def import_journal(
             skew = int(SKEW_S * 1e9)
             listed = prefix + _window(last_ns - skew, now_ns() + skew)
     held = ledger.journal_keys(run_id)
+    key = run_key.reader_key(ledger, store, run_id)
     names: list[str] = []
     for info in store.list(listed):
         name = info.key[len(prefix) :]
@@ -283,7 +300,17 @@ def import_journal(
             say(f"run {run_id}'s journal: skipped {name[:80]!r}: not a journal entry's name")
             continue
         names.append(name)
+    if key is None:
+        if names:
+            say(
+                f"run {run_id}'s journal: no key to check it with (none in this ledger, no "
+                f"{run_key.key_object(run_id)} in {store.uri}): {len(names)} entries not "
+                "replayed (a run from before journals were signed: its own machine's ledger "
+                "has it; `down --provider` goes by the cloud's tags)"
+            )
+        return 0
     applied = 0
+    refused: list[str] = []
     for name, data in zip(names, _read_all(store, [prefix + n for n in names]), strict=True):
         if data is None:
             continue  # deleted since the listing
@@ -295,10 +322,20 @@ def import_journal(
         if not isinstance(entry, dict):
             say(f"run {run_id}'s journal: skipped {name}: not a JSON object")
             continue
+        if not run_key.verify_doc(key, run_key.journal_purpose(name), entry):
+            refused.append(name)
+            continue
         try:
             applied += ledger.apply_entry(run_id, name, entry)
         except LedgerError as exc:
             say(f"run {run_id}'s journal: skipped {name}: {exc}")
+    if refused:
+        shown = ", ".join(refused[:3]) + (", ..." if len(refused) > 3 else "")
+        say(
+            f"run {run_id}'s journal: skipped {len(refused)} entries without a valid MAC under "
+            f"the run's {run_key.key_id(key)} (not written by a controller of the run: a "
+            f"node's, or from before journals were signed): {shown}"
+        )
     return applied
 
 

@@ -8,7 +8,8 @@ plan, provider options, resources) it is enough to rebuild the Orchestrator anyw
   bucket is the workdir now);
 - the run's options (RunOptions), its start, the bundle's sha256 and the controller node's name
   and $/h.
-Holds no secret. Pure but for `write`/`read`.
+Holds no secret; signed with the run's key (cloudtrain/run_key.py). Pure but for
+`write`/`read`.
 """
 
 from __future__ import annotations
@@ -112,16 +113,29 @@ class LaunchDoc:
             )
 
 
-def write(store: ObjectStore, doc: LaunchDoc) -> None:
-    """Put the document in the run's bucket. Idempotent; blocks."""
-    store.put(protocol.launch_key(doc.run_id), doc.to_json())
+def write(store: ObjectStore, doc: LaunchDoc, key: bytes | None = None) -> None:
+    """Put the document in the run's bucket, signed with the run's `key` (cloudtrain/run_key.py:
+    a node cannot rewrite the spec or the options a controller adopts; None: the bucket's
+    control/key, which the run's journal put there; with none, the document goes unsigned and
+    every reader refuses it). Pass the ledger's key where the caller has it. Idempotent;
+    blocks."""
+    from cloudtrain import run_key
+
+    key = key if key is not None else run_key.fetch(store, doc.run_id)
+    data = dataclasses.asdict(doc)
+    signed = data if key is None else run_key.sign_doc(key, run_key.LAUNCH, data)
+    store.put(protocol.launch_key(doc.run_id), json.dumps(signed, indent=1).encode())
 
 
-def read(store: ObjectStore, run_id: str) -> LaunchDoc:
-    """The run's launch document. UsageError when the run has none (started before managed runs,
-    or not by cloudtrain). Blocks."""
+def read(store: ObjectStore, run_id: str, key: bytes | None = None) -> LaunchDoc:
+    """The run's launch document, checked against the run's `key` (None: the bucket's
+    control/key; pass the ledger's where the caller has it, `Ledger.run_key`). UsageError when
+    the run has none (started before managed runs, or not by cloudtrain), when there is no key
+    to check it with, or when its MAC is missing or wrong (a node wrote it). Blocks."""
+    from cloudtrain import run_key
     from cloudtrain.errors import NotFound
 
+    where = f"{protocol.launch_key(run_id)} in {store.uri}"
     try:
         body = store.get(protocol.launch_key(run_id))
     except NotFound:
@@ -130,4 +144,21 @@ def read(store: ObjectStore, run_id: str) -> LaunchDoc:
             "cloudtrain that can hand it over",
             hint=f"`cloudtrain down {run_id}` still tears it down",
         ) from None
+    key = key if key is not None else run_key.fetch(store, run_id)
+    if key is None:
+        raise UsageError(
+            f"run {run_id} has no key to check {where} with (a run from before launch "
+            "documents were signed)",
+            hint=f"`cloudtrain down {run_id}` still tears it down",
+        )
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        data = None
+    if not run_key.verify_doc(key, run_key.LAUNCH, data):
+        raise UsageError(
+            f"{where} has no valid MAC under the run's {run_key.key_id(key)}: not written by "
+            "a controller of the run (a node may have rewritten it); not adopting it",
+            hint=f"`cloudtrain down {run_id}` still tears the run down",
+        )
     return LaunchDoc.from_json(body)

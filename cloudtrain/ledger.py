@@ -81,6 +81,10 @@ class Ledger:
         their entry to be in the bucket: `record_intent` (before a create call, as in the
         ledger), `finish_run` and `set_status(..., "done")`; the others only queue it.
 
+        Every entry is signed with the run's key (cloudtrain/run_key.py: this file's, else
+        the bucket's, else a new one put in both), which blocks for a bucket read (and a write)
+        the first time; the store's errors propagate.
+
         `backfill`: first journal the run as this file holds it now (`state_entries`: its
         row, resources and events with their recorded times), for a journal started after the
         run's first writes (the bucket exists only after the run's row); blocks until those
@@ -88,6 +92,9 @@ class Ledger:
         if journal is None:
             self._journals.pop(run_id, None)
             return
+        from cloudtrain.run_key import writer_key
+
+        journal.sign_with(writer_key(self, journal.store, run_id))  # before any entry
         if not backfill:
             self._journals[run_id] = journal
             return
@@ -137,6 +144,7 @@ class Ledger:
         LedgerError for an entry it cannot apply (an op it does not know: `JOURNAL_OPS`; one
         of another run; a missing or mistyped field; a write the ledger refuses, such as a
         status for a run it has not seen), leaving the file as it was. Idempotent."""
+        entry = {k: v for k, v in entry.items() if k != "mac"}  # checked by the importer
         op = entry.get("op")
         if op not in JOURNAL_OPS:
             raise LedgerError(f"unknown journal op {str(op)[:40]!r} (a newer cloudtrain's?)")
@@ -157,6 +165,23 @@ class Ledger:
                 raise LedgerError(f"a malformed {op} entry: {type(exc).__name__} {exc}") from exc
             conn.execute("INSERT INTO journal_applied (run_id, key) VALUES (?, ?)", (run_id, key))
         return True
+
+    def run_key(self, run_id: str) -> bytes | None:
+        """The run's key (cloudtrain/run_key.py), or None when this file holds none.
+        Read-only."""
+        with self._file.connect() as conn:
+            row = conn.execute("SELECT key FROM run_keys WHERE run_id = ?", (run_id,)).fetchone()
+        return None if row is None else bytes(row[0])
+
+    def set_run_key(self, run_id: str, key: bytes) -> bytes:
+        """Keep `key` as the run's key unless the file holds one already; returns the one it
+        holds then (a key, once kept, never changes). Never journaled. Idempotent."""
+        with self._file.connect(write=True) as conn:
+            conn.execute(
+                "INSERT OR IGNORE INTO run_keys (run_id, key) VALUES (?, ?)", (run_id, key)
+            )
+            row = conn.execute("SELECT key FROM run_keys WHERE run_id = ?", (run_id,)).fetchone()
+        return bytes(row[0])
 
     def journal_keys(self, run_id: str) -> set[str]:
         """The keys of the run's journal entries this file holds (applied or written). Read-only."""

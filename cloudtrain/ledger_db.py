@@ -8,6 +8,8 @@ is cloudtrain/ledger.py's.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sqlite3
 import threading
 import time
@@ -17,7 +19,7 @@ from pathlib import Path
 
 from cloudtrain.errors import LedgerError
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 BUSY_TIMEOUT_S = 30.0
 
 _SCHEMA = """
@@ -67,10 +69,15 @@ CREATE TABLE IF NOT EXISTS journal_applied (
     key    TEXT NOT NULL,
     PRIMARY KEY (run_id, key)
 );
+CREATE TABLE IF NOT EXISTS run_keys (
+    run_id TEXT PRIMARY KEY,
+    key    BLOB NOT NULL
+);
 """
 # Upgrades of an older file, by the version they lead to (v1 -> v2: the cloud account column;
 # v2 -> v3: which process controls the run, so `logs --follow` knows when nobody will write;
-# v3 -> v4: which entries of a run's journal in its bucket this file holds, cloudtrain/journal.py).
+# v3 -> v4: which entries of a run's journal in its bucket this file holds, cloudtrain/journal.py;
+# v4 -> v5: each run's key, which signs its journal, cloudtrain/run_key.py).
 _MIGRATIONS: dict[int, tuple[str, ...]] = {
     2: ("ALTER TABLE runs ADD COLUMN account TEXT",),
     3: (
@@ -82,6 +89,7 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         "CREATE TABLE IF NOT EXISTS journal_applied (run_id TEXT NOT NULL, key TEXT NOT NULL,"
         " PRIMARY KEY (run_id, key))",
     ),
+    5: ("CREATE TABLE IF NOT EXISTS run_keys (run_id TEXT PRIMARY KEY, key BLOB NOT NULL)",),
 }
 
 _LOCKS: dict[str, threading.Lock] = {}
@@ -110,7 +118,19 @@ class LedgerFile:
                 hint="set CLOUDTRAIN_HOME to a writable folder",
             ) from exc
         self._lock = _file_lock(path)
+        with contextlib.suppress(OSError):  # a new file is born private (see `_private`)
+            os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
         self._init_schema()
+        self._private()
+
+    def _private(self) -> None:
+        """Make the file (and SQLite's WAL and shared-memory files beside it) readable by this
+        user alone: it holds the runs' keys (cloudtrain/run_key.py). Best effort on a file
+        system without modes. Blocks briefly."""
+        for path in (self.path, Path(f"{self.path}-wal"), Path(f"{self.path}-shm")):
+            with contextlib.suppress(OSError):
+                if path.exists() and path.stat().st_mode & 0o077:
+                    path.chmod(0o600)
 
     def _fail(self, exc: sqlite3.Error) -> LedgerError:
         """The LedgerError, naming the file, for an error from SQLite."""

@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from cloudtrain.providers.base import Resource
+from cloudtrain.providers.base import ObjectStore, Resource
 
 RUN_STATUSES: tuple[str, ...] = (
     "planned",
@@ -45,6 +45,12 @@ JOURNAL_OPS: frozenset[str] = frozenset(
 
 class JournalSink(Protocol):
     """Where a `Ledger` mirrors a run's writes (`cloudtrain.journal.Journal`)."""
+
+    store: ObjectStore  # the run's bucket (where its key is too: cloudtrain/run_key.py)
+
+    def sign_with(self, key: bytes) -> None:
+        """Sign every entry appended from now on with the run's `key`. Non-blocking."""
+        ...
 
     def reserve(self) -> str:
         """A new entry key, later than every key this sink gave before. Non-blocking."""

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from cloudtrain.crashpoints import crash_point
-from cloudtrain.errors import CloudtrainError, ProviderError
+from cloudtrain.errors import CloudtrainError, NotTheRuns, ProviderError
 from cloudtrain.jobs.protocol import ClusterDoc, cluster_key, stop_key
 from cloudtrain.jobs.trace import TEARDOWN, Tracer
 from cloudtrain.ledger import Ledger
@@ -84,6 +84,33 @@ class _Steps:
         self.at = now
 
 
+REFUSED_EVENT = "refused"  # the ledger event of a delete refused: not the run's resource
+
+
+def _delete_runs_own(
+    compute: Compute,
+    resources: list[Resource],
+    ledger: Ledger | None,
+    run_id: str,
+    say: Callable[[str], None],
+) -> set[tuple[str, str]]:
+    """`compute.delete_resources`, where the adapter's refusal of a name that is not the run's
+    (NotTheRuns: a forged or stale record; the others are deleted) is said, recorded as a
+    `refused` event and the row dropped from the run's record (marked deleted: the run never
+    made it), so a later `down` neither retries nor fails on it. Returns the refused (kind, id)
+    pairs. Blocks; the adapter's other errors propagate."""
+    try:
+        compute.delete_resources(resources)
+    except NotTheRuns as exc:
+        say(f"warning: {exc.message}")
+        if ledger is not None:
+            ledger.event(run_id, REFUSED_EVENT, exc.message)
+            for kind, rid in exc.refused:
+                ledger.mark_deleted(run_id, kind, rid)
+        return set(exc.refused)
+    return set()
+
+
 def teardown(
     provider: Provider,
     ledger: Ledger | None,
@@ -98,7 +125,9 @@ def teardown(
     Idempotent; blocks until the cloud confirms the nodes are gone. UsageError, before any
     cloud call, for a run id not shaped like one (the cloud's filters are built from it).
     `trace`: records a span per step (list, delete nodes, confirm, delete resources) under the
-    run's "teardown" phase."""
+    run's "teardown" phase. A network/identity name the adapter finds is not the run's (its
+    tag or name pattern, read from the cloud) is never deleted: a `refused` event, and the
+    row leaves the run's record."""
     check_run_ref(run_id)
     started = time.monotonic()
     compute = provider.compute
@@ -140,7 +169,8 @@ def teardown(
     if resources:
         say(f"deleting {len(resources)} network/identity resource(s)")
         steps.done("list resources")
-        compute.delete_resources(resources)
+        refused = _delete_runs_own(compute, resources, ledger, run_id, say)
+        resources = [r for r in resources if (r.kind, r.id) not in refused]
         steps.done("delete resources", ", ".join(f"{r.kind}/{r.id}" for r in resources))
         crash_point("network-deleted")
         if ledger is not None:

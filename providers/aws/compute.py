@@ -23,7 +23,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from cloudtrain.crashpoints import crash_point
-from cloudtrain.errors import ProviderError, TransientError
+from cloudtrain.errors import NotFound, ProviderError, TransientError
 from cloudtrain.providers.aws import identity, network
 from cloudtrain.providers.aws.bodies import (
     CONTROLLER_ROLE,
@@ -60,7 +60,12 @@ from cloudtrain.providers.base import (
     StartupBlocks,
     Tagged,
 )
-from cloudtrain.providers.startup_snippets import node_address, shutdown_at_deadline
+from cloudtrain.providers.ownership import Refusals
+from cloudtrain.providers.startup_snippets import (
+    METADATA_CURL,
+    node_address,
+    shutdown_at_deadline,
+)
 
 LISTED_STATES = ["pending", "running", "stopping", "stopped", "shutting-down"]
 TERMINATE_POLL_S = 1.0
@@ -71,11 +76,12 @@ VENV_PYTHON = "/opt/cloudtrain/venv/bin/python"
 # the node's private address: IMDSv2 (a session token first), EC2 User Guide "Instance metadata
 # categories": local-ipv4
 _METADATA = node_address(
-    'curl -fsS --retry 5 --retry-connrefused -H "X-aws-ec2-metadata-token: $imds_token" '
+    f'{METADATA_CURL} --retry-connrefused -H "X-aws-ec2-metadata-token: $imds_token" '
     "http://169.254.169.254/latest/meta-data/local-ipv4",
     "local-ipv4",
     prelude="""\
-  imds_token="$(curl -fsS --retry 5 --retry-connrefused -X PUT \\
+  imds_token="$(curl -fsS --connect-timeout 2 --max-time 10 --retry 5 --retry-delay 1 \\
+    --retry-max-time 60 --retry-connrefused -X PUT \\
     http://169.254.169.254/latest/api/token \\
     -H "X-aws-ec2-metadata-token-ttl-seconds: 300")" ||
     fail "metadata: no IMDSv2 token from 169.254.169.254"
@@ -211,13 +217,40 @@ class AwsCompute(Compute):
     def delete_resources(self, resources: list[Resource]) -> None:
         """Delete instance profiles (roles removed first), then roles (policies first), then
         security groups. Idempotent: missing ones are fine; other kinds are ignored. Blocks; a
-        group still in use raises TransientError after a bounded wait."""
-        identity.delete_identity(self.iam, resources)
+        group still in use raises TransientError after a bounded wait. Each is checked to be
+        its run's first (name and tag, read from the cloud): NotTheRuns, after the others are
+        deleted, names what was refused (cloudtrain/providers/ownership.py)."""
+        refusals = Refusals()
+        identity.delete_identity(self.iam, resources, refusals)
         for res in resources:
             if res.kind == network.KIND_GROUP:
+                why = self._group_not_runs(res)
+                if why is not None:
+                    refusals.refuse(res, why)
+                    continue
                 network.delete_group_resource(self.ec2, res)
                 with self._lock:
                     self._groups.pop(res.run_id, None)
+        refusals.check()
+
+    def _group_not_runs(self, res: Resource) -> str | None:
+        """Why the security group `res` is not its run's, or None when it is (or is gone): its
+        name must be `cloudtrain-<run>` and, for a recorded cloud id, the group must carry the
+        run's tag (a forged record may name any group's id). Blocks for one describe."""
+        if not res.run_id or res.id != network.resource_name(res.run_id):
+            return f"not the run's name ({network.resource_name(res.run_id)!r} expected)"
+        if not res.cloud_id:
+            return None  # deleted by name and the run's tag only (delete_group_resource)
+        try:
+            with aws_errors(f"read security group {res.cloud_id}"):
+                found = self.ec2.describe_security_groups(GroupIds=[res.cloud_id])
+        except NotFound:
+            return None
+        for group in found.get("SecurityGroups", []):
+            tagged = network.tag_dict(group.get("Tags")).get(network.TAG_RUN)
+            if tagged != res.run_id or group.get("GroupName") != res.id:
+                return f"group {res.cloud_id} is {group.get('GroupName')!r}, tagged {tagged!r}"
+        return None
 
     # -- images ----------------------------------------------------------------------------
 

@@ -24,6 +24,7 @@ from cloudtrain.jobs import protocol
 from cloudtrain.providers.aws.errors import aws_errors
 from cloudtrain.providers.aws.network import TAG_RUN, call, resource_name, tag_dict, tag_list
 from cloudtrain.providers.base import Resource, Tagged
+from cloudtrain.providers.ownership import Refusals
 
 KIND_ROLE, KIND_PROFILE = "iam-role", "instance-profile"
 KIND_CONTROLLER_ROLE, KIND_CONTROLLER_PROFILE = "controller-role", "controller-instance-profile"
@@ -258,13 +259,54 @@ def identity_resources(iam: Any, region: str, run_id: str) -> list[Resource]:
     return found
 
 
-def delete_identity(iam: Any, resources: list[Resource]) -> None:
+def _is_runs(iam: Any, res: Resource) -> str | None:
+    """Why `res` (a role or instance profile) is not its run's, or None when it is (or is gone):
+    its name must be the run's (`resource_name` or `controller_name` for its kind) and the
+    entity must carry the tag `cloudtrain:run` = the run id, read from IAM first. Blocks."""
+    names = {
+        KIND_ROLE: resource_name(res.run_id),
+        KIND_PROFILE: resource_name(res.run_id),
+        KIND_CONTROLLER_ROLE: controller_name(res.run_id),
+        KIND_CONTROLLER_PROFILE: controller_name(res.run_id),
+    }
+    if not res.run_id or res.id != names[res.kind]:
+        return f"not the run's name ({names[res.kind]!r} expected)"
+    if res.kind in (KIND_ROLE, KIND_CONTROLLER_ROLE):
+        got = call(f"read IAM role {res.id}", lambda: iam.get_role(RoleName=res.id), ok=GONE)
+        entity = got["Role"] if got else None
+    else:
+        got = call(
+            f"read instance profile {res.id}",
+            lambda: iam.get_instance_profile(InstanceProfileName=res.id),
+            ok=GONE,
+        )
+        entity = got["InstanceProfile"] if got else None
+    if entity is None:
+        return None  # gone: nothing to delete
+    tagged = tag_dict(entity.get("Tags")).get(TAG_RUN)
+    if tagged != res.run_id:
+        return f"its {TAG_RUN} tag is {tagged!r}, not {res.run_id!r}"
+    return None
+
+
+def delete_identity(iam: Any, resources: list[Resource], refusals: Refusals) -> None:
     """Delete the instance profiles among `resources` (the nodes' and the controller's), then
-    the roles; other kinds are ignored. Idempotent; blocks."""
+    the roles; other kinds are ignored. Each is first checked to be its run's (its name, and
+    its `cloudtrain:run` tag read from IAM): any other goes to `refusals`, never deleted.
+    Idempotent; blocks."""
+    kinds = (KIND_PROFILE, KIND_CONTROLLER_PROFILE, KIND_ROLE, KIND_CONTROLLER_ROLE)
+    mine = []
     for res in resources:
+        if res.kind in kinds:
+            why = _is_runs(iam, res)
+            if why is None:
+                mine.append(res)
+            else:
+                refusals.refuse(res, why)
+    for res in mine:
         if res.kind in (KIND_PROFILE, KIND_CONTROLLER_PROFILE):
             delete_instance_profile(iam, res.id)
-    for res in resources:
+    for res in mine:
         if res.kind in (KIND_ROLE, KIND_CONTROLLER_ROLE):
             delete_role(iam, res.id)
 

@@ -45,7 +45,9 @@ from cloudtrain.providers.gcp.clients import (
 )
 from cloudtrain.providers.gcp.errors import already_exists, gcp_errors
 from cloudtrain.providers.gcp.images import image_for
+from cloudtrain.providers.ownership import Refusals
 from cloudtrain.providers.startup_snippets import (
+    METADATA_CURL,
     node_address,
     shutdown_at_deadline,
     wait_for_driver,
@@ -58,7 +60,7 @@ DRIVER_WAIT_S = 900  # how long a Deep Learning VM node waits for its driver ins
 
 # the node's internal IP (GCE "About VM metadata": instance/network-interfaces/0/ip)
 _METADATA = node_address(
-    'curl -fsS --retry 5 --retry-connrefused -H "Metadata-Flavor: Google" '
+    f'{METADATA_CURL} --retry-connrefused -H "Metadata-Flavor: Google" '
     "http://metadata.google.internal/computeMetadata/v1/instance/network-interfaces/0/ip",
     "internal IP",
 )
@@ -74,7 +76,8 @@ storage_headers() {
   esac
   case "$1" in *X-Goog-Signature=*) return 0 ;; esac
   local token md="${GCE_METADATA_HOST:-metadata.google.internal}"
-  token="$(curl -fsS --retry 3 -H "Metadata-Flavor: Google" \\
+  token="$(curl -fsS --connect-timeout 2 --max-time 10 --retry 3 --retry-max-time 30 \\
+    -H "Metadata-Flavor: Google" \\
     "http://$md/computeMetadata/v1/instance/service-accounts/default/token" |
     sed -n 's/.*"access_token" *: *"\\([^"]*\\)".*/\\1/p')" || return 0
   if [ -n "$token" ]; then printf 'Authorization: Bearer %s\\n' "$token"; fi
@@ -194,7 +197,40 @@ class GcpCompute(Compute):
         """Delete the run's firewall rules, then each run service account: its bindings on the
         bucket its description names first, then the account; before them, the controller's
         grants and account (controller_identity.delete). Idempotent: missing ones are fine;
-        other kinds are ignored. Blocks."""
+        other kinds are ignored. Blocks. A name that is not the run's (`_not_runs`) is never
+        deleted: NotTheRuns names it after the others are (cloudtrain/providers/ownership.py)."""
+        refusals = Refusals()
+        mine = []
+        for res in resources:
+            why = self._not_runs(res)
+            if why is None:
+                mine.append(res)
+            else:
+                refusals.refuse(res, why)
+        self._delete_runs_own(mine)
+        refusals.check()
+
+    def _not_runs(self, res: Resource) -> str | None:
+        """Why `res` is not its run's by name, or None. A firewall rule has no labels: its name
+        must be the run's (`cloudtrain-<run>`, `...-ssh`); a service account's email, and a
+        binding's member, derive from a hash of the run id in this project, so only the run's
+        match. Pure."""
+        run_id, project = res.run_id, self.project
+        tag = network.run_tag(run_id)
+        node = identity.service_account_email(project, run_id)
+        ctl = controller_identity.controller_email(project, run_id)
+        expected = {
+            network.KIND_FIREWALL: {tag, tag + network.SSH_SUFFIX},
+            identity.KIND_SERVICE_ACCOUNT: {node},
+            controller_identity.KIND_ACCOUNT: {ctl},
+            controller_identity.KIND_PROJECT_BINDING: {ctl},
+            controller_identity.KIND_ACCOUNT_BINDING: {node},
+        }.get(res.kind)
+        if expected is None or (run_id and res.id in expected):
+            return None  # a kind this adapter ignores, or the run's own name
+        return f"not the run's name ({' or '.join(sorted(expected))} expected)"
+
+    def _delete_runs_own(self, resources: list[Resource]) -> None:
         controller_identity.delete(self.iam, self._storage(), resources)
         for res in resources:
             if res.kind == network.KIND_FIREWALL:

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from cloudtrain import run_key
 from cloudtrain.errors import LedgerError, NotFound
 from cloudtrain.jobs.protocol import journal_prefix
 from cloudtrain.journal import (
@@ -162,6 +163,7 @@ def test_every_write_is_one_new_object_with_its_op_time_and_arguments(
     first = found[0][1]
     assert first["at"] == 1000.0 and first["run_id"] == RUN and first["plan_json"] == '{"n":2}'
     intent = found[4][1]
+    assert len(intent.pop("mac")) == 64  # signed with the run's key (cloudtrain/run_key.py)
     assert intent == {
         "op": "record_intent",
         "at": 1010.0,
@@ -234,9 +236,11 @@ def test_an_incremental_import_lists_only_the_window_near_its_newest_entry(
         skewed = Journal(
             store, RUN, f"skewed{days + 30}", clock_ns=lambda d=days: t0 + d * 86400 * 10**9
         )
+        skewed.sign_with(writer.run_key(RUN) or b"")  # another controller of the run
         skewed.append({"op": "event", "at": 7.0, "run_id": RUN, "kind": "k", "message": "m"})
         skewed.close()
     near = Journal(store, RUN, "near", clock_ns=lambda: t0 - 300 * 10**9)  # 5 min behind
+    near.sign_with(writer.run_key(RUN) or b"")
     near.append({"op": "event", "at": 8.0, "run_id": RUN, "kind": "k", "message": "m"})
     near.close()
     assert import_journal(reader, store, RUN, incremental=True, now_ns=now) == 1
@@ -284,7 +288,11 @@ def test_corrupt_unknown_and_foreign_entries_are_skipped_with_a_warning(
         ).encode(),
         "notes.txt": b"hello",
     }
+    key = writer.run_key(RUN) or b""
     for name, data in bad.items():
+        doc = json.loads(data) if data.startswith(b"{\"") else None
+        if isinstance(doc, dict):  # signed by a controller of the run (a newer one, a buggy one)
+            data = json.dumps(run_key.sign_doc(key, run_key.journal_purpose(name), doc)).encode()
         store.put(prefix + name, data)
     reader = Ledger(tmp_path / "reader.db")
     warnings: list[str] = []
@@ -340,8 +348,9 @@ def test_an_old_ledger_file_gains_the_journal_table(tmp_path: Path) -> None:
         conn.execute("DROP TABLE journal_applied")
         conn.execute("PRAGMA user_version = 3")
     led = Ledger(path)
-    assert led.schema_version() == 4
+    assert led.schema_version() == 5  # and the run keys' table (cloudtrain/run_key.py)
     assert led.journal_keys(RUN) == set() and led.last_journal_key(RUN) is None
+    assert led.run_key(RUN) is None
 
 
 # --- the API from a fresh CLOUDTRAIN_HOME (the CLI's: tests/unit/test_journal_cli.py) ------------

@@ -13,6 +13,7 @@ from cloudtrain.errors import UsageError
 from cloudtrain.jobs.protocol import ClusterDoc
 from cloudtrain.launch_doc import LaunchDoc, read, write
 from cloudtrain.providers.local import LocalStore
+from cloudtrain.run_key import generate
 from cloudtrain.runtypes import RunOptions
 from cloudtrain.spec import load_spec_text
 
@@ -66,5 +67,6 @@ def test_a_run_without_a_launch_document_is_a_clear_error(tmp_path: Path) -> Non
         read(store, "r-1")
     spec = load_spec_text(SPEC, "job.yaml", base_dir=tmp_path)
     doc = LaunchDoc.of(spec, "r-1", RunOptions(), 1.0, "cd" * 32, store.uri)
-    write(store, doc)
-    assert read(store, "r-1") == doc
+    key = generate()
+    write(store, doc, key)  # signed with the run's key (cloudtrain/run_key.py)
+    assert read(store, "r-1", key) == doc
