@@ -37,6 +37,13 @@ if grep -qsi '0x10de' "$CT_SYS_PCI"/*/vendor && ! nvidia-smi >/dev/null 2>&1; th
 fi"""
 
 
+# A metadata service's curl (link-local: it answers in milliseconds or not at all): 2 s to
+# connect, 10 s a try, retries 1 s apart and none after 60 s, so a call ends within ~70 s.
+METADATA_CURL = (
+    "curl -fsS --connect-timeout 2 --max-time 10 --retry 5 --retry-delay 1 --retry-max-time 60"
+)
+
+
 def node_address(fetch: str, what: str, prelude: str = "") -> str:
     """Bash for a provider's metadata block: unless $CLOUDTRAIN_NODE_HOST is set, the node's
     private address from `fetch` (a command printing it; `prelude` runs first, e.g. IMDSv2's

@@ -14,7 +14,7 @@
 from __future__ import annotations
 
 from cloudtrain.providers.base import StartupBlocks
-from cloudtrain.providers.startup_snippets import node_address, wait_for_driver
+from cloudtrain.providers.startup_snippets import METADATA_CURL, node_address, wait_for_driver
 
 VENV_PYTHON = "/opt/cloudtrain/venv/bin/python"
 DRIVER_WAIT_S = 1200  # the extension may take 10+ minutes (and reboot once)
@@ -30,7 +30,7 @@ delete_self() { # delete this VM through its managed identity; non-zero if that 
   [ -n "$token" ] || return 1
   vm="$(curl -fsS --connect-timeout 2 --max-time 10 -H Metadata:true \\
     "$imds/metadata/instance/compute/resourceId?api-version=2021-02-01&format=text")" || return 1
-  curl -fsS --max-time 60 -X DELETE -H "Authorization: Bearer $token" \\
+  curl -fsS --connect-timeout 10 --max-time 60 -X DELETE -H "Authorization: Bearer $token" \\
     "https://management.azure.com${vm}?api-version=VM_API" >/dev/null
 }""".replace("VM_API", VM_API)
 
@@ -44,15 +44,18 @@ if [ "$ct_wait" -lt 60 ]; then ct_wait=60; fi
 )
 
 # the node's private IP (Azure IMDS, "Instance metadata": network/interface/0/ipv4/ipAddress/0)
-_METADATA = node_address(
-    'curl -fsS --retry 5 --retry-connrefused -H Metadata:true '
-    '"${CLOUDTRAIN_AZURE_IMDS:-http://169.254.169.254}/metadata/instance/network'
-    '/interface/0/ipv4/ipAddress/0/privateIpAddress?api-version=2021-02-01&format=text"',
-    "private IP",
-) + """
+_METADATA = (
+    node_address(
+        f"{METADATA_CURL} --retry-connrefused -H Metadata:true "
+        '"${CLOUDTRAIN_AZURE_IMDS:-http://169.254.169.254}/metadata/instance/network'
+        '/interface/0/ipv4/ipAddress/0/privateIpAddress?api-version=2021-02-01&format=text"',
+        "private IP",
+    )
+    + """
 storage_headers() { # Put Blob through a SAS URL needs the blob type
   case "$1" in *sig=*) printf 'x-ms-blob-type: BlockBlob\\n' ;; esac
 }"""
+)
 
 _DRIVER_WAIT = wait_for_driver("the NvidiaGpuDriverLinux extension", DRIVER_WAIT_S)
 

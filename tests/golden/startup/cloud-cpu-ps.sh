@@ -142,9 +142,33 @@ ct_curl() { # curl "$@", plus the storage headers of the URL, which is the last 
   done < <(storage_headers "${*: -1}")
   curl "${extra[@]}" "$@"
 }
-upload_log() { # one PUT of the log (an HTTPS request on a cloud: 50-100 ms)
+# Every curl is bounded: one unanswered connection once held a boot for ~130 s. Each try has
+# CT_CONNECT_S to connect; a small request (the log, a manifest, a key) CT_SMALL_S in all; a large
+# transfer (the bundle, the wheelhouse: up to a few GB) is cut when it moves under 10 KB/s for
+# CT_STALL_S, and at CT_LARGE_S in all (30 min: 1.7 MB/s for 3 GB). Retries wait 2 s, 4 s, ...
+# and none starts after CT_RETRY_S, so a retried call ends within CT_RETRY_S + one try's bound.
+# (The boot environment may shorten them: tests do.)
+CT_CONNECT_S=${CT_CONNECT_S:-10}
+CT_SMALL_S=${CT_SMALL_S:-30}
+CT_STALL_S=${CT_STALL_S:-60}
+CT_LARGE_S=${CT_LARGE_S:-1800}
+CT_RETRY_S=${CT_RETRY_S:-120}
+ct_small=(--connect-timeout "$CT_CONNECT_S" --max-time "$CT_SMALL_S")
+ct_large=(--connect-timeout "$CT_CONNECT_S" --max-time "$CT_LARGE_S"
+  --speed-limit 10240 --speed-time "$CT_STALL_S")
+ct_fetch() { # ct_fetch WHAT CURL_ARGS...: ct_curl; a timeout (curl exit 28) is said in the log
+  local what=$1 t=$SECONDS rc=0
+  shift
+  ct_curl "$@" || rc=$?
+  if [ "$rc" = 28 ]; then
+    phase "phase ${ct_phase:-boot}: $what timed out after $((SECONDS - t)) s (curl exit 28)"
+  fi
+  return "$rc"
+}
+upload_log() { # one PUT of the log (an HTTPS request on a cloud: 50-100 ms); at most ~3 tries
   ct_uploaded=1
-  ct_curl -fsS --retry 3 -T "$BOOT_LOG" "$CT_LOG_URL" >/dev/null 2>&1 || true
+  ct_fetch "the boot log upload" -fsS "${ct_small[@]}" --retry 2 --retry-delay 1 \
+    --retry-max-time "$CT_SMALL_S" -T "$BOOT_LOG" "$CT_LOG_URL" >/dev/null 2>&1 || true
 }
 
 # Phase timing: `begin NAME STATE` ... `finish [STATE]`; ct_durations is the durations line.
@@ -299,7 +323,8 @@ install_driver() { # the kernel driver only: CUDA and cuDNN come as pip wheels w
         aarch64) arch=sbsa ;;
         *) fail "driver: no NVIDIA repository for the $(uname -m) architecture" ;;
       esac
-      curl -fsSL --retry 5 -o "$keyring" \
+      curl -fsSL "${ct_small[@]}" --retry 5 --retry-delay 2 --retry-max-time "$CT_RETRY_S" \
+        -o "$keyring" \
         "https://developer.download.nvidia.com/compute/cuda/repos/debian12/$arch/cuda-keyring_1.1-1_all.deb" ||
         fail "driver: cannot download NVIDIA's cuda-keyring package"
       dpkg -i "$keyring" || fail "driver: cannot install NVIDIA's cuda-keyring package"
@@ -382,8 +407,9 @@ wheelhouse_warm() { # wheelhouse_warm REQUIREMENT...: 0 if installed from the of
   phase "phase python: fetching the wheelhouse $tag"
   rm -rf "$CT_WHEELS" && mkdir -p "$CT_WHEELS/wheels"
   # the URL stays out of the log: curl's own messages are dropped, its exit code is said
-  ct_curl -fsSL --retry 5 --retry-connrefused -o "$CT_WHEELS/wheels.tar" "$CT_WHEELHOUSE_URL" \
-    >/dev/null 2>&1 || rc=$?
+  ct_fetch "the wheelhouse download" -fsSL "${ct_large[@]}" --retry 5 --retry-delay 2 \
+    --retry-max-time "$CT_RETRY_S" --retry-connrefused -o "$CT_WHEELS/wheels.tar" \
+    "$CT_WHEELHOUSE_URL" >/dev/null 2>&1 || rc=$?
   if [ "$rc" != 0 ]; then
     step fetch "$t"
     phase "phase python: wheelhouse not used: download failed (curl exit $rc); installing from the index"
@@ -456,9 +482,12 @@ publish_wheelhouse() { # publish_wheelhouse TAG REQUIREMENT... (in the backgroun
   size="$(stat -c %s "$tar")"
   printf '{"tag": "%s", "sha256": "%s", "size": %s, "pins": [%s], "files": [%s]}\n' \
     "$tag" "$sha" "$size" "$pins" "$files" >"$manifest"
-  ct_curl -fsS --retry 3 -T "$tar" "$CT_WHEELHOUSE_PUT_URL" >/dev/null 2>&1 || rc=$?
+  ct_fetch "the wheelhouse upload" -fsS "${ct_large[@]}" --retry 3 --retry-delay 2 \
+    --retry-max-time "$CT_RETRY_S" -T "$tar" "$CT_WHEELHOUSE_PUT_URL" >/dev/null 2>&1 || rc=$?
   if [ "$rc" = 0 ]; then
-    ct_curl -fsS --retry 3 -T "$manifest" "$CT_WHEELHOUSE_MANIFEST_PUT_URL" >/dev/null 2>&1 || rc=$?
+    ct_fetch "the wheelhouse manifest upload" -fsS "${ct_small[@]}" --retry 3 --retry-delay 2 \
+      --retry-max-time "$CT_RETRY_S" -T "$manifest" "$CT_WHEELHOUSE_MANIFEST_PUT_URL" \
+      >/dev/null 2>&1 || rc=$?
   fi
   rm -rf "$tar" "$CT_WHEELS/wheels"
   if [ "$rc" != 0 ]; then
@@ -615,7 +644,8 @@ finish
 # 4. The bundle: fetch, verify, unpack; install the wheel unless this version is there already.
 #    The job's `setup` commands are the agent's (once per node, before the entrypoint).
 begin bundle "fetching"
-ct_curl -fsSL --retry 5 --retry-connrefused -o bundle.tar.gz "$CT_BUNDLE_URL" ||
+ct_fetch "the bundle download" -fsSL "${ct_large[@]}" --retry 5 --retry-delay 2 \
+  --retry-max-time "$CT_RETRY_S" --retry-connrefused -o bundle.tar.gz "$CT_BUNDLE_URL" ||
   fail "bundle: download failed (curl exit $?); the presigned URL may have expired"
 sha256sum -c --quiet - <<<"$CT_BUNDLE_SHA256  bundle.tar.gz" ||
   fail "bundle: sha256 mismatch (expected $CT_BUNDLE_SHA256)"
