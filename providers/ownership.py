@@ -33,9 +33,3 @@ class Refusals:
             refused=tuple((r.kind, r.id) for r, _ in self.items),
         )
 
-
-def has_prefix(name: str, prefix: str) -> bool:
-    """Whether `name` is `prefix` or starts with it followed by '-' (a run's names: the run id
-    is never a prefix of another run's at a '-' boundary only when the pattern ends there, so
-    callers pass the whole expected stem). Pure."""
-    return name == prefix or name.startswith(prefix + "-")
