@@ -10,10 +10,12 @@ resource is in the ledger before its create call.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
 import time
+import traceback
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -27,6 +29,7 @@ from cloudtrain.jobs.protocol import FINAL_STATES, ClusterDoc, NodeState, node_i
 from cloudtrain.lease import Lease, LeaseKeeper
 from cloudtrain.lease_holder import STOPPED_BY_DOWN, LeaseHolder
 from cloudtrain.ledger import Ledger
+from cloudtrain.observer_guard import guarded
 from cloudtrain.paths import cloudtrain_home
 from cloudtrain.providers.base import Provider, RunInfo, node_name
 from cloudtrain.providers.change_wait import ChangeWaiter
@@ -42,6 +45,9 @@ from cloudtrain.teardown import request_stop, scrub_secrets, teardown
 from cloudtrain.throughput import of_attempt
 from cloudtrain.trace_view import to_json as trace_json
 from cloudtrain.wheelhouse import WheelhousePlanner
+
+MAX_CRASH_DETAIL = 500  # characters of an unexpected error in the run's detail
+MAX_CRASH_TRACE = 8000  # characters of its traceback in the ledger
 
 if TYPE_CHECKING:
     from cloudtrain.journal import Journal
@@ -65,7 +71,8 @@ class Orchestrator(LeaseHolder, Provisioning, Recovery):
         store_uri: str | None = None,
     ) -> None:
         self.spec, self.plan, self.provider, self.ledger = spec, plan, provider, ledger
-        self.observer = observer
+        # the display renders the nodes' text: a bug of its never ends the run (issue 29)
+        self.observer = guarded(observer, self._display_failed)
         self.options = options or RunOptions.for_provider(provider.name)
         self.run_id = run_id or new_run_id(spec.name)
         # an adopted run's store is known (the controller node may not list the accounts)
@@ -199,6 +206,8 @@ class Orchestrator(LeaseHolder, Provisioning, Recovery):
             outcome, detail = stop.outcome, stop.detail
         except CloudtrainError as exc:
             outcome, detail = Outcome.FAILED, str(exc)
+        except Exception as exc:  # a bug meeting odd input: the run still ends in teardown
+            outcome, detail = Outcome.FAILED, self._crashed(exc)
         finally:
             if not detached:
                 # CPython runs a signal's Python handler only at a call or a backward jump
@@ -210,6 +219,20 @@ class Orchestrator(LeaseHolder, Provisioning, Recovery):
                 result = self._finish(outcome, detail)
             self.close_journal()
         return result
+
+    def _crashed(self, exc: Exception) -> str:
+        """The detail of a run an unexpected exception ended; its traceback goes to the
+        ledger (bounded), so `cloudtrain status` keeps it. Blocks (one ledger write)."""
+        detail = f"controller error: {type(exc).__name__}: {exc}"[:MAX_CRASH_DETAIL]
+        with contextlib.suppress(Exception):
+            tb = traceback.format_exc()[-MAX_CRASH_TRACE:]
+            self.ledger.event(self.run_id, "crash", f"{detail}; tearing down\n{tb}")
+        return detail
+
+    def _display_failed(self, message: str) -> None:
+        """The guarded observer's one report of a broken display (the run goes on)."""
+        with contextlib.suppress(Exception):  # before the ledger row exists: nowhere to say it
+            self.ledger.event(self.run_id, "display", f"{message}; the run goes on")
 
     def _signal_notice(self, signum: int) -> None:
         """The one warning for a signal that came during the stop or the teardown."""
@@ -227,7 +250,10 @@ class Orchestrator(LeaseHolder, Provisioning, Recovery):
         node_spans = []
         if self.reader is not None:  # the nodes' spans (written before their final status)
             nodes = [node_id(nv.role, nv.index) for nv in self.view.nodes]
-            node_spans = read_node_traces(self.store, self.run_id, nodes)
+            try:  # the nodes wrote them: nothing in them may stand before the teardown
+                node_spans = read_node_traces(self.store, self.run_id, nodes)
+            except Exception as exc:  # see above
+                self.observer.event(f"warning: the nodes' traces are unreadable: {exc!r}"[:300])
         try:
             keep, teardown_s = self._stop_and_tear_down(outcome, detail)
         except LeaseLost as exc:  # taken meanwhile (`cloudtrain down`): its holder tears down
@@ -254,7 +280,12 @@ class Orchestrator(LeaseHolder, Provisioning, Recovery):
         a failed run's nodes. Returns (kept, teardown seconds). Raises LeaseLost. Blocks."""
         ledger = self.ledger
         if outcome in (Outcome.INTERRUPTED, Outcome.BUDGET_EXCEEDED, Outcome.DEADLINE):
-            self._graceful_stop(outcome)
+            try:
+                self._graceful_stop(outcome)
+            except LeaseLost:
+                raise
+            except Exception as exc:  # best effort: the teardown is not
+                self.observer.event(f"warning: the graceful stop failed ({exc!r}); tearing down")
             if self.job_end is None:  # the job ended when its agents had stopped
                 self.job_end = time.time()
         keep = self.spec.teardown == "keep-on-failure" and outcome == Outcome.FAILED
