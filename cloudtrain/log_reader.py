@@ -8,6 +8,10 @@ that is not there. Far behind (a `logs` of a day-3 run), it reads the segments i
 chunks, in parallel. Used by runstate.RunReader (the watch loop, `logs --follow`) and `logs RUN`.
 A run written before segments existed has no index: its chunks are read from seq 0.
 
+What a node wrote is untrusted: every GET is bounded (jobs/bucket_reads.py). A chunk over
+LOG_CHUNK_MAX_BYTES reads as one line saying it was skipped; a segment over its cap, or an index
+that does not parse, is read by chunks instead; each is warned about once per key.
+
 The calls one read makes depend on how far behind the cursor is, never on how many objects the
 bucket holds: up to the announced chunk, one GET per new chunk; further behind, one GET of the
 index, one per segment needed and one per chunk after them (plus one round of PARALLEL_GETS
@@ -20,11 +24,17 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from cloudtrain.errors import NotFound
+from cloudtrain.errors import TooLarge
+from cloudtrain.jobs.bucket_reads import (
+    LOG_CHUNK_MAX_BYTES,
+    LOG_SEGMENT_MAX_BYTES,
+    Skips,
+    get_bounded,
+    read_document,
+)
 from cloudtrain.jobs.log_chunks import PARALLEL_GETS, get_chunks
 from cloudtrain.jobs.protocol import (
     LogIndex,
-    ProtocolError,
     log_index_key,
     log_lines,
     log_open_segment_key,
@@ -53,6 +63,25 @@ class NodeCursor:
 
 
 UNKNOWN = -1  # NodeCursor.lines when the caller does not know it
+SKIPS = Skips()  # what the log readers of this process skipped: one warning per key
+
+
+class _BoundedChunks:
+    """The store as get_chunks sees it: each chunk GET bounded by LOG_CHUNK_MAX_BYTES, and a
+    larger chunk one line saying so (the stream goes on past it)."""
+
+    def __init__(self, store: ObjectStore) -> None:
+        self.store = store
+
+    def get(self, key: str) -> bytes:
+        """The chunk's bytes, or the note that replaces one too large. Raises NotFound."""
+        try:
+            return self.store.get(key, max_bytes=LOG_CHUNK_MAX_BYTES)
+        except TooLarge:
+            SKIPS.skip(key, f"more than {LOG_CHUNK_MAX_BYTES} bytes")
+            return (
+                f"[cloudtrain: log chunk {key.rsplit('/', 1)[-1]} skipped: over its cap]\n".encode()
+            )
 
 
 def read_new(
@@ -72,12 +101,13 @@ def read_new(
         return []
     next_seq, count = cursor.next_seq, cursor.lines
     prefix = logs_prefix(run_id, cursor.node)
+    chunks = _BoundedChunks(store)
     out: list[str] = []
     if announced is None or announced - next_seq + 1 > CATCH_UP:
         wanted = _covering(store, run_id, cursor, announced)
         if wanted and count < 0 and wanted[0]["first_seq"] < next_seq:
             inside = wanted.pop(0)  # no count to skip by: its chunks from the cursor on
-            for seq, data in get_chunks(store, prefix, next_seq, inside["last_seq"]):
+            for seq, data in get_chunks(chunks, prefix, next_seq, inside["last_seq"]):
                 out += log_lines(data.decode(errors="replace"))
                 next_seq = seq + 1
             if next_seq <= inside["last_seq"]:
@@ -96,7 +126,7 @@ def read_new(
             last_seq, lines = found
             out += lines
             next_seq, count = last_seq + 1, count + len(lines) if count >= 0 else UNKNOWN
-    for seq, data in get_chunks(store, prefix, next_seq, announced):
+    for seq, data in get_chunks(chunks, prefix, next_seq, announced):
         lines = log_lines(data.decode(errors="replace"))
         out += lines
         next_seq, count = seq + 1, count + len(lines) if count >= 0 else UNKNOWN
@@ -109,11 +139,11 @@ def _open_segment(
 ) -> tuple[int, list[str]] | None:
     """(last_seq, lines) of the open segment starting at `first_seq` as its agent last uploaded
     it (protocol.log_open_segment_key), or None when there is none. One that outlived its
-    closing holds the same chunks' bytes, so it is as good. One GET."""
-    try:
-        found = read_open_segment(store.get(log_open_segment_key(run_id, node, first_seq)))
-    except NotFound:
-        return None
+    closing holds the same chunks' bytes, so it is as good. One GET, bounded (one too large
+    is None: its chunks are read instead)."""
+    key = log_open_segment_key(run_id, node, first_seq)
+    body = get_bounded(store, key, LOG_SEGMENT_MAX_BYTES, SKIPS)
+    found = None if body is None else read_open_segment(body)
     if found is None or found[0] < first_seq:
         return None
     return found[0], log_lines(found[2])
@@ -124,10 +154,9 @@ def _covering(
 ) -> list[dict[str, Any]]:
     """The closed segments holding chunk cursor.next_seq and on (up to the one holding
     `announced`), in order, as far as they are contiguous; [] without an index (a run from
-    before segments, or a node with none closed yet). One GET."""
-    try:
-        index = LogIndex.from_json(store.get(log_index_key(run_id, cursor.node)))
-    except (NotFound, ProtocolError):
+    before segments, or a node with none closed yet, or one that does not parse). One GET."""
+    index = read_document(store, log_index_key(run_id, cursor.node), LogIndex, SKIPS)
+    if index is None:
         return []
     wanted: list[dict[str, Any]] = []
     expect = cursor.next_seq
@@ -148,17 +177,16 @@ def _covering(
 def _texts(
     store: ObjectStore, run_id: str, node: str, wanted: list[dict[str, Any]]
 ) -> list[tuple[dict[str, Any], str]]:
-    """The segments' texts, GET in parallel, in order, up to the first not in the bucket."""
+    """The segments' texts, GET in parallel, in order, up to the first not in the bucket (or
+    over LOG_SEGMENT_MAX_BYTES: its chunks are read instead)."""
     if not wanted:
         return []
 
     def text(segment: dict[str, Any]) -> str | None:
         # the key as protocol names it, not the index's `key`: a reader GETs only log segments
         key = log_segment_key(run_id, node, segment["first_seq"], segment["last_seq"])
-        try:
-            return store.get(key).decode(errors="replace")
-        except NotFound:
-            return None
+        body = get_bounded(store, key, LOG_SEGMENT_MAX_BYTES, SKIPS)
+        return None if body is None else body.decode(errors="replace")
 
     with ThreadPoolExecutor(min(PARALLEL_GETS, len(wanted)), thread_name_prefix="log-seg") as pool:
         texts = list(pool.map(text, wanted))

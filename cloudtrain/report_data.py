@@ -13,7 +13,6 @@ what does not is skipped (counted in `skipped`). Imports no SDK and no plotting 
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import time
@@ -24,10 +23,18 @@ from typing import TYPE_CHECKING, Any
 
 from cloudtrain import bootlog
 from cloudtrain.api_logs import NODE_RE
-from cloudtrain.errors import CloudtrainError, NotFound
+from cloudtrain.errors import CloudtrainError
 from cloudtrain.jobs import protocol
 from cloudtrain.jobs import trace as tr
-from cloudtrain.jobs.protocol import NodeStatus, Registration, node_id, run_prefix
+from cloudtrain.jobs.bucket_reads import (
+    BOOT_LOG_MAX_BYTES,
+    METRICS_CHUNK_MAX_BYTES,
+    TRACE_MAX_BYTES,
+    Skips,
+    get_bounded,
+    parse_document,
+)
+from cloudtrain.jobs.protocol import NodeStatus, Registration, load_json, node_id, run_prefix
 from cloudtrain.trace_view import SPAN_EVENT, Phase, breakdown, controller_spans
 
 if TYPE_CHECKING:
@@ -56,6 +63,8 @@ _ATTEMPT_RE = re.compile(r"^attempt (?P<n>\d+)\b")
 _CHUNK_RE = re.compile(r"^[0-9]{1,12}\.jsonl$")
 _ATTEMPT_DIR_RE = re.compile(r"^attempt-(?P<n>[0-9]{1,6})$")
 MAX_RECORDS_PER_NODE = 200_000  # a runaway stream is cut here (the report says so)
+MAX_SPANS_PER_NODE = 2_000  # a node's trace is cut here (its agent records a few dozen)
+MAX_CHUNKS_PER_NODE = 10_000  # metrics chunks read per node (the records' cap comes first)
 
 
 @dataclass(frozen=True)
@@ -195,6 +204,7 @@ class _Bucket:
     boot_logs: dict[str, list[str]] = field(default_factory=dict)  # node -> its logs' texts
     traces: dict[str, list[tr.Span]] = field(default_factory=dict)  # node -> its spans
     skipped: int = 0
+    skips: Skips = field(default_factory=Skips)  # what was not read, by key (one warning each)
 
 
 def _read_bucket(store: ObjectStore, run_id: str) -> _Bucket:
@@ -210,12 +220,9 @@ def _read_bucket(store: ObjectStore, run_id: str) -> _Bucket:
                 chunks.setdefault(parts[1], []).append(obj.key)
         elif len(parts) == 2 and parts[0] == "status" and parts[1].endswith(".json"):
             node = parts[1].removesuffix(".json")
-            body = _get(store, obj.key) if _is_node(node) else None
-            if body is not None:
-                try:
-                    out.statuses[node] = NodeStatus.from_json(body)
-                except protocol.ProtocolError:
-                    out.skipped += 1
+            status = _document(out, store, obj.key, NodeStatus) if _is_node(node) else None
+            if status is not None:
+                out.statuses[node] = status
         elif len(parts) == 2 and parts[0] == "bootstrap" and parts[1].endswith(".log"):
             _add_boot_log(out, store, obj.key, parts[1].removesuffix(".log"))
         elif len(parts) == 2 and parts[0] == "trace" and parts[1].endswith(".json"):
@@ -225,17 +232,15 @@ def _read_bucket(store: ObjectStore, run_id: str) -> _Bucket:
             if parts[1] == "bootstrap" and parts[2].endswith(".log"):
                 _add_boot_log(out, store, obj.key, name)
             elif parts[1] == "nodes" and parts[2].endswith(".json") and _is_node(name):
-                body = _get(store, obj.key)
-                try:
-                    reg = Registration.from_json(body) if body is not None else None
-                except protocol.ProtocolError:
-                    reg, out.skipped = None, out.skipped + 1
+                reg = _document(out, store, obj.key, Registration)
                 if reg is not None and reg.time > 0:
                     out.registrations.setdefault(int(m["n"]), {})[name] = reg.time
     for node, keys in sorted(chunks.items()):
         records: list[dict[str, Any]] = []
-        for key in sorted(keys):  # zero-padded sequence numbers: key order is stream order
-            body = _get(store, key)
+        if len(keys) > MAX_CHUNKS_PER_NODE:
+            out.skipped += len(keys) - MAX_CHUNKS_PER_NODE
+        for key in sorted(keys)[:MAX_CHUNKS_PER_NODE]:  # zero-padded: key order is stream order
+            body = _get(out, store, key, METRICS_CHUNK_MAX_BYTES)
             if body is None:
                 continue
             got, bad = parse_records(body.decode(errors="replace").splitlines())
@@ -251,30 +256,49 @@ def _read_bucket(store: ObjectStore, run_id: str) -> _Bucket:
 
 
 def _add_boot_log(out: _Bucket, store: ObjectStore, key: str, node: str) -> None:
-    if _is_node(node) and (body := _get(store, key)) is not None:
+    if _is_node(node) and (body := _get(out, store, key, BOOT_LOG_MAX_BYTES)) is not None:
         out.boot_logs.setdefault(node, []).append(body.decode(errors="replace"))
 
 
 def _add_trace(out: _Bucket, store: ObjectStore, key: str, node: str) -> None:
     """The node's spans from its trace document (jobs/trace.py's TraceDoc; one GET, as
-    trace_view.load_spans reads it): only those it recorded as itself, at finite times."""
-    if not _is_node(node) or (body := _get(store, key)) is None:
+    trace_view.load_spans reads it): only those it recorded as itself, at finite times, and
+    at most MAX_SPANS_PER_NODE of them. The GET is bounded and the JSON read by the protocol's
+    rule (depth, finite numbers); what does not parse is skipped."""
+    if not _is_node(node) or (body := _get(out, store, key, TRACE_MAX_BYTES)) is None:
         return
     try:
-        doc = tr.TraceDoc.from_json(body)
-    except ValueError:
+        data = load_json(body, what="trace", max_bytes=TRACE_MAX_BYTES)
+        if not isinstance(data, dict) or not isinstance(data.get("spans"), list):
+            raise ValueError("a trace document is an object with a list of spans")
+        listed = data["spans"]
+        spans = [tr.Span.from_dict(s) for s in listed[:MAX_SPANS_PER_NODE]]
+    except ValueError as exc:  # ProtocolError, a span that is not one
         out.skipped += 1
+        out.skips.skip(key, str(exc))
         return
-    spans = [s for s in doc.spans if s.node == node]
-    out.traces[node] = [s for s in spans if math.isfinite(s.start) and math.isfinite(s.end)]
-    out.skipped += len(spans) - len(out.traces[node])
+    out.skipped += len(listed) - len(spans)
+    mine = [s for s in spans if s.node == node]
+    out.traces[node] = [s for s in mine if math.isfinite(s.start) and math.isfinite(s.end)]
+    out.skipped += len(mine) - len(out.traces[node])
 
 
-def _get(store: ObjectStore, key: str) -> bytes | None:
-    try:
-        return store.get(key)
-    except NotFound:
-        return None
+def _get(out: _Bucket, store: ObjectStore, key: str, max_bytes: int) -> bytes | None:
+    """The object at `key` if at most `max_bytes` (else skipped and counted); None if none."""
+    body = get_bounded(store, key, max_bytes, out.skips)
+    if body is None and key in out.skips.reasons:
+        out.skipped += 1
+    return body
+
+
+def _document(
+    out: _Bucket, store: ObjectStore, key: str, kind: type[protocol.D]
+) -> protocol.D | None:
+    """The `kind` document at `key`, or None when there is none or it is skipped (counted)."""
+    body = _get(out, store, key, kind.MAX_BYTES)
+    doc = None if body is None else parse_document(kind, body, key, out.skips)
+    out.skipped += body is not None and doc is None
+    return doc
 
 
 def _is_node(name: str) -> bool:
@@ -290,8 +314,8 @@ def parse_records(lines: Iterable[str]) -> tuple[list[dict[str, Any]], int]:
     for line in lines:
         if not line.strip():
             continue
-        try:
-            rec = json.loads(line)
+        try:  # the protocol's rule: depth-capped, finite numbers only
+            rec = load_json(line, what="a metrics record", max_bytes=METRICS_CHUNK_MAX_BYTES)
         except ValueError:
             bad += 1
             continue

@@ -8,7 +8,9 @@ checkpoints/, model/ or metrics/, which grow with the run: calls per poll are 1 
 per node + 1 + the new chunks, whatever the bucket holds. GETs rather than listings also mean a
 changed document is seen by its bytes, not by a listing's one-second timestamps. Used by the
 orchestrator's watch loop and by `cloudtrain status` / `cloudtrain logs`. Not thread-safe. The
-keys and the documents are jobs/protocol.py's; a document that does not parse (yet) is skipped.
+keys and the documents are jobs/protocol.py's. What a node wrote is untrusted: every GET is
+bounded (jobs/bucket_reads.py), and a document too large, too deep or ill-typed (or not parsed
+yet) is skipped, with one warning per key for the reader's life (`skips`).
 """
 
 from __future__ import annotations
@@ -20,9 +22,16 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from cloudtrain import bootlog
-from cloudtrain.errors import NotFound
+from cloudtrain.errors import NotFound, TooLarge
 from cloudtrain.jobs import protocol
-from cloudtrain.jobs.protocol import D, Document, Heartbeat, NodeStatus, NoticeDoc
+from cloudtrain.jobs.bucket_reads import (
+    BOOT_LOG_MAX_BYTES,
+    STOP_MAX_BYTES,
+    Skips,
+    get_bounded,
+    parse_document,
+)
+from cloudtrain.jobs.protocol import Document, Heartbeat, NodeStatus, NoticeDoc
 from cloudtrain.log_reader import NodeCursor, read_new
 from cloudtrain.providers.base import ObjectInfo, ObjectStore
 
@@ -82,6 +91,7 @@ class RunReader:
         self._nodes: list[str] | None = sorted(nodes) if nodes else None  # the caller's
         self.cursors: dict[str, NodeCursor] = {}  # node -> how far its stream was read
         self._pool: ThreadPoolExecutor | None = None
+        self.skips = Skips()  # what could not be read, by key: one warning each
 
     def _executor(self) -> ThreadPoolExecutor:
         """The reader's pool, made once (threads live as long as the reader: a store that keeps
@@ -121,17 +131,17 @@ class RunReader:
         pool = self._executor()
         listing = pool.submit(self.store.list, protocol.bootstrap_prefix(self.run_id))
         wanted = [(kind, node) for node in self.nodes() for kind in _NODE_KEYS]
-        keys = [protocol.stop_key(self.run_id)]
-        keys += [_NODE_KEYS[kind](self.run_id, node) for kind, node in wanted]
-        bodies = list(pool.map(self._get, keys))
-        snap.stop_requested = bodies[0] is not None
+        keys = [_NODE_KEYS[kind](self.run_id, node) for kind, node in wanted]
+        stop = pool.submit(self._stop_requested)
+        bodies = list(pool.map(self._get_document, [_DOCUMENTS[k] for k, _n in wanted], keys))
+        snap.stop_requested = stop.result()
         by_kind = {protocol.STATUS: snap.statuses, protocol.HEARTBEAT: snap.heartbeats}
         by_kind[protocol.NOTICE] = snap.notices
-        for (kind, node), key, body in zip(wanted, keys[1:], bodies[1:], strict=True):
+        for (kind, node), key, body in zip(wanted, keys, bodies, strict=True):
             if body is None or self._bodies.get(key) == body:
-                continue  # not there (yet), or as last read
-            doc = self._parse(_DOCUMENTS[kind], body)
-            if doc is None:  # half-written: read again next poll
+                continue  # not there (yet), too large, or as last read
+            doc = parse_document(_DOCUMENTS[kind], body, key, self.skips)
+            if doc is None:  # half-written or hostile: read again next poll (warned once)
                 continue
             self._bodies[key] = body
             by_kind[kind][node] = doc  # type: ignore[index]
@@ -142,11 +152,23 @@ class RunReader:
             snap.new_lines = self._new_lines(pool)
         return snap
 
-    def _get(self, key: str) -> bytes | None:
+    def _get_document(self, kind: type[Document], key: str) -> bytes | None:
+        """The bytes at `key` if there are at most kind.MAX_BYTES of them (else skipped)."""
+        return get_bounded(self.store, key, kind.MAX_BYTES, self.skips)
+
+    def _stop_requested(self) -> bool:
+        """Whether control/stop exists (its body, of any size, does not count)."""
         try:
-            return self.store.get(key)
+            self.store.get(protocol.stop_key(self.run_id), max_bytes=STOP_MAX_BYTES)
         except NotFound:
-            return None
+            return False
+        except TooLarge:
+            return True
+        return True
+
+    def _get_log(self, key: str) -> bytes | None:
+        """A bootstrap log's bytes, if at most BOOT_LOG_MAX_BYTES (else skipped)."""
+        return get_bounded(self.store, key, BOOT_LOG_MAX_BYTES, self.skips)
 
     def _read_bootstrap(self, objects: list[ObjectInfo], pool: ThreadPoolExecutor) -> None:
         """Take in the bootstrap logs that changed since the last poll (by the listing's size
@@ -160,17 +182,9 @@ class RunReader:
                 continue
             if self._changed(obj.key, (obj.size, obj.updated)):
                 changed.append((found[1], obj.key))
-        bodies = list(pool.map(self._get, [key for _node, key in changed]))
+        bodies = list(pool.map(self._get_log, [key for _node, key in changed]))
         for (node, _key), body in zip(changed, bodies, strict=True):
             self._take_bootstrap(node, body)
-
-    @staticmethod
-    def _parse(kind: type[D], body: bytes) -> D | None:
-        """The document in `body`; None while it is half-written or unreadable."""
-        try:
-            return kind.from_json(body)
-        except protocol.ProtocolError:
-            return None
 
     def _take_bootstrap(self, node: str, body: bytes | None) -> None:
         snap = self.snapshot
@@ -252,21 +266,21 @@ class RunReader:
 
     def bootstrap_log(self, node: str) -> str:
         """The node's bootstrap log, uploaded by its startup script ('' if none yet)."""
-        try:
-            key = protocol.bootstrap_log_key(self.run_id, node)
-            return self.store.get(key).decode(errors="replace")
-        except NotFound:
-            return ""
+        body = self._get_log(protocol.bootstrap_log_key(self.run_id, node))
+        return "" if body is None else body.decode(errors="replace")
 
 
 def archive_bootstrap_log(store: ObjectStore, run_id: str, node: str, attempt: int) -> None:
     """Move a node's bootstrap log to `attempt-<n>/bootstrap/<node>.log` before the node is
     created again: until the new node uploads its own, the old log (an agent that exited, a
-    FAILED line) would speak for it. Idempotent; blocks on the store."""
+    FAILED line) would speak for it. A log over BOOT_LOG_MAX_BYTES is not copied (a line says
+    so in its place). Idempotent; blocks on the store."""
     key = protocol.bootstrap_log_key(run_id, node)
     try:
-        body = store.get(key)
+        body = store.get(key, max_bytes=BOOT_LOG_MAX_BYTES)
     except NotFound:
         return
+    except TooLarge:
+        body = f"[cloudtrain: not archived: more than {BOOT_LOG_MAX_BYTES} bytes]\n".encode()
     store.put(protocol.archived_bootstrap_log_key(run_id, attempt, node), body)
     store.delete(key)

@@ -49,9 +49,9 @@ class CountingS3:
                 with self._count_lock:
                     self.calls[method] += 1
 
-            def get(self, key: str) -> bytes:
+            def get(self, key: str, max_bytes: int | None = None) -> bytes:
                 self._count("get")
-                return super().get(key)  # type: ignore[no-any-return]
+                return super().get(key, max_bytes)  # type: ignore[no-any-return]
 
             def put(self, key: str, data: bytes) -> None:
                 self._count("put")

@@ -30,9 +30,9 @@ class Recording(LocalStore):
         self.listed.append(prefix)
         return super().list(prefix)
 
-    def get(self, key: str) -> bytes:
+    def get(self, key: str, max_bytes: int | None = None) -> bytes:
         self.got.append(key)
-        return super().get(key)
+        return super().get(key, max_bytes)
 
 
 @pytest.fixture
