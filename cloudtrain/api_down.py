@@ -76,7 +76,7 @@ def down(
         )
 
     with signals_deferred(told):  # SIGINT/SIGTERM/SIGHUP half-way would leave half a run
-        _fence_out(prov, store_uri, rid, tell)
+        _fence_out(prov, store_uri, rid, tell, the_ledger)
         journal = _mirror(prov, store_uri, rid, the_ledger) if rec is not None else None
         request_stop(prov, store_uri, rid, "cloudtrain down")
         report = teardown(prov, the_ledger if rec else None, rid, tell)
@@ -95,20 +95,31 @@ def down(
     )
 
 
-def _fence_out(prov: Provider, store_uri: str, run_id: str, tell: Callable[[str], None]) -> None:
-    """Take the run's lease by force (term + 1): a controller node, or an attached process,
-    stops creating and deleting at its next step (cloudtrain/fencing.py), so nothing it does
-    races the teardown. Best effort: a run without a bucket has no lease."""
+def _fence_out(
+    prov: Provider,
+    store_uri: str,
+    run_id: str,
+    tell: Callable[[str], None],
+    ledger: Ledger,
+) -> None:
+    """Take the run's lease by force (term + 1), signed with the run's key (a holder takes an
+    unsigned lease back: a node could have written it): a controller node, or an attached
+    process, stops creating and deleting at its next step (cloudtrain/fencing.py), so nothing it
+    does races the teardown. Best effort: a run without a bucket has no lease."""
     import os
     import socket
 
+    from cloudtrain import run_key
     from cloudtrain.lease import DOWN_OWNER_PREFIX, Lease, describe, read_lease
 
     with contextlib.suppress(CloudtrainError, OSError):
         store = prov.store(store_uri)
         held = read_lease(store, run_id)
         owner = f"{DOWN_OWNER_PREFIX}{socket.gethostname()}:{os.getpid()}"
-        Lease(store, run_id, owner).acquire(force=True)
+        key = None
+        with contextlib.suppress(CloudtrainError, OSError):  # no key: an unsigned lease
+            key = run_key.reader_key(ledger, store, run_id)
+        Lease(store, run_id, owner, key=key).acquire(force=True)
         if held is not None and held.expires > time.time():
             tell(f"took control from {describe(held)}")
 

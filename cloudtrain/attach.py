@@ -62,7 +62,7 @@ def attach(
     # would leave the run controlled by nobody
     launch_doc.read(store, rid, ledger.run_key(rid))
     owner = f"attach:{socket.gethostname()}:{os.getpid()}"
-    lease = Lease(store, rid, owner)
+    lease = Lease(store, rid, owner, key=ledger.run_key(rid))
     _take(lease, store, rid, tell, ledger.run_key(rid))
     journal = Journal(store, rid, writer_id("attach"))
     ledger.journal_to(rid, journal)

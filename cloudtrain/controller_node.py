@@ -104,7 +104,7 @@ def _control(
     name = node_name(run_id, "controller", 0)
     owner = controller_owner(name)
     store = provider.store(store_uri)
-    lease = Lease(store, run_id, owner)
+    lease = Lease(store, run_id, owner, key=ledger.run_key(run_id))  # the journal's import kept it
     lease.acquire()  # LeaseHeld: attach (or down) took the run first
     journal = Journal(store, run_id, writer_id("controller"))
     ledger.journal_to(run_id, journal)

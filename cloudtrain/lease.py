@@ -20,6 +20,12 @@ both believe they wrote last. Rules:
   with `successor` named, so the controller node takes it without a race; or, with no successor,
   expires now, so the next `attach` takes it at once.
 
+With the run's key (cloudtrain/run_key.py, which the nodes never see) every write is signed, and
+a lease document without a valid MAC for a term above this process's is a forgery (a node wrote
+it, or put an old document back): `renew` takes the lease back over it (said through
+`on_forged`), and `acquire` counts it as expired. Without a key (a run from before keys) every
+document counts, as before.
+
 A lost reply to a conditional write that did write reads back as PreconditionFailed; `_write`
 then reads the lease again and counts the write as its own when the document is its own
 (owner, term and nonce), so the retry layer's ambiguity never costs the lease.
@@ -37,6 +43,7 @@ import time
 import uuid
 from collections.abc import Callable
 
+from cloudtrain import run_key
 from cloudtrain.errors import CloudtrainError, LeaseHeld, LeaseLost, PreconditionFailed
 from cloudtrain.jobs import protocol
 from cloudtrain.jobs.protocol import LeaseDoc, ProtocolError
@@ -87,8 +94,11 @@ class Lease:
         owner: str,
         ttl_s: float | None = None,
         clock: Callable[[], float] = time.time,
+        key: bytes | None = None,
+        on_forged: Callable[[str], None] = lambda _m: None,
     ) -> None:
         self.store, self.run_id, self.owner = store, run_id, owner
+        self.mac_key, self.on_forged = key, on_forged  # the run's key (see the module)
         self.ttl_s = ttl_s if ttl_s is not None else lease_ttl_s()
         self.clock = clock
         self.key = protocol.lease_key(run_id)
@@ -140,6 +150,8 @@ class Lease:
             try:
                 self._write(self.term, self._tag)
             except PreconditionFailed:
+                if self._took_back_a_forgery():
+                    return
                 self._tag = None
                 now = read_lease(self.store, self.run_id)
                 holder = describe(now) if now else "nobody"
@@ -166,13 +178,54 @@ class Lease:
             self._tag = None
 
     # --- one conditional write ----------------------------------------------------------------
+    def _took_back_a_forgery(self) -> bool:
+        """After a renewal found the lease changed: when no controller of the run wrote it (see
+        the module), write this process's lease over it, same term, and say so. Returns whether
+        it did. Blocks (one read, one conditional write)."""
+        if self.mac_key is None:
+            return False
+        got = self.store.get_tagged(self.key)
+        if got is None or self._genuine(got[0]):
+            return False
+        try:
+            self._write(self.term, got[1])
+        except PreconditionFailed:  # changed again meanwhile: judged by the next renewal
+            return False
+        self.on_forged(
+            f"run {self.run_id}: control/lease was written without the run's key "
+            f"({_shown(got[0])}); {self.owner} took it back (term {self.term})"
+        )
+        return True
+
+    def _genuine(self, data: bytes) -> bool:
+        """Whether a lease document that is not this process's last write came from a controller
+        of the run: signed with its key, for a later term (a takeover always adds one). Pure."""
+        if self.mac_key is None:
+            return True
+        try:
+            body = json.loads(data)
+        except (ValueError, RecursionError):
+            return False
+        if not run_key.verify_doc(self.mac_key, self._purpose, body):
+            return False
+        term = body.get("term")
+        return isinstance(term, int) and term > self.term
+
+    @property
+    def _purpose(self) -> str:
+        return f"{run_key.LEASE}:{self.run_id}"
+
     def _parse(self, got: tuple[bytes, str] | None) -> tuple[LeaseDoc | None, str | None]:
         if got is None:
             return None, None
+        forged = self.mac_key is not None and not _signed(self.mac_key, self._purpose, got[0])
         try:
-            return LeaseDoc.from_json(got[0]), got[1]
+            doc = LeaseDoc.from_json(got[0])
         except ProtocolError:  # an unreadable lease: taken over like an expired one
             return LeaseDoc(owner="?", term=0, expires=0.0), got[1]
+        if forged:  # no controller wrote it: expired, whatever it says (its term still counts)
+            return LeaseDoc(owner="?", term=doc.term, expires=0.0), got[1]
+        return doc, got[1]
 
     def _write(
         self, term: int, tag: str | None, expires: float | None = None, successor: str = ""
@@ -183,6 +236,8 @@ class Lease:
         doc = LeaseDoc(owner=self.owner, term=term, expires=until, successor=successor, time=now)
         body = doc.to_dict()
         body["nonce"] = nonce  # tells this write from any other of the same owner and term
+        if self.mac_key is not None:
+            body = run_key.sign_doc(self.mac_key, self._purpose, body)
         data = json.dumps(body).encode()
         try:
             new_tag = self.store.put_if(self.key, data, tag)
@@ -192,6 +247,22 @@ class Lease:
                 raise
             new_tag = got[1]
         self.term, self._tag, self._expires, self._nonce = term, new_tag, until, nonce
+
+
+def _signed(key: bytes, purpose: str, data: bytes) -> bool:
+    try:
+        return run_key.verify_doc(key, purpose, json.loads(data))
+    except (ValueError, RecursionError):
+        return False
+
+
+def _shown(data: bytes) -> str:
+    """A forged document's owner, for the message: escaped and short. Pure."""
+    try:
+        owner = json.loads(data).get("owner", "?")
+    except (ValueError, RecursionError, AttributeError):
+        owner = "unreadable"
+    return "owner " + repr(str(owner))[:80]
 
 
 def _nonce_of(data: bytes) -> str:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 
+from cloudtrain import run_key
 from cloudtrain.errors import CloudtrainError, LeaseLost
 from cloudtrain.fencing import FencedProvider
 from cloudtrain.jobs import protocol
@@ -43,6 +44,7 @@ class LeaseHolder:
         """Act only while `lease` (held) holds: the provider becomes fenced (every create and
         delete checks it), and a keeper renews it from its own thread. Idempotent per lease."""
         self.lease = lease
+        lease.on_forged = self._lease_forged
         if not isinstance(self.provider, FencedProvider):
             self.provider = FencedProvider(self.provider, lease)
         if self._keeper is not None:
@@ -59,7 +61,16 @@ class LeaseHolder:
         key = getattr(self, "_yield_key", "")
         if not key or self.lease is None:
             return False
-        return self.lease.store.get_tagged(key) is not None
+        # only a yield signed with the run's key for this term counts: a node could write one
+        # (cloudtrain/run_key.py), and a controller that yields to it stops acting on the run
+        run_key_ = self.ledger.run_key(self.run_id)
+        return run_key.yield_asked(self.lease.store, self.run_id, run_key_, self.lease.term)
+
+    def _lease_forged(self, message: str) -> None:
+        """A lease no controller of the run wrote was taken back (cloudtrain/lease.py)."""
+        with contextlib.suppress(CloudtrainError, OSError):
+            self.ledger.event(self.run_id, "lease", message)
+        self.observer.event(f"warning: {message}")
 
     def _lease_lost_notice(self, message: str) -> None:
         self.observer.event(f"lost control of the run: {message}")

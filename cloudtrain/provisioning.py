@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
-from cloudtrain import __version__, launch_doc
+from cloudtrain import __version__, launch_doc, run_key
 from cloudtrain.crashpoints import crash_point
 from cloudtrain.errors import CloudtrainError, NoCapacityError
 from cloudtrain.jobs import protocol
@@ -60,7 +60,9 @@ class Provisioning:
         self.observer.event(f"bucket {self.store.uri}")
         self.store.ensure_bucket()
         if self.lease is None:  # a new run: nobody else can hold it; term 1
-            lease = Lease(self.store, self.run_id, self.owner)
+            # the run's key first (cloudtrain/run_key.py): every lease write is signed with it
+            key = run_key.writer_key(self.ledger, self.store, self.run_id)
+            lease = Lease(self.store, self.run_id, self.owner, key=key)
             lease.acquire()
             self.take_lease(lease)
             self._start_journal()
@@ -99,6 +101,7 @@ class Provisioning:
                 self.bundle.sha256,
                 self.store.uri,
             ),
+            key=self.ledger.run_key(self.run_id),
         )
         self.ledger.set_status(self.run_id, "provisioning")
         compute = self.provider.compute

@@ -5,12 +5,14 @@ tests/unit/test_conditional_writes.py's."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
+from cloudtrain import run_key
 from cloudtrain.errors import LeaseHeld, LeaseLost
 from cloudtrain.fencing import FencedCompute
 from cloudtrain.jobs import protocol
@@ -198,3 +200,53 @@ def test_the_keeper_keeps_the_loss_naming_the_new_holder(store: ObjectStore) -> 
     assert keeper.lost.wait(5.0)
     keeper.stop()
     assert "now attach:desk (term 2" in keeper.reason
+
+
+# --- a lease a node forged (issue 29): the run's key signs every controller's write ----------
+
+
+def _forge(store: ObjectStore, **fields: object) -> None:
+    """What a node's user code can do: put any bytes at control/lease (no key, no tag)."""
+    doc = {"owner": "attach:evil", "term": 99, "expires": time.time() + 3600, "version": 1}
+    doc.update(fields)
+    store.put(protocol.lease_key(RUN), json.dumps(doc).encode())
+
+
+def test_a_lease_a_node_forged_is_taken_back_and_said(store: ObjectStore) -> None:
+    key = run_key.generate()
+    forged: list[str] = []
+    lease = Lease(store, RUN, "run:laptop", ttl_s=30, key=key, on_forged=forged.append)
+    assert lease.acquire() == 1
+    _forge(store)
+    lease.renew()  # not a takeover: nobody with the run's key wrote it
+    doc = read_lease(store, RUN)
+    assert doc is not None and (doc.owner, doc.term) == ("run:laptop", 1)
+    assert len(forged) == 1 and "attach:evil" in forged[0]
+    FencedCompute(MemoryCompute(), lease).create_node(INFO, _request(0))  # and it still acts
+
+
+def test_an_old_signed_lease_copied_back_is_a_forgery_too(store: ObjectStore) -> None:
+    key = run_key.generate()
+    lease = Lease(store, RUN, "run:laptop", ttl_s=30, key=key)
+    lease.acquire()
+    old = store.get(protocol.lease_key(RUN))  # signed, this term, an earlier expiry
+    lease.renew()
+    store.put(protocol.lease_key(RUN), old)  # a node replays it
+    lease.renew()
+    assert read_lease(store, RUN).owner == "run:laptop"  # type: ignore[union-attr]
+
+
+def test_a_signed_takeover_still_fences_the_old_holder(store: ObjectStore) -> None:
+    key = run_key.generate()
+    lease = Lease(store, RUN, "run:laptop", ttl_s=30, key=key)
+    lease.acquire()
+    assert Lease(store, RUN, "down:d", ttl_s=30, key=key).acquire(force=True) == 2
+    with pytest.raises(LeaseLost, match="now down:d"):
+        lease.renew()
+
+
+def test_a_forged_live_lease_does_not_keep_a_controller_out(store: ObjectStore) -> None:
+    key = run_key.generate()
+    Lease(store, RUN, "run:laptop", ttl_s=30, key=key).acquire()
+    _forge(store, term=7)
+    assert Lease(store, RUN, "attach:desk", ttl_s=30, key=key).acquire() == 8
