@@ -64,6 +64,8 @@ _CHUNK_RE = re.compile(r"^[0-9]{1,12}\.jsonl$")
 _ATTEMPT_DIR_RE = re.compile(r"^attempt-(?P<n>[0-9]{1,6})$")
 MAX_RECORDS_PER_NODE = 200_000  # a runaway stream is cut here (the report says so)
 MAX_SPANS_PER_NODE = 2_000  # a node's trace is cut here (its agent records a few dozen)
+MAX_TRACE_SPANS = 20_000  # the nodes' spans together: a node's past it are not read
+MAX_NODES = 256  # nodes drawn: the plan's, then those only the bucket names, up to this
 MAX_CHUNKS_PER_NODE = 10_000  # metrics chunks read per node (the records' cap comes first)
 
 
@@ -175,8 +177,8 @@ def collect(
             bucket = _read_bucket(store, rec.run_id)
         except CloudtrainError as exc:  # gone, or unreadable from here: the ledger's part stays
             data.store_error = str(exc)
-    data.records, data.skipped = bucket.records, bucket.skipped
     data.nodes = _nodes(data.instance_types, bucket)
+    data.records, data.skipped = bucket.records, bucket.skipped
     resources = ledger.resources(rec.run_id)
     events = ledger.events(rec.run_id)
     data.events = [(e.ts, e.kind, e.message) for e in events if e.kind != SPAN_EVENT]
@@ -265,7 +267,12 @@ def _add_trace(out: _Bucket, store: ObjectStore, key: str, node: str) -> None:
     trace_view.load_spans reads it): only those it recorded as itself, at finite times, and
     at most MAX_SPANS_PER_NODE of them. The GET is bounded and the JSON read by the protocol's
     rule (depth, finite numbers); what does not parse is skipped."""
-    if not _is_node(node) or (body := _get(out, store, key, TRACE_MAX_BYTES)) is None:
+    if not _is_node(node):
+        return
+    if sum(map(len, out.traces.values())) >= MAX_TRACE_SPANS:
+        out.skipped += 1  # the trace documents after the cap: counted, not read
+        return
+    if (body := _get(out, store, key, TRACE_MAX_BYTES)) is None:
         return
     try:
         data = load_json(body, what="trace", max_bytes=TRACE_MAX_BYTES)
@@ -368,7 +375,9 @@ def _nodes(planned: dict[str, str], bucket: _Bucket) -> list[str]:
         role, _, index = name.rpartition("-")
         return _ROLE_ORDER.get(role, 9), int(index)
 
-    return sorted(seen, key=order)
+    others = sorted(seen - set(planned), key=order)[: max(0, MAX_NODES - len(planned))]
+    bucket.skipped += len(seen) - len(planned) - len(others)  # named only by the bucket: cut
+    return sorted({*planned, *others}, key=order)
 
 
 def resources_deleted(resources: Iterable[Any]) -> list[float]:

@@ -355,7 +355,7 @@ def _loss_plot(data: ReportData) -> Plot:
             ax.set_title(base)
             ax.set_xlabel("epoch")
             ax.xaxis.get_major_locator().set_params(integer=True)
-            ax.legend(fontsize=7)
+            report_timeline.legend(ax, 7)
         svg = _svg(fig)
     same = len(shown) == 1 and len(series) > 1
     caption = f"Per epoch, from {chief}'s records" + (
@@ -398,7 +398,7 @@ def _throughput_plot(data: ReportData) -> Plot:
         _over_the_run(ax, data, scale, xlabel)
         ax.set_ylabel(unit)
         ax.set_ylim(bottom=0)
-        ax.legend(fontsize=7)
+        report_timeline.legend(ax, 7)
         svg = _svg(fig)
     caption = (
         f"Each node's {unit} over time (its share of the global batch), from its window "
@@ -439,7 +439,7 @@ def _gpu_plot(data: ReportData) -> Plot:
         _over_the_run(ax, data, scale, xlabel)
         ax.set_ylabel("GPU utilisation (%)")
         ax.set_ylim(0, 105)
-        ax.legend(fontsize=7)
+        report_timeline.legend(ax, 7)
         svg = _svg(fig)
     caption = "Each node's mean utilisation over its GPUs, from the agent's nvidia-smi samples."
     return Plot("plot-gpu", title, caption, svg)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from cloudtrain.jobs import trace as tr
 
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
 CONTROLLER = "controller"  # the controller's lane
 MAX_ROWS = 4  # rows per lane; more overlapping spans share the last
+MAX_LEGEND = 24  # legend entries drawn; the rest are one "+N more" entry
 VISIBLE = 0.008  # a child shorter than this share of the axis is not drawn
 OVERLAP = 0.001  # spans that overlap by less than this share of the axis are side by side
 FONT_PT = 7.0
@@ -84,13 +85,11 @@ def lanes(spans: Sequence[tr.Span], nodes: Sequence[str], axis_s: float) -> list
     axis' length in seconds (what "long enough to see" is relative to). Pure."""
     axis_s = max(axis_s, 1e-9)
     named = [n for n in nodes if n]
-    recorders = ["", *named, *sorted({s.node for s in spans if s.node} - set(named))]
-    out = []
-    for who in recorders:
-        mine = [s for s in spans if s.node == who]
-        if mine:
-            out.append(_lane(who, mine, axis_s))
-    return out
+    by_node: dict[str, list[tr.Span]] = {}
+    for span in spans:
+        by_node.setdefault(span.node, []).append(span)
+    recorders = ["", *named, *sorted(set(by_node) - {""} - set(named))]
+    return [_lane(who, by_node[who], axis_s) for who in recorders if by_node.get(who)]
 
 
 def _lane(who: str, spans: list[tr.Span], axis_s: float) -> Lane:
@@ -215,10 +214,27 @@ def draw(
     ax.set_xlim(*xlim)
     ax.grid(axis="y", visible=False)
     if handles:
+        shown, labels = capped(list(handles.values()), list(handles))
         fig.legend(
-            list(handles.values()),
-            list(handles),
-            fontsize=FONT_PT,
-            loc="outside lower center",
-            ncols=min(6, len(handles)),
+            shown, labels, fontsize=FONT_PT, loc="outside lower center", ncols=min(6, len(shown))
         )
+
+
+def capped(handles: list[Any], labels: list[str]) -> tuple[list[Any], list[str]]:
+    """A legend's entries, at most MAX_LEGEND of them and then one "+N more" (a trace or a run
+    with thousands of names would draw a legend taller than the page). Pure but for making
+    the blank handle."""
+    if len(handles) <= MAX_LEGEND:
+        return handles, labels
+    from matplotlib.patches import Patch
+
+    blank = Patch(facecolor="none", edgecolor="none")
+    more = f"+{len(handles) - MAX_LEGEND} more"
+    return [*handles[:MAX_LEGEND], blank], [*labels[:MAX_LEGEND], more]
+
+
+def legend(ax: Axes, fontsize: float) -> None:
+    """Draw `ax`'s legend of its labelled artists, capped (see `capped`)."""
+    handles, labels = ax.get_legend_handles_labels()
+    shown, names = capped(handles, labels)
+    ax.legend(shown, names, fontsize=fontsize)

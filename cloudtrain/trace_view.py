@@ -24,12 +24,12 @@ start instant: it is 0 s, and the time goes to the next phase that has an end.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from cloudtrain.jobs import trace as tr
+from cloudtrain.jobs.protocol import load_json
 from cloudtrain.jobs.trace import Span
 from cloudtrain.node_text import figure, finite
 
@@ -61,15 +61,16 @@ class Phase:
 
 
 def controller_spans(events: Iterable[Any]) -> list[Span]:
-    """The controller's spans from the run's ledger events (rows with `kind` and `message`);
-    a malformed one is skipped. Pure."""
+    """The controller's spans from the run's ledger events (rows with `kind` and `message`;
+    a journal imported from the bucket is untrusted): a malformed one, one nested too deep or
+    one whose times are not finite numbers is skipped (the protocol's `load_json`). Pure."""
     spans = []
     for event in events:
         if event.kind != SPAN_EVENT:
             continue
         try:
-            spans.append(Span.from_dict(json.loads(event.message)))
-        except ValueError:
+            spans.append(Span.from_dict(load_json(str(event.message), what="span")))
+        except ValueError:  # ProtocolError included
             continue
     return spans
 
