@@ -264,14 +264,24 @@ class BlobStore:
         blob = self._blob(key)
         what = f"get {self._where(key)}"
         with azure_errors(what):
-            data = blob.download_blob(**self._range(max_bytes)).readall()
+            data = self._download(blob, max_bytes).readall()
         return within(bytes(data), max_bytes, what)
 
-    def _range(self, max_bytes: int | None) -> dict[str, Any]:
-        """download_blob's arguments: the whole blob, or its first max_bytes + 1 bytes."""
+    def _download(self, blob: Any, max_bytes: int | None) -> Any:
+        """The blob's downloader: of the whole blob, or of its first max_bytes + 1 bytes. A
+        range from 0 is refused (416) only for an empty blob, which the SDK reads again
+        without one only when no range was asked for: then the whole (empty) blob is asked
+        for here, and the caller's `within` still bounds what came. Raises the SDK's errors."""
         if max_bytes is None:
-            return {"max_concurrency": self.max_concurrency}
-        return {"max_concurrency": self.max_concurrency, "offset": 0, "length": max_bytes + 1}
+            return blob.download_blob(max_concurrency=self.max_concurrency)
+        try:
+            return blob.download_blob(
+                max_concurrency=self.max_concurrency, offset=0, length=max_bytes + 1
+            )
+        except HttpResponseError as exc:
+            if exc.status_code != 416:
+                raise
+            return blob.download_blob(max_concurrency=self.max_concurrency)
 
     def get_tagged(self, key: str, max_bytes: int | None = None) -> tuple[bytes, str] | None:
         """The object and its ETag (from the download's own answer, so they belong together; a
@@ -282,7 +292,7 @@ class BlobStore:
         what = f"get {self._where(key)}"
         try:
             with azure_errors(what):
-                download = blob.download_blob(**self._range(max_bytes))
+                download = self._download(blob, max_bytes)
                 data = download.readall()
         except NotFound:
             return None

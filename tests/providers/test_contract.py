@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from cloudtrain.errors import NotFound
+from cloudtrain.errors import NotFound, TooLarge
 from cloudtrain.providers.base import (
     ALIVE_STATES,
     Compute,
@@ -99,6 +99,28 @@ def test_put_get_round_trip(provider: Harness) -> None:
     assert store.get("empty") == b""
     # a second handle on the same URI sees the same objects
     assert provider.provider.store(provider.store_uri).get("runs/r/cluster.json") == b"{}"
+
+
+def test_a_bounded_get_reads_at_most_its_bound(provider: Harness) -> None:
+    """`get`/`get_tagged` with `max_bytes` (issue 29): an object within the bound reads whole
+    (an empty one too), one past it raises TooLarge, a missing one is still NotFound/None."""
+    store = make_store(provider)
+    payload = bytes(range(256)) * 40  # 10,240 bytes
+    store.put("runs/r/status/chief-0.json", payload)
+    store.put("runs/r/empty", b"")
+    assert store.get("runs/r/status/chief-0.json", max_bytes=len(payload)) == payload
+    assert store.get("runs/r/empty", max_bytes=10) == b""
+    with pytest.raises(TooLarge):
+        store.get("runs/r/status/chief-0.json", max_bytes=len(payload) - 1)
+    found = store.get_tagged("runs/r/status/chief-0.json", max_bytes=len(payload))
+    assert found is not None and found[0] == payload
+    empty = store.get_tagged("runs/r/empty", max_bytes=10)
+    assert empty is not None and empty[0] == b""
+    with pytest.raises(TooLarge):
+        store.get_tagged("runs/r/status/chief-0.json", max_bytes=100)
+    with pytest.raises(NotFound):
+        store.get("runs/r/missing.json", max_bytes=10)
+    assert store.get_tagged("runs/r/missing.json", max_bytes=10) is None
 
 
 def test_get_of_a_missing_key_is_not_found(provider: Harness, tmp_path: Path) -> None:
