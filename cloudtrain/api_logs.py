@@ -102,6 +102,8 @@ class LogStream:
             snap, unreadable = poll(self.reader)
             lines = snap.new_lines
             yield [LogLine(n, line) for n, line in lines if self.node is None or n == self.node]
+            if snap.logs_behind:
+                continue  # a poll reads a bounded part of a stream: read on before deciding
             if self.follow:
                 self._import_journal()
             current = self.ledger.get_run(run_id)

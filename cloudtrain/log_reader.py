@@ -85,7 +85,11 @@ class _BoundedChunks:
 
 
 def read_new(
-    store: ObjectStore, run_id: str, cursor: NodeCursor, announced: int | None
+    store: ObjectStore,
+    run_id: str,
+    cursor: NodeCursor,
+    announced: int | None,
+    max_bytes: int | None = None,
 ) -> list[str]:
     """The node's lines after `cursor`, in order, up to chunk `announced` (inclusive); with
     `announced` None, up to the first chunk not in the bucket. Advances `cursor` past what it
@@ -95,7 +99,9 @@ def read_new(
     More than CATCH_UP chunks behind, or with `announced` None, it first reads the node's
     LogIndex and takes whole segments for the part they cover (skipping the first one's
     `cursor.lines - first_line` lines when the cursor is inside it), which may return lines
-    past `announced` when a segment reaches past it. A store error other than NotFound
+    past `announced` when a segment reaches past it. With `max_bytes` (a poll's budget) it
+    stops once it took that many bytes of the stream (the chunk or segment that crossed it
+    included): the next call goes on from there. A store error other than NotFound
     propagates and leaves `cursor` as it was."""
     if announced is not None and announced < cursor.next_seq:
         return []
@@ -103,6 +109,7 @@ def read_new(
     prefix = logs_prefix(run_id, cursor.node)
     chunks = _BoundedChunks(store)
     out: list[str] = []
+    budget = _Budget(max_bytes)
     if announced is None or announced - next_seq + 1 > CATCH_UP:
         wanted = _covering(store, run_id, cursor, announced)
         if wanted and count < 0 and wanted[0]["first_seq"] < next_seq:
@@ -110,28 +117,66 @@ def read_new(
             for seq, data in get_chunks(chunks, prefix, next_seq, inside["last_seq"]):
                 out += log_lines(data.decode(errors="replace"))
                 next_seq = seq + 1
+                if budget.take(len(data)):
+                    break
             if next_seq <= inside["last_seq"]:
-                wanted = []  # a chunk is missing: the read ends there
+                wanted = []  # a chunk is missing (or the budget is spent): the read ends there
             else:
                 count = int(inside["first_line"]) + int(inside["lines"])
-        for segment, text in _texts(store, run_id, cursor.node, wanted):
+        for segment, text in _texts(store, run_id, cursor.node, budget.segments(wanted)):
+            budget.take(len(text))
             lines = log_lines(text)
             first_line = int(segment["first_line"])
             skip = count - first_line if next_seq > segment["first_seq"] else 0
             out += lines[max(0, skip) :]
             next_seq = segment["last_seq"] + 1
             count = first_line + int(segment["lines"])
-        found = _open_segment(store, run_id, cursor.node, next_seq)
+        found = None if budget.spent else _open_segment(store, run_id, cursor.node, next_seq)
         if found is not None:  # one GET for what would be a chunk per flush since it opened
             last_seq, lines = found
+            budget.take(sum(map(len, lines)))
             out += lines
             next_seq, count = last_seq + 1, count + len(lines) if count >= 0 else UNKNOWN
-    for seq, data in get_chunks(chunks, prefix, next_seq, announced):
-        lines = log_lines(data.decode(errors="replace"))
-        out += lines
-        next_seq, count = seq + 1, count + len(lines) if count >= 0 else UNKNOWN
+    if not budget.spent:
+        for seq, data in get_chunks(chunks, prefix, next_seq, announced):
+            lines = log_lines(data.decode(errors="replace"))
+            out += lines
+            next_seq, count = seq + 1, count + len(lines) if count >= 0 else UNKNOWN
+            if budget.take(len(data)):
+                break
     cursor.next_seq, cursor.lines = next_seq, count
     return out
+
+
+class _Budget:
+    """How many bytes of a stream one read may still take (None: no limit)."""
+
+    def __init__(self, max_bytes: int | None) -> None:
+        self.left = max_bytes
+
+    @property
+    def spent(self) -> bool:
+        """Whether the read took its budget. Pure."""
+        return self.left is not None and self.left <= 0
+
+    def take(self, n: int) -> bool:
+        """Count `n` bytes taken; whether the budget is now spent."""
+        if self.left is not None:
+            self.left -= n
+        return self.spent
+
+    def segments(self, wanted: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The first of `wanted` whose sizes (their index's `bytes`) fit what is left, at least
+        one while anything is. Pure."""
+        if self.left is None:
+            return wanted
+        out, left = [], self.left
+        for segment in wanted:
+            if left <= 0:
+                break
+            out.append(segment)
+            left -= int(segment.get("bytes") or LOG_SEGMENT_MAX_BYTES)
+        return out
 
 
 def _open_segment(

@@ -5,10 +5,11 @@ documents (status, heartbeat, notice: the caller names the nodes) and the stop k
 only `bootstrap/` (one object per node), and reads each node's new log chunks by sequence number
 up to the one its heartbeat or status announces (cloudtrain/log_reader.py). It never lists logs/,
 checkpoints/, model/ or metrics/, which grow with the run: calls per poll are 1 LIST + 3 GETs
-per node + 1 + the new chunks, whatever the bucket holds. GETs rather than listings also mean a
-changed document is seen by its bytes, not by a listing's one-second timestamps. Used by the
-orchestrator's watch loop and by `cloudtrain status` / `cloudtrain logs`. Not thread-safe. The
-keys and the documents are jobs/protocol.py's. What a node wrote is untrusted: every GET is
+per node + 1 + the new chunks, whatever the bucket holds. A poll takes at most POLL_LOG_BYTES of
+a node's stream (`Snapshot.logs_behind` says when more is waiting). GETs rather than listings
+also mean a changed document is seen by its bytes, not by a listing's one-second timestamps. Used
+by the orchestrator's watch loop and by `cloudtrain status` / `cloudtrain logs`. Not
+thread-safe. The keys and the documents are jobs/protocol.py's. What a node wrote is untrusted: every GET is
 bounded (jobs/bucket_reads.py), and a document too large, too deep or ill-typed (or not parsed
 yet) is skipped, with one warning per key for the reader's life (`skips`).
 """
@@ -48,6 +49,9 @@ _NODE_KEYS = {
     protocol.NOTICE: protocol.notice_key,
 }
 POOL_SIZE = 16  # a poll's parallel reads (one long-lived pool: a GCS client per thread)
+# a poll takes at most this much of one node's log stream (the chunk that crosses it included);
+# the next poll goes on from there: a node far ahead is caught up over several polls
+POLL_LOG_BYTES = 8 * 1024 * 1024
 
 
 @dataclass
@@ -67,6 +71,8 @@ class Snapshot:
     bootstrap_tails: dict[str, list[str]] = field(default_factory=dict)  # node -> last lines
     # node -> when (this machine's clock) a poll last read a new heartbeat of it
     heartbeat_seen: dict[str, float] = field(default_factory=dict)
+    # a node's stream had more than POLL_LOG_BYTES to read: the next poll reads on at once
+    logs_behind: bool = False
 
 
 class RunReader:
@@ -126,7 +132,7 @@ class RunReader:
         Blocks for a bounded number of calls, in parallel: one listing of bootstrap/, three
         GETs per node and the stop key's, GETs of changed bootstrap logs, new log chunks."""
         snap = self.snapshot
-        snap.new_lines = []
+        snap.new_lines, snap.logs_behind = [], False
         read_at = time.time()
         pool = self._executor()
         listing = pool.submit(self.store.list, protocol.bootstrap_prefix(self.run_id))
@@ -231,12 +237,16 @@ class RunReader:
 
         def read(item: tuple[NodeCursor, int | None, bool]) -> list[str]:
             cursor, upto, probe = item
-            lines = read_new(self.store, self.run_id, cursor, upto)
+            lines = read_new(self.store, self.run_id, cursor, upto, POLL_LOG_BYTES)
             if probe and upto is not None and cursor.next_seq > upto:
-                lines += read_new(self.store, self.run_id, cursor, None)
+                left = POLL_LOG_BYTES - sum(len(line) + 1 for line in lines)
+                if left > 0:
+                    lines += read_new(self.store, self.run_id, cursor, None, left)
             return lines
 
         found = list(pool.map(read, todo))
+        taken = (sum(len(line) + 1 for line in lines) for lines in found)
+        snap.logs_behind = any(n >= POLL_LOG_BYTES for n in taken)
         return [(t[0].node, line) for t, lines in zip(todo, found, strict=True) for line in lines]
 
     def _changed(self, key: str, sig: tuple[int, float]) -> bool:

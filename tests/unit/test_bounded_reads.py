@@ -116,3 +116,51 @@ def test_the_report_skips_hostile_documents(
     data = collect_run(tmp_path, ledger)
     assert data.skipped == before + 4
     assert [s for s in data.trace if s.node] == []
+
+
+def test_a_poll_takes_at_most_its_log_budget_per_node_and_the_next_goes_on() -> None:
+    """A node that announces 40 chunks of 400 KiB (16 MB) is read over several polls, each
+    taking at most POLL_LOG_BYTES of its stream (plus the chunk that crossed it), in order."""
+    from cloudtrain.runstate import POLL_LOG_BYTES
+
+    store = _store()
+    prefix = protocol.logs_prefix(RUN, "chief-0")
+    body = (b"z" * 1023 + b"\n") * 400
+    for seq in range(40):
+        store.put(prefix + protocol.log_chunk_name(seq), body)
+    beat = protocol.Heartbeat(time=1.0, state="running", log_seq=39)
+    store.put(protocol.heartbeat_key(RUN, "chief-0"), beat.to_json())
+    reader = RunReader(store, RUN, nodes=["chief-0"])
+    polls = []
+    for _ in range(40):
+        lines = reader.poll().new_lines
+        if not lines:
+            break
+        polls.append(len(lines))
+    reader.close()
+    assert sum(polls) == 40 * 400
+    assert len(polls) > 1 and max(polls) * 1024 <= POLL_LOG_BYTES + len(body)
+
+
+def test_logs_of_a_run_reads_the_whole_stream_past_the_poll_budget(tmp_path: Path) -> None:
+    """`cloudtrain logs RUN` (no --follow) polls until the stream is read, not once: each poll
+    takes at most POLL_LOG_BYTES of a node's stream."""
+    from cloudtrain.api_logs import LogStream
+    from cloudtrain.ledger import Ledger
+
+    provider = MemoryProvider()
+    store = provider.store("mem://ct-logs")
+    prefix = protocol.logs_prefix(RUN, "chief-0")
+    body = (b"z" * 1023 + b"\n") * 400
+    for seq in range(40):
+        store.put(prefix + protocol.log_chunk_name(seq), body)
+    beat = protocol.Heartbeat(time=1.0, state="running", log_seq=39)
+    store.put(protocol.heartbeat_key(RUN, "chief-0"), beat.to_json())
+    ledger = Ledger(tmp_path / "ledger.db")
+    ledger.create_run(RUN, "hostile", "memory", None, None, None, store.uri, "{}")
+    rec = ledger.get_run(RUN)
+    assert rec is not None
+    reader = RunReader(store, RUN, nodes=["chief-0"])
+    stream = LogStream(rec, provider, reader, ledger)
+    assert sum(1 for _ in stream) == 40 * 400
+    reader.close()
