@@ -9,9 +9,9 @@ per node + 1 + the new chunks, whatever the bucket holds. A poll takes at most P
 a node's stream (`Snapshot.logs_behind` says when more is waiting). GETs rather than listings
 also mean a changed document is seen by its bytes, not by a listing's one-second timestamps. Used
 by the orchestrator's watch loop and by `cloudtrain status` / `cloudtrain logs`. Not
-thread-safe. The keys and the documents are jobs/protocol.py's. What a node wrote is untrusted: every GET is
-bounded (jobs/bucket_reads.py), and a document too large, too deep or ill-typed (or not parsed
-yet) is skipped, with one warning per key for the reader's life (`skips`).
+thread-safe. The keys and the documents are jobs/protocol.py's. What a node wrote is untrusted:
+every GET is bounded (jobs/bucket_reads.py), and a document too large, too deep or ill-typed (or
+not parsed yet) is skipped, with one warning per key for the reader's life (`skips`).
 """
 
 from __future__ import annotations
