@@ -14,6 +14,7 @@ from typing import Any
 
 from cloudtrain.jobs import protocol
 from cloudtrain.jobs import trace as tr
+from cloudtrain.jobs.bucket_reads import TRACE_MAX_BYTES
 from cloudtrain.jobs.trace import PhaseClock, Span, TraceDoc, Tracer, process_start
 from cloudtrain.trace_view import SPAN_EVENT
 
@@ -75,8 +76,9 @@ def read_node_traces(store: Any, run_id: str, nodes: Sequence[str]) -> list[Span
 
     def one(node: str) -> list[Span]:
         try:
-            doc = TraceDoc.from_json(store.get(protocol.trace_key(run_id, node)))
-        except Exception:  # NotFound, ValueError, any store error: a trace never fails a run
+            body = store.get(protocol.trace_key(run_id, node), max_bytes=TRACE_MAX_BYTES)
+            doc = TraceDoc.from_json(body)
+        except Exception:  # NotFound, TooLarge, ValueError, any store error: never fails a run
             return []
         return [s for s in doc.spans if s.node == node]
 

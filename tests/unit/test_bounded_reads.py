@@ -164,3 +164,16 @@ def test_logs_of_a_run_reads_the_whole_stream_past_the_poll_budget(tmp_path: Pat
     stream = LogStream(rec, provider, reader, ledger)
     assert sum(1 for _ in stream) == 40 * 400
     reader.close()
+
+
+def test_status_reads_a_node_trace_bounded() -> None:
+    """`status` and the summary read each node's trace (run_trace.read_node_traces): one over
+    TRACE_MAX_BYTES is not pulled into memory, and is no spans."""
+    from cloudtrain.jobs.bucket_reads import TRACE_MAX_BYTES
+    from cloudtrain.run_trace import read_node_traces
+
+    store = _store()
+    store.put(protocol.trace_key(RUN, "chief-0"), b" " * (TRACE_MAX_BYTES + 1))
+    store.put(protocol.trace_key(RUN, "worker-0"), DEEP)
+    assert read_node_traces(store, RUN, ["chief-0", "worker-0"]) == []
+    assert sorted(bound or 0 for _key, bound in store.bounds) == [TRACE_MAX_BYTES] * 2
