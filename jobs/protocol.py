@@ -315,25 +315,25 @@ def _segments(value: Any) -> list[dict[str, Any]]:
 
 
 def _figures(value: Any) -> dict[str, Any]:
-    """Heartbeat.metrics: HEARTBEAT_METRICS' figures, each a finite number or null, `source`
-    text and `losses` a list of numbers; an unknown key (a newer agent's) is kept only when it
-    is a number or text."""
+    """Heartbeat.metrics (an object, else TypeError): HEARTBEAT_METRICS' figures, each a
+    finite number or null (a figure of another type reads as null: the training's figures
+    never cost the node its heartbeat), `source` text (else null) and `losses` the numbers of
+    its list; an unknown key (a newer agent's) is kept only when it is a number, text or null."""
     out: dict[str, Any] = {}
     for name, raw in read_object(value).items():
-        if raw is None:
-            out[name] = None
-        elif name == "source":
-            out[name] = read_text(raw)
+        if name == "source":
+            out[name] = raw if isinstance(raw, str) else None
         elif name == "losses":
-            if not isinstance(raw, list):
-                raise TypeError("losses: not a list")
-            out[name] = [read_number(x) for x in raw]
+            out[name] = [x for x in raw if _is_number(x)] if isinstance(raw, list) else []
         elif name in HEARTBEAT_METRICS:
-            out[name] = raw if isinstance(raw, int) and not isinstance(raw, bool) else None
-            out[name] = read_number(raw) if out[name] is None else read_integer(raw)
-        elif isinstance(raw, (str, int, float)) and not isinstance(raw, bool):
+            out[name] = raw if _is_number(raw) else None
+        elif raw is None or _is_number(raw) or isinstance(raw, str):
             out[name] = raw
     return out
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 # --- documents ------------------------------------------------------------------------------------
@@ -396,6 +396,7 @@ class Heartbeat(Document):
     """heartbeat/<node>.json: the node is alive; how far the training is; its last line."""
 
     FIELD_READERS: ClassVar[Mapping[str, Callable[[Any], Any]]] = {"metrics": _figures}
+    NON_FINITE_AS_NULL: ClassVar[bool] = True  # a diverged loss (NaN) is a null figure
 
     time: float = 0.0
     attempt: int = 0

@@ -66,20 +66,23 @@ def load_json(
     max_bytes: int = MAX_DOCUMENT_BYTES,
     max_depth: int = MAX_DEPTH,
     allow_infinity: bool = False,
+    non_finite_as_null: bool = False,
 ) -> Any:
     """The JSON value in `body`, read by the protocol's one rule: at most `max_bytes` long, at
     most `max_depth` levels of objects and lists, and every number finite and within
     MAX_MAGNITUDE (NaN and -Infinity never; Infinity only with `allow_infinity`). Raises
-    ProtocolError (naming `what`) for anything else, never RecursionError. Pure."""
+    ProtocolError (naming `what`) for anything else, never RecursionError; with
+    `non_finite_as_null`, a number that is not finite or out of range reads as null instead
+    (a heartbeat whose training's loss diverged to NaN is still a heartbeat). Pure."""
     size = len(body)
     if size > max_bytes:
         raise ProtocolError(f"{what}: {size} bytes, over its cap of {max_bytes} bytes")
     try:
         data = json.loads(
             body,
-            parse_constant=_constant(what, allow_infinity),
-            parse_float=_float(what),
-            parse_int=_int(what),
+            parse_constant=_constant(what, allow_infinity, non_finite_as_null),
+            parse_float=_float(what, non_finite_as_null),
+            parse_int=_int(what, non_finite_as_null),
         )
     except ProtocolError:
         raise
@@ -91,30 +94,36 @@ def load_json(
     return data
 
 
-def _constant(what: str, allow_infinity: bool) -> Callable[[str], float]:
-    def read(name: str) -> float:
+def _constant(what: str, allow_infinity: bool, as_null: bool) -> Callable[[str], float | None]:
+    def read(name: str) -> float | None:
         if name == "Infinity" and allow_infinity:
             return math.inf
+        if as_null:
+            return None
         raise ProtocolError(f"{what}: a number that is not finite ({name})")
 
     return read
 
 
-def _float(what: str) -> Callable[[str], float]:
-    def read(text: str) -> float:
+def _float(what: str, as_null: bool) -> Callable[[str], float | None]:
+    def read(text: str) -> float | None:
         value = float(text)
-        if not math.isfinite(value) or abs(value) > MAX_MAGNITUDE:
-            raise ProtocolError(f"{what}: a number out of range ({text[:40]})")
-        return value
+        if math.isfinite(value) and abs(value) <= MAX_MAGNITUDE:
+            return value
+        if as_null:
+            return None
+        raise ProtocolError(f"{what}: a number out of range ({text[:40]})")
 
     return read
 
 
-def _int(what: str) -> Callable[[str], int]:
-    def read(text: str) -> int:
-        if len(text.lstrip("-")) > _MAX_INT_DIGITS or abs(int(text)) > MAX_MAGNITUDE:
-            raise ProtocolError(f"{what}: an integer out of range ({text[:40]}...)")
-        return int(text)
+def _int(what: str, as_null: bool) -> Callable[[str], int | None]:
+    def read(text: str) -> int | None:
+        if len(text.lstrip("-")) <= _MAX_INT_DIGITS and abs(int(text)) <= MAX_MAGNITUDE:
+            return int(text)
+        if as_null:
+            return None
+        raise ProtocolError(f"{what}: an integer out of range ({text[:40]}...)")
 
     return read
 
@@ -235,6 +244,7 @@ class Document(dict):  # type: ignore[type-arg]
     OMIT_NULLS: ClassVar[bool] = False  # whether a None field is left out of the JSON
     MAX_BYTES: ClassVar[int] = MAX_DOCUMENT_BYTES  # from_json refuses a longer body
     INFINITE: ClassVar[tuple[str, ...]] = ()  # float fields that may hold Infinity
+    NON_FINITE_AS_NULL: ClassVar[bool] = False  # a NaN (or out-of-range number) reads as null
     # field name -> its reader, where the field's annotated type says too little
     FIELD_READERS: ClassVar[Mapping[str, Callable[[Any], Any]]] = {}
 
@@ -299,7 +309,11 @@ class Document(dict):  # type: ignore[type-arg]
         `from_dict`. Raises ProtocolError for anything else (e.g. a half-written object).
         Pure."""
         data = load_json(
-            body, what=cls.__name__, max_bytes=cls.MAX_BYTES, allow_infinity=bool(cls.INFINITE)
+            body,
+            what=cls.__name__,
+            max_bytes=cls.MAX_BYTES,
+            allow_infinity=bool(cls.INFINITE),
+            non_finite_as_null=cls.NON_FINITE_AS_NULL,
         )
         return cls.from_dict(data)
 
