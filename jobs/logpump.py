@@ -171,21 +171,29 @@ class LogPump:
         with self._flush_lock:
             if self._pending is not None:  # an earlier flush's chunk, not uploaded
                 self._upload_pending()
-            self._take_lines()
-            if self._pending is not None:
+            while self._take_lines():  # a chunk at most LOG_CHUNK_BYTES: readers cap them
                 self._upload_pending()
             if self._must_close(final):
                 self._close()
             self._snapshot()
 
     # --- chunks and segments (the caller holds _flush_lock) -------------------------------
-    def _take_lines(self) -> None:
+    def _take_lines(self) -> bool:
+        """Make the next chunk of the buffered lines, up to LOG_CHUNK_BYTES (one line at the
+        least: a line is at most MAX_LINE_BYTES). Returns whether it made one."""
         with self._lock:
             if not self._lines:
-                return
-            lines, self._lines = self._lines, []
+                return False
+            size, count = 0, 0
+            for line in self._lines:
+                size += len(line.encode(errors="replace")) + 1
+                if count and size > LOG_CHUNK_BYTES:
+                    break
+                count += 1
+            lines, self._lines = self._lines[:count], self._lines[count:]
             self._pending = (self.seq, ("\n".join(lines) + "\n").encode(errors="replace"))
             self.seq += 1
+            return True
 
     def _upload_pending(self) -> None:
         assert self._pending is not None

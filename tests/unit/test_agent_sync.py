@@ -49,6 +49,24 @@ def test_logpump_uploads_lines_as_ordered_chunks(store: LocalStore) -> None:
     assert pump.seq == 2
 
 
+def test_logpump_keeps_every_chunk_within_its_size(store: LocalStore) -> None:
+    """A job that prints megabytes between two flushes: the readers cap a chunk
+    (jobs/bucket_reads.py: LOG_CHUNK_MAX_BYTES), so the writer cuts its chunks at
+    LOG_CHUNK_BYTES, in order, and loses no line (issue 29)."""
+    from cloudtrain.jobs.logpump import LOG_CHUNK_BYTES
+
+    pump = LogPump(store, PREFIX + "logs/chief-0/", 0)
+    lines = [f"line {i} of a chatty job" for i in range(200_000)]  # ~5 MB
+    for line in lines:
+        pump.add(line)
+    pump.flush()
+    keys = sorted(o.key for o in store.list(PREFIX + "logs/chief-0/0"))
+    chunks = [store.get(key) for key in keys]
+    assert len(chunks) > 1 and max(len(c) for c in chunks) <= LOG_CHUNK_BYTES
+    assert b"".join(chunks).decode().splitlines() == lines
+    assert pump.seq == len(chunks)
+
+
 def test_logpump_is_thread_safe(store: LocalStore) -> None:
     pump = LogPump(store, PREFIX + "logs/chief-0/", 0)
 
