@@ -46,6 +46,8 @@ from cloudtrain.throughput import of_attempt
 from cloudtrain.trace_view import to_json as trace_json
 from cloudtrain.wheelhouse import WheelhousePlanner
 
+# the log lines one poll shows at most (the latest): the rest are said as a count
+LINES_PER_POLL = 200
 MAX_CRASH_DETAIL = 500  # characters of an unexpected error in the run's detail
 MAX_CRASH_TRACE = 8000  # characters of its traceback in the ledger
 
@@ -369,10 +371,9 @@ class Orchestrator(LeaseHolder, Provisioning, Recovery):
                 # is read in the same round as its vanishing (runrules.judge_attempt, rule 1)
                 gone = self._lost_nodes(snap, attempt_started)
             snap = reader.poll()
-            for node, line in snap.new_lines:
-                self.observer.log_line(node, line)
             self._check_bootstrap(snap)
             self._refresh_view(snap)
+            self._show_lines(snap)  # after the statuses: the end is judged first
             if snap.stop_requested:  # only `cloudtrain down` writes it while a run is watched
                 raise Stop(Outcome.INTERRUPTED, STOPPED_BY_DOWN)
             chief_status = snap.statuses.get(chief)
@@ -418,6 +419,22 @@ class Orchestrator(LeaseHolder, Provisioning, Recovery):
                 )
             waiter.wait(opts.poll_s)  # on local: up as soon as a status, notice or control changes
 
+    def _show_lines(self, snap: Snapshot) -> None:
+        """Show the poll's new log lines, the last LINES_PER_POLL of them at most, and say how
+        many were left out: a job printing a flood of lines would otherwise hold the watch for
+        minutes of billed nodes on a terminal (issue 29). `cloudtrain logs` has them all."""
+        lines = snap.new_lines
+        left_out = len(lines) - LINES_PER_POLL
+        if left_out > 0:
+            nodes = sorted({node for node, _ in lines[:left_out]})
+            self.observer.event(
+                f"{left_out} lines not shown ({', '.join(nodes)[:200]}): "
+                f"`cloudtrain logs {self.run_id}` has them all"
+            )
+            lines = lines[left_out:]
+        for node, line in lines:
+            self.observer.log_line(node, line)
+
     def _waiter(self) -> ChangeWaiter:
         """Wakes the watch when a node's status or notice, or the run's control, changes
         (providers/change_wait.py: at once on local, after the timeout elsewhere)."""
@@ -443,8 +460,7 @@ class Orchestrator(LeaseHolder, Provisioning, Recovery):
         waiter = self._waiter()
         while time.time() < end:
             snap = reader.poll()
-            for node, line in snap.new_lines:
-                self.observer.log_line(node, line)
+            self._show_lines(snap)
             self._refresh_view(snap)  # the nodes' last heartbeats carry their final figures
             final = {
                 k
@@ -503,8 +519,7 @@ class Orchestrator(LeaseHolder, Provisioning, Recovery):
         waiter = self._waiter()
         while time.time() < end and live:
             snap = reader.poll()
-            for node, line in snap.new_lines:
-                self.observer.log_line(node, line)
+            self._show_lines(snap)
             done = {k for k, v in snap.statuses.items() if v.state == NodeState.STOPPED}
             if live <= done:
                 break
