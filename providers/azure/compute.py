@@ -22,7 +22,7 @@ from datetime import datetime
 from typing import Any
 
 from cloudtrain.errors import NotFound, ProviderError
-from cloudtrain.providers.azure import controller_identity, identity, network
+from cloudtrain.providers.azure import controller_identity, identity, network, owned
 from cloudtrain.providers.azure.account import (
     container_scope,
     default_account,
@@ -47,6 +47,7 @@ from cloudtrain.providers.base import (
     parse_node_name,
     run_labels,
 )
+from cloudtrain.providers.ownership import Refusals
 
 ZONES = ["1", "2", "3"]
 POWER: dict[str, NodeState] = {
@@ -73,8 +74,6 @@ def _state(vm: Any) -> NodeState:
 
 
 CONTROLLER_ROLE = "controller"  # the run's controller node (issue 17)
-
-
 
 
 def _to_node(vm: Any, ips: dict[str, str]) -> Node | None:
@@ -196,13 +195,25 @@ class AzureCompute(Compute):
     def delete_resources(self, resources: list[Resource]) -> None:
         """Remove what is left of the run's node grants (an evicted node's, which nothing else
         removes), then delete the run's group (everything left in it goes too), never a user's
-        group. Idempotent; blocks; run after the nodes are deleted."""
+        group. Idempotent; blocks; run after the nodes are deleted. Each is checked to be its
+        run's first (`owned.not_runs`: its name and tag read from ARM, or a role assignment's
+        derived id): NotTheRuns, after the others are deleted, names what was refused
+        (cloudtrain/providers/ownership.py)."""
+        refusals = Refusals()
+        mine = []
+        for res in resources:
+            why = owned.not_runs(self.clients, res, self.rg)
+            if why is None:
+                mine.append(res)
+            else:
+                refusals.refuse(res, why)
         controller_identity.revoke(
-            self.clients, [r.id for r in resources if r.kind == controller_identity.KIND]
+            self.clients, [r.id for r in mine if r.kind == controller_identity.KIND]
         )
-        for run_id in sorted({r.run_id for r in resources}):
+        for run_id in sorted({r.run_id for r in resources if r.run_id}):
             self._revoke_run_grants(run_id)
-        network.delete(self.clients, resources, self.rg)
+        network.delete(self.clients, mine, self.rg)
+        refusals.check()
 
     def _revoke_run_grants(self, run_id: str) -> None:
         """Remove every grant cloudtrain made for a node of run `run_id` at its containers (and
