@@ -29,7 +29,7 @@ from cloudtrain.providers.base import (
     StartupBlocks,
     Tagged,
 )
-from cloudtrain.providers.gcp import controller_identity, identity, network
+from cloudtrain.providers.gcp import controller_identity, identity, network, owned
 from cloudtrain.providers.gcp.bodies import (
     CONTROLLER_ROLE,
     DEADLINE_GRACE_S,
@@ -197,38 +197,19 @@ class GcpCompute(Compute):
         """Delete the run's firewall rules, then each run service account: its bindings on the
         bucket its description names first, then the account; before them, the controller's
         grants and account (controller_identity.delete). Idempotent: missing ones are fine;
-        other kinds are ignored. Blocks. A name that is not the run's (`_not_runs`) is never
-        deleted: NotTheRuns names it after the others are (cloudtrain/providers/ownership.py)."""
+        other kinds are ignored. Blocks. What is not the run's (`owned.not_runs`: its name, and
+        what carries it, read first) is never deleted: NotTheRuns names it after the others
+        are (cloudtrain/providers/ownership.py)."""
         refusals = Refusals()
         mine = []
         for res in resources:
-            why = self._not_runs(res)
+            why = owned.not_runs(self.clients, self.iam, res)
             if why is None:
                 mine.append(res)
             else:
                 refusals.refuse(res, why)
         self._delete_runs_own(mine)
         refusals.check()
-
-    def _not_runs(self, res: Resource) -> str | None:
-        """Why `res` is not its run's by name, or None. A firewall rule has no labels: its name
-        must be the run's (`cloudtrain-<run>`, `...-ssh`); a service account's email, and a
-        binding's member, derive from a hash of the run id in this project, so only the run's
-        match. Pure."""
-        run_id, project = res.run_id, self.project
-        tag = network.run_tag(run_id)
-        node = identity.service_account_email(project, run_id)
-        ctl = controller_identity.controller_email(project, run_id)
-        expected = {
-            network.KIND_FIREWALL: {tag, tag + network.SSH_SUFFIX},
-            identity.KIND_SERVICE_ACCOUNT: {node},
-            controller_identity.KIND_ACCOUNT: {ctl},
-            controller_identity.KIND_PROJECT_BINDING: {ctl},
-            controller_identity.KIND_ACCOUNT_BINDING: {node},
-        }.get(res.kind)
-        if expected is None or (run_id and res.id in expected):
-            return None  # a kind this adapter ignores, or the run's own name
-        return f"not the run's name ({' or '.join(sorted(expected))} expected)"
 
     def _delete_runs_own(self, resources: list[Resource]) -> None:
         controller_identity.delete(self.iam, self._storage(), resources)
