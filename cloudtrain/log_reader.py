@@ -24,9 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from cloudtrain.errors import TooLarge
 from cloudtrain.jobs.bucket_reads import (
-    LOG_CHUNK_MAX_BYTES,
     LOG_SEGMENT_MAX_BYTES,
     Skips,
     get_bounded,
@@ -66,24 +64,6 @@ UNKNOWN = -1  # NodeCursor.lines when the caller does not know it
 SKIPS = Skips()  # what the log readers of this process skipped: one warning per key
 
 
-class _BoundedChunks:
-    """The store as get_chunks sees it: each chunk GET bounded by LOG_CHUNK_MAX_BYTES, and a
-    larger chunk one line saying so (the stream goes on past it)."""
-
-    def __init__(self, store: ObjectStore) -> None:
-        self.store = store
-
-    def get(self, key: str) -> bytes:
-        """The chunk's bytes, or the note that replaces one too large. Raises NotFound."""
-        try:
-            return self.store.get(key, max_bytes=LOG_CHUNK_MAX_BYTES)
-        except TooLarge:
-            SKIPS.skip(key, f"more than {LOG_CHUNK_MAX_BYTES} bytes")
-            return (
-                f"[cloudtrain: log chunk {key.rsplit('/', 1)[-1]} skipped: over its cap]\n".encode()
-            )
-
-
 def read_new(
     store: ObjectStore,
     run_id: str,
@@ -107,14 +87,13 @@ def read_new(
         return []
     next_seq, count = cursor.next_seq, cursor.lines
     prefix = logs_prefix(run_id, cursor.node)
-    chunks = _BoundedChunks(store)
     out: list[str] = []
     budget = _Budget(max_bytes)
     if announced is None or announced - next_seq + 1 > CATCH_UP:
         wanted = _covering(store, run_id, cursor, announced)
         if wanted and count < 0 and wanted[0]["first_seq"] < next_seq:
             inside = wanted.pop(0)  # no count to skip by: its chunks from the cursor on
-            for seq, data in get_chunks(chunks, prefix, next_seq, inside["last_seq"]):
+            for seq, data in get_chunks(store, prefix, next_seq, inside["last_seq"], skips=SKIPS):
                 out += log_lines(data.decode(errors="replace"))
                 next_seq = seq + 1
                 if budget.take(len(data)):
@@ -138,7 +117,7 @@ def read_new(
             out += lines
             next_seq, count = last_seq + 1, count + len(lines) if count >= 0 else UNKNOWN
     if not budget.spent:
-        for seq, data in get_chunks(chunks, prefix, next_seq, announced):
+        for seq, data in get_chunks(store, prefix, next_seq, announced, skips=SKIPS):
             lines = log_lines(data.decode(errors="replace"))
             out += lines
             next_seq, count = seq + 1, count + len(lines) if count >= 0 else UNKNOWN

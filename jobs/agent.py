@@ -36,11 +36,12 @@ import traceback
 from pathlib import Path
 from typing import Any, TypeVar
 
-from cloudtrain.errors import CloudtrainError, NotFound
+from cloudtrain.errors import CloudtrainError
 from cloudtrain.jobs import horovod
 from cloudtrain.jobs import protocol as proto
 from cloudtrain.jobs import trace as tr
 from cloudtrain.jobs.beats import Beats
+from cloudtrain.jobs.bucket_reads import Skips, get_bounded
 from cloudtrain.jobs.checkpoints import Checkpoints
 from cloudtrain.jobs.logpump import TAIL_LINES, LogPump
 from cloudtrain.jobs.metrics import MetricsPump
@@ -89,6 +90,7 @@ class Agent(Beats, Checkpoints, NodeTrace, Rendezvous):
         self.child: subprocess.Popen[bytes] | horovod.ProcessGroup | None = None
         self.state: str = NodeState.BOOTSTRAPPED
         self.logs = LogPump.resume(store, run_id, self.me)
+        self.skips = Skips(warn=self.say)  # what it could not read: one line per key, in its logs
         metrics_file = work / "metrics" / "train.jsonl"
         self.metrics = MetricsPump(store, run_id, self.me, metrics_file, say=self.say)
         self._synced: dict[str, tuple[int, int]] = {}
@@ -108,15 +110,17 @@ class Agent(Beats, Checkpoints, NodeTrace, Rendezvous):
         self.logs.add(f"cloudtrain-agent[{self.me}]: {message}")
 
     def _read(self, kind: type[D], key: str) -> D | None:
-        """The document at `key`, or None while it is not there (or half-written). A document
-        without a required field is an error of its writer's: KeyError naming the field."""
+        """The document at `key`, or None while it is not there or cannot be read: over its
+        cap (at most kind.MAX_BYTES + 1 is read), half-written, too deep or ill-typed (one
+        line per key in the logs: `skips`). A document without a required field is an error
+        of its writer's: KeyError naming the field. Blocks for one GET."""
+        body = get_bounded(self.store, key, kind.MAX_BYTES, self.skips)
         try:
-            return kind.from_json(self.store.get(key))
-        except NotFound:  # from any store (cloudtrain.errors is node-side too)
-            return None
+            return None if body is None else kind.from_json(body)
         except proto.MissingField as exc:
             raise KeyError(exc.field) from None
-        except proto.ProtocolError:
+        except proto.ProtocolError as exc:
+            self.skips.skip(key, str(exc))
             return None
 
     # --- periodic work --------------------------------------------------------------------

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from cloudtrain.errors import NotFound, TooLarge
@@ -20,11 +21,16 @@ from cloudtrain.jobs.protocol_base import D, ProtocolError
 
 __all__ = [
     "BOOT_LOG_MAX_BYTES",
+    "JOURNAL_ENTRY_MAX_BYTES",
+    "LAUNCH_MAX_BYTES",
     "LOG_CHUNK_MAX_BYTES",
+    "LOG_ROUND_MAX_BYTES",
     "LOG_SEGMENT_MAX_BYTES",
     "METRICS_CHUNK_MAX_BYTES",
+    "RUN_KEY_MAX_BYTES",
     "STOP_MAX_BYTES",
     "TRACE_MAX_BYTES",
+    "WHEELHOUSE_MANIFEST_MAX_BYTES",
     "Skips",
     "get_bounded",
     "read_document",
@@ -41,14 +47,25 @@ BOOT_LOG_MAX_BYTES = 8 * 1024 * 1024
 METRICS_CHUNK_MAX_BYTES = 4 * 1024 * 1024
 TRACE_MAX_BYTES = 16 * 1024 * 1024
 STOP_MAX_BYTES = 4096  # control/stop: any body; only its presence counts
+# what one round of parallel chunk GETs may hold (log_chunks.get_chunks): 16 chunks at their cap
+LOG_ROUND_MAX_BYTES = 16 * LOG_CHUNK_MAX_BYTES
+# the controllers' own documents in the bucket, which a node can overwrite all the same
+JOURNAL_ENTRY_MAX_BYTES = 1024 * 1024  # ledger/<entry>.json: one ledger write (journal.py)
+LAUNCH_MAX_BYTES = 4 * 1024 * 1024  # control/launch.json: the spec without env (launch_doc.py)
+RUN_KEY_MAX_BYTES = 4096  # control/key: 64 hex digits (run_key.py)
+WHEELHOUSE_MANIFEST_MAX_BYTES = 1024 * 1024  # cloudtrain/wheelhouse/<tag>/manifest.json
 
 
 class Skips:
     """What a reader skipped, by key: the first skip of a key logs one warning naming it and
-    why; later ones only count. Thread-safe (a poll reads in parallel)."""
+    why (to `logger`, or to `warn` when given: the agent's own log stream); later ones only
+    count. Thread-safe (a poll reads in parallel)."""
 
-    def __init__(self, logger: logging.Logger = LOG) -> None:
+    def __init__(
+        self, logger: logging.Logger = LOG, warn: Callable[[str], None] | None = None
+    ) -> None:
         self._logger = logger
+        self._warn = warn
         self._lock = threading.Lock()
         self.reasons: dict[str, str] = {}  # key -> why it was first skipped
         self.count = 0  # skips, repeats included
@@ -60,8 +77,10 @@ class Skips:
             first = key not in self.reasons
             if first:
                 self.reasons[key] = why
-        if first:
-            self._logger.warning("skipped %s in the run's bucket: %s", key, why)
+        if first and self._warn is not None:
+            self._warn(f"skipped {key} in the bucket: {why}")
+        elif first:
+            self._logger.warning("skipped %s in the bucket: %s", key, why)
 
 
 def get_bounded(store: Any, key: str, max_bytes: int, skips: Skips) -> bytes | None:

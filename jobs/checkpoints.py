@@ -29,6 +29,7 @@ from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any, TypeVar
 
+from cloudtrain.errors import TooLarge
 from cloudtrain.jobs import protocol as proto
 from cloudtrain.jobs.protocol import ClusterDoc
 from cloudtrain.providers.change_wait import ChangeWaiter
@@ -285,7 +286,8 @@ class Checkpoints:
         """Replace the local checkpoint folder with the bucket's copy (downloads in parallel;
         each file appears whole; `activity` says "restoring 1.2/3.4 GB" meanwhile). What was
         there goes, but the sidecars of the large files being fetched (get_file's): a restore
-        cut short resumes them.
+        cut short resumes them. A file is read into memory only up to SMALL_FILE: one that
+        grew past it since the listing (a node rewrote it) goes to disk like a large one.
         Returns files restored. Blocks."""
         base = proto.checkpoints_prefix(self.run_id)
         objects = self.store.list(base)
@@ -303,11 +305,12 @@ class Checkpoints:
             def fetch(index: int) -> bool:
                 obj, dest = objects[index], dests[index]
                 if obj.size <= SMALL_FILE:
-                    data = self.store.get(obj.key)
-                    _write_atomically(dest, data)
-                    progress.add(len(data))
-                else:
-                    self.store.get_file(obj.key, str(dest), progress=progress.add)
+                    with contextlib.suppress(TooLarge):  # grown since the listing: to disk
+                        data = self.store.get(obj.key, max_bytes=SMALL_FILE)
+                        _write_atomically(dest, data)
+                        progress.add(len(data))
+                        return True
+                self.store.get_file(obj.key, str(dest), progress=progress.add)
                 return True
 
             _done, error = run_parallel(fetch, range(len(objects)))

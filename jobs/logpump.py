@@ -15,11 +15,10 @@ import threading
 import time
 from typing import Any
 
-from cloudtrain.errors import NotFound
-from cloudtrain.jobs.log_chunks import get_chunks
+from cloudtrain.jobs.bucket_reads import read_document
+from cloudtrain.jobs.log_chunks import SKIPS, get_chunks
 from cloudtrain.jobs.protocol import (
     LogIndex,
-    ProtocolError,
     log_chunk_name,
     log_index_key,
     log_lines,
@@ -116,13 +115,13 @@ class LogPump:
         without listing logs/: reads the node's LogIndex, then GETs the chunks after its last
         segment until one is missing (log_chunks.get_chunks: 16 at a time); they become the open
         segment (rolled up on the way when it reaches segment_bytes) and the pump's chunks follow.
-        An index that cannot be read is rebuilt from chunk 0. Blocks on the store; idempotent
-        (two resumes of the same stream see the same chunks)."""
+        An index that cannot be read (none, or over its cap, too deep, ill-typed: warned about
+        once) is rebuilt from chunk 0; a chunk over its cap becomes one line saying so. Every
+        GET is bounded (jobs/bucket_reads.py). Blocks on the store; idempotent (two resumes of
+        the same stream see the same chunks)."""
         prefix = logs_prefix(run_id, node)
-        try:
-            index = LogIndex.from_json(store.get(log_index_key(run_id, node)))
-        except (NotFound, ProtocolError):
-            index = LogIndex(node=node)
+        index = read_document(store, log_index_key(run_id, node), LogIndex, SKIPS)
+        index = index or LogIndex(node=node)
         pump = cls(store, prefix, index.next_seq, redactor, index=index)
         for seq, data in get_chunks(store, prefix, index.next_seq):
             with pump._flush_lock:

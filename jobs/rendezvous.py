@@ -29,6 +29,7 @@ class Rendezvous:
     say: Callable[[str], None]
     traced: Callable[..., Any]  # a context manager timing a span (jobs/node_trace.py)
     _read: Callable[..., Any]  # a protocol document, or None
+    skips: Any  # jobs.bucket_reads.Skips: why a document could not be read
 
     def address(self) -> str:
         """host:port this node registers: $CLOUDTRAIN_NODE_HOST or the address of the interface
@@ -56,7 +57,9 @@ class Rendezvous:
 
     def rendezvous(self) -> dict[str, list[str]]:
         """Register for this attempt and wait until every node has. Raises StopRequested,
-        NewAttempt, or TimeoutError after `rendezvous_timeout_s`."""
+        NewAttempt, TimeoutError after `rendezvous_timeout_s`, or RuntimeError naming a peer
+        whose registration cannot be read (over its cap, too deep, ill-typed: each GET is
+        bounded)."""
         run, attempt = self.run_id, self.attempt
         slots = None
         if self.cluster.strategy == horovod.STRATEGY:
@@ -87,9 +90,13 @@ class Rendezvous:
         for role, count in roles.items():
             cluster[role] = []
             for i in range(count):
-                key = proto.registration_key(run, attempt, proto.node_id(role, i))
+                node = proto.node_id(role, i)
+                key = proto.registration_key(run, attempt, node)
                 reg = self._read(proto.Registration, key)
-                cluster[role].append(reg.address if reg else "")
+                if reg is None:
+                    why = self.skips.reasons.get(key, "gone since it was listed")
+                    raise RuntimeError(f"rendezvous: {node}'s registration cannot be read: {why}")
+                cluster[role].append(reg.address)
         self.trace.add(tr.RENDEZVOUS, waiting, time.time(), parent=tr.NODE, attempt=attempt)
         self.say(f"attempt {self.attempt}: cluster complete")
         return cluster
