@@ -235,7 +235,10 @@ def test_the_node_deletes_itself_through_its_identity(tmp_path: Path) -> None:
     rc, calls = _shell(tmp_path, "delete_self\n")
     assert rc == 0
     assert "Metadata:true" in calls[0] and "resource=https%3A%2F%2Fmanagement.azure.com" in calls[0]
-    assert calls[-1].startswith("-fsS --max-time 60 -X DELETE -H Authorization: Bearer eyJ.node")
+    # bounded: a connect timeout and a total one (issue 29: every call of the script is)
+    assert calls[-1].startswith(
+        "-fsS --connect-timeout 10 --max-time 60 -X DELETE -H Authorization: Bearer eyJ.node"
+    )
     assert calls[-1].endswith(
         "https://management.azure.com/subscriptions/s/resourceGroups/g/providers/"
         "Microsoft.Compute/virtualMachines/v?api-version=2024-07-01"
