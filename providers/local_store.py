@@ -8,6 +8,7 @@ the key or blocks on a FIFO, no key leads out of the folder, and a listing skips
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import os
@@ -66,13 +67,17 @@ _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEX
 def _open_object(path: Path, what: str) -> tuple[int, os.stat_result] | None:
     """A descriptor of the regular file at `path` and its stat, or None when there is none (or a
     folder is there). The last component is opened without following a symlink and without
-    blocking, so a FIFO, a device or a symlink at the key raises ProviderError instead of being
-    read. The caller closes the descriptor."""
+    blocking, so a FIFO, a device, a socket or a symlink at the key is not read: it is no object
+    (a listing skips it too), NotFound, which a bounded reader takes as nothing there (a poll
+    that raised on it failed the run). Other errors (EACCES, ...) raise ProviderError. The caller
+    closes the descriptor."""
     try:
         fd = os.open(path, _READ_FLAGS)
     except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
         return None
-    except OSError as exc:  # ELOOP: a symlink at the key (O_NOFOLLOW); ENXIO, EACCES, ...
+    except OSError as exc:  # ELOOP: a symlink at the key (O_NOFOLLOW); ENXIO: a socket
+        if exc.errno in (errno.ELOOP, errno.ENXIO):
+            raise NotFound(f"{what}: not a regular file, no object ({exc.strerror})") from None
         raise ProviderError(f"{what}: not a readable regular file ({exc.strerror})") from None
     st = os.fstat(fd)
     if stat.S_ISREG(st.st_mode):
@@ -81,7 +86,7 @@ def _open_object(path: Path, what: str) -> tuple[int, os.stat_result] | None:
     os.close(fd)
     if stat.S_ISDIR(st.st_mode):
         return None
-    raise ProviderError(f"{what}: not a regular file (mode {stat.filemode(st.st_mode)})")
+    raise NotFound(f"{what}: not a regular file, no object (mode {stat.filemode(st.st_mode)})")
 
 
 def _read_fd(fd: int, max_bytes: int | None, what: str) -> bytes:
@@ -166,8 +171,8 @@ class LocalStore:
         self, path: Path, max_bytes: int | None = None
     ) -> tuple[bytes, os.stat_result] | None:
         """The bytes of the regular file `path` and the stat of that very file (one
-        descriptor), or None when there is none. Raises ProviderError for anything else at the
-        key (a FIFO, a symlink) and TooLarge past `max_bytes`."""
+        descriptor), or None when there is none. Raises NotFound for anything else at the key (a
+        FIFO, a symlink: no object) and TooLarge past `max_bytes`."""
         what = f"get {path.relative_to(self.root).as_posix()} in {self.uri}"
         opened = _open_object(path, what)
         if opened is None:
@@ -205,8 +210,8 @@ class LocalStore:
 
     def get(self, key: str, max_bytes: int | None = None) -> bytes:
         """Read an object; NotFound if missing, TooLarge when it holds more than `max_bytes`
-        (at most max_bytes + 1 read), ProviderError for what is not a regular file. Blocks
-        briefly."""
+        (at most max_bytes + 1 read); NotFound too for what is not a regular file (a FIFO, a
+        symlink: no object). Blocks briefly."""
         found = self._read(self._path(key), max_bytes)
         if found is None:
             raise NotFound(f"no object {key!r} in {self.uri}")
