@@ -6,15 +6,12 @@ left out (`cloudtrain logs` has them all), and sees the end at once.
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
-import time
 
 import pytest
 
 from tests.e2e.conftest import Env, assert_clean
+from tests.e2e.node_input_kit import on_terminal
 
 pytestmark = pytest.mark.e2e
 FLOOD = 200_000
@@ -27,39 +24,12 @@ out.flush()
 """
 
 
-def _on_terminal(ct: Env, *args: str, timeout: float = 600) -> tuple[int, str]:
-    """`cloudtrain ARGS` with its output on a pseudo-terminal (the live view): its exit code
-    and what the terminal received."""
-    import pty
-
-    leader, follower = pty.openpty()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "cloudtrain.cli", *args],
-        env=ct.env,
-        stdin=subprocess.DEVNULL,
-        stdout=follower,
-        stderr=follower,
-    )
-    os.close(follower)
-    received = bytearray()
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            chunk = os.read(leader, 65536)
-        except OSError:  # EIO: the command ended and closed the terminal
-            break
-        if not chunk:
-            break
-        received += chunk
-    os.close(leader)
-    return proc.wait(timeout=60), received.decode("utf-8", errors="replace")
-
-
 def test_a_flood_of_lines_is_shown_bounded_and_nothing_is_lost(ct: Env) -> None:
     job = ct.tick_job("chatty")
     (job.parent / "chatty.py").write_text(JOB)
     job.write_text(job.read_text().replace("python tick.py 200 0.5", "python chatty.py"))
-    code, out = _on_terminal(ct, "run", str(job))
+    result = on_terminal(ct, "run", str(job), bound=600)
+    code, out = result.code, result.text
     assert code == 0, out[-4000:]
     run_id = ct.run_ids()[0]
     shown = len(re.findall(r"line \d+ of a chatty job", out))
