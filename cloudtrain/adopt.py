@@ -13,14 +13,14 @@ from pathlib import Path
 
 from cloudtrain import __version__, launch_doc
 from cloudtrain.bundle import Bundle
-from cloudtrain.errors import UsageError
+from cloudtrain.errors import NotFound, TooLarge, UsageError
 from cloudtrain.jobs import protocol
 from cloudtrain.jobs.protocol import ClusterDoc
 from cloudtrain.lease import Lease
 from cloudtrain.ledger import Ledger
 from cloudtrain.orchestrator import Orchestrator
 from cloudtrain.plan import Plan
-from cloudtrain.providers.base import Provider
+from cloudtrain.providers.base import ObjectStore, Provider
 from cloudtrain.runtypes import Observer
 
 
@@ -42,7 +42,7 @@ def adopt(
         raise UsageError(f"run {run_id}: no record of it in the ledger or its journal")
     store = provider.store(store_uri)
     doc = launch_doc.read(store, run_id, ledger.run_key(run_id))  # this ledger's key first
-    cluster = ClusterDoc.from_json(store.get(protocol.cluster_key(run_id)))
+    cluster = read_cluster(store, run_id)
     spec = doc.job_spec(cluster)
     plan = Plan.from_dict(rec.plan)
     options = dataclasses.replace(doc.run_options(), detach=False)
@@ -67,3 +67,22 @@ def adopt(
     orch.spare = spare
     orch.take_lease(lease)
     return orch
+
+
+def read_cluster(store: ObjectStore, run_id: str) -> ClusterDoc:
+    """The run's cluster.json, read bounded (at most ClusterDoc.MAX_BYTES + 1). UsageError
+    naming the key when there is none or it cannot be read (over its cap, too deep, ill-typed:
+    a node may have rewritten it): a run is not adopted from a document it cannot trust to
+    parse. Blocks for one GET; the store's other errors propagate."""
+    key = protocol.cluster_key(run_id)
+    where = f"{key} in {store.uri}"
+    hint = f"`cloudtrain down {run_id}` still tears the run down"
+    try:
+        return ClusterDoc.from_json(store.get(key, max_bytes=ClusterDoc.MAX_BYTES))
+    except NotFound:
+        raise UsageError(f"run {run_id} has no {where}", hint=hint) from None
+    except TooLarge:
+        why = f"more than {ClusterDoc.MAX_BYTES} bytes"
+    except protocol.ProtocolError as exc:
+        why = str(exc)
+    raise UsageError(f"run {run_id}: {where} cannot be read: {why}; not adopting it", hint=hint)

@@ -27,13 +27,15 @@ import re
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from cloudtrain import run_key
-from cloudtrain.errors import CloudtrainError, LedgerError, NotFound
+from cloudtrain.errors import CloudtrainError, LedgerError, NotFound, TooLarge
+from cloudtrain.jobs.bucket_reads import JOURNAL_ENTRY_MAX_BYTES
 from cloudtrain.jobs.protocol import journal_prefix
+from cloudtrain.jobs.protocol_base import ProtocolError, load_json
 
 if TYPE_CHECKING:
     from cloudtrain.ledger import Ledger
@@ -237,20 +239,34 @@ def _window(lo_ns: int, hi_ns: int) -> str:
     return lo[:n]
 
 
-def _read_all(store: ObjectStore, keys: list[str]) -> list[bytes | None]:
-    """Each object (None: gone), READ_PARALLEL reads at a time, in `keys`' order. Blocks;
-    the first error other than NotFound propagates."""
+def _read_all(store: ObjectStore, keys: list[str]) -> list[bytes | TooLarge | None]:
+    """Each object (None: gone; TooLarge: over JOURNAL_ENTRY_MAX_BYTES, of which at most that
+    much was read), READ_PARALLEL reads at a time, in `keys`' order. Blocks; the first error
+    other than NotFound and TooLarge propagates."""
 
-    def read(key: str) -> bytes | None:
+    def read(key: str) -> bytes | TooLarge | None:
         try:
-            return store.get(key)
+            return store.get(key, max_bytes=JOURNAL_ENTRY_MAX_BYTES)
         except NotFound:
             return None
+        except TooLarge as exc:
+            return exc
 
     if len(keys) <= 1:
         return [read(k) for k in keys]
     with ThreadPoolExecutor(min(READ_PARALLEL, len(keys))) as pool:
         return list(pool.map(read, keys))
+
+
+def _entries(
+    store: ObjectStore, prefix: str, names: list[str]
+) -> Iterator[tuple[str, bytes | TooLarge | None]]:
+    """(name, what `_read_all` read) of each entry, in `names`' order, read READ_PARALLEL at a
+    time: at most READ_PARALLEL * JOURNAL_ENTRY_MAX_BYTES in memory, however long the journal.
+    Blocks."""
+    for at in range(0, len(names), READ_PARALLEL):
+        batch = names[at : at + READ_PARALLEL]
+        yield from zip(batch, _read_all(store, [prefix + n for n in batch]), strict=True)
 
 
 def import_journal(
@@ -311,13 +327,16 @@ def import_journal(
         return 0
     applied = 0
     refused: list[str] = []
-    for name, data in zip(names, _read_all(store, [prefix + n for n in names]), strict=True):
+    for name, data in _entries(store, prefix, names):
         if data is None:
             continue  # deleted since the listing
+        if isinstance(data, TooLarge):
+            say(f"run {run_id}'s journal: skipped {name}: over {JOURNAL_ENTRY_MAX_BYTES} bytes")
+            continue
         try:
-            entry = json.loads(data)
-        except (ValueError, UnicodeDecodeError) as exc:
-            say(f"run {run_id}'s journal: skipped {name}: not JSON ({exc})")
+            entry = load_json(data, what=name, max_bytes=JOURNAL_ENTRY_MAX_BYTES)
+        except ProtocolError as exc:
+            say(f"run {run_id}'s journal: skipped {name}: {exc}")
             continue
         if not isinstance(entry, dict):
             say(f"run {run_id}'s journal: skipped {name}: not a JSON object")

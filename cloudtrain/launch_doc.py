@@ -17,13 +17,23 @@ from __future__ import annotations
 import dataclasses
 import json
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cloudtrain.errors import UsageError
 from cloudtrain.jobs import protocol
+from cloudtrain.jobs.bucket_reads import LAUNCH_MAX_BYTES
 from cloudtrain.jobs.protocol import ClusterDoc
+from cloudtrain.jobs.protocol_base import (
+    ProtocolError,
+    load_json,
+    read_integer,
+    read_number,
+    read_object,
+    read_text,
+)
 from cloudtrain.providers.base import ObjectStore
 from cloudtrain.runtypes import RunOptions
 
@@ -31,6 +41,13 @@ if TYPE_CHECKING:
     from cloudtrain.spec import JobSpec
 
 VERSION = 1
+# how each field of LaunchDoc (as annotated) is read from JSON: of its type, or refused
+_READERS: dict[str, Callable[[Any], Any]] = {
+    "str": read_text,
+    "float": read_number,
+    "int": read_integer,
+    "dict[str, Any]": read_object,
+}
 
 
 @dataclass(frozen=True)
@@ -81,13 +98,27 @@ class LaunchDoc:
 
     @classmethod
     def from_json(cls, body: bytes) -> LaunchDoc:
-        """Parse the bucket's bytes (unknown fields ignored). UsageError when unreadable."""
+        """Parse the bucket's bytes by the protocol's rule (`load_json`: at most
+        LAUNCH_MAX_BYTES, 32 levels deep, finite numbers), each field of its type (unknown
+        fields ignored, a null one its default). UsageError naming what is wrong when it is
+        unreadable, ill-typed or lacks a field. Pure."""
+        what = "control/launch.json"
         try:
-            data = json.loads(body)
-            names = {f.name for f in dataclasses.fields(cls)}
-            return cls(**{k: v for k, v in data.items() if k in names})
-        except (ValueError, TypeError) as exc:
-            raise UsageError(f"control/launch.json is unreadable: {exc}") from None
+            data = read_object(load_json(body, what=what, max_bytes=LAUNCH_MAX_BYTES))
+        except (ProtocolError, TypeError) as exc:
+            raise UsageError(f"{what} is unreadable: {exc}") from None
+        values: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            if data.get(f.name) is None:
+                continue
+            try:
+                values[f.name] = _READERS[str(f.type)](data[f.name])
+            except (TypeError, ValueError) as exc:
+                raise UsageError(f"{what}: {f.name} is unreadable: {exc}") from None
+        try:
+            return cls(**values)
+        except TypeError as exc:  # a field without a default is missing
+            raise UsageError(f"{what} is unreadable: {exc}") from None
 
     def run_options(self) -> RunOptions:
         """The run's options (fields a newer writer added are ignored). Pure."""
@@ -131,13 +162,16 @@ def read(store: ObjectStore, run_id: str, key: bytes | None = None) -> LaunchDoc
     """The run's launch document, checked against the run's `key` (None: the bucket's
     control/key; pass the ledger's where the caller has it, `Ledger.run_key`). UsageError when
     the run has none (started before managed runs, or not by cloudtrain), when there is no key
-    to check it with, or when its MAC is missing or wrong (a node wrote it). Blocks."""
+    to check it with, when it is over LAUNCH_MAX_BYTES (no more is read), too deep or not
+    JSON, or when its MAC is missing or wrong (a node wrote it). Blocks."""
     from cloudtrain import run_key
-    from cloudtrain.errors import NotFound
+    from cloudtrain.errors import NotFound, TooLarge
 
     where = f"{protocol.launch_key(run_id)} in {store.uri}"
     try:
-        body = store.get(protocol.launch_key(run_id))
+        body = store.get(protocol.launch_key(run_id), max_bytes=LAUNCH_MAX_BYTES)
+    except TooLarge:
+        raise _not_adopted(run_id, f"{where} holds more than {LAUNCH_MAX_BYTES} bytes") from None
     except NotFound:
         raise UsageError(
             f"run {run_id} has no control/launch.json in {store.uri}: it was not started by a "
@@ -152,13 +186,19 @@ def read(store: ObjectStore, run_id: str, key: bytes | None = None) -> LaunchDoc
             hint=f"`cloudtrain down {run_id}` still tears it down",
         )
     try:
-        data = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
-        data = None
+        data = load_json(body, what=where, max_bytes=LAUNCH_MAX_BYTES)
+    except ProtocolError as exc:
+        raise _not_adopted(run_id, str(exc)) from None
     if not run_key.verify_doc(key, run_key.LAUNCH, data):
-        raise UsageError(
-            f"{where} has no valid MAC under the run's {run_key.key_id(key)}: not written by "
-            "a controller of the run (a node may have rewritten it); not adopting it",
-            hint=f"`cloudtrain down {run_id}` still tears the run down",
-        )
+        why = f"{where} has no valid MAC under the run's {run_key.key_id(key)}"
+        raise _not_adopted(run_id, why)
     return LaunchDoc.from_json(body)
+
+
+def _not_adopted(run_id: str, why: str) -> UsageError:
+    """The error of a launch document a controller did not write as it is. Pure."""
+    return UsageError(
+        f"{why}: not written by a controller of the run (a node may have rewritten it); "
+        "not adopting it",
+        hint=f"`cloudtrain down {run_id}` still tears the run down",
+    )

@@ -24,8 +24,10 @@ import json
 import secrets
 from typing import TYPE_CHECKING, Any
 
-from cloudtrain.errors import NotFound
+from cloudtrain.errors import NotFound, TooLarge
+from cloudtrain.jobs.bucket_reads import RUN_KEY_MAX_BYTES, YIELD_MAX_BYTES
 from cloudtrain.jobs.protocol import run_prefix
+from cloudtrain.jobs.protocol_base import ProtocolError, load_json
 
 if TYPE_CHECKING:
     from cloudtrain.ledger import Ledger
@@ -105,10 +107,11 @@ def yield_body(key: bytes, run_id: str, owner: str, term: int) -> bytes:
 def yield_owner(body: bytes, key: bytes | None, run_id: str, term: int) -> str | None:
     """The asker's owner id when `body` is a yield signed with `key` for `run_id` and the
     current lease `term` (an old yield, copied back by a node, names an old term), else None
-    (unsigned, forged, another run's or term's, unreadable). Pure; never raises."""
+    (unsigned, forged, another run's or term's, unreadable: over YIELD_MAX_BYTES, too deep).
+    Pure; never raises."""
     try:
-        doc = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
+        doc = load_json(body, what="control/yield", max_bytes=YIELD_MAX_BYTES)
+    except ProtocolError:
         return None
     if not verify_doc(key, YIELD, doc):
         return None
@@ -128,11 +131,12 @@ def parse_key(body: bytes) -> bytes | None:
 
 
 def fetch(store: ObjectStore, run_id: str) -> bytes | None:
-    """The key in the run's bucket, or None when there is none (or it is not a key). Blocks;
-    the store's errors other than NotFound propagate."""
+    """The key in the run's bucket, or None when there is none (or it is not a key: one over
+    RUN_KEY_MAX_BYTES is not read further). Blocks; the store's errors other than NotFound
+    propagate."""
     try:
-        body = store.get(key_object(run_id))
-    except NotFound:
+        body = store.get(key_object(run_id), max_bytes=RUN_KEY_MAX_BYTES)
+    except (NotFound, TooLarge):
         return None
     return parse_key(body)
 
@@ -170,8 +174,12 @@ def writer_key(ledger: Ledger, store: ObjectStore, run_id: str) -> bytes:
 def yield_asked(store: ObjectStore, run_id: str, key: bytes | None, term: int) -> bool:
     """Whether control/yield holds a yield signed with the run's `key` for lease `term` (what
     a controller checks at each renewal; an unsigned or forged one is ignored). Blocks for one
-    read; the store's errors propagate."""
+    read (at most YIELD_MAX_BYTES: a larger one is no yield); the store's other errors
+    propagate."""
     from cloudtrain.jobs.protocol import yield_key
 
-    got = store.get_tagged(yield_key(run_id))
+    try:
+        got = store.get_tagged(yield_key(run_id), max_bytes=YIELD_MAX_BYTES)
+    except TooLarge:
+        return False
     return got is not None and yield_owner(got[0], key, run_id, term) is not None

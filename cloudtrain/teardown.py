@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from cloudtrain.crashpoints import crash_point
 from cloudtrain.errors import CloudtrainError, NotTheRuns, ProviderError
+from cloudtrain.jobs.bucket_reads import Skips, read_document
 from cloudtrain.jobs.protocol import ClusterDoc, cluster_key, stop_key
 from cloudtrain.jobs.trace import TEARDOWN, Tracer
 from cloudtrain.ledger import Ledger
@@ -52,16 +53,22 @@ def request_stop(provider: Provider, store_uri: str | None, run_id: str, reason:
     return False
 
 
+SKIPS = Skips()  # the cluster.json documents the scrub could not read: one warning per key
+
+
 def scrub_secrets(provider: Provider, store_uri: str | None, run_id: str) -> bool:
     """Blank the secret env values in the run's `cluster.json` once no node needs them (after
     teardown): the bucket keeps the outputs, not the secrets. Best effort; idempotent. Returns
-    whether a value was blanked."""
+    whether a value was blanked. A document a node rewrote (over its cap, too deep, ill-typed)
+    is left as it is, with one warning naming its key; at most its cap is read."""
     if not store_uri or RUN_REF_RE.fullmatch(run_id) is None:
         return False
     key = cluster_key(run_id)
-    with contextlib.suppress(CloudtrainError, OSError, ValueError):  # ProtocolError: unreadable
+    with contextlib.suppress(CloudtrainError, OSError, ValueError):
         store = provider.store(store_uri)
-        doc = ClusterDoc.from_json(store.get(key))
+        doc = read_document(store, key, ClusterDoc, SKIPS)
+        if doc is None:
+            return False
         env = doc.env
         names = [n for n in doc.secrets if env.get(n) not in (None, MASK)]
         if names:

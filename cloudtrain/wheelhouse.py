@@ -31,13 +31,14 @@ still checks the tag against its own, so a wrong value costs a fallback, never a
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import threading
 from dataclasses import dataclass
 
-from cloudtrain.errors import CloudtrainError, NotFound, UsageError
+from cloudtrain.errors import CloudtrainError, UsageError
+from cloudtrain.jobs.bucket_reads import WHEELHOUSE_MANIFEST_MAX_BYTES, Skips, get_bounded
+from cloudtrain.jobs.protocol_base import load_json
 from cloudtrain.providers.base import NodeRequest, ObjectStore
 from cloudtrain.startup import TF_KERAS_VERSION, TF_VERSION, WheelhouseOffer
 
@@ -48,6 +49,7 @@ MANIFEST = "manifest.json"
 # Azure: their x86_64 Ubuntu/Debian images: providers/*/images.py). The script checks its own
 # `uname -m` against the offered tag, so a wrong guess costs a fallback, never a wrong wheel.
 IMAGE_MACHINE = "x86_64"
+SKIPS = Skips()  # the manifests this process could not read: one warning per key
 TAG_ENV = "CLOUDTRAIN_WHEELHOUSE_TAG"
 TAG_RE = re.compile(r"^py\d+\.\d+-[A-Za-z0-9_]+-[0-9a-f]{12}$")
 
@@ -92,8 +94,10 @@ class Manifest:
 
     @classmethod
     def from_json(cls, data: bytes) -> Manifest:
-        """Parse a manifest. Raises ValueError for anything that is not a whole manifest."""
-        doc = json.loads(data)
+        """Parse a manifest by the protocol's rule (`load_json`: at most
+        WHEELHOUSE_MANIFEST_MAX_BYTES, nested at most 32 deep, finite numbers). Raises
+        ValueError (a ProtocolError among them) for anything that is not a whole manifest."""
+        doc = load_json(data, what="manifest", max_bytes=WHEELHOUSE_MANIFEST_MAX_BYTES)
         if not isinstance(doc, dict):
             raise ValueError("manifest is not a JSON object")
         sha, size = doc.get("sha256"), doc.get("size")
@@ -112,12 +116,17 @@ class Manifest:
 def read_manifest(store: ObjectStore, wheel_tag: str) -> Manifest | None:
     """The manifest of a complete wheelhouse for the tag, or None: no manifest, a malformed one,
     one for another tag or other pins, or a tar that is missing or of another size (a publish
-    under way or cut short). Blocks (one get, one list); raises only the store's other errors."""
-    try:
-        manifest = Manifest.from_json(store.get(manifest_key(wheel_tag)))
-    except NotFound:
+    under way or cut short). A manifest over its cap (at most that much is read), too deep or
+    malformed is warned about once (naming its key). Blocks (one get, one list); raises only
+    the store's other errors."""
+    key = manifest_key(wheel_tag)
+    body = get_bounded(store, key, WHEELHOUSE_MANIFEST_MAX_BYTES, SKIPS)
+    if body is None:
         return None
-    except ValueError:
+    try:
+        manifest = Manifest.from_json(body)
+    except ValueError as exc:
+        SKIPS.skip(key, str(exc))
         return None
     expected_hash = wheel_tag.rsplit("-", 1)[-1]
     if manifest.tag != wheel_tag or pins_hash(manifest.pins) != expected_hash:

@@ -31,6 +31,7 @@ __all__ = [
     "STOP_MAX_BYTES",
     "TRACE_MAX_BYTES",
     "WHEELHOUSE_MANIFEST_MAX_BYTES",
+    "YIELD_MAX_BYTES",
     "Skips",
     "get_bounded",
     "read_document",
@@ -53,6 +54,7 @@ LOG_ROUND_MAX_BYTES = 16 * LOG_CHUNK_MAX_BYTES
 JOURNAL_ENTRY_MAX_BYTES = 1024 * 1024  # ledger/<entry>.json: one ledger write (journal.py)
 LAUNCH_MAX_BYTES = 4 * 1024 * 1024  # control/launch.json: the spec without env (launch_doc.py)
 RUN_KEY_MAX_BYTES = 4096  # control/key: 64 hex digits (run_key.py)
+YIELD_MAX_BYTES = 64 * 1024  # control/yield: an owner id, a term and a MAC (run_key.py)
 WHEELHOUSE_MANIFEST_MAX_BYTES = 1024 * 1024  # cloudtrain/wheelhouse/<tag>/manifest.json
 
 

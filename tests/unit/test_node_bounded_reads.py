@@ -9,7 +9,6 @@ on Python 3.10-3.12 (tests/node-side-tests.txt)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -28,42 +27,9 @@ from tests.unit.agent_kit import (
     put_json,
     work,  # noqa: F401 - a fixture, taken by name
 )
+from tests.unit.bounded_kit import DEEP, MIB, Recording, huge
 
-MIB = 1024 * 1024
-DEEP = b"[" * 100_000 + b"]" * 100_000
-ROUND_MAX_BYTES = 16 * MIB  # log_chunks.ROUND_MAX_BYTES: what one round of chunk GETs may hold
-
-
-class Recording(LocalStore):
-    """A real LocalStore that notes the bound and the size of every read."""
-
-    def __init__(self, uri: str) -> None:
-        super().__init__(uri)
-        self.bounds: list[tuple[str, int | None]] = []
-        self.largest = 0  # the most bytes one read returned
-        self.total = 0  # bytes returned by every read so far
-
-    def _note(self, key: str, max_bytes: int | None, body: bytes) -> bytes:
-        self.bounds.append((key, max_bytes))
-        self.largest = max(self.largest, len(body))
-        self.total += len(body)
-        return body
-
-    def get(self, key: str, max_bytes: int | None = None) -> bytes:
-        try:
-            return self._note(key, max_bytes, super().get(key, max_bytes=max_bytes))
-        except Exception:
-            self.bounds.append((key, max_bytes))
-            raise
-
-    def get_tagged(self, key: str, max_bytes: int | None = None) -> tuple[bytes, str] | None:
-        got = super().get_tagged(key, max_bytes=max_bytes)
-        if got is not None:
-            self._note(key, max_bytes, got[0])
-        return got
-
-    def unbounded(self) -> list[str]:
-        return [key for key, bound in self.bounds if bound is None]
+ROUND_MAX_BYTES = 16 * MIB  # LOG_ROUND_MAX_BYTES: what one round of chunk GETs may hold
 
 
 @pytest.fixture
@@ -71,11 +37,6 @@ def store(tmp_path: Path) -> Recording:
     bucket = Recording(f"file://{tmp_path / 'bucket'}")
     bucket.ensure_bucket()
     return bucket
-
-
-def huge(doc: dict[str, object], size: int = 50 * MIB) -> bytes:
-    """`doc` as JSON padded to about `size` bytes with a field nobody reads."""
-    return json.dumps({**doc, "pad": "x" * size}).encode()
 
 
 def warnings_about(store: LocalStore, node: str, key: str) -> list[str]:
