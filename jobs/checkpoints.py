@@ -79,6 +79,13 @@ def run_parallel(
     return done, error
 
 
+def inside_folder(rel: str) -> bool:
+    """Whether `rel` (a listed key less the checkpoints prefix) names a file inside the folder
+    it is restored to: relative, without an empty, '.' or '..' part (a node can write a key
+    that leads out of it on a cloud's store). Pure."""
+    return bool(rel) and all(part not in ("", ".", "..") for part in rel.split("/"))
+
+
 def fmt_progress(done: int, total: int) -> str:
     """'3.1/5.0 GB': `done` of `total` bytes in the unit of the total (KB, MB or GB: powers of
     1000), one decimal. Pure."""
@@ -161,6 +168,7 @@ class Checkpoints:
     tb_dir: Path
     _synced: dict[str, Signature]
     _progress: Progress | None = None  # the transfer under way (one at a time)
+    say: Callable[[str], None]  # a line into the node's log stream
 
     @property
     def is_chief(self) -> bool:
@@ -287,10 +295,16 @@ class Checkpoints:
         each file appears whole; `activity` says "restoring 1.2/3.4 GB" meanwhile). What was
         there goes, but the sidecars of the large files being fetched (get_file's): a restore
         cut short resumes them. A file is read into memory only up to SMALL_FILE: one that
-        grew past it since the listing (a node rewrote it) goes to disk like a large one.
+        grew past it since the listing (a node rewrote it) goes to disk like a large one; a
+        key that leads out of the folder (`inside_folder`) is skipped, said in the logs.
         Returns files restored. Blocks."""
         base = proto.checkpoints_prefix(self.run_id)
-        objects = self.store.list(base)
+        objects = []
+        for obj in self.store.list(base):
+            if inside_folder(obj.key[len(base) :]):
+                objects.append(obj)
+            else:
+                self.say(f"skipped {obj.key} in the bucket: it leads out of the checkpoint folder")
         dests = [self.ckpt_dir / obj.key[len(base) :] for obj in objects]
         resumable = {
             sidecar_path(dest)

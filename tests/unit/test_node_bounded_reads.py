@@ -15,7 +15,7 @@ import pytest
 
 from cloudtrain.jobs import protocol as proto
 from cloudtrain.jobs.bucket_reads import LOG_CHUNK_MAX_BYTES
-from cloudtrain.jobs.checkpoints import SMALL_FILE
+from cloudtrain.jobs.checkpoints import SMALL_FILE, inside_folder
 from cloudtrain.jobs.log_chunks import get_chunks
 from cloudtrain.jobs.logpump import LogPump
 from cloudtrain.providers.local import LocalStore
@@ -135,6 +135,18 @@ def test_a_checkpoint_file_that_grew_after_the_listing_is_not_read_into_memory(
     assert (agent.ckpt_dir / "ckpt-1.data").read_bytes() == big  # whole, through get_file
     assert bucket.unbounded() == []
     assert bucket.largest <= SMALL_FILE + 1
+
+
+@pytest.mark.parametrize(
+    "rel, inside",
+    [
+        *[("ckpt-1.index", True), ("sub/ckpt", True), ("../escape", False)],
+        *[("a/../../b", False), ("/etc/passwd", False), ("a//b", False), ("./a", False)],
+        ("", False),
+    ],
+)
+def test_a_restore_writes_only_inside_the_checkpoint_folder(rel: str, inside: bool) -> None:
+    assert inside_folder(rel) is inside
 
 
 def test_a_checkpoints_ready_marker_is_only_listed_never_read(
