@@ -113,7 +113,11 @@ class PreconditionFailed(ProviderError):
 
 class TooLarge(ProviderError):
     """An object holds more than the bounded read asked for (`get(key, max_bytes=n)`): the
-    reader took at most n + 1 bytes of it and skips it. Never retried: it will not shrink."""
+    reader took at most n + 1 bytes of it and skips it. Never retried: it will not shrink.
+    From `get_tagged`, `tag` is the object's version tag, so a conditional write can still
+    replace it (cloudtrain/lease.py: a huge lease a node forged)."""
+
+    tag: str | None = None
 
 
 class LeaseError(CloudtrainError):

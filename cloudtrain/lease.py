@@ -44,7 +44,13 @@ import uuid
 from collections.abc import Callable
 
 from cloudtrain import run_key
-from cloudtrain.errors import CloudtrainError, LeaseHeld, LeaseLost, PreconditionFailed
+from cloudtrain.errors import (
+    CloudtrainError,
+    LeaseHeld,
+    LeaseLost,
+    PreconditionFailed,
+    TooLarge,
+)
 from cloudtrain.jobs import protocol
 from cloudtrain.jobs.protocol import LeaseDoc, ProtocolError
 from cloudtrain.providers.base import ObjectStore
@@ -54,6 +60,7 @@ DEFAULT_TTL_S = 30.0
 # stopped and torn down by it, whatever the order its holder sees the stop and the loss in
 DOWN_OWNER_PREFIX = "down:"
 TTL_ENV = "CLOUDTRAIN_LEASE_TTL_S"
+LEASE_MAX_BYTES = 64 * 1024  # a lease document is ~400 bytes; a larger one is a node's forgery
 
 
 def lease_ttl_s() -> float:
@@ -67,8 +74,9 @@ def lease_ttl_s() -> float:
 
 
 def read_lease(store: ObjectStore, run_id: str) -> LeaseDoc | None:
-    """The run's lease as the bucket holds it, or None (none, or unreadable). Blocks."""
-    got = store.get_tagged(protocol.lease_key(run_id))
+    """The run's lease as the bucket holds it, or None (none, or unreadable). Blocks (one read
+    of at most LEASE_MAX_BYTES)."""
+    got = _get_tagged(store, protocol.lease_key(run_id))
     if got is None:
         return None
     try:
@@ -119,7 +127,7 @@ class Lease:
         naming the live holder. Blocks (one read, one conditional write, a retry on a race)."""
         with self._lock:
             for _ in range(5):  # each loss of a race is someone's progress; a few are plenty
-                got = self.store.get_tagged(self.key)
+                got = _get_tagged(self.store, self.key)
                 doc, tag = self._parse(got)
                 now = self.clock()
                 if doc is not None and not force:
@@ -184,7 +192,7 @@ class Lease:
         it did. Blocks (one read, one conditional write)."""
         if self.mac_key is None:
             return False
-        got = self.store.get_tagged(self.key)
+        got = _get_tagged(self.store, self.key)
         if got is None or self._genuine(got[0]):
             return False
         try:
@@ -221,10 +229,14 @@ class Lease:
         forged = self.mac_key is not None and not _signed(self.mac_key, self._purpose, got[0])
         try:
             doc = LeaseDoc.from_json(got[0])
-        except ProtocolError:  # an unreadable lease: taken over like an expired one
-            return LeaseDoc(owner="?", term=0, expires=0.0), got[1]
-        if forged:  # no controller wrote it: expired, whatever it says (its term still counts)
-            return LeaseDoc(owner="?", term=doc.term, expires=0.0), got[1]
+        except ProtocolError:
+            doc = None
+        if doc is None or forged:
+            # unreadable, or no controller wrote it: expired, whatever it says, and its term
+            # says nothing true either (a node may write term 0 over term 5): the next term is
+            # taken from the clock, above every counted one, so the last genuine holder sees
+            # the takeover as one (its term is smaller) and never takes the lease back
+            return LeaseDoc(owner="?", term=max(int(self.clock()), 1), expires=0.0), got[1]
         return doc, got[1]
 
     def _write(
@@ -242,11 +254,23 @@ class Lease:
         try:
             new_tag = self.store.put_if(self.key, data, tag)
         except PreconditionFailed:
-            got = self.store.get_tagged(self.key)  # a lost reply to a write that did land?
+            got = _get_tagged(self.store, self.key)  # a lost reply to a write that did land?
             if got is None or _nonce_of(got[0]) != nonce:
                 raise
             new_tag = got[1]
         self.term, self._tag, self._expires, self._nonce = term, new_tag, until, nonce
+
+
+def _get_tagged(store: ObjectStore, key: str) -> tuple[bytes, str] | None:
+    """The lease object and its tag, read with a bound: a larger one (a node's, since no
+    controller writes one) reads as empty bytes, unreadable, with its tag, so a conditional
+    write still replaces it. Blocks (one read)."""
+    try:
+        return store.get_tagged(key, max_bytes=LEASE_MAX_BYTES)
+    except TooLarge as exc:
+        if exc.tag is None:
+            raise
+        return b"", exc.tag
 
 
 def _signed(key: bytes, purpose: str, data: bytes) -> bool:

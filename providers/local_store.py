@@ -46,6 +46,17 @@ def _stamp(st: os.stat_result, data: bytes) -> str:
     return f"{st.st_ino}-{st.st_mtime_ns}-{st.st_size}-{digest}"
 
 
+def _stamp_of_fd(fd: int, st: os.stat_result) -> str:
+    """`_stamp` of the open file `fd`, its digest taken in chunks (no whole read into memory).
+    Blocks on the reads."""
+    digest = hashlib.blake2b(digest_size=8)
+    offset = 0
+    while chunk := os.pread(fd, COPY_CHUNK, offset):
+        digest.update(chunk)
+        offset += len(chunk)
+    return f"{st.st_ino}-{st.st_mtime_ns}-{st.st_size}-{digest.hexdigest()}"
+
+
 @contextlib.contextmanager
 def _folder_lock(folder: Path) -> Iterator[None]:
     """Hold an exclusive flock on `folder` (made if missing) for the block. flock, not fcntl's
@@ -188,8 +199,20 @@ class LocalStore:
         there is none; TooLarge when it holds more than `max_bytes` (at most max_bytes + 1
         read). Reads one file through one descriptor, so bytes and stamp belong together.
         Blocks briefly; takes no lock (writes are renames)."""
-        found = self._read(self._path(key), max_bytes)
-        return None if found is None else (found[0], _stamp(found[1], found[0]))
+        path = self._path(key)
+        what = f"get {path.relative_to(self.root).as_posix()} in {self.uri}"
+        opened = _open_object(path, what)
+        if opened is None:
+            return None
+        fd, st = opened
+        try:
+            data = _read_fd(fd, max_bytes, what)
+        except TooLarge as exc:  # its stamp all the same: a conditional write can replace it
+            exc.tag = _stamp_of_fd(fd, st)
+            raise
+        finally:
+            os.close(fd)
+        return data, _stamp(st, data)
 
     def put_if(self, key: str, data: bytes, tag: str | None) -> str:
         """Write the object only if its stamp is `tag` (None: only if there is no object);

@@ -24,6 +24,7 @@ from cloudtrain.errors import (
     NotFound,
     PreconditionFailed,
     ProviderError,
+    TooLarge,
     TransientError,
 )
 from cloudtrain.providers import transfer
@@ -235,6 +236,9 @@ class S3Store:
                 data = _read_body(resp["Body"], max_bytes, f"get {self._where(key)}")
         except NotFound:
             return None
+        except TooLarge as exc:
+            exc.tag = str(resp["ETag"])  # the answer's own: a conditional write can replace it
+            raise
         return data, str(resp["ETag"])
 
     def put_if(self, key: str, data: bytes, tag: str | None) -> str:

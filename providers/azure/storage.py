@@ -41,7 +41,13 @@ from azure.storage.blob import (
     generate_blob_sas,
 )
 
-from cloudtrain.errors import CredentialsError, NotFound, PreconditionFailed, ProviderError
+from cloudtrain.errors import (
+    CredentialsError,
+    NotFound,
+    PreconditionFailed,
+    ProviderError,
+    TooLarge,
+)
 from cloudtrain.providers import transfer
 from cloudtrain.providers.azure import blob_transfers
 from cloudtrain.providers.azure.errors import (
@@ -296,7 +302,11 @@ class BlobStore:
                 data = download.readall()
         except NotFound:
             return None
-        return within(bytes(data), max_bytes, what), str(download.properties.etag)
+        try:
+            return within(bytes(data), max_bytes, what), str(download.properties.etag)
+        except TooLarge as exc:
+            exc.tag = str(download.properties.etag)
+            raise
 
     def put_if(self, key: str, data: bytes, tag: str | None) -> str:
         """Write the object only if its ETag is `tag` (If-Match), or only if there is none

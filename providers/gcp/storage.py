@@ -324,7 +324,9 @@ class GcsStore:
                 return None
             generation = int(blob.generation)
             if max_bytes is not None and (blob.size or 0) > max_bytes:
-                raise TooLarge(f"get {where}: {blob.size} bytes, more than {max_bytes}: not read")
+                too = TooLarge(f"get {where}: {blob.size} bytes, more than {max_bytes}: not read")
+                too.tag = str(generation)
+                raise too
             try:
                 with gcp_errors(f"get {where} at generation {generation}"):
                     data = blob.download_as_bytes(if_generation_match=generation, retry=None)

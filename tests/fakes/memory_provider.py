@@ -223,7 +223,11 @@ class MemoryStore:
             found = self.objects.get(key)
             if found is None:
                 return None
-            return _bounded(found[0], max_bytes, f"{self.uri}/{key}"), found[2]
+            try:
+                return _bounded(found[0], max_bytes, f"{self.uri}/{key}"), found[2]
+            except TooLarge as exc:  # with its tag, as every store's (a put_if can replace it)
+                exc.tag = found[2]
+                raise
 
     def put_if(self, key: str, data: bytes, tag: str | None) -> str:
         """Write only if the object's tag is `tag` (None: only if absent), atomically; the new

@@ -21,6 +21,7 @@ from cloudtrain.providers.base import NodeRequest, ObjectStore, RunInfo
 from cloudtrain.providers.faults import FaultyStore, _Injector
 from cloudtrain.providers.local import LocalStore
 from tests.fakes.memory_provider import MemoryCompute
+from tests.unit.bounded_kit import MIB, Recording, huge
 
 RUN = "lease-run-1"
 
@@ -249,4 +250,37 @@ def test_a_forged_live_lease_does_not_keep_a_controller_out(store: ObjectStore) 
     key = run_key.generate()
     Lease(store, RUN, "run:laptop", ttl_s=30, key=key).acquire()
     _forge(store, term=7)
-    assert Lease(store, RUN, "attach:desk", ttl_s=30, key=key).acquire() == 8
+    assert Lease(store, RUN, "attach:desk", ttl_s=30, key=key).acquire() > 7
+
+
+def test_a_huge_forged_lease_is_never_read_whole_and_is_taken_back(tmp_path: Path) -> None:
+    """A node puts 20 MiB at control/lease: every read of the lease is bounded (the store reads
+    at most the cap and one byte), the holder still takes its lease back over it, and another
+    controller counts it as expired, not as a holder's."""
+    store = Recording("file://" + str(tmp_path / "bucket"))
+    key = run_key.generate()
+    lease = Lease(store, RUN, "run:laptop", ttl_s=30, key=key)
+    lease.acquire()
+    store.put(protocol.lease_key(RUN), huge({"owner": "attach:evil", "term": 99}, 20 * MIB))
+    lease.renew()
+    assert read_lease(store, RUN).owner == "run:laptop"  # type: ignore[union-attr]
+    store.put(protocol.lease_key(RUN), huge({"owner": "attach:evil", "term": 99}, 20 * MIB))
+    assert Lease(store, RUN, "attach:desk", ttl_s=30, key=key).acquire() > 1
+    with pytest.raises(LeaseLost, match="now attach:desk"):
+        lease.renew()
+    assert store.unbounded() == [] and store.largest < MIB
+
+
+def test_a_takeover_over_a_forged_lease_outranks_every_earlier_term(store: ObjectStore) -> None:
+    """A forgery says nothing true of the term: the node may write term 0 (or an unreadable
+    lease). The next controller's term must still exceed the last genuine one, or the old
+    holder would take its lease back from a genuine takeover, and both would act."""
+    key = run_key.generate()
+    laptop = Lease(store, RUN, "run:laptop", ttl_s=30, key=key)
+    laptop.acquire()
+    _forge(store, term=0, expires=0)
+    desk = Lease(store, RUN, "attach:desk", ttl_s=30, key=key)
+    assert desk.acquire() > 1
+    with pytest.raises(LeaseLost, match="now attach:desk"):
+        laptop.renew()
+    desk.renew()  # and the new holder keeps it
