@@ -179,11 +179,12 @@ class LocalStore:
         return st
 
     def _read(
-        self, path: Path, max_bytes: int | None = None
+        self, path: Path, max_bytes: int | None = None, tagged: bool = False
     ) -> tuple[bytes, os.stat_result] | None:
         """The bytes of the regular file `path` and the stat of that very file (one
         descriptor), or None when there is none. Raises NotFound for anything else at the key (a
-        FIFO, a symlink: no object) and TooLarge past `max_bytes`."""
+        FIFO, a symlink: no object) and TooLarge past `max_bytes` (with `tagged`, carrying the
+        file's stamp: a conditional write can still replace it)."""
         what = f"get {path.relative_to(self.root).as_posix()} in {self.uri}"
         opened = _open_object(path, what)
         if opened is None:
@@ -191,6 +192,10 @@ class LocalStore:
         fd, st = opened
         try:
             return _read_fd(fd, max_bytes, what), st
+        except TooLarge as exc:
+            if tagged:
+                exc.tag = _stamp_of_fd(fd, st)
+            raise
         finally:
             os.close(fd)
 
@@ -199,20 +204,8 @@ class LocalStore:
         there is none; TooLarge when it holds more than `max_bytes` (at most max_bytes + 1
         read). Reads one file through one descriptor, so bytes and stamp belong together.
         Blocks briefly; takes no lock (writes are renames)."""
-        path = self._path(key)
-        what = f"get {path.relative_to(self.root).as_posix()} in {self.uri}"
-        opened = _open_object(path, what)
-        if opened is None:
-            return None
-        fd, st = opened
-        try:
-            data = _read_fd(fd, max_bytes, what)
-        except TooLarge as exc:  # its stamp all the same: a conditional write can replace it
-            exc.tag = _stamp_of_fd(fd, st)
-            raise
-        finally:
-            os.close(fd)
-        return data, _stamp(st, data)
+        found = self._read(self._path(key), max_bytes, tagged=True)
+        return None if found is None else (found[0], _stamp(found[1], found[0]))
 
     def put_if(self, key: str, data: bytes, tag: str | None) -> str:
         """Write the object only if its stamp is `tag` (None: only if there is no object);
