@@ -76,6 +76,7 @@ RUNS_ROOT = "cloudtrain/runs/"
 CLUSTER_NAME = "cluster.json"  # the names inside the run's prefix that prose may mention too
 STOP_NAME = "control/stop"
 LEASE_NAME = "control/lease"
+KEY_NAME = "control/key"  # the run's key (cloudtrain/run_key.py): no node identity may read it
 # the reason in the status of an agent that stopped because it found the stop key
 STOPPED_BY_CONTROL = STOP_NAME
 
@@ -259,9 +260,14 @@ def model_prefix(run_id: str) -> str:
     return f"{run_prefix(run_id)}model/"
 
 
+def bundle_prefix(run_id: str) -> str:
+    """bundle/: the job's code, written by the controller only. Pure."""
+    return f"{run_prefix(run_id)}bundle/"
+
+
 def bundle_key(run_id: str, sha256: str) -> str:
     """bundle/<sha256>.tar.gz: the job's code and wheel. Pure."""
-    return f"{run_prefix(run_id)}bundle/{sha256}.tar.gz"
+    return f"{bundle_prefix(run_id)}{sha256}.tar.gz"
 
 
 # --- reading a listing ----------------------------------------------------------------------------
