@@ -30,6 +30,7 @@ SUBNET_NAME = "nodes"
 ADMIN_USER = "cloudtrain"
 STORAGE_BLOB_DATA_CONTRIBUTOR = "ba92f5b4-2d11-453d-a403-e96b0029c9fe"  # built-in role ids
 VIRTUAL_MACHINE_CONTRIBUTOR = "9980e02c-c2be-4d73-94e8-173b1dc7cf3c"
+CONDITION_VERSION = "2.0"  # of a role assignment's ABAC condition
 ROLE_NAMES = {
     STORAGE_BLOB_DATA_CONTRIBUTOR: "Storage Blob Data Contributor",
     VIRTUAL_MACHINE_CONTRIBUTOR: "Virtual Machine Contributor",
@@ -283,18 +284,23 @@ def role_definition_id(subscription: str, role_guid: str) -> str:
     )
 
 
-def role_assignment_body(subscription: str, role_guid: str, principal_id: str) -> dict[str, Any]:
+def role_assignment_body(
+    subscription: str, role_guid: str, principal_id: str, condition: str | None = None
+) -> dict[str, Any]:
     """A role assignment of `role_guid` to a VM's identity (a service principal; saying so lets
-    Azure assign to an identity its directory has not replicated yet). Pure."""
+    Azure assign to an identity its directory has not replicated yet), narrowed by the ABAC
+    `condition` when given (conditionVersion 2.0, the only one ARM accepts). Pure."""
     role = ROLE_NAMES.get(role_guid, f"role {role_guid}")
-    return {
-        "properties": {
-            "roleDefinitionId": role_definition_id(subscription, role_guid),
-            "principalId": principal_id,
-            "principalType": "ServicePrincipal",
-            "description": f"cloudtrain: {role} for a run's node identity",
-        }
+    props: dict[str, Any] = {
+        "roleDefinitionId": role_definition_id(subscription, role_guid),
+        "principalId": principal_id,
+        "principalType": "ServicePrincipal",
+        "description": f"cloudtrain: {role} for a run's node identity",
     }
+    if condition is not None:
+        props["condition"] = condition
+        props["conditionVersion"] = CONDITION_VERSION
+    return {"properties": props}
 
 
 _ROLE_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "cloudtrain:role-assignment")

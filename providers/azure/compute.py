@@ -333,7 +333,8 @@ class AzureCompute(Compute):
         name, principal = str(vm.name), str(vm.identity.principal_id)
         group = network.group_name(run.run_id, self.rg)
         identity.revoke_stale(self.clients, [scope], group, name.__eq__, keep=[principal])
-        identity.grant(self.clients, scope, STORAGE_BLOB_DATA_CONTRIBUTOR, principal, name)
+        only = identity.node_bucket_condition(BlobStore(run.store_uri).prefix, run.run_id)
+        identity.grant(self.clients, scope, STORAGE_BLOB_DATA_CONTRIBUTOR, principal, name, only)
         identity.grant(self.clients, str(vm.id), VIRTUAL_MACHINE_CONTRIBUTOR, principal, name)
 
     def list_nodes(self, run_id: str) -> list[Node]:

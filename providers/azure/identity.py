@@ -15,6 +15,10 @@ Delete is deleted by Azure, not by cloudtrain, so nothing would remove its grant
 assignment's description therefore names its node (`cloudtrain node NAME: ROLE`), and `stale()`
 finds, at the run's container, the assignments of a node's earlier identities; the same
 identity's assignment on the VM has a name computed from it (`vm_grant_id`).
+
+The container grant is narrowed by an ABAC condition (`node_bucket_condition`, issue 29): the
+node runs the user's code, so it may not read the run's key (`control/key`) nor write or delete
+the controller's documents.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cloudtrain.errors import NotFound, ProviderError, TransientError
+from cloudtrain.jobs import protocol
 from cloudtrain.providers.azure.bodies import (
     ROLE_NAMES,
     VIRTUAL_MACHINE_CONTRIBUTOR,
@@ -72,21 +77,32 @@ def vm_grant_id(subscription: str, group: str, node: str, principal: str) -> str
     return assignment_id(scope, VIRTUAL_MACHINE_CONTRIBUTOR, principal)
 
 
-def assignment_body(subscription: str, role_guid: str, principal: str, node: str) -> dict[str, Any]:
+def assignment_body(
+    subscription: str, role_guid: str, principal: str, node: str, condition: str | None = None
+) -> dict[str, Any]:
     """The assignment of `role_guid` to node `node`'s identity (a service principal; saying so
     lets Azure assign to an identity its directory has not replicated yet), its description
-    naming the node. Pure."""
-    body = role_assignment_body(subscription, role_guid, principal)
+    naming the node, narrowed by the ABAC `condition` when given. Pure."""
+    body = role_assignment_body(subscription, role_guid, principal, condition)
     role = ROLE_NAMES.get(role_guid, f"role {role_guid}")
     body["properties"]["description"] = f"cloudtrain node {node}: {role} for the node's identity"
     return body
 
 
-def grant(clients: ArmClients, scope: str, role_guid: str, principal: str, node: str) -> None:
-    """Assign `role_guid` at `scope` to node `node`'s identity `principal`. Idempotent (the name
-    is derived from the three); blocks. Raises TransientError while Azure's directory has not
-    replicated a new identity yet (PrincipalNotFound), ProviderError otherwise."""
-    body = assignment_body(clients.auth.subscription, role_guid, principal, node)
+def grant(
+    clients: ArmClients,
+    scope: str,
+    role_guid: str,
+    principal: str,
+    node: str,
+    condition: str | None = None,
+) -> None:
+    """Assign `role_guid` at `scope` to node `node`'s identity `principal`, under the ABAC
+    `condition` when given (`node_bucket_condition` for the container grant). Idempotent (the
+    name is derived from scope, role and principal; a PUT of the same name sets the condition);
+    blocks. Raises TransientError while Azure's directory has not replicated a new identity yet
+    (PrincipalNotFound), ProviderError otherwise."""
+    body = assignment_body(clients.auth.subscription, role_guid, principal, node, condition)
     name = assignment_name(scope, role_guid, principal)
     role = ROLE_NAMES.get(role_guid, role_guid)
     try:
@@ -99,6 +115,61 @@ def grant(clients: ArmClients, scope: str, role_guid: str, principal: str, node:
         if "PrincipalNotFound" in codes:
             raise TransientError(f"{err.message} (the identity is not replicated yet)") from err
         raise
+
+
+# --- the container grant's condition (issue 29) -----------------------------------------------
+# Azure ABAC, version 2.0, on the node's Storage Blob Data Contributor assignment: "Azure role
+# assignment condition format and syntax"
+# (https://learn.microsoft.com/azure/role-based-access-control/conditions-format: `!(ActionMatches
+# {...}) OR (expression)` per targeted action; StringLike's `*` matches any run of characters
+# and `\*` escapes it; three or more expressions need parentheses) and "Actions and attributes
+# for Azure role assignment conditions for Azure Blob Storage"
+# (https://learn.microsoft.com/azure/storage/blobs/storage-auth-abac-attributes: the role's data
+# actions blobs/read, write, delete, add/action and move/action all carry the Resource attribute
+# `...containers/blobs:path`, the blob's name without the container; a listing is blobs/read with
+# suboperation Blob.List and has no path, so it is excluded with `NOT SubOperationMatches
+# {'Blob.List'}` as that page's "Read a blob" example does: listing stays open, it reads nothing).
+# One identity serves every node of the run, so per-node rules (one node may not write another's
+# status) need one identity per node: out of scope here, every node may write every node's keys.
+BLOBS = "Microsoft.Storage/storageAccounts/blobServices/containers/blobs"
+_PATH = f"@Resource[{BLOBS}:path]"
+_WRITES = ("write", "add/action", "delete", "move/action")
+
+
+def _like(text: str) -> str:
+    """`text` as a literal inside a StringLike pattern. Pure."""
+    return text.replace("*", "\\*").replace("?", "\\?")
+
+
+def node_bucket_condition(store_prefix: str, run_id: str) -> str:
+    """The ABAC condition of a node's container grant, for a store whose blobs sit under
+    `store_prefix` ('' for the container's root): reads only under the run's prefix and never
+    the run's key (`control/key`); writes and deletes only under the run's prefix and never
+    `control/*` but `control/orphaned` (the chief's), `cluster.json`, `ledger/`, `bundle/`.
+    Raises ProviderError for a prefix with a quote or a backslash (no condition can name it).
+    Pure."""
+    prefix = store_prefix.strip("/")
+    if "'" in prefix or "\\" in prefix:
+        raise ProviderError(f"store prefix {prefix!r}: a ' or \\ cannot be named in a condition")
+    root = f"{prefix}/" if prefix else ""
+    run = root + protocol.run_prefix(run_id)
+    control = root + protocol.lease_key(run_id).rsplit("/", 1)[0] + "/"
+    key = control + "key"  # cloudtrain.run_key.key_object (controller side: not importable here)
+    bundle = root + protocol.bundle_key(run_id, "x").rsplit("/", 1)[0] + "/"
+    read = (
+        f"( !(ActionMatches{{'{BLOBS}/read'}} AND NOT SubOperationMatches{{'Blob.List'}}) )"
+        f" OR ( {_PATH} StringLike '{_like(run)}*' AND {_PATH} StringNotEquals '{key}' )"
+    )
+    not_writes = " AND ".join(f"!(ActionMatches{{'{BLOBS}/{a}'}})" for a in _WRITES)
+    orphaned = root + protocol.orphaned_key(run_id)
+    write = (
+        f"( {not_writes} ) OR ( {_PATH} StringLike '{_like(run)}*'"
+        f" AND ( {_PATH} StringNotLike '{_like(control)}*' OR {_PATH} StringEquals '{orphaned}' )"
+        f" AND {_PATH} StringNotEquals '{root + protocol.cluster_key(run_id)}'"
+        f" AND {_PATH} StringNotLike '{_like(root + protocol.journal_prefix(run_id))}*'"
+        f" AND {_PATH} StringNotLike '{_like(bundle)}*' )"
+    )
+    return f"( {read} ) AND ( {write} )"
 
 
 def stale(

@@ -1,0 +1,142 @@
+"""What an Azure node's identity may do in the run's container (issue 29, least privilege).
+
+The node's Storage Blob Data Contributor assignment is taken from the ARM fake as AzureCompute
+really created it (through the real azure-mgmt clients; the fake parses its ABAC condition),
+and its condition is EVALUATED (tests/fakes/arm_conditions.py) for every key of the bucket
+protocol, built with jobs/protocol.py's key builders: the node may not read `control/key`, nor
+write or delete the controller's documents (`control/*` but `control/orphaned`, `cluster.json`,
+`ledger/`, `bundle/`), and keeps every read and write the agent makes. Listing is not narrowed
+(it names blobs, it reads none), and nothing outside the run's prefix is read or written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from cloudtrain import run_key
+from cloudtrain.jobs import protocol as proto
+from cloudtrain.providers.azure import identity
+from cloudtrain.providers.azure.bodies import STORAGE_BLOB_DATA_CONTRIBUTOR
+from cloudtrain.providers.azure.compute import AzureCompute
+from tests.fakes.arm_conditions import BLOBS, ConditionError, Request, evaluate, like, parse
+from tests.fakes.azure_cloud import AzureCloud, azure_cloud, azurite, azurite_session
+from tests.unit.test_azure_compute import RUN, compute, request, run_info
+
+__all__ = ["azure_cloud", "azurite", "azurite_session", "compute"]  # fixtures, for pytest
+ME, PEER = proto.node_id("worker", 0), proto.node_id("worker", 1)
+WRITES = ("write", "add/action", "delete", "move/action")  # the role's data actions but read
+
+
+def may(condition: str, action: str, path: str | None, sub: str | None = None) -> bool:
+    """Whether the condition lets the node do `action` (a blob data action) on `path`."""
+    resource = {} if path is None else {"path": path}
+    return evaluate(condition, Request(f"{BLOBS}/{action}", {}, resource, sub))
+
+
+def protocol_keys() -> dict[str, tuple[bool, bool]]:
+    """Every key of the protocol -> (the node may read it, the node may write and delete it)."""
+    sha = "ab" * 32
+    node_owned = [
+        proto.status_key(RUN, ME),
+        proto.heartbeat_key(RUN, ME),
+        proto.notice_key(RUN, ME),
+        proto.log_chunk_key(RUN, ME, 3),
+        proto.log_index_key(RUN, ME),
+        proto.log_segment_key(RUN, ME, 0, 41),
+        proto.log_open_segment_key(RUN, ME, 42),
+        proto.metrics_chunk_key(RUN, ME, 7),
+        proto.trace_key(RUN, ME),
+        proto.registration_key(RUN, 2, ME),
+        proto.checkpoints_ready_key(RUN, 2),
+        proto.checkpoints_prefix(RUN) + "ckpt-3.index",
+        proto.model_prefix(RUN) + "saved_model.pb",
+        proto.tensorboard_prefix(RUN) + "train/events.out.tfevents.1",
+        proto.orphaned_key(RUN),
+        proto.bootstrap_log_key(RUN, ME),  # through a presigned URL; the identity may too
+    ]
+    # what the agent reads but may not write: the controller's documents
+    controller_read = [proto.cluster_key(RUN), proto.stop_key(RUN), proto.lease_key(RUN)]
+    controller_other = [
+        proto.yield_key(RUN),
+        proto.launch_key(RUN),
+        proto.journal_prefix(RUN) + "1700000000000000000-1-ct.json",
+        proto.bundle_key(RUN, sha),
+    ]
+    keys = {k: (True, True) for k in node_owned}
+    keys.update({k: (True, False) for k in controller_read + controller_other})
+    keys[run_key.key_object(RUN)] = (False, False)  # the run's key: nothing at all
+    return keys
+
+
+@pytest.fixture
+def condition(compute: AzureCompute, azure_cloud: AzureCloud) -> Iterator[str]:
+    """The condition of the worker's container grant, as the ARM fake holds it."""
+    compute.ensure_network(run_info())
+    compute.create_node(run_info(), request(0, gpu=False))
+    (vm,) = azure_cloud.arm.resources(kind="virtualMachines")
+    principal = vm["identity"]["principalId"]
+    blob: list[dict[str, Any]] = [
+        a["properties"]
+        for a in azure_cloud.arm.role_assignments()
+        if a["properties"]["principalId"] == principal
+        and a["properties"]["roleDefinitionId"].endswith(STORAGE_BLOB_DATA_CONTRIBUTOR)
+    ]
+    assert len(blob) == 1 and blob[0]["scope"].endswith(f"/containers/ct-{RUN}")
+    assert blob[0]["conditionVersion"] == "2.0", blob[0]
+    yield str(blob[0]["condition"])
+
+
+def test_the_node_is_refused_the_run_key_and_the_controllers_documents(condition: str) -> None:
+    wrong = []
+    for key, (read, write) in protocol_keys().items():
+        if may(condition, "read", key) != read:
+            wrong.append(f"read {key}: {not read}")
+        for action in WRITES:
+            if may(condition, action, key) != write:
+                wrong.append(f"{action} {key}: {not write}")
+    assert wrong == []
+
+
+def test_listing_stays_open_and_nothing_outside_the_run_is_reached(condition: str) -> None:
+    listing = "Blob.List"
+    assert may(condition, "read", None, listing), "a listing names blobs, it has no path"
+    assert not may(condition, "read", None), "a blob read without a path is refused"
+    other = "unit-def456"
+    for key in (run_key.key_object(other), proto.status_key(other, ME), "cloudtrain/x"):
+        assert not may(condition, "read", key), key
+        assert not any(may(condition, a, key) for a in WRITES), key
+    # a name that only starts like a controller document is the node's to write
+    assert may(condition, "write", proto.run_prefix(RUN) + "controlx/notes.txt")
+
+
+def test_a_store_prefix_moves_every_rule_under_it() -> None:
+    cond = identity.node_bucket_condition("team/a*b", RUN)
+    parse(cond)  # the fake's grammar: what ARM accepts
+    root = "team/a*b/"
+    assert not may(cond, "read", root + run_key.key_object(RUN))
+    assert may(cond, "read", root + proto.cluster_key(RUN))
+    assert not may(cond, "write", root + proto.lease_key(RUN))
+    assert may(cond, "write", root + proto.status_key(RUN, PEER))  # per node: out of scope
+    assert not may(cond, "write", "team/aXb/" + proto.status_key(RUN, ME)), "* is literal"
+    assert not may(cond, "read", proto.cluster_key(RUN)), "outside the prefix"
+
+
+def test_the_fakes_like_is_azures() -> None:
+    assert like("abcd", "a*c?") and not like("abcd", "A*C?") and not like("abcd", "a*c")
+    assert like("a/b/c", "a/*") and like("a*b", "a\\*b") and not like("axb", "a\\*b")
+
+
+def test_the_fake_refuses_what_arm_refuses() -> None:
+    path = f"@Resource[{BLOBS}:path]"
+    for bad in (
+        f"{path} StringLike 'a' AND {path} StringLike 'b' OR {path} StringLike 'c'",  # parens
+        f"@Request[{BLOBS}:path] StringLike 'a'",  # path is a resource attribute
+        f"{path} StringStartsWith 'a'",  # not in the subset
+        f"{path} StringLike {{'a', 'b'}}",  # one value without a cross-product operator
+        "SubOperationMatches{'Blob.Write.Tier'}",
+    ):
+        with pytest.raises(ConditionError):
+            parse(bad)
