@@ -3,7 +3,10 @@
 Role and instance profile are both `cloudtrain-<run_id>`; the role trusts ec2.amazonaws.com and
 carries one inline policy, `cloudtrain-<run_id>-s3`: Get/Put/DeleteObject under
 `<prefix>cloudtrain/runs/<run_id>/` and ListBucket restricted to that prefix. Nothing else, so a
-node can neither read another run's data nor call any other AWS API.
+node can neither read another run's data nor call any other AWS API. Inside the prefix, explicit
+Deny statements keep the run's key (`control/key`) from the nodes altogether and the
+controller's documents (the lease, stop, yield, launch document, cluster.json, the journal and
+the bundle) from their writes (issue 29). The policy itself is `node_policy.s3_policy`.
 
 The run's controller node (issue 17) has its own role and instance profile,
 `cloudtrain-<run_id>-controller` (kinds controller-role, controller-instance-profile), whose one
@@ -14,7 +17,6 @@ bucket prefix only.
 from __future__ import annotations
 
 import json
-import urllib.parse
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
@@ -23,6 +25,7 @@ from cloudtrain.errors import ProviderError
 from cloudtrain.jobs import protocol
 from cloudtrain.providers.aws.errors import aws_errors
 from cloudtrain.providers.aws.network import TAG_RUN, call, resource_name, tag_dict, tag_list
+from cloudtrain.providers.aws.node_policy import parse_s3_uri, s3_policy
 from cloudtrain.providers.base import Resource, Tagged
 from cloudtrain.providers.ownership import Refusals
 
@@ -46,56 +49,6 @@ TRUST_POLICY = {
 def policy_name(run_id: str) -> str:
     """The name of the role's inline S3 policy."""
     return f"{resource_name(run_id)}-s3"
-
-
-def parse_s3_uri(uri: str) -> tuple[str, str]:
-    """(bucket, key prefix ending in '/' or '') of an s3:// URI. Raises ProviderError. Pure."""
-    parsed = urllib.parse.urlparse(uri)
-    if parsed.scheme != "s3" or not parsed.netloc:
-        raise ProviderError(
-            f"the AWS provider needs an s3:// store URI, not {uri!r}",
-            hint="set checkpoint: s3://BUCKET/PREFIX in job.yaml, or leave it out",
-        )
-    prefix = parsed.path.strip("/")
-    return parsed.netloc, f"{prefix}/" if prefix else ""
-
-
-# What a node does to its run's objects. A multipart upload's create, parts and completion are
-# s3:PutObject, but resuming one lists its parts (ListParts: s3:ListMultipartUploadParts) and
-# replacing a stale one aborts it (s3:AbortMultipartUpload): docs.aws.amazon.com/AmazonS3/latest/
-# userguide/mpuoverview.html#mpuAndPermissions, and the Service Authorization Reference's S3
-# actions (providers/aws/s3_transfers.py makes those calls).
-NODE_OBJECT_ACTIONS = (
-    "s3:GetObject",
-    "s3:PutObject",
-    "s3:DeleteObject",
-    "s3:ListMultipartUploadParts",
-    "s3:AbortMultipartUpload",
-)
-
-
-def s3_policy(store_uri: str, run_id: str) -> dict[str, Any]:
-    """The inline policy: objects under the run's prefix only, listing of that prefix only. Pure."""
-    bucket, prefix = parse_s3_uri(store_uri)
-    run_prefix = f"{prefix}{protocol.run_prefix(run_id)}"
-    return {
-        "Version": "2012-10-17",
-        "Statement": [
-            {
-                "Sid": "RunObjects",
-                "Effect": "Allow",
-                "Action": list(NODE_OBJECT_ACTIONS),
-                "Resource": f"arn:aws:s3:::{bucket}/{run_prefix}*",
-            },
-            {
-                "Sid": "ListRunPrefix",
-                "Effect": "Allow",
-                "Action": "s3:ListBucket",
-                "Resource": f"arn:aws:s3:::{bucket}",
-                "Condition": {"StringLike": {"s3:prefix": f"{run_prefix}*"}},
-            },
-        ],
-    }
 
 
 def ensure_identity(iam: Any, run_id: str, store_uri: str) -> tuple[str, str]:

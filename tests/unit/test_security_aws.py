@@ -262,6 +262,8 @@ def test_node_role_reaches_only_the_runs_prefix(aws: AwsSeen) -> None:
     (doc,) = (_policy(d) for d in aws.role_policies.values())
     by_action: dict[str, dict[str, Any]] = {}
     for statement in doc["Statement"]:
+        if statement["Effect"] == "Deny":  # narrows the Allows: test_aws_node_bucket_rights.py
+            continue
         assert statement["Effect"] == "Allow"
         actions = statement["Action"]
         for action in [actions] if isinstance(actions, str) else actions:
