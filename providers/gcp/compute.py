@@ -155,7 +155,9 @@ class GcpCompute(Compute):
         with self._lock:
             self._emails[run.run_id] = email
         if bucket is not None:
-            identity.grant(self._storage(), email, bucket, f"{root}/" if root else "", run.run_id)
+            identity.grant_node(
+                self._storage(), email, bucket, f"{root}/" if root else "", run.run_id
+            )
         return [*made, identity.as_resource(self.project, run.run_id, account)]
 
     def list_resources(self, run_id: str) -> list[Resource]:

@@ -8,7 +8,8 @@ so a retry or a `down` from a fresh process finds the same account; its display 
 `tagged()` recognise it from the cloud alone (no ledger) and `delete()` knows which bucket
 policy to clean.
 
-On the run's bucket (uniform bucket-level access) the account gets one binding,
+The run's prefix binding (`prefix_binding`, `grant`: the controller's account's, see
+controller_identity.py) is one binding on the run's bucket (uniform bucket-level access),
 `roles/storage.objectAdmin` with the IAM condition (policy version 3)
 
     resource.name.startsWith("projects/_/buckets/B/objects/P")
@@ -20,6 +21,30 @@ bucket-level permission that a condition on `resource.name` cannot narrow) only 
 whose `prefix` lies inside the run's prefix. That is the documented way to grant a prefix
 listing with IAM Conditions (the `objectListPrefix` API attribute,
 https://cloud.google.com/iam/docs/conditions-attribute-reference, "API attributes").
+
+The nodes' account gets less (`node_bindings`, `grant_node`; issue 29): the nodes run the
+user's code, and the run's key (`control/key`) and the controllers' documents must stay out of
+its reach. IAM allow policies only add up (no binding can deny), so the account gets two
+bindings whose union is exactly what the agent uses:
+
+- reads: `roles/storage.objectViewer` (storage.objects.get and .list) on the run's objects but
+  `control/key`, and on listings inside the run's prefix, as above;
+- writes: `roles/storage.objectAdmin` (create, delete -- which replacing an object needs too --,
+  update and the multipart-upload permissions) only on the names the agent writes: its nodes'
+  status/, heartbeat/, notice/, logs/, metrics/, trace/, the chief's checkpoints/, model/ and
+  tensorboard/, attempt-<n>/ (registrations and checkpoints-ready) and control/orphaned.
+
+So a node cannot read, write or delete `control/key`, and cannot write or delete cluster.json,
+control/stop, control/lease, control/yield, control/launch.json, ledger/ or bundle/ (it reads
+the first three). Rights are per run, not per node: every node of a run is the same account, so
+one node may still write another node's status (per-node rules need one identity per node;
+not done). attempt-<n>/ holds the controller's archived bootstrap logs too (text it shows, no
+document it trusts). Roles and their permissions: "IAM roles for Cloud Storage",
+https://cloud.google.com/storage/docs/access-control/iam-roles; replacing an object needs
+storage.objects.create and storage.objects.delete: "IAM permissions for Cloud Storage",
+https://cloud.google.com/storage/docs/access-control/iam-permissions; the condition syntax
+(CEL: startsWith, &&, ||, !) and its limit of 12 logical operators per condition: "Overview of
+IAM Conditions", https://cloud.google.com/iam/docs/conditions-overview.
 
 `CLOUDTRAIN_IAM_ENDPOINT=http://host:port` points the IAM calls at another endpoint with
 anonymous credentials, as CLOUDTRAIN_GCE_ENDPOINT does for Compute Engine. The bucket policy is
@@ -50,6 +75,11 @@ IAM_ENDPOINT_ENV = "CLOUDTRAIN_IAM_ENDPOINT"
 IAM_API = "https://iam.googleapis.com"
 DISPLAY_PREFIX = "cloudtrain run "
 OBJECT_ADMIN = "roles/storage.objectAdmin"
+OBJECT_VIEWER = "roles/storage.objectViewer"
+MAX_LOGICAL_OPERATORS = 12  # &&, || and ! in one IAM condition (IAM Conditions' limits)
+# the run's key (cloudtrain/run_key.py `key_object`, a controller module this layer may not
+# import), relative to the run's prefix: no node may read it
+RUN_KEY_NAME = "control/key"
 LIST_PREFIX_ATTRIBUTE = "storage.googleapis.com/objectListPrefix"
 PROPAGATION_S = 60.0  # how long a new account may stay invisible to GCE and GCS (IAM is eventual)
 # read-modify-write rounds of a bucket policy (a concurrent writer, or GCS not knowing a new
@@ -149,6 +179,74 @@ def prefix_binding(email: str, bucket: str, root: str, run_id: str) -> dict[str,
         "members": {f"serviceAccount:{email}"},
         "condition": prefix_condition(bucket, root, run_id),
     }
+
+
+def node_writable(run_id: str) -> tuple[str, ...]:
+    """The key prefixes (under `protocol.run_prefix`) the nodes' agents write and delete, from
+    the protocol's key builders: every node's status/, heartbeat/, notice/, logs/, metrics/,
+    trace/, the chief's checkpoints/, model/, tensorboard/, attempt-<n>/ (registrations, the
+    checkpoints-ready marker) and control/orphaned. Pure."""
+    mark = "\x00"  # a node id no key holds: the folder is what comes before it
+    per_node = (
+        proto_fn(run_id, mark).split(mark)[0]
+        for proto_fn in (
+            protocol.status_key,
+            protocol.heartbeat_key,
+            protocol.notice_key,
+            protocol.logs_prefix,
+            protocol.metrics_prefix,
+            protocol.trace_key,
+        )
+    )
+    return (
+        *per_node,
+        protocol.checkpoints_prefix(run_id),
+        protocol.model_prefix(run_id),
+        protocol.tensorboard_prefix(run_id),
+        protocol.attempt_prefix(run_id, 0).removesuffix("0/"),
+        protocol.orphaned_key(run_id),
+    )
+
+
+def _starts(value: str) -> str:
+    return f"resource.name.startsWith({json.dumps(value)})"
+
+
+def _condition(run_id: str, bucket: str, prefix: str, what: str, expression: str) -> dict[str, str]:
+    suffix = f"-nodes-{what}"
+    return {
+        "title": f"cloudtrain-{run_id}"[: 100 - len(suffix)] + suffix,
+        "description": f"cloudtrain run {run_id}: nodes {what} gs://{bucket}/{prefix}"[:256],
+        "expression": expression,
+    }
+
+
+def node_bindings(email: str, bucket: str, root: str, run_id: str) -> list[dict[str, Any]]:
+    """The nodes' account's bindings on the run's bucket (see the module docstring): reads of
+    the run's objects but the run's key, and listings inside the run's prefix (objectViewer);
+    writes and deletes of what the agents write only (objectAdmin on `node_writable`). Pure."""
+    prefix = run_prefix(root, run_id)
+    objects = f"projects/_/buckets/{bucket}/objects/{root}"
+    listing = f'api.getAttribute({json.dumps(LIST_PREFIX_ATTRIBUTE)}, "")'
+    run_objects = objects + protocol.run_prefix(run_id)
+    reads = (
+        f"({_starts(run_objects)} && !{_starts(run_objects + RUN_KEY_NAME)})"
+        f" || {listing}.startsWith({json.dumps(prefix)})"
+    )
+    writes = " || ".join(_starts(objects + p) for p in node_writable(run_id))
+    member = {f"serviceAccount:{email}"}
+    return [
+        {
+            "role": OBJECT_VIEWER,
+            "members": set(member),
+            "condition": _condition(run_id, bucket, prefix, "read", reads),
+        },
+        {
+            "role": OBJECT_ADMIN,
+            "members": set(member),
+            "condition": _condition(run_id, bucket, prefix, "write", writes),
+        },
+    ]
 
 
 class NotVisibleYet(TransientError):
@@ -353,29 +451,46 @@ def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:
 
 
 def grant(client: Any, email: str, bucket: str, root: str, run_id: str) -> bool:
-    """Give the account the run's prefix binding on `bucket` (and no other binding there).
-    Returns False, granting nothing, when the bucket does not exist (yet): the account then
-    reaches no object at all. A new account that GCS does not know yet is waited for up to
-    PROPAGATION_S. Idempotent; blocks."""
-    wanted = prefix_binding(email, bucket, root, run_id)
+    """Give the account the run's prefix binding on `bucket` (and no other binding there): the
+    controller's grant. Returns False, granting nothing, when the bucket does not exist (yet):
+    the account then reaches no object at all. A new account that GCS does not know yet is
+    waited for up to PROPAGATION_S. Idempotent; blocks."""
+    wanted = [prefix_binding(email, bucket, root, run_id)]
+    what = f"grant {email} the prefix {run_prefix(root, run_id)} of gs://{bucket}"
+    return _grant(client, email, bucket, wanted, what)
+
+
+def grant_node(client: Any, email: str, bucket: str, root: str, run_id: str) -> bool:
+    """Give the nodes' account its bindings on `bucket` (`node_bindings`, and no other binding
+    there: a binding of an older cloudtrain, the whole prefix, goes). False, granting nothing,
+    when the bucket does not exist (yet). Waits for a new account like `grant`. Idempotent;
+    blocks."""
+    wanted = node_bindings(email, bucket, root, run_id)
+    what = f"grant {email} the node rights on {run_prefix(root, run_id)} of gs://{bucket}"
+    return _grant(client, email, bucket, wanted, what)
+
+
+def _grant(client: Any, email: str, bucket: str, wanted: list[dict[str, Any]], what: str) -> bool:
+    """Make `email`'s bindings on `bucket` exactly `wanted` (by role and condition), keeping
+    every other member's. False when the bucket does not exist. Idempotent; blocks."""
     member = f"serviceAccount:{email}"
 
     def change(bindings: list[dict[str, Any]]) -> bool:
         before = [(b["role"], sorted(b.get("members") or ()), b.get("condition")) for b in bindings]
         for b in bindings:
-            if not _same(b, wanted):
+            if not any(_same(b, w) for w in wanted):
                 b["members"] = set(b.get("members") or ()) - {member}
         kept = [b for b in bindings if b.get("members")]
-        mine = next((b for b in kept if _same(b, wanted)), None)
-        if mine is None:
-            kept.append(dict(wanted))
-        else:
-            mine["members"] = set(mine.get("members") or ()) | {member}
+        for w in wanted:
+            mine = next((b for b in kept if _same(b, w)), None)
+            if mine is None:
+                kept.append(dict(w))
+            else:
+                mine["members"] = set(mine.get("members") or ()) | {member}
         bindings[:] = kept
         after = [(b["role"], sorted(b.get("members") or ()), b.get("condition")) for b in kept]
         return sorted(before, key=repr) != sorted(after, key=repr)
 
-    what = f"grant {email} the prefix {run_prefix(root, run_id)} of gs://{bucket}"
     try:
         _update_policy(client, bucket, change, what, new_account=email)
     except NotFound:

@@ -120,9 +120,12 @@ def test_ensure_makes_one_account_and_one_binding_and_is_idempotent(
     assert account["email"] == email
     assert account["displayName"] == f"cloudtrain run {RUN}"
     assert f"gs://{BUCKET}" in account["description"] and RUN in account["description"]
-    (binding,) = bindings_of(gcp_cloud, email)
-    assert binding["members"] == [member(email)]
-    assert f"/objects/pfx/cloudtrain/runs/{RUN}/" in binding["condition"]["expression"]
+    # the nodes' two bindings (reads, writes: test_gcp_node_bucket_rights.py checks each key)
+    bindings = bindings_of(gcp_cloud, email)
+    assert sorted(b["role"] for b in bindings) == [identity.OBJECT_ADMIN, identity.OBJECT_VIEWER]
+    for binding in bindings:
+        assert binding["members"] == [member(email)]
+        assert f"/objects/pfx/cloudtrain/runs/{RUN}/" in binding["condition"]["expression"]
     assert gcp_cloud.gcs.iam_policy(BUCKET)["version"] == 3
     creates = [r for r in gcp_cloud.gce.requests if r.startswith("POST /v1/projects/")]
     assert len(creates) == 2, "the second create met 409 ALREADY_EXISTS and read the account"
@@ -138,7 +141,7 @@ def test_a_policy_changing_underneath_is_read_again(
     gcp_cloud.gcs.race_iam_policy(BUCKET, 3)
     compute.ensure_network(run_info())
     email = identity.service_account_email(provider.project, RUN)
-    assert len(bindings_of(gcp_cloud, email)) == 1
+    assert len(bindings_of(gcp_cloud, email)) == 2
     other = "other-run-1"
     monkeypatch.setattr(identity, "POLICY_ATTEMPTS", 2)
     gcp_cloud.gcs.race_iam_policy(BUCKET, 5)
@@ -147,7 +150,7 @@ def test_a_policy_changing_underneath_is_read_again(
     gcp_cloud.gcs.race_iam_policy(BUCKET, -3)  # the race is over
     compute.ensure_network(run_info(other))
     assert len(bindings_of(gcp_cloud, identity.service_account_email(provider.project, other)))
-    assert len(bindings_of(gcp_cloud, email)) == 1, "the first run's binding survived"
+    assert len(bindings_of(gcp_cloud, email)) == 2, "the first run's bindings survived"
 
 
 def test_teardown_removes_the_binding_then_the_account_and_keeps_others(

@@ -9,7 +9,6 @@ See tests/unit/test_security.py for the list of guarantees and the other provide
 from __future__ import annotations
 
 import json
-import re
 import urllib.parse
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +18,7 @@ import pytest
 pytest.importorskip("google.cloud.compute_v1")
 pytest.importorskip("google.cloud.storage")
 
+from tests.fakes import gcs_iam_conditions as cel
 from tests.fakes.gce_fake import start_gce_fake
 from tests.fakes.gcp_cloud import ENDPOINT_ENV, IAM_ENDPOINT_ENV
 from tests.fakes.gcs_emulator import (
@@ -270,27 +270,9 @@ def _grants(policy: dict[str, Any], email: str) -> list[dict[str, Any]]:
     return [b for b in policy.get("bindings") or [] if member in b.get("members", [])]
 
 
-_STARTS = re.compile(r'(resource\.name|\)\.)?startsWith\("([^"]*)"\)')
-
-
-def _reach(expression: str) -> tuple[list[str], list[str]]:
-    """(object-name prefixes, listing prefixes) a binding condition of the two shapes cloudtrain
-    writes admits: `resource.name.startsWith(...)` and the `objectListPrefix` attribute's."""
-    objects, listings = [], []
-    for clause in expression.split("||"):
-        (match,) = _STARTS.findall(clause)
-        if clause.strip().startswith("resource.name.startsWith("):
-            objects.append(match[1])
-        elif "storage.googleapis.com/objectListPrefix" in clause:
-            listings.append(match[1])
-        else:
-            raise AssertionError(f"a clause cloudtrain does not write: {clause}")
-    return objects, listings
-
-
 def test_node_identity_reaches_only_the_runs_prefix(gcp: GcpSeen) -> None:
-    """Each node runs as the run's own service account (made for it, named for it), whose only
-    bucket binding is conditioned on the run's prefix: objects under it, listings inside it."""
+    """Each node runs as the run's own service account (made for it, named for it), whose
+    bucket bindings are conditioned on the run's prefix: objects under it, listings inside it."""
     run_id = gcp.run.run_id
     (account,) = [a for a in gcp.accounts if a["displayName"] == f"cloudtrain run {run_id}"]
     email = account["email"]
@@ -299,16 +281,23 @@ def test_node_identity_reaches_only_the_runs_prefix(gcp: GcpSeen) -> None:
         assert used["email"] == email, "not the run's own service account"
     root = f"{gcp.prefix}/" if gcp.prefix else ""
     run_prefix = f"{root}cloudtrain/runs/{run_id}/"
-    (binding,) = _grants(gcp.bucket_policy, email)
-    assert binding["role"] == "roles/storage.objectAdmin"
-    assert binding["members"] == [f"serviceAccount:{email}"]
+    # reads and writes: two bindings, evaluated (each key: test_gcp_node_bucket_rights.py)
+    node = f"serviceAccount:{email}"
+    bindings = _grants(gcp.bucket_policy, email)
+    assert sorted(b["role"] for b in bindings) == [
+        "roles/storage.objectAdmin",
+        "roles/storage.objectViewer",
+    ]
+    assert all(b["members"] == [node] for b in bindings)
     assert gcp.bucket_policy["version"] == 3
-    objects, listings = _reach(binding["condition"]["expression"])
-    assert objects == [f"projects/_/buckets/{gcp.bucket}/objects/{run_prefix}"]
-    assert listings == [run_prefix]
-    other = f"projects/_/buckets/{gcp.bucket}/objects/{root}cloudtrain/runs/{gcp.ssh_run_id}/"
-    assert not any((other + "cluster.json").startswith(o) for o in objects)
-    assert not any(f"{root}cloudtrain/runs/".startswith(p) for p in listings), "a wider listing"
+    policy, bucket = gcp.bucket_policy, gcp.bucket
+    assert cel.can_read(policy, node, bucket, run_prefix + "cluster.json")
+    assert cel.can_write(policy, node, bucket, run_prefix + "status/chief-0.json")
+    assert cel.can_list(policy, node, bucket, run_prefix)
+    other = f"{root}cloudtrain/runs/{gcp.ssh_run_id}/"
+    assert not cel.can_read(policy, node, bucket, other + "cluster.json")
+    assert not cel.can_write(policy, node, bucket, other + "status/chief-0.json")
+    assert not cel.can_list(policy, node, bucket, f"{root}cloudtrain/runs/"), "a wider listing"
     assert not any(a["email"] == email for a in gcp.accounts if a is not account)
 
 
@@ -317,6 +306,9 @@ def test_each_run_has_its_own_identity(gcp: GcpSeen) -> None:
     (mine,) = [a for a in gcp.accounts if a["displayName"] == f"cloudtrain run {gcp.run.run_id}"]
     (theirs,) = [a for a in gcp.accounts if a["displayName"] == f"cloudtrain run {gcp.ssh_run_id}"]
     assert mine["email"] != theirs["email"]
-    (binding,) = _grants(gcp.bucket_policy, theirs["email"])
-    objects, _ = _reach(binding["condition"]["expression"])
-    assert all(f"/cloudtrain/runs/{gcp.ssh_run_id}/" in o for o in objects)
+    node = f"serviceAccount:{theirs['email']}"
+    assert len(_grants(gcp.bucket_policy, theirs["email"])) == 2
+    root = f"{gcp.prefix}/" if gcp.prefix else ""
+    for run_id, reached in ((gcp.ssh_run_id, True), (gcp.run.run_id, False)):
+        key = f"{root}cloudtrain/runs/{run_id}/cluster.json"
+        assert cel.can_read(gcp.bucket_policy, node, gcp.bucket, key) is reached, key
