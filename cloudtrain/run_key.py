@@ -4,8 +4,9 @@ run, which its nodes (running the user's code, with write access to the run's pr
 Each run has 32 random bytes (`generate`), kept in the ledger of every controller of the run
 (`Ledger.run_key`, never journaled) and in the bucket at `control/key` for a machine that has
 never seen the run (`status`/`down`/`attach` given the run id and provider). The nodes never get
-it: it is in no cluster.json, script or environment; the least-privilege bucket rules deny the
-nodes' identities `control/key` (on `local` the nodes are the user's own processes and can read
+it: it is in no cluster.json, script or environment, and each cloud's node identity is refused
+`control/key` (providers/<cloud>/: the node role's Denies, the bucket bindings' conditions, the
+container grant's ABAC condition; on `local` the nodes are the user's own processes and can read
 it: there, it guards against mistakes, not against the user's code).
 
 What is signed: every journal entry (bound to its object name), `control/launch.json`,
@@ -26,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from cloudtrain.errors import NotFound, TooLarge
 from cloudtrain.jobs.bucket_reads import RUN_KEY_MAX_BYTES, YIELD_MAX_BYTES
-from cloudtrain.jobs.protocol import run_prefix
+from cloudtrain.jobs.protocol import KEY_NAME, run_prefix
 from cloudtrain.jobs.protocol_base import ProtocolError, load_json
 
 if TYPE_CHECKING:
@@ -44,7 +45,7 @@ LEASE = "lease"
 
 def key_object(run_id: str) -> str:
     """control/key: the run's key as hex (read by controllers only; see the module). Pure."""
-    return run_prefix(run_id) + "control/key"
+    return run_prefix(run_id) + KEY_NAME
 
 
 def generate() -> bytes:
