@@ -23,6 +23,7 @@ from cloudtrain.providers.azure.bodies import STORAGE_BLOB_DATA_CONTRIBUTOR
 from cloudtrain.providers.azure.compute import AzureCompute
 from tests.fakes.arm_conditions import BLOBS, ConditionError, Request, evaluate, like, parse
 from tests.fakes.azure_cloud import AzureCloud, azure_cloud, azurite, azurite_session
+from tests.unit.node_rights_kit import node_rights
 from tests.unit.test_azure_compute import RUN, compute, request, run_info
 
 __all__ = ["azure_cloud", "azurite", "azurite_session", "compute"]  # fixtures, for pytest
@@ -34,41 +35,6 @@ def may(condition: str, action: str, path: str | None, sub: str | None = None) -
     """Whether the condition lets the node do `action` (a blob data action) on `path`."""
     resource = {} if path is None else {"path": path}
     return evaluate(condition, Request(f"{BLOBS}/{action}", {}, resource, sub))
-
-
-def protocol_keys() -> dict[str, tuple[bool, bool]]:
-    """Every key of the protocol -> (the node may read it, the node may write and delete it)."""
-    sha = "ab" * 32
-    node_owned = [
-        proto.status_key(RUN, ME),
-        proto.heartbeat_key(RUN, ME),
-        proto.notice_key(RUN, ME),
-        proto.log_chunk_key(RUN, ME, 3),
-        proto.log_index_key(RUN, ME),
-        proto.log_segment_key(RUN, ME, 0, 41),
-        proto.log_open_segment_key(RUN, ME, 42),
-        proto.metrics_chunk_key(RUN, ME, 7),
-        proto.trace_key(RUN, ME),
-        proto.registration_key(RUN, 2, ME),
-        proto.checkpoints_ready_key(RUN, 2),
-        proto.checkpoints_prefix(RUN) + "ckpt-3.index",
-        proto.model_prefix(RUN) + "saved_model.pb",
-        proto.tensorboard_prefix(RUN) + "train/events.out.tfevents.1",
-        proto.orphaned_key(RUN),
-        proto.bootstrap_log_key(RUN, ME),  # through a presigned URL; the identity may too
-    ]
-    # what the agent reads but may not write: the controller's documents
-    controller_read = [proto.cluster_key(RUN), proto.stop_key(RUN), proto.lease_key(RUN)]
-    controller_other = [
-        proto.yield_key(RUN),
-        proto.launch_key(RUN),
-        proto.journal_prefix(RUN) + "1700000000000000000-1-ct.json",
-        proto.bundle_key(RUN, sha),
-    ]
-    keys = {k: (True, True) for k in node_owned}
-    keys.update({k: (True, False) for k in controller_read + controller_other})
-    keys[run_key.key_object(RUN)] = (False, False)  # the run's key: nothing at all
-    return keys
 
 
 @pytest.fixture
@@ -91,7 +57,7 @@ def condition(compute: AzureCompute, azure_cloud: AzureCloud) -> Iterator[str]:
 
 def test_the_node_is_refused_the_run_key_and_the_controllers_documents(condition: str) -> None:
     wrong = []
-    for key, (read, write) in protocol_keys().items():
+    for key, (read, write) in node_rights(RUN).items():
         if may(condition, "read", key) != read:
             wrong.append(f"read {key}: {not read}")
         for action in WRITES:
