@@ -152,7 +152,9 @@ def _mirror(prov: Provider, store_uri: str, run_id: str, ledger: Ledger) -> Jour
 
     try:
         journal = Journal(prov.store(store_uri), run_id, writer_id("down"))
+        # signing needs the run's key, put in the bucket the first time: a run that crashed
+        # before its bucket existed has none to write to
+        ledger.journal_to(run_id, journal)
     except (CloudtrainError, OSError):
         return None
-    ledger.journal_to(run_id, journal)
     return journal
