@@ -104,11 +104,15 @@ class AttachedRun:
             self.started.append(exc)
 
     def take_lease(self, owner: str) -> None:
-        """Take the run's lease by force as `owner` (what `cloudtrain down` does first)."""
-        rec = self.home.ledger().get_run(self.run_id)
+        """Take the run's lease by force as `owner`, signed with the run's key (what
+        `cloudtrain down` does first; an unsigned lease is a node's forgery, taken back)."""
+        ledger = self.home.ledger()
+        rec = ledger.get_run(self.run_id)
         assert rec is not None and rec.store_uri
         store = api.provider("local").store(rec.store_uri)
-        Lease(store, self.run_id, owner).acquire(force=True)
+        key = ledger.run_key(self.run_id)
+        assert key is not None
+        Lease(store, self.run_id, owner, key=key).acquire(force=True)
 
     def result(self) -> RunResult:
         """The attached call's result, once it returned (fails the test if it raised)."""
