@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import select
 import signal
 import subprocess
 import sys
@@ -20,6 +19,7 @@ from typing import Any
 import yaml
 
 from tests.e2e.conftest import Env
+from tests.fakes.terminal import read_until_closed
 
 # what the node prints to attack the terminal (class 5) and rich's markup (class 2), by case;
 # each payload is its own line, so a case that breaks is named by its bytes
@@ -155,26 +155,12 @@ def on_terminal(ct: Env, *args: str, bound: float) -> Result:
     start = time.monotonic()
     proc = _start(ct, args, follower, follower)
     os.close(follower)
-    received = bytearray()
     try:
-        while True:
-            left = bound - (time.monotonic() - start)
-            if left <= 0:
-                break
-            ready, _, _ = select.select([leader], [], [], min(left, 1.0))
-            if not ready:
-                continue
-            try:
-                chunk = os.read(leader, 65536)
-            except OSError:  # EIO: the command ended and closed the terminal
-                break
-            if not chunk:
-                break
-            received += chunk
+        received = read_until_closed(leader, start + bound)
         _bounded_wait(proc, args, max(1.0, bound - (time.monotonic() - start)))
     finally:
         os.close(leader)
-    return Result(args, proc.returncode, bytes(received), b"", time.monotonic() - start)
+    return Result(args, proc.returncode, received, b"", time.monotonic() - start)
 
 
 def strict_json(text: bytes | str) -> Any:

@@ -24,6 +24,7 @@ from cloudtrain.jobs import protocol
 from cloudtrain.ledger import Ledger
 from cloudtrain.providers import open_store
 from cloudtrain.providers.base import Resource
+from tests.fakes.terminal import read_until_closed
 
 RUN = "hostile-abcdef"
 # what the job printed and put into its heartbeat, status and failure report
@@ -92,16 +93,7 @@ def on_terminal(home: Path, *args: str) -> tuple[int, str]:
         stderr=follower,
     )
     os.close(follower)
-    received = bytearray()
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            chunk = os.read(leader, 65536)
-        except OSError:  # EIO: the command ended and closed the terminal
-            break
-        if not chunk:
-            break
-        received += chunk
+    received = read_until_closed(leader, time.monotonic() + 60)
     os.close(leader)
     code = proc.wait(timeout=60)
     return code, received.decode("utf-8", errors="replace")
