@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from cloudtrain import adopt, launch_doc, run_key
+from cloudtrain import adopt, launch_doc, run_key, teardown, wheelhouse
 from cloudtrain.errors import UsageError
 from cloudtrain.jobs import protocol as proto
 from cloudtrain.jobs.bucket_reads import (
@@ -23,6 +23,7 @@ from cloudtrain.jobs.bucket_reads import (
     LAUNCH_MAX_BYTES,
     RUN_KEY_MAX_BYTES,
     WHEELHOUSE_MANIFEST_MAX_BYTES,
+    Skips,
 )
 from cloudtrain.journal import entry_key, import_journal
 from cloudtrain.ledger import Ledger
@@ -38,6 +39,14 @@ def store(tmp_path: Path) -> Recording:
     bucket = Recording((tmp_path / "bucket").as_uri())
     bucket.ensure_bucket()
     return bucket
+
+
+@pytest.fixture(autouse=True)
+def fresh_skips(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test its own record of warned keys: the readers warn once per key per process, and
+    another test in this worker may have read the same key (the same wheelhouse tag, say)."""
+    monkeypatch.setattr(wheelhouse, "SKIPS", Skips())
+    monkeypatch.setattr(teardown, "SKIPS", Skips())
 
 
 def warned(caplog: pytest.LogCaptureFixture, key: str) -> int:
