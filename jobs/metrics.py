@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from cloudtrain.jobs import protocol as proto
+from cloudtrain.node_text import finite
 
 LOSSES_KEPT = 32  # the heartbeat's `losses`: the live view's sparkline
 # the stream's pace: its readers (the report) need no second-by-second chunks, and a PUT every
@@ -60,16 +61,8 @@ def metrics_seq(key: str) -> int:
     return int(name) if name.isdigit() else -1
 
 
-def _num(value: Any) -> float | None:
-    """A finite number, else None (a record's field may be anything a newer writer wrote; an
-    int too large for a float is none either). Pure; never raises."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    try:
-        number = float(value)
-    except OverflowError:
-        return None
-    return number if math.isfinite(number) else None
+# a finite number, else None: a record's field may be anything a newer writer wrote
+_num = finite
 
 
 # the known fields' types (protocol.METRICS); null is allowed for each, unknown fields are free
