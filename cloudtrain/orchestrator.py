@@ -98,6 +98,7 @@ class Orchestrator(LeaseHolder, Provisioning, Recovery):
             ssh=spec.cluster.ssh,
             store_uri=self.store_uri,
             deadline=self.deadline,
+            nodes=tuple(node_id(n.role, n.index) for n in plan.nodes),
         )
         self.view = RunView(
             self.run_id,

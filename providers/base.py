@@ -115,6 +115,9 @@ class RunInfo:
     ssh: bool = False
     store_uri: str = ""
     deadline: float | None = None  # epoch seconds the run must end by (node-side dead-man switch)
+    # the node ids of the run's plan ("worker-0", ...): one identity each, whose bucket rights
+    # are jobs/node_rights.py's for that node (the chief is `node_rights.chief_of(nodes)`)
+    nodes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

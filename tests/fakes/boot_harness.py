@@ -91,8 +91,8 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from cloudtrain.providers.local import free_port, kill_session, session_pids, start_session
@@ -187,6 +187,10 @@ class Vm:
     image: str = ""  # `<cloud>:<identifier>` (tests/fakes/box_images.FACTS)
     every_boot: bool = False  # the cloud runs the startup script on every boot (GCE)
     driver_extension: bool = False  # Azure's NvidiaGpuDriverLinux is on the VM
+    # what the VM's identity changes in its environment, applied last (None: the variable is
+    # removed): a node VM whose SDK must take its credentials from the metadata service, as on
+    # the cloud, drops the box's full-rights credentials of `env` here
+    env: Mapping[str, str | None] = field(default_factory=dict)
 
 
 _free_port = free_port  # below the ephemeral range (providers/local.py)
@@ -377,6 +381,11 @@ class BootHarness:
         env.update(PIP_FIND_LINKS=" ".join(links), PIP_NO_INDEX="1")
         if self.network is not None:  # its own host: its address and the job's port, as on a cloud
             del env["CLOUDTRAIN_NODE_HOST"], env["CLOUDTRAIN_NODE_PORT"]
+        for key, value in vm.env.items():
+            if value is None:
+                env.pop(key, None)
+            else:
+                env[key] = value
         return env
 
     def boot_id(self, vm_id: str) -> str:
@@ -500,9 +509,7 @@ class BootHarness:
                     if thread.ident is None or thread.is_alive()  # registered, not yet started
                 }
             live = [
-                vm
-                for vm, sid in list(self.sessions.items())
-                if vm in going or session_pids(sid)
+                vm for vm, sid in list(self.sessions.items()) if vm in going or session_pids(sid)
             ]
             if not live or time.monotonic() >= deadline:
                 return live

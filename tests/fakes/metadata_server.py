@@ -35,6 +35,13 @@ EC2 and GCE notices are seen only by the VM they were given to (`preempt(ID)`; t
 cloud-in-a-box harness hands each VM `<url>/vm/<its id>`, so a replacement VM with the same name
 but a new id gets no notice). Azure's events list is the same for all, as on Azure.
 
+A cloud's identity endpoints (EC2's `iam/security-credentials/`, GCE's
+`instance/service-accounts/`, Azure's `metadata/identity/oauth2/token`) are not built in: the
+box of each cloud registers them with `add_route(prefix, handler)`, its handler asking its
+emulator which identity the VM has (so the credentials follow the VM as the cloud's do). A
+handler gets (method, path, query, headers, asker, client) with `path` the VM's own view (the
+`/vm/ID` part gone, `asker` = ID) and answers (status, headers, body), or None to fall through.
+
 As a script: `python -m tests.fakes.metadata_server --port N [--vm-name NAME]` prints its URL
 and serves until interrupted.
 """
@@ -51,6 +58,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -73,6 +81,8 @@ EC2_NOTICE_S = 120.0
 AZURE_NOTICE_S = 30.0
 
 Answer = tuple[int, dict[str, str], bytes]
+# (method, path, query, headers, asker, client) -> an answer, or None: not this route's
+Route = Callable[[str, str, dict[str, list[str]], dict[str, str], str, str], "Answer | None"]
 
 
 class _Server(ThreadingHTTPServer):
@@ -127,6 +137,7 @@ class MetadataServer:
         self._ec2_action = "terminate"
         self._events: list[dict[str, Any]] = []
         self._incarnation = 1
+        self._routes: list[tuple[str, Route]] = []
         self._httpd = _Server((host, port), _Handler)
         self._httpd.fake = self
         self._thread = threading.Thread(
@@ -155,6 +166,12 @@ class MetadataServer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def add_route(self, prefix: str, handler: Route) -> None:
+        """Answer the requests whose path (the VM's own view) starts with `prefix` with
+        `handler` first (the module docstring). Thread-safe."""
+        with self._lock:
+            self._routes.append((prefix, handler))
 
     # --- test controls --------------------------------------------------------------------
     def preempt(
@@ -209,6 +226,13 @@ class MetadataServer:
             delay = self.delay_s
         if delay > 0:
             time.sleep(delay)
+        with self._lock:
+            routes = list(self._routes)
+        for prefix, handler in routes:
+            if path.startswith(prefix):
+                answer = handler(method, path, query, headers, asker, client)
+                if answer is not None:
+                    return answer
         if path == FAKE_PREEMPT_PATH and method == "POST":
             vm = query.get("vm", [""])[0]
             self.preempt(vm, float(query.get("after_s", ["0"])[0]))
