@@ -22,6 +22,7 @@ from datetime import datetime
 from typing import Any
 
 from cloudtrain.errors import NotFound, ProviderError
+from cloudtrain.jobs import node_rights, protocol
 from cloudtrain.providers.azure import controller_identity, identity, network, owned
 from cloudtrain.providers.azure.account import (
     container_scope,
@@ -333,7 +334,12 @@ class AzureCompute(Compute):
         name, principal = str(vm.name), str(vm.identity.principal_id)
         group = network.group_name(run.run_id, self.rg)
         identity.revoke_stale(self.clients, [scope], group, name.__eq__, keep=[principal])
-        only = identity.node_bucket_condition(BlobStore(run.store_uri).prefix, run.run_id)
+        node = protocol.node_id(tags["cloudtrain-role"], int(tags["cloudtrain-index"]))
+        # the chief among the plan's node ids (RunInfo.nodes); a caller that gives none gets
+        # chief_of of the node alone: chief-0 and worker-0 have the chief's keys then
+        chief = node == node_rights.chief_of(run.nodes or (node,))
+        prefix = BlobStore(run.store_uri).prefix
+        only = identity.node_bucket_condition(prefix, run.run_id, node, chief=chief)
         identity.grant(self.clients, scope, STORAGE_BLOB_DATA_CONTRIBUTOR, principal, name, only)
         identity.grant(self.clients, str(vm.id), VIRTUAL_MACHINE_CONTRIBUTOR, principal, name)
 

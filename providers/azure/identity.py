@@ -17,8 +17,9 @@ finds, at the run's container, the assignments of a node's earlier identities; t
 identity's assignment on the VM has a name computed from it (`vm_grant_id`).
 
 The container grant is narrowed by an ABAC condition (`node_bucket_condition`, issue 29): the
-node runs the user's code, so it may not read the run's key (`control/key`) nor write or delete
-the controller's documents.
+node runs the user's code, so it may not read the run's key (`control/key`), and it writes and
+deletes only its own keys and what its role owns (`jobs/node_rights.py`), never the controller's
+documents or another node's.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cloudtrain.errors import NotFound, ProviderError, TransientError
-from cloudtrain.jobs import protocol
+from cloudtrain.jobs import node_rights, protocol
 from cloudtrain.providers.azure.bodies import (
     ROLE_NAMES,
     VIRTUAL_MACHINE_CONTRIBUTOR,
@@ -129,11 +130,21 @@ def grant(
 # `...containers/blobs:path`, the blob's name without the container; a listing is blobs/read with
 # suboperation Blob.List and has no path, so it is excluded with `NOT SubOperationMatches
 # {'Blob.List'}` as that page's "Read a blob" example does: listing stays open, it reads nothing).
-# One identity serves every node of the run, so per-node rules (one node may not write another's
-# status) need one identity per node: out of scope here, every node may write every node's keys.
+# Every node has its own identity (its VM's system-assigned one), so the condition is per node:
+# its writes are `node_rights.node_writes` for that node, one `StringLike` each. Those rules
+# never reach a controller document (`node_rights.controller_rules`: the node rules all start
+# with a folder of the node's own keys, the chief's checkpoints/model/tensorboard, an
+# `attempt-` folder or `control/orphaned`), so no exclusion is needed for them. Limits: "A
+# condition can be up to 8 KB long" (https://learn.microsoft.com/azure/role-based-access-control/
+# conditions-faq, "What are the limits for a condition?"); the number of expressions is limited
+# only in the portal's visual editor (5; "You can add more than five expressions using the code
+# editor", conditions-overview, "Limits"). The chief's condition has 19 expressions (13 of
+# them its StringLikes), ~2.5 KB without a store prefix; `node_bucket_condition` refuses one
+# over 8 KB.
 BLOBS = "Microsoft.Storage/storageAccounts/blobServices/containers/blobs"
 _PATH = f"@Resource[{BLOBS}:path]"
 _WRITES = ("write", "add/action", "delete", "move/action")
+MAX_CONDITION_BYTES = 8 * 1024
 
 
 def _like(text: str) -> str:
@@ -141,35 +152,36 @@ def _like(text: str) -> str:
     return text.replace("*", "\\*").replace("?", "\\?")
 
 
-def node_bucket_condition(store_prefix: str, run_id: str) -> str:
-    """The ABAC condition of a node's container grant, for a store whose blobs sit under
-    `store_prefix` ('' for the container's root): reads only under the run's prefix and never
-    the run's key (`control/key`); writes and deletes only under the run's prefix and never
-    `control/*` but `control/orphaned` (the chief's), `cluster.json`, `ledger/`, `bundle/`.
-    Raises ProviderError for a prefix with a quote or a backslash (no condition can name it).
-    Pure."""
+def node_bucket_condition(store_prefix: str, run_id: str, node: str, *, chief: bool) -> str:
+    """The ABAC condition of node `node`'s container grant (`chief`: the run's chief, see
+    `node_rights.chief_of`), for a store whose blobs sit under `store_prefix` ('' for the
+    container's root): reads only under the run's prefix and never the run's key
+    (`control/key`); writes and deletes only the keys `node_rights.node_writes` gives that node.
+    Raises ProviderError for a prefix with a quote or a backslash (no condition can name it) or
+    a condition over Azure's 8 KB. Pure."""
     prefix = store_prefix.strip("/")
     if "'" in prefix or "\\" in prefix:
         raise ProviderError(f"store prefix {prefix!r}: a ' or \\ cannot be named in a condition")
     root = f"{prefix}/" if prefix else ""
     run = root + protocol.run_prefix(run_id)
-    control = root + protocol.lease_key(run_id).rsplit("/", 1)[0] + "/"
-    key = control + "key"  # cloudtrain.run_key.key_object (controller side: not importable here)
-    bundle = root + protocol.bundle_key(run_id, "x").rsplit("/", 1)[0] + "/"
+    key = run + protocol.KEY_NAME
     read = (
         f"( !(ActionMatches{{'{BLOBS}/read'}} AND NOT SubOperationMatches{{'Blob.List'}}) )"
         f" OR ( {_PATH} StringLike '{_like(run)}*' AND {_PATH} StringNotEquals '{key}' )"
     )
     not_writes = " AND ".join(f"!(ActionMatches{{'{BLOBS}/{a}'}})" for a in _WRITES)
-    orphaned = root + protocol.orphaned_key(run_id)
-    write = (
-        f"( {not_writes} ) OR ( {_PATH} StringLike '{_like(run)}*'"
-        f" AND ( {_PATH} StringNotLike '{_like(control)}*' OR {_PATH} StringEquals '{orphaned}' )"
-        f" AND {_PATH} StringNotEquals '{root + protocol.cluster_key(run_id)}'"
-        f" AND {_PATH} StringNotLike '{_like(root + protocol.journal_prefix(run_id))}*'"
-        f" AND {_PATH} StringNotLike '{_like(bundle)}*' )"
-    )
-    return f"( {read} ) AND ( {write} )"
+    rules = [rule.under(root) for rule in node_rights.node_writes(run_id, node, chief=chief)]
+    if any("'" in r.suffix or "\\" in r.suffix for r in rules):  # node ids: [a-z0-9-]
+        raise ProviderError(f"node {node!r}: a ' or \\ cannot be named in a condition")
+    likes = " OR ".join(f"{_PATH} StringLike '{_like(r.prefix)}*{_like(r.suffix)}'" for r in rules)
+    condition = f"( {read} ) AND ( ( {not_writes} ) OR ( {likes} ) )"
+    if len(condition.encode()) > MAX_CONDITION_BYTES:
+        raise ProviderError(
+            f"the bucket condition of node {node} is {len(condition.encode())} bytes, over "
+            f"Azure's {MAX_CONDITION_BYTES}",
+            hint="use a shorter store prefix",
+        )
+    return condition
 
 
 def stale(
