@@ -19,6 +19,12 @@ exception. Nothing is logged, and no message carries an account key or a SAS sig
   downloads land in a hidden sidecar that is renamed when complete.
 - Presigned URLs: SAS, at most one hour; see `presign_get`. A PUT through a SAS URL must carry
   `x-ms-blob-type: BlockBlob` (see `presign_put`).
+
+Test-only: `CLOUDTRAIN_AZURE_BLOB_ENDPOINT=https://host:port` makes a store without a connection
+string reach its account at `https://host:port/ACCOUNT` (path style, as the emulators serve),
+with its token credential: that is how a node VM of the offline box reaches the box's
+authorizing Blob front with its managed identity (tests/fakes/blob_authorizer.py). Unset on
+Azure: the account's own `https://ACCOUNT.blob.core.windows.net`.
 """
 
 from __future__ import annotations
@@ -77,6 +83,7 @@ CLOCK_SKEW = datetime.timedelta(minutes=5)
 DELETE_BATCH = 256  # the most subrequests one blob batch takes
 DELETE_PARALLEL = 4  # batches in flight at once
 CONNECTION_STRING_ENV = "AZURE_STORAGE_CONNECTION_STRING"
+BLOB_ENDPOINT_ENV = "CLOUDTRAIN_AZURE_BLOB_ENDPOINT"  # test-only: the box's Blob front
 BLOB_TYPE_HEADER = "x-ms-blob-type: BlockBlob"  # what a PUT through a SAS URL must send
 OCTET = "application/octet-stream"
 # The SDK's storage retry waits 15 s before the first retry; these keep a retry to ~1-10 s.
@@ -157,7 +164,11 @@ class BlobStore:
         self.prefix = prefix.strip("/")
         base = f"az://{account}/{container}"
         self.uri = f"{base}/{self.prefix}" if self.prefix else base
-        self.account_url = (account_url or f"https://{account}.blob.core.windows.net").rstrip("/")
+        endpoint = os.environ.get(BLOB_ENDPOINT_ENV, "").strip().rstrip("/")
+        default_url = (
+            f"{endpoint}/{account}" if endpoint else f"https://{account}.blob.core.windows.net"
+        )
+        self.account_url = (account_url or default_url).rstrip("/")
         self.max_concurrency = max(1, int(max_concurrency))
         self._root = f"{self.prefix}/" if self.prefix else ""
         self._credential = credential

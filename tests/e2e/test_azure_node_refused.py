@@ -1,0 +1,136 @@
+"""Issue 29 on the Azure box: the store itself refuses a node's managed identity.
+
+The run's nodes are made by the real AzureCompute against the ARM fake (each VM its own
+system-assigned identity, granted the run's container under its own ABAC condition). Then,
+as a node's cloudtrain does on its VM, a BlobStore without a connection string takes
+DefaultAzureCredential, whose ManagedIdentityCredential gets the VM's token from the box's IMDS
+route (AZURE_POD_IDENTITY_AUTHORITY_HOST = that VM's view of the metadata service), and talks to
+the box's Blob front (tests/fakes/blob_authorizer.py), which authorizes each request by the
+ARM fake's role assignments and conditions before Azurite serves it. The node may write its own
+status; `control/stop`, `control/lease`, a journal entry and another node's status are refused
+with Blob storage's 403 AuthorizationPermissionMismatch, and nothing of them reaches Azurite.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+
+from cloudtrain import journal
+from cloudtrain.errors import CloudtrainError
+from cloudtrain.jobs import protocol as proto
+from cloudtrain.providers.azure.compute import AzureCompute
+from cloudtrain.providers.azure.provider import AzureProvider
+from cloudtrain.providers.azure.storage import BlobStore
+from cloudtrain.providers.base import NodeRequest, ProviderConfig, RunInfo
+from tests.fakes.azure_cloud import AzureCloud, azure_cloud, azurite, azurite_session
+from tests.fakes.azure_imds_identity import TOKEN_PATH
+from tests.fakes.azure_node_identity import NodeIdentities
+
+__all__ = ["azure_cloud", "azurite", "azurite_session"]  # fixtures, for pytest
+pytestmark = pytest.mark.e2e
+RUN = "box-noderef1"
+STORE = f"az://devstoreaccount1/ct-{RUN}"
+NODES = ("worker-0", "worker-1")
+
+
+@pytest.fixture
+def box(
+    azure_cloud: AzureCloud, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[NodeIdentities, dict[str, str]]]:
+    """The run's two nodes made for real, and the box's identities; yields (them, node id ->
+    vmId)."""
+    monkeypatch.delenv("CLOUDTRAIN_SSH_CIDR", raising=False)
+    monkeypatch.delenv("CLOUDTRAIN_AZURE_RESOURCE_GROUP", raising=False)
+    provider = AzureProvider(ProviderConfig(name="azure", region="eastus"))
+    provider.store(STORE).ensure_bucket()
+    compute: AzureCompute = provider.compute
+    run = RunInfo(RUN, "eastus", None, (2222, 2232), store_uri=STORE, nodes=NODES)
+    compute.ensure_network(run)
+    for node in NODES:
+        role, _, index = node.rpartition("-")
+        request = NodeRequest(RUN, role, int(index), "Standard_D4s_v5", "#!/bin/bash\n")
+        compute.create_node(run, request)
+    vm_ids = {}
+    for vm in azure_cloud.arm.resources(kind="virtualMachines"):
+        tags = vm["tags"]
+        vm_ids[f"{tags['cloudtrain-role']}-{tags['cloudtrain-index']}"] = vm["properties"]["vmId"]
+    with NodeIdentities(azure_cloud) as ids:
+        yield ids, vm_ids
+
+
+def node_store(ids: NodeIdentities, vm_id: str, monkeypatch: pytest.MonkeyPatch) -> BlobStore:
+    """The store as the node's cloudtrain opens it on its VM, in the VM's environment."""
+    for name, value in ids.vm_env(vm_id, "worker").items():
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
+    from azure.identity import DefaultAzureCredential
+
+    # a fresh credential (the process's shared one belongs to no VM); what the store builds
+    credential = DefaultAzureCredential(exclude_cli_credential=True)
+    return BlobStore(STORE, credential=credential, client_options={"retry_total": 0})
+
+
+def test_the_store_refuses_a_nodes_writes_outside_its_own_keys(
+    box: tuple[NodeIdentities, dict[str, str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ids, vm_ids = box
+    store = node_store(ids, vm_ids["worker-1"], monkeypatch)
+    mine = proto.status_key(RUN, "worker-1")
+    store.put(mine, b'{"state": "running"}')  # its own status: accepted
+    assert store.get(mine) == b'{"state": "running"}'
+    entry = proto.journal_prefix(RUN) + journal.entry_key(1, 0, journal.writer_id("laptop"))
+    refused = (
+        proto.stop_key(RUN),
+        proto.lease_key(RUN),
+        entry,
+        proto.status_key(RUN, "worker-0"),
+    )
+    for key in refused:
+        with pytest.raises(CloudtrainError) as err:
+            store.put(key, b"{}")
+        assert "AuthorizationPermissionMismatch" in str(err.value), (key, str(err.value))
+    names = [
+        b.name for b in ids.cloud.azurite.client().get_container_client(f"ct-{RUN}").list_blobs()
+    ]
+    assert names == [mine], names
+    refusals = [(r.method, r.blob) for r in ids.front.refusals]
+    assert refusals == [("PUT", key) for key in refused], refusals
+    # the node still reads what it needs: the run's listing and another node's status
+    assert [o.key for o in store.list(proto.status_prefix(RUN))] == [mine]
+
+
+def test_the_imds_route_answers_as_azures_does(
+    box: tuple[NodeIdentities, dict[str, str]],
+) -> None:
+    ids, vm_ids = box
+    url = f"{ids.imds(vm_ids['worker-0'])}{TOKEN_PATH}?api-version=2018-02-01"
+    storage = "&resource=https%3A%2F%2Fstorage.azure.com%2F"
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with pytest.raises(urllib.error.HTTPError) as err:  # no Metadata header: 400
+        opener.open(url + storage, timeout=5)
+    assert err.value.code == 400
+    asked = urllib.request.Request(url + storage, headers={"Metadata": "true"})
+    with opener.open(asked, timeout=5) as resp:
+        token = json.loads(resp.read())
+    wanted = {"access_token", "expires_in", "expires_on", "ext_expires_in", "not_before"}
+    assert wanted | {"resource", "token_type"} <= set(token), token
+    assert token["resource"] == "https://storage.azure.com/" and token["token_type"] == "Bearer"
+    principal = {
+        v["properties"]["vmId"]: v["identity"]["principalId"]
+        for v in ids.cloud.arm.resources(kind="virtualMachines")
+    }[vm_ids["worker-0"]]
+    assert ids.book.who(token["access_token"]) == principal
+    no_vm = urllib.request.Request(
+        f"{ids.imds('no-such-vm')}{TOKEN_PATH}?api-version=2018-02-01{storage}",
+        headers={"Metadata": "true"},
+    )
+    with pytest.raises(urllib.error.HTTPError) as err:
+        opener.open(no_vm, timeout=5)
+    assert err.value.code == 400
