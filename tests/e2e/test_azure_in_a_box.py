@@ -4,10 +4,14 @@ Azurite.
 The adapter talks to the fake through the real azure-mgmt clients (CLOUDTRAIN_ARM_ENDPOINT and
 CLOUDTRAIN_ARM_CA, with an offline token credential). Every VM it creates is booted by the
 harness once its create has succeeded: the harness runs the VM's own `customData` (base64) as a
-local process session pointed at Azurite (as azure-storage-blob honours
-AZURE_STORAGE_CONNECTION_STRING). The node's metadata service is a closed port, so its
-self-delete through its managed identity fails and it falls back to `shutdown -h now`, which the
-harness reports and the test mirrors as the VM stopping (what a guest shutdown does on Azure).
+local process session. A training node has no account key, as on Azure: its azure-identity takes
+its VM's managed identity's token from the box's metadata service and its store goes through the
+box's Blob front, which enforces the identity's role assignments and ABAC conditions before
+Azurite serves the request (tests/fakes/azure_node_identity.py); a managed run's controller VM
+keeps the box's connection string (issue 30 enforces the controller's rights). The startup
+script's own IMDS calls (CLOUDTRAIN_AZURE_IMDS) go to a closed port, so its self-delete through
+its managed identity fails and it falls back to `shutdown -h now`, which the harness reports and
+the test mirrors as the VM stopping (what a guest shutdown does on Azure).
 The training is real TensorFlow; checkpoints and the model land in the run's Azurite container;
 afterwards the fake holds no VM, no resource group and no role assignment of the run.
 """
@@ -15,6 +19,7 @@ afterwards the fake holds no VM, no resource group and no role assignment of the
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import os
 import threading
@@ -30,6 +35,7 @@ from tests.e2e import phases_report
 from tests.e2e.conftest import EXAMPLES, Env
 from tests.e2e.trace_kit import assert_traced
 from tests.fakes.azure_cloud import ENV_NAMES, AzureCloud, azure_cloud, azurite, azurite_session
+from tests.fakes.azure_node_identity import NodeIdentities
 from tests.fakes.azurite import CLEARED_ENV, CONNECTION_STRING_ENV
 from tests.fakes.boot_harness import BootHarness, Vm
 
@@ -57,6 +63,7 @@ class AzureBox:
     harness: BootHarness
     cloud: AzureCloud
     seen: dict[str, SeenVm] = field(default_factory=dict)  # by vmId
+    ids: NodeIdentities | None = None  # the nodes' identities: metadata service, Blob front
 
     @property
     def arm(self) -> Any:
@@ -119,8 +126,11 @@ def _custom_data(body: dict[str, Any]) -> str:
     return base64.b64decode(encoded).decode()
 
 
-def _discover(cloud: AzureCloud, seen: dict[str, SeenVm], lock: threading.Lock) -> list[Vm]:
-    """The fake's VMs; one is alive while its create has succeeded and it is powered on."""
+def _discover(
+    cloud: AzureCloud, seen: dict[str, SeenVm], lock: threading.Lock, ids: NodeIdentities
+) -> list[Vm]:
+    """The fake's VMs; one is alive while its create has succeeded and it is powered on. A
+    training node's environment sends its SDK to its managed identity (`ids.vm_env`)."""
     vms = []
     for body in cloud.arm.resources(kind="virtualMachines"):
         props = body["properties"]
@@ -140,7 +150,9 @@ def _discover(cloud: AzureCloud, seen: dict[str, SeenVm], lock: threading.Lock) 
             and e["properties"].get("type") == "NvidiaGpuDriverLinux"
             for e in cloud.arm.resources(kind="extensions", group=group)
         )
-        vms.append(Vm(vm_id, name, alive, lambda b=body: _custom_data(b), image, False, extension))
+        env = ids.vm_env(vm_id, (body.get("tags") or {}).get("cloudtrain-role"))
+        script = functools.partial(_custom_data, body)
+        vms.append(Vm(vm_id, name, alive, script, image, False, extension, env))
     return vms
 
 
@@ -159,16 +171,21 @@ def azure(ct: Env, azure_cloud: AzureCloud, tmp_path: Path) -> Iterator[AzureBox
         if vm is not None:
             azure_cloud.arm.set_vm_power_state(vm.name, "stopped", vm.group)
 
+    ids = NodeIdentities(azure_cloud).start()
     harness = BootHarness(
         tmp_path / "box",
-        lambda: _discover(azure_cloud, seen, lock),
+        lambda: _discover(azure_cloud, seen, lock, ids),
         dict(ct.env),
         on_power_off=power_off,
-    ).start()
+    )
+    assert ids.metadata is not None
+    harness.metadata_url = ids.metadata.url  # each VM gets <url>/vm/<its id>
+    harness.start()
     try:
-        yield AzureBox(ct, harness, azure_cloud, seen)
+        yield AzureBox(ct, harness, azure_cloud, seen, ids)
     finally:
         harness.stop()
+        ids.close()
 
 
 def test_run_on_azure_trains_for_real_and_leaves_nothing(azure: AzureBox) -> None:
@@ -191,6 +208,12 @@ def test_run_on_azure_trains_for_real_and_leaves_nothing(azure: AzureBox) -> Non
     assert len(azure.harness.booted) == 2, azure.harness.booted
     assert [vm.zones for vm in azure.booted_vms()] == [["1"], ["1"]]
     azure.assert_nothing_left(run_id)
+    # the nodes wrote through the Blob front with their own identities, and it refused nothing
+    # while their grants held (a guest's last log flush after the teardown revoked its grant
+    # is refused, as on Azure)
+    assert azure.ids is not None and azure.ids.front.allowed_count > 0
+    refused = [(r.principal, r.method, r.blob) for r in azure.ids.front.refusals if r.granted]
+    assert refused == [], refused
     # traced as on local (the VMs are processes here: one clock); its phases for the README
     trace = assert_traced(azure.ct, run_id, spawned, exited, ("worker-0", "worker-1"))
     phases_report.record(

@@ -128,6 +128,10 @@ class Refusal:
     container: str
     blob: str | None
     actions: tuple[str, ...]
+    # whether the principal then held an assignment at or above the container (refused by its
+    # role or condition), or none at all (its grant was already removed: a node VM shutting
+    # down after the run's teardown revoked it)
+    granted: bool = True
 
 
 def data_actions(method: str, blob: str | None, query: dict[str, str]) -> Ask | None:
@@ -160,15 +164,21 @@ def _within(inner: str, outer: str) -> bool:
     return inner == outer or inner.startswith(outer + "/")
 
 
+def _theirs(assignments: Iterable[dict[str, Any]], principal: str, scope: str) -> list[dict]:
+    """`principal`'s assignments at or above `scope`. Pure."""
+    return [
+        body
+        for body in assignments
+        if str(body["properties"]["principalId"]).lower() == principal.lower()
+        and _within(scope, str(body["properties"]["scope"]))
+    ]
+
+
 def allowed(assignments: Iterable[dict[str, Any]], principal: str, scope: str, ask: Ask) -> bool:
     """Whether one of `principal`'s assignments at or above `scope` grants one of `ask`'s
     actions, its condition (if any) allowing it. Pure."""
-    for body in assignments:
+    for body in _theirs(assignments, principal, scope):
         props = body["properties"]
-        if str(props["principalId"]).lower() != principal.lower():
-            continue
-        if not _within(scope, str(props["scope"])):
-            continue
         role = ROLES.get(str(props["roleDefinitionId"]).rsplit("/", 1)[-1].lower())
         if role is None:
             continue
@@ -281,15 +291,13 @@ class BlobFront:
         blob = unquote(segments[2]) if len(segments) > 2 and segments[2] else None
         ask = data_actions(method, blob, query) if container else None
         scope = self.container_scope(account, container) if container else None
-        ok = (
-            ask is not None
-            and scope is not None
-            and allowed(self.arm.role_assignments(), principal, scope, ask)
-        )
+        assignments = self.arm.role_assignments()
+        ok = ask is not None and scope is not None and allowed(assignments, principal, scope, ask)
         if not ok:
+            granted = scope is not None and bool(_theirs(assignments, principal, scope))
+            actions = ask.actions if ask else ()
             with self._lock:
-                actions = ask.actions if ask else ()
-                self.refusals.append(Refusal(principal, method, container, blob, actions))
+                self.refusals.append(Refusal(principal, method, container, blob, actions, granted))
             return 403, MISMATCH, MISMATCH_TEXT
         with self._lock:
             self.allowed_count += 1
