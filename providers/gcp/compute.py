@@ -19,6 +19,7 @@ import time
 from typing import Any
 
 from cloudtrain.errors import NotFound, ProviderError, TransientError
+from cloudtrain.jobs import protocol
 from cloudtrain.providers.base import (
     Compute,
     Node,
@@ -29,7 +30,7 @@ from cloudtrain.providers.base import (
     StartupBlocks,
     Tagged,
 )
-from cloudtrain.providers.gcp import controller_identity, identity, network, owned
+from cloudtrain.providers.gcp import controller_identity, identity, network, node_bindings, owned
 from cloudtrain.providers.gcp.bodies import (
     CONTROLLER_ROLE,
     DEADLINE_GRACE_S,
@@ -121,28 +122,28 @@ class GcpCompute(Compute):
         self._lock = threading.Lock()
         self._iam: identity.IamClient | None = None
         self._storage_client: Any = None
-        self._emails: dict[str, str] = {}  # run id -> its service account, once ensured
 
     # -- network and identity --------------------------------------------------------------
 
     def planned_network(self, run: RunInfo) -> list[Resource]:
         """The firewall rule(s) and, unless the `service_account` option names the nodes'
-        account, the run's service account that `ensure_network` makes. Pure apart from the
-        environment."""
+        account, one service account per node id of `run.nodes` that `ensure_network` makes.
+        Pure apart from the environment."""
         planned = [
             Resource("gcp", network.KIND_FIREWALL, name, "global", run.run_id)
             for name in network.rule_names(run)
         ]
         if self._user_account() is None:
-            planned.append(identity.as_resource(self.project, run.run_id))
+            planned += [identity.as_resource(self.project, run.run_id, n) for n in run.nodes]
         return planned
 
     def ensure_network(self, run: RunInfo) -> list[Resource]:
         """The run's firewall (its TF ports from its network tag to its network tag, SSH from
-        the `ssh_cidr` option only if asked), then the run's service account with its one
-        binding on the run's bucket: objects under the run's prefix only (see `identity`). A
-        bucket that does not exist yet gets no binding (the account then reaches nothing).
-        Idempotent; blocks until in force (a new account is waited for up to a minute)."""
+        the `ssh_cidr` option only if asked), then one service account per node id of
+        `run.nodes`, each with its bindings on the run's bucket: reads of the run's objects but
+        its key, writes of that node's own keys only (node_bindings.py, in one policy write).
+        A bucket that does not exist yet gets no binding (the accounts then reach nothing).
+        Idempotent; blocks until in force (new accounts are waited for up to a minute)."""
         made = network.ensure_firewalls(
             self.clients, run, self.config.option("network"), self.config.option("ssh_cidr")
         )
@@ -150,32 +151,50 @@ class GcpCompute(Compute):
             return made
         store = _store_of(run.store_uri)
         bucket, root = (store.bucket, store.prefix) if store else (None, "")
-        account = self.iam.create(run.run_id, bucket)
-        email = identity.as_resource(self.project, run.run_id, account).id
-        with self._lock:
-            self._emails[run.run_id] = email
-        if bucket is not None:
-            identity.grant_node(
-                self._storage(), email, bucket, f"{root}/" if root else "", run.run_id
+        accounts = {node: self.iam.create(run.run_id, node, bucket) for node in run.nodes}
+        emails = {
+            node: identity.as_resource(self.project, run.run_id, node, account).id
+            for node, account in accounts.items()
+        }
+        if bucket is not None and emails:
+            identity.grant_nodes(
+                self._storage(),
+                bucket,
+                f"{root}/" if root else "",
+                run.run_id,
+                emails,
+                node_bindings.chief_of(run.nodes),
             )
-        return [*made, identity.as_resource(self.project, run.run_id, account)]
+        return made + [
+            identity.as_resource(self.project, run.run_id, node, account)
+            for node, account in accounts.items()
+        ]
 
     def list_resources(self, run_id: str) -> list[Resource]:
-        """The run's firewall rules (by name: GCE firewalls carry no labels), its service
-        account (by its derived id, checked against its display name), and its controller's
-        account and grants (controller_identity.find). Blocks."""
+        """The run's firewall rules (by name: GCE firewalls carry no labels), its node service
+        accounts (by their display names, checked against their derived ids), and its
+        controller's account and grants (controller_identity.find). Blocks."""
         found = network.find_firewalls(self.clients, run_id)
-        account = self.iam.get(identity.service_account_email(self.project, run_id))
-        if account is not None and identity.run_of(account) == run_id:
-            found.append(identity.as_resource(self.project, run_id, account))
-        return found + controller_identity.find(self.iam, run_id, self._service_account(run_id))
+        accounts = identity.runs_accounts(self.iam.list(), run_id)
+        found += [
+            Resource(
+                "gcp",
+                identity.KIND_SERVICE_ACCOUNT,
+                str(a["email"]),
+                "global",
+                run_id,
+                a.get("uniqueId") and str(a["uniqueId"]),
+            )
+            for a in accounts
+        ]
+        nodes = [str(a["email"]) for a in accounts]
+        user = self._user_account()
+        return found + controller_identity.find(self.iam, run_id, [user] if user else nodes)
 
     def planned_controller_identity(self, run: RunInfo) -> list[Resource]:
         """The controller's service account, its project grants and its grant on the nodes'
         account (controller_identity.planned). Pure apart from the environment."""
-        return controller_identity.planned(
-            self.project, run.run_id, self._service_account(run.run_id)
-        )
+        return controller_identity.planned(self.project, run.run_id, self._node_accounts(run))
 
     def ensure_controller_identity(self, run: RunInfo) -> list[Resource]:
         """The controller's service account with its grants, scoped to this run: its VMs in the
@@ -189,7 +208,7 @@ class GcpCompute(Compute):
             self._storage(),
             run.run_id,
             sorted(zones),
-            self._service_account(run.run_id),
+            self._node_accounts(run),
             network.rule_names(dataclasses.replace(run, ssh=True)),
             bucket,
             f"{root}/" if root else "",
@@ -218,15 +237,21 @@ class GcpCompute(Compute):
         for res in resources:
             if res.kind == network.KIND_FIREWALL:
                 network.delete_firewall(self.clients, res.id)
-        for res in resources:
-            if res.kind == identity.KIND_SERVICE_ACCOUNT:
-                account = self.iam.get(res.id)
-                if account is None:
-                    continue
-                bucket = identity.bucket_of(account)
-                if bucket is not None:
-                    identity.revoke(self._storage(), res.id, bucket)
-                self.iam.delete(res.id)
+        accounts = [
+            (res.id, self.iam.get(res.id))
+            for res in resources
+            if res.kind == identity.KIND_SERVICE_ACCOUNT
+        ]
+        by_bucket: dict[str, list[str]] = {}
+        for email, account in accounts:
+            bucket = identity.bucket_of(account) if account is not None else None
+            if bucket is not None:
+                by_bucket.setdefault(bucket, []).append(email)
+        for bucket, emails in sorted(by_bucket.items()):
+            identity.revoke(self._storage(), emails, bucket)
+        for email, account in accounts:
+            if account is not None:
+                self.iam.delete(email)
 
     @property
     def iam(self) -> identity.IamClient:
@@ -248,14 +273,17 @@ class GcpCompute(Compute):
         """The user's own account for the nodes (`_user_account`), or None."""
         return _user_account(self.config.option("service_account"))
 
-    def _service_account(self, run_id: str) -> str:
-        """The nodes' account: the `service_account` option, else the run's own."""
+    def _service_account(self, run: RunInfo, node: str) -> str:
+        """Node `node`'s account: the `service_account` option, else its own in the run."""
+        return self._user_account() or identity.node_email(self.project, run.run_id, node)
+
+    def _node_accounts(self, run: RunInfo) -> list[str]:
+        """Every node account of the run (the controller acts as each): the `service_account`
+        option's, else one per node id of `run.nodes`."""
         user = self._user_account()
         if user is not None:
-            return user
-        with self._lock:
-            known = self._emails.get(run_id)
-        return known or identity.service_account_email(self.project, run_id)
+            return [user]
+        return [identity.node_email(self.project, run.run_id, n) for n in run.nodes]
 
     def _zone_of(self, run: RunInfo, request: NodeRequest) -> str:
         zone = request.zone or run.zone or self.default_zone
@@ -277,8 +305,8 @@ class GcpCompute(Compute):
         controller = request.role == CONTROLLER_ROLE
         if controller:  # the controller node: its own scoped account (controller_identity)
             account = controller_identity.controller_email(self.project, run.run_id)
-        else:
-            account = self._service_account(run.run_id)
+        else:  # the node id's own account: a replacement runs as the node it replaces
+            account = self._service_account(run, protocol.node_id(request.role, request.index))
         run_seconds = None
         if run.deadline is not None:
             run_seconds = run.deadline - time.time() + DEADLINE_GRACE_S
@@ -380,7 +408,8 @@ class GcpCompute(Compute):
                     out.append(
                         Tagged(node.run_id, "node", node.name, created, node.instance_type, region)
                     )
-        accounts = identity.tagged(self.iam) + controller_identity.tagged(self.iam.list())
+        listed = self.iam.list()
+        accounts = identity.tagged(listed) + controller_identity.tagged(listed)
         return out + network.tagged_firewalls(self.clients) + accounts
 
     def delete_node(self, node: Node) -> None:

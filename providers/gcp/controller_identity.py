@@ -18,14 +18,16 @@ The account (`controller_email`: `cc-<part of the run id>-<8 hex>`, display name
   create also touches). A policy with a conditional binding must be written as version 3
   ("Policy versions", https://cloud.google.com/iam/docs/policies#versions), and read as 3 or
   its conditions come back stripped.
-- on the nodes' service account's own IAM policy, `roles/iam.serviceAccountUser` (to create
-  nodes that run as it), and on no other account;
+- on each node service account's own IAM policy (one per node id of the run: identity.py),
+  `roles/iam.serviceAccountUser` (to create nodes, and their replacements, that run as it:
+  "actAs"), and on no other account;
 - on the run's bucket, the nodes' binding (`identity.prefix_binding`): objects under the run's
   prefix only.
 
 Resources: controller-service-account (id: its email), controller-project-binding (id: the
-email; the member in the project policy), controller-account-binding (id: the nodes' account
-email; the member in that account's policy). Deleting the account revokes both bindings first.
+email; the member in the project policy), controller-account-binding (id: a node account's
+email; the member in that account's policy; one per node account). Deleting the account
+revokes its bindings first.
 """
 
 from __future__ import annotations
@@ -76,8 +78,7 @@ def controller_account_id(run_id: str) -> str:
 
 def controller_email(project: str, run_id: str) -> str:
     """The controller account's email in `project` (domain-scoped projects too). Pure."""
-    node = identity.service_account_email(project, run_id)
-    return f"{controller_account_id(run_id)}@{node.split('@', 1)[1]}"
+    return f"{controller_account_id(run_id)}@{identity.email_domain(project)}"
 
 
 def controller_run_of(account: dict[str, Any]) -> str | None:
@@ -273,13 +274,14 @@ def _account_base(iam: IamClient, email: str) -> str:
 # --- the identity's lifecycle -------------------------------------------------------------------
 
 
-def planned(project: str, run_id: str, node_account: str) -> list[Resource]:
-    """The controller's account and its two grants, for the ledger. Pure."""
+def planned(project: str, run_id: str, node_accounts: list[str]) -> list[Resource]:
+    """The controller's account, its project grant and its grant on each node account, for
+    the ledger. Pure."""
     email = controller_email(project, run_id)
     return [
         Resource("gcp", KIND_ACCOUNT, email, "global", run_id),
         Resource("gcp", KIND_PROJECT_BINDING, email, "global", run_id),
-        Resource("gcp", KIND_ACCOUNT_BINDING, node_account, "global", run_id),
+        *(Resource("gcp", KIND_ACCOUNT_BINDING, a, "global", run_id) for a in node_accounts),
     ]
 
 
@@ -288,13 +290,13 @@ def ensure(
     storage: Any,
     run_id: str,
     zones: list[str],
-    node_account: str,
+    node_accounts: list[str],
     rule_names: list[str],
     bucket: str | None,
     root: str,
 ) -> list[Resource]:
     """Create the controller's account (409: an existing one of this run is fine) and grant it
-    the project bindings, `serviceAccountUser` on `node_account`, and the run's prefix of
+    the project bindings, `serviceAccountUser` on each of `node_accounts`, and the run's prefix of
     `bucket` (see the module docstring). Idempotent; blocks until the grants are written."""
     project = iam.project
     email = controller_email(project, run_id)
@@ -330,27 +332,28 @@ def ensure(
         _add(project_bindings(project, zones, run_id, email, rule_names)),
         new_account=email,
     )
-    _update(
-        iam,
-        _account_base(iam, node_account),
-        f"let {email} act as {node_account}",
-        _add([{"role": ACCOUNT_USER, "members": [f"serviceAccount:{email}"]}]),
-        new_account=email,
-    )
+    for node_account in node_accounts:
+        _update(
+            iam,
+            _account_base(iam, node_account),
+            f"let {email} act as {node_account}",
+            _add([{"role": ACCOUNT_USER, "members": [f"serviceAccount:{email}"]}]),
+            new_account=email,
+        )
     if bucket:
         identity.grant(storage, email, bucket, root, run_id)
     unique = account.get("uniqueId")
     return [
         Resource("gcp", KIND_ACCOUNT, email, "global", run_id, unique and str(unique)),
         Resource("gcp", KIND_PROJECT_BINDING, email, "global", run_id),
-        Resource("gcp", KIND_ACCOUNT_BINDING, node_account, "global", run_id),
+        *(Resource("gcp", KIND_ACCOUNT_BINDING, a, "global", run_id) for a in node_accounts),
     ]
 
 
-def find(iam: IamClient, run_id: str, node_account: str) -> list[Resource]:
+def find(iam: IamClient, run_id: str, node_accounts: list[str]) -> list[Resource]:
     """What of the controller's identity exists: its account (by its derived id, checked
     against its display name), its member in the project policy (deleted form too), its member
-    in `node_account`'s policy. Blocks; read-only."""
+    in each of `node_accounts`' policies. Blocks; read-only."""
     project = iam.project
     email = controller_email(project, run_id)
     out: list[Resource] = []
@@ -360,8 +363,9 @@ def find(iam: IamClient, run_id: str, node_account: str) -> list[Resource]:
         out.append(Resource("gcp", KIND_ACCOUNT, email, "global", run_id, unique and str(unique)))
     if any(_is(m, email) for m in _members(iam, _crm_base(project))):
         out.append(Resource("gcp", KIND_PROJECT_BINDING, email, "global", run_id))
-    if any(_is(m, email) for m in _members(iam, _account_base(iam, node_account))):
-        out.append(Resource("gcp", KIND_ACCOUNT_BINDING, node_account, "global", run_id))
+    for node_account in node_accounts:
+        if any(_is(m, email) for m in _members(iam, _account_base(iam, node_account))):
+            out.append(Resource("gcp", KIND_ACCOUNT_BINDING, node_account, "global", run_id))
     return out
 
 

@@ -1,16 +1,27 @@
-"""The run's node identity: a service account per run that reaches only the run's bucket prefix.
+"""The nodes' identities: one service account per node id of a run, reaching only what that node
+writes in the run's bucket prefix (issue 29).
 
-Each run gets its own service account, made through the IAM REST API
-(`POST {IAM}/v1/projects/{project}/serviceAccounts`). Its account id is derived from the run id
-alone (`account_id()`: `ct-` + a readable part of the run id + a short hash, 6-30 characters),
-so a retry or a `down` from a fresh process finds the same account; its display name is
-`cloudtrain run <run_id>` and its description names the run's bucket, so `find()` and
-`tagged()` recognise it from the cloud alone (no ledger) and `delete()` knows which bucket
-policy to clean.
+Each node id of `RunInfo.nodes` ("chief-0", "worker-1", ...) gets its own service account,
+made through the IAM REST API (`POST {IAM}/v1/projects/{project}/serviceAccounts`); a
+replacement of that node (a preempted spot VM made again) runs as the same account. Its
+account id is derived from the run id and the node id alone (`node_account_id`: `ct-` + a
+readable part of the run id + a short hash of the run + a short hash of the node, 6-30
+characters), so a retry or a `down` from a fresh process finds the same accounts; its display
+name is `cloudtrain run <run_id> node <node>` and its description names the bucket, so `find()`
+and `tagged()` recognise it from the cloud alone (no ledger) and `delete()` knows which bucket
+policy to clean. An account of an older cloudtrain (one per run: `account_id(run_id)`, shown as
+`cloudtrain run <run_id>`) is still recognised, so `down` removes it.
 
-The run's prefix binding (`prefix_binding`, `grant`: the controller's account's, see
-controller_identity.py) is one binding on the run's bucket (uniform bucket-level access),
-`roles/storage.objectAdmin` with the IAM condition (policy version 3)
+A project holds at most 100 service accounts by default ("Quotas and limits" of IAM,
+https://cloud.google.com/iam/quotas, "Service account quotas": "Service accounts per project:
+100", raisable on request): a run of N nodes now takes N of them (and its controller one more).
+
+The node accounts' bindings on the run's bucket are node_bindings.py's: reads of the run's
+objects but the run's key, writes of only what `node_rights.node_writes` gives that node.
+
+The controller's account (`prefix_binding`, `grant`: see controller_identity.py) gets one
+binding on the run's bucket (uniform bucket-level access), `roles/storage.objectAdmin` with the
+IAM condition (policy version 3)
 
     resource.name.startsWith("projects/_/buckets/B/objects/P")
       || api.getAttribute("storage.googleapis.com/objectListPrefix", "").startsWith("P")
@@ -21,30 +32,6 @@ bucket-level permission that a condition on `resource.name` cannot narrow) only 
 whose `prefix` lies inside the run's prefix. That is the documented way to grant a prefix
 listing with IAM Conditions (the `objectListPrefix` API attribute,
 https://cloud.google.com/iam/docs/conditions-attribute-reference, "API attributes").
-
-The nodes' account gets less (`node_bindings`, `grant_node`; issue 29): the nodes run the
-user's code, and the run's key (`control/key`) and the controllers' documents must stay out of
-its reach. IAM allow policies only add up (no binding can deny), so the account gets two
-bindings whose union is exactly what the agent uses:
-
-- reads: `roles/storage.objectViewer` (storage.objects.get and .list) on the run's objects but
-  `control/key`, and on listings inside the run's prefix, as above;
-- writes: `roles/storage.objectAdmin` (create, delete -- which replacing an object needs too --,
-  update and the multipart-upload permissions) only on the names the agent writes: its nodes'
-  status/, heartbeat/, notice/, logs/, metrics/, trace/, the chief's checkpoints/, model/ and
-  tensorboard/, attempt-<n>/ (registrations and checkpoints-ready) and control/orphaned.
-
-So a node cannot read, write or delete `control/key`, and cannot write or delete cluster.json,
-control/stop, control/lease, control/yield, control/launch.json, ledger/ or bundle/ (it reads
-the first three). Rights are per run, not per node: every node of a run is the same account, so
-one node may still write another node's status (per-node rules need one identity per node;
-not done). attempt-<n>/ holds the controller's archived bootstrap logs too (text it shows, no
-document it trusts). Roles and their permissions: "IAM roles for Cloud Storage",
-https://cloud.google.com/storage/docs/access-control/iam-roles; replacing an object needs
-storage.objects.create and storage.objects.delete: "IAM permissions for Cloud Storage",
-https://cloud.google.com/storage/docs/access-control/iam-permissions; the condition syntax
-(CEL: startsWith, &&, ||, !) and its limit of 12 logical operators per condition: "Overview of
-IAM Conditions", https://cloud.google.com/iam/docs/conditions-overview.
 
 `CLOUDTRAIN_IAM_ENDPOINT=http://host:port` points the IAM calls at another endpoint with
 anonymous credentials, as CLOUDTRAIN_GCE_ENDPOINT does for Compute Engine. The bucket policy is
@@ -68,19 +55,20 @@ from cloudtrain.jobs import protocol
 from cloudtrain.providers.base import Resource, Tagged
 from cloudtrain.providers.gcp.clients import GcpAuth
 from cloudtrain.providers.gcp.errors import already_exists, error_codes, gcp_errors, translate
+from cloudtrain.providers.gcp.node_bindings import (  # noqa: F401 (the nodes' roles, re-exported)
+    LIST_PREFIX_ATTRIBUTE,
+    MAX_LOGICAL_OPERATORS,
+    OBJECT_ADMIN,
+    OBJECT_VIEWER,
+    node_bindings,
+)
 from cloudtrain.retry import retrying
 
 KIND_SERVICE_ACCOUNT = "service_account"
 IAM_ENDPOINT_ENV = "CLOUDTRAIN_IAM_ENDPOINT"
 IAM_API = "https://iam.googleapis.com"
 DISPLAY_PREFIX = "cloudtrain run "
-OBJECT_ADMIN = "roles/storage.objectAdmin"
-OBJECT_VIEWER = "roles/storage.objectViewer"
-MAX_LOGICAL_OPERATORS = 12  # &&, || and ! in one IAM condition (IAM Conditions' limits)
-# the run's key (cloudtrain/run_key.py `key_object`, a controller module this layer may not
-# import), relative to the run's prefix: no node may read it
-RUN_KEY_NAME = "control/key"
-LIST_PREFIX_ATTRIBUTE = "storage.googleapis.com/objectListPrefix"
+NODE_INFIX = " node "  # a node account's display name: `cloudtrain run <run> node <node>`
 PROPAGATION_S = 60.0  # how long a new account may stay invisible to GCE and GCS (IAM is eventual)
 # read-modify-write rounds of a bucket policy (a concurrent writer, or GCS not knowing a new
 # account yet) before giving up; PROPAGATION_S bounds them too
@@ -96,8 +84,9 @@ T = TypeVar("T")
 
 
 def account_id(run_id: str) -> str:
-    """The run's service account id: `ct-<up to 18 chars of the run id>-<8 hex>`, always 6-30
-    characters of `[a-z]([-a-z0-9]*[a-z0-9])`, the same for the same run id. Pure."""
+    """The id of the one node account per run of an older cloudtrain (still recognised, so a
+    `down` removes it): `ct-<up to 18 chars of the run id>-<8 hex>`, 6-30 characters of
+    `[a-z]([-a-z0-9]*[a-z0-9])`. Pure."""
     readable = re.sub(r"[^a-z0-9-]+", "-", run_id.lower())[:18].strip("-")
     digest = hashlib.sha256(run_id.encode()).hexdigest()[:8]
     value = f"ct-{readable}-{digest}" if readable else f"ct-{digest}"
@@ -105,23 +94,74 @@ def account_id(run_id: str) -> str:
     return value
 
 
-def service_account_email(project: str, run_id: str) -> str:
-    """The email of the run's service account in `project` (a domain-scoped project
-    `example.com:proj` has `...@proj.example.com.iam.gserviceaccount.com`). Pure."""
+def email_domain(project: str) -> str:
+    """The domain of `project`'s service accounts (a domain-scoped project `example.com:proj`
+    has `...@proj.example.com.iam.gserviceaccount.com`). Pure."""
     domain, _, name = project.rpartition(":")
     host = f"{name}.{domain}" if domain else project
-    return f"{account_id(run_id)}@{host}.iam.gserviceaccount.com"
+    return f"{host}.iam.gserviceaccount.com"
 
 
-def display_name(run_id: str) -> str:
-    """The account's display name, `cloudtrain run <run_id>` (how listings recognise it). Pure."""
-    return (DISPLAY_PREFIX + run_id)[:DISPLAY_MAX]
+def service_account_email(project: str, run_id: str) -> str:
+    """The email of an older cloudtrain's one node account of the run (`account_id`). Pure."""
+    return f"{account_id(run_id)}@{email_domain(project)}"
 
 
-def description(run_id: str, bucket: str | None) -> str:
-    """The account's description: the run and the bucket its binding is on. Raises
-    ProviderError when it would not fit IAM's 256 characters (a very long bucket name). Pure."""
-    text = f"{DISPLAY_PREFIX}{run_id}: node identity"
+def _hex(text: str, n: int) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:n]
+
+
+def node_account_prefix(run_id: str) -> str:
+    """What every node account id of the run starts with: `ct-<up to 12 chars of the run
+    id>-<6 hex of the run id>-`. Pure."""
+    readable = re.sub(r"[^a-z0-9-]+", "-", run_id.lower())[:12].strip("-")
+    digest = _hex(f"{run_id}/nodes", 6)
+    return f"ct-{readable}-{digest}-" if readable else f"ct-{digest}-"
+
+
+def node_account_id(run_id: str, node: str) -> str:
+    """Node `node`'s service account id in run `run_id`: `node_account_prefix` + 5 hex of the
+    run and node ids; always 6-30 characters of `[a-z]([-a-z0-9]*[a-z0-9])`, the same for the
+    same run and node (a replacement node, a retry, a fresh `down` find it). Pure."""
+    value = node_account_prefix(run_id) + _hex(f"{run_id}/{node}", 5)
+    assert _ACCOUNT_ID_RE.match(value) and 6 <= len(value) <= 30, value
+    return value
+
+
+def node_email(project: str, run_id: str, node: str) -> str:
+    """The email of node `node`'s account of run `run_id` in `project`. Pure."""
+    return f"{node_account_id(run_id, node)}@{email_domain(project)}"
+
+
+def is_node_email(project: str, run_id: str, email: str) -> bool:
+    """Whether `email` has the shape of one of the run's node accounts in `project` (by name
+    only: `run_of` checks the account itself), or is the run's account of an older
+    cloudtrain. Pure."""
+    local, _, domain = email.partition("@")
+    if domain != email_domain(project):
+        return False
+    if local == account_id(run_id):
+        return True
+    prefix = node_account_prefix(run_id)
+    tail = local[len(prefix) :]
+    hexes = all(c in "0123456789abcdef" for c in tail)
+    return local.startswith(prefix) and len(tail) == 5 and hexes
+
+
+def display_name(run_id: str, node: str) -> str:
+    """Node `node`'s account's display name, `cloudtrain run <run_id> node <node>` (how
+    listings recognise it). Raises ProviderError over IAM's 100 characters. Pure."""
+    text = f"{DISPLAY_PREFIX}{run_id}{NODE_INFIX}{node}"
+    if len(text) > DISPLAY_MAX:
+        raise ProviderError(f"run {run_id}: the node id {node} is too long to name its account")
+    return text
+
+
+def description(run_id: str, node: str, bucket: str | None) -> str:
+    """Node `node`'s account's description: the run, the node and the bucket its bindings are
+    on. Raises ProviderError when it would not fit IAM's 256 characters (a very long bucket
+    name). Pure."""
+    text = f"{DISPLAY_PREFIX}{run_id}{NODE_INFIX}{node}: node identity"
     if bucket:
         text += f", objects of gs://{bucket} under {protocol.run_prefix(run_id)} only"
     if len(text) > DESCRIPTION_MAX:
@@ -139,9 +179,27 @@ def bucket_of(account: dict[str, Any]) -> str | None:
     return match.group(1) if match else None
 
 
+def node_of(account: dict[str, Any]) -> tuple[str, str] | None:
+    """(run id, node id) of a listed node account, or None when it is not one cloudtrain made:
+    its display name must name a run and node whose derived account id is the account's own.
+    Pure."""
+    shown = str(account.get("displayName") or "")
+    if not shown.startswith(DISPLAY_PREFIX) or NODE_INFIX not in shown:
+        return None
+    run_id, _, node = shown[len(DISPLAY_PREFIX) :].rpartition(NODE_INFIX)
+    local = str(account.get("email") or "").split("@", 1)[0]
+    if run_id and node and local == node_account_id(run_id, node):
+        return run_id, node
+    return None
+
+
 def run_of(account: dict[str, Any]) -> str | None:
-    """The run a listed account belongs to, or None when it is not one cloudtrain made: its
-    display name must name a run whose derived account id is the account's own. Pure."""
+    """The run a listed node account belongs to (`node_of`, or an older cloudtrain's one
+    account of a run, `cloudtrain run <run_id>` with `account_id(run_id)`), or None when it is
+    not one cloudtrain made. Pure."""
+    found = node_of(account)
+    if found is not None:
+        return found[0]
     shown = str(account.get("displayName") or "")
     if not shown.startswith(DISPLAY_PREFIX):
         return None
@@ -179,74 +237,6 @@ def prefix_binding(email: str, bucket: str, root: str, run_id: str) -> dict[str,
         "members": {f"serviceAccount:{email}"},
         "condition": prefix_condition(bucket, root, run_id),
     }
-
-
-def node_writable(run_id: str) -> tuple[str, ...]:
-    """The key prefixes (under `protocol.run_prefix`) the nodes' agents write and delete, from
-    the protocol's key builders: every node's status/, heartbeat/, notice/, logs/, metrics/,
-    trace/, the chief's checkpoints/, model/, tensorboard/, attempt-<n>/ (registrations, the
-    checkpoints-ready marker) and control/orphaned. Pure."""
-    mark = "\x00"  # a node id no key holds: the folder is what comes before it
-    per_node = (
-        proto_fn(run_id, mark).split(mark)[0]
-        for proto_fn in (
-            protocol.status_key,
-            protocol.heartbeat_key,
-            protocol.notice_key,
-            protocol.logs_prefix,
-            protocol.metrics_prefix,
-            protocol.trace_key,
-        )
-    )
-    return (
-        *per_node,
-        protocol.checkpoints_prefix(run_id),
-        protocol.model_prefix(run_id),
-        protocol.tensorboard_prefix(run_id),
-        protocol.attempt_prefix(run_id, 0).removesuffix("0/"),
-        protocol.orphaned_key(run_id),
-    )
-
-
-def _starts(value: str) -> str:
-    return f"resource.name.startsWith({json.dumps(value)})"
-
-
-def _condition(run_id: str, bucket: str, prefix: str, what: str, expression: str) -> dict[str, str]:
-    suffix = f"-nodes-{what}"
-    return {
-        "title": f"cloudtrain-{run_id}"[: 100 - len(suffix)] + suffix,
-        "description": f"cloudtrain run {run_id}: nodes {what} gs://{bucket}/{prefix}"[:256],
-        "expression": expression,
-    }
-
-
-def node_bindings(email: str, bucket: str, root: str, run_id: str) -> list[dict[str, Any]]:
-    """The nodes' account's bindings on the run's bucket (see the module docstring): reads of
-    the run's objects but the run's key, and listings inside the run's prefix (objectViewer);
-    writes and deletes of what the agents write only (objectAdmin on `node_writable`). Pure."""
-    prefix = run_prefix(root, run_id)
-    objects = f"projects/_/buckets/{bucket}/objects/{root}"
-    listing = f'api.getAttribute({json.dumps(LIST_PREFIX_ATTRIBUTE)}, "")'
-    run_objects = objects + protocol.run_prefix(run_id)
-    reads = (
-        f"({_starts(run_objects)} && !{_starts(run_objects + RUN_KEY_NAME)})"
-        f" || {listing}.startsWith({json.dumps(prefix)})"
-    )
-    writes = " || ".join(_starts(objects + p) for p in node_writable(run_id))
-    member = {f"serviceAccount:{email}"}
-    return [
-        {
-            "role": OBJECT_VIEWER,
-            "members": set(member),
-            "condition": _condition(run_id, bucket, prefix, "read", reads),
-        },
-        {
-            "role": OBJECT_ADMIN,
-            "members": set(member),
-            "condition": _condition(run_id, bucket, prefix, "write", writes),
-        },
-    ]
 
 
 class NotVisibleYet(TransientError):
@@ -346,16 +336,16 @@ class IamClient:
     def _path(self, email: str) -> str:
         return f"projects/{self.project}/serviceAccounts/{email}"
 
-    def create(self, run_id: str, bucket: str | None) -> dict[str, Any]:
-        """Create the run's account, or return it if it exists (409: a retry, or a concurrent
-        create). Raises ProviderError if an account of that id belongs to something else.
-        Idempotent; blocks."""
-        email = service_account_email(self.project, run_id)
+    def create(self, run_id: str, node: str, bucket: str | None) -> dict[str, Any]:
+        """Create node `node`'s account of run `run_id`, or return it if it exists (409: a
+        retry, or a concurrent create). Raises ProviderError if an account of that id belongs
+        to something else. Idempotent; blocks."""
+        email = node_email(self.project, run_id, node)
         body = {
-            "accountId": account_id(run_id),
+            "accountId": node_account_id(run_id, node),
             "serviceAccount": {
-                "displayName": display_name(run_id),
-                "description": description(run_id, bucket),
+                "displayName": display_name(run_id, node),
+                "description": description(run_id, node, bucket),
             },
         }
         what = f"create service account {email}"
@@ -367,9 +357,10 @@ class IamClient:
         account = self.get(email)
         if account is None:  # it exists, but reads lag behind (IAM is eventually consistent)
             raise TransientError(f"{what}: it exists but cannot be read yet")
-        if run_of(account) != run_id:
+        if node_of(account) != (run_id, node):
             raise ProviderError(
-                f"{what}: an account of that id exists and is not cloudtrain's for run {run_id}",
+                f"{what}: an account of that id exists and is not cloudtrain's for node {node} "
+                f"of run {run_id}",
                 hint="delete it, or set providers.gcp.service_account in job.yaml",
             )
         return account
@@ -416,11 +407,11 @@ def _update_policy(
     bucket_name: str,
     change: Callable[[list[dict[str, Any]]], bool],
     what: str,
-    new_account: str | None = None,
+    new_accounts: list[str] | None = None,
 ) -> None:
     """Read-modify-write the bucket's IAM policy (version 3) with its etag: `change` edits the
     bindings in place and says whether anything changed (nothing changed: no write). A
-    concurrent writer (409/412), or GCS not knowing `new_account` yet, makes it read again
+    concurrent writer (409/412), or GCS not knowing one of `new_accounts` yet, makes it read again
     (`while_propagating`); then the last such error, a TransientError. Raises NotFound for a
     missing bucket. Blocks."""
 
@@ -439,8 +430,9 @@ def _update_policy(
         except ProviderError as err:
             if error_codes(err) & _CONFLICT_CODES:
                 raise PolicyConflict(f"{what}: the policy kept changing underneath") from err
-            if new_account is not None and not_visible_yet(err, new_account):
-                raise NotVisibleYet(f"{what}: {new_account} is unknown to Cloud Storage") from err
+            unknown = [a for a in new_accounts or () if not_visible_yet(err, a)]
+            if unknown:
+                raise NotVisibleYet(f"{what}: {unknown[0]} is unknown to Cloud Storage") from err
             raise
 
     while_propagating(once, what, (PolicyConflict, NotVisibleYet))
@@ -460,87 +452,115 @@ def grant(client: Any, email: str, bucket: str, root: str, run_id: str) -> bool:
     return _grant(client, email, bucket, wanted, what)
 
 
-def grant_node(client: Any, email: str, bucket: str, root: str, run_id: str) -> bool:
-    """Give the nodes' account its bindings on `bucket` (`node_bindings`, and no other binding
-    there: a binding of an older cloudtrain, the whole prefix, goes). False, granting nothing,
-    when the bucket does not exist (yet). Waits for a new account like `grant`. Idempotent;
-    blocks."""
-    wanted = node_bindings(email, bucket, root, run_id)
-    what = f"grant {email} the node rights on {run_prefix(root, run_id)} of gs://{bucket}"
-    return _grant(client, email, bucket, wanted, what)
+def grant_nodes(
+    client: Any, bucket: str, root: str, run_id: str, emails: dict[str, str], chief: str | None
+) -> bool:
+    """Give each node account (`emails`: node id -> email) its bindings on `bucket`
+    (`node_bindings.node_bindings`, the chief's for `chief`; and no other binding there: a
+    binding of an older cloudtrain goes), in one read-modify-write of the bucket policy.
+    False, granting nothing, when the bucket does not exist (yet). Waits for new accounts like
+    `grant`. Idempotent; blocks."""
+    wanted = {
+        email: node_bindings(email, bucket, root, run_id, node, chief=node == chief)
+        for node, email in emails.items()
+    }
+    what = f"grant the node accounts of {run_prefix(root, run_id)} of gs://{bucket} their rights"
+    return _grant_many(client, bucket, wanted, what)
 
 
 def _grant(client: Any, email: str, bucket: str, wanted: list[dict[str, Any]], what: str) -> bool:
-    """Make `email`'s bindings on `bucket` exactly `wanted` (by role and condition), keeping
-    every other member's. False when the bucket does not exist. Idempotent; blocks."""
-    member = f"serviceAccount:{email}"
+    """Make `email`'s bindings on `bucket` exactly `wanted`; see `_grant_many`."""
+    return _grant_many(client, bucket, {email: wanted}, what)
+
+
+def _grant_many(
+    client: Any, bucket: str, wanted_by: dict[str, list[dict[str, Any]]], what: str
+) -> bool:
+    """Make each account's bindings on `bucket` exactly its `wanted_by` list (by role and
+    condition), keeping every other member's. False when the bucket does not exist.
+    Idempotent; blocks."""
 
     def change(bindings: list[dict[str, Any]]) -> bool:
         before = [(b["role"], sorted(b.get("members") or ()), b.get("condition")) for b in bindings]
-        for b in bindings:
-            if not any(_same(b, w) for w in wanted):
-                b["members"] = set(b.get("members") or ()) - {member}
-        kept = [b for b in bindings if b.get("members")]
-        for w in wanted:
-            mine = next((b for b in kept if _same(b, w)), None)
-            if mine is None:
-                kept.append(dict(w))
-            else:
-                mine["members"] = set(mine.get("members") or ()) | {member}
+        kept = bindings
+        for email, wanted in wanted_by.items():
+            member = f"serviceAccount:{email}"
+            for b in kept:
+                if not any(_same(b, w) for w in wanted):
+                    b["members"] = set(b.get("members") or ()) - {member}
+            kept = [b for b in kept if b.get("members")]
+            for w in wanted:
+                mine = next((b for b in kept if _same(b, w)), None)
+                if mine is None:
+                    kept.append(dict(w))
+                else:
+                    mine["members"] = set(mine.get("members") or ()) | {member}
         bindings[:] = kept
         after = [(b["role"], sorted(b.get("members") or ()), b.get("condition")) for b in kept]
         return sorted(before, key=repr) != sorted(after, key=repr)
 
+    new_accounts = list(wanted_by)
     try:
-        _update_policy(client, bucket, change, what, new_account=email)
+        _update_policy(client, bucket, change, what, new_accounts=new_accounts)
     except NotFound:
         return False
     return True
 
 
-def revoke(client: Any, email: str, bucket: str) -> None:
-    """Remove the account from every binding of `bucket` (bindings left empty go). Idempotent:
-    no such binding, or no bucket, is fine. Blocks."""
-    member = f"serviceAccount:{email}"
+def revoke(client: Any, email: str | list[str], bucket: str) -> None:
+    """Remove the account(s) from every binding of `bucket` (bindings left empty go), in one
+    read-modify-write. Idempotent: no such binding, or no bucket, is fine. Blocks."""
+    emails = [email] if isinstance(email, str) else list(email)
+    members = {f"serviceAccount:{e}" for e in emails}
 
     def change(bindings: list[dict[str, Any]]) -> bool:
-        if not any(member in (b.get("members") or ()) for b in bindings):
+        if not any(members & set(b.get("members") or ()) for b in bindings):
             return False
         for b in bindings:
-            b["members"] = set(b.get("members") or ()) - {member}
+            b["members"] = set(b.get("members") or ()) - members
         bindings[:] = [b for b in bindings if b["members"]]
         return True
 
     try:
-        _update_policy(client, bucket, change, f"remove {email} from gs://{bucket}")
+        _update_policy(client, bucket, change, f"remove {', '.join(emails)} from gs://{bucket}")
     except NotFound:
         return
 
 
 def storage_client(auth: GcpAuth) -> Any:
-    """A google-cloud-storage client for bucket policies: the adapter's credentials, or
-    anonymous ones on the emulator (STORAGE_EMULATOR_HOST). Makes no call."""
-    from google.auth.credentials import AnonymousCredentials
+    """A google-cloud-storage client for bucket policies: the adapter's credentials, or on an
+    emulator (STORAGE_EMULATOR_HOST) the environment's own (`storage.environment_credentials`;
+    anonymous when it has none). Makes no call but ADC's lookup on an emulator."""
     from google.cloud import storage
 
+    from cloudtrain.providers.gcp.storage import environment_credentials
+
     emulated = bool(os.environ.get("STORAGE_EMULATOR_HOST"))
-    credentials = AnonymousCredentials() if emulated else auth.credentials
+    credentials = environment_credentials() if emulated else auth.credentials
     with gcp_errors("open a Cloud Storage client for bucket policies"):
         return storage.Client(project=auth.project, credentials=credentials)
 
 
-def as_resource(project: str, run_id: str, account: dict[str, Any] | None = None) -> Resource:
-    """The account as a Resource (id = its email, region `global`). Pure."""
-    email = str((account or {}).get("email") or service_account_email(project, run_id))
+def as_resource(
+    project: str, run_id: str, node: str, account: dict[str, Any] | None = None
+) -> Resource:
+    """Node `node`'s account (or the listed `account`) as a Resource (id = its email, region
+    `global`). Pure."""
+    email = str((account or {}).get("email") or node_email(project, run_id, node))
     unique = (account or {}).get("uniqueId")
     return Resource("gcp", KIND_SERVICE_ACCOUNT, email, "global", run_id, unique and str(unique))
 
 
-def tagged(iam: IamClient) -> list[Tagged]:
-    """Every run's service account in the project (see `run_of`), as Tagged (IAM reports no
-    creation time; region None: global). Blocks; read-only."""
+def runs_accounts(accounts: list[dict[str, Any]], run_id: str) -> list[dict[str, Any]]:
+    """The run's node accounts (`run_of`) among `accounts` (an IAM listing). Pure."""
+    return [a for a in accounts if run_of(a) == run_id]
+
+
+def tagged(accounts: list[dict[str, Any]]) -> list[Tagged]:
+    """Every run's node account among `accounts` (an IAM listing; see `run_of`), as Tagged
+    (IAM reports no creation time; region None: global). Pure."""
     out = []
-    for account in iam.list():
+    for account in accounts:
         run_id = run_of(account)
         if run_id is not None:
             out.append(Tagged(run_id, KIND_SERVICE_ACCOUNT, str(account["email"]), None))

@@ -4,7 +4,8 @@ A ledger row may come from a forged journal entry, an edited ledger or an older 
 `GcpCompute.delete_resources` asks `not_runs` first and refuses (providers/ownership.py) what it
 names. A firewall rule has no labels and a service account no tags, so:
 - the name must be the one the run's id derives (`cloudtrain-<run>`, `...-ssh`; the accounts'
-  emails from a hash of the run id in this project; a binding's member the same);
+  emails from a hash of the run id (and of a node id, `identity.is_node_email`) in this
+  project; a binding's member the same);
 - what carries that name must have been made for the run, read first: a rule targets the run's
   network tag, an account's display name names the run (`identity.run_of`,
   `controller_identity.controller_run_of`); a binding follows its account.
@@ -28,14 +29,16 @@ def name_not_runs(project: str, res: Resource) -> str | None:
     ignores). Pure."""
     run_id = res.run_id
     tag = network.run_tag(run_id)
-    node = identity.service_account_email(project, run_id)
     ctl = controller_identity.controller_email(project, run_id)
+    if res.kind in (identity.KIND_SERVICE_ACCOUNT, controller_identity.KIND_ACCOUNT_BINDING):
+        if run_id and identity.is_node_email(project, run_id, res.id):
+            return None
+        shape = f"{identity.node_account_prefix(run_id)}<5 hex>@{identity.email_domain(project)}"
+        return f"not the run's name (a node account {shape} expected)"
     expected = {
         network.KIND_FIREWALL: {tag, tag + network.SSH_SUFFIX},
-        identity.KIND_SERVICE_ACCOUNT: {node},
         controller_identity.KIND_ACCOUNT: {ctl},
         controller_identity.KIND_PROJECT_BINDING: {ctl},
-        controller_identity.KIND_ACCOUNT_BINDING: {node},
     }.get(res.kind)
     if expected is None or (run_id and res.id in expected):
         return None

@@ -4,8 +4,10 @@ prefix.
 Every SDK call runs inside `gcp_errors(...)`, which names the object and turns google-api-core /
 google-auth exceptions into `cloudtrain.errors` types; nothing above this module sees an SDK
 exception. Credentials come from the SDK's chain (Application Default Credentials); with
-`STORAGE_EMULATOR_HOST` set, google-cloud-storage talks to that emulator with anonymous
-credentials by itself, and this class keeps it that way. Nothing is logged, least of all a token.
+`STORAGE_EMULATOR_HOST` set, google-cloud-storage talks to that endpoint with the
+environment's credentials when it has some (`environment_credentials`: a VM's own service
+account from its metadata server sends its token, as on GCS) and anonymously when it has none.
+Nothing is logged, least of all a token.
 
 - Buckets: only the default bucket (`cloudtrain-...`) and buckets this class creates are
   configured: uniform bucket-level access on, public access prevention "enforced". GCS always
@@ -77,6 +79,22 @@ SIGN_HINT = (
 )
 
 
+def environment_credentials() -> Credentials | None:
+    """With STORAGE_EMULATOR_HOST set: the credentials the environment has (Application Default
+    Credentials: a key file, gcloud's, or a VM's service account from its metadata server), so
+    requests carry the caller's own identity as they do on GCS; None when it has none (the SDK
+    then sends none: anonymous). Blocks for ADC's lookup (on a machine with no metadata server
+    its ping fails fast, or NO_GCE_CHECK=true skips it). Never used without an emulator: there
+    ADC's errors propagate."""
+    from google.auth.exceptions import DefaultCredentialsError
+
+    try:
+        credentials, _project = google.auth.default()
+    except DefaultCredentialsError:
+        return None
+    return credentials
+
+
 @dataclass(frozen=True)
 class _Auth:
     """How this store's clients authenticate, resolved once per store."""
@@ -142,6 +160,8 @@ class GcsStore:
                     with gcp_errors(f"find Google Cloud credentials for {self.uri}"):
                         credentials, adc_project = google.auth.default()
                     project = project or adc_project
+                elif credentials is None:
+                    credentials = environment_credentials()
                 self._auth = _Auth(credentials, project, emulator)
             return self._auth
 

@@ -13,7 +13,12 @@ https://cloud.google.com/iam/docs/conditions-attribute-reference):
     and     := unary ("&&" unary)*
     unary   := "!" unary | "(" expr ")" | test
     test    := "resource.name.startsWith(" STR ")"
+             | "resource.name.endsWith(" STR ")"
              | "api.getAttribute(" STR "," STR ").startsWith(" STR ")"
+
+(`startsWith` and `endsWith` are the string functions the attribute reference lists for
+`resource.name`: "Attribute reference for IAM Conditions", "Resource name attribute",
+https://cloud.google.com/iam/docs/conditions-attribute-reference#resource-name.)
 
 STR is a double-quoted string with JSON escapes. Anything else raises ConditionError.
 
@@ -134,11 +139,15 @@ class _Parser:
             self.take(")")
             return inner
         if tok == ("name", "resource"):
-            self.words("resource", "name", "startsWith")
+            self.words("resource", "name")
+            self.take(".")
+            function = self.take("name")
+            if function not in ("startsWith", "endsWith"):
+                raise ConditionError(f"unsupported function on resource.name: {function}")
             self.take("(")
-            prefix = self.take("str")
+            value = self.take("str")
             self.take(")")
-            return ("starts", "resource.name", prefix)
+            return ("starts" if function == "startsWith" else "ends", "resource.name", value)
         if tok == ("name", "api"):
             self.words("api", "getAttribute")
             self.take("(")
@@ -195,7 +204,7 @@ def _eval(tree: tuple[Any, ...], request: Request) -> bool:
     else:
         _, attribute, default = subject
         value = request.attributes.get(attribute, default)
-    return value.startswith(tree[2])
+    return value.startswith(tree[2]) if kind == "starts" else value.endswith(tree[2])
 
 
 def evaluate(expression: str, request: Request) -> bool:

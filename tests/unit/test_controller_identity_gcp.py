@@ -47,17 +47,20 @@ def provider(gcp_cloud: GcpCloud, monkeypatch: pytest.MonkeyPatch) -> GcpProvide
 
 
 def run_info(run_id: str = RUN) -> RunInfo:
-    return RunInfo(run_id, REGION, ZONE, (2222, 2230), store_uri=STORE)
+    return RunInfo(run_id, REGION, ZONE, (2222, 2230), store_uri=STORE, nodes=NODES)
 
 
-def _ready(provider: GcpProvider) -> tuple[Any, str, str, list[Any]]:
+NODES = ("chief-0", "worker-0")
+
+
+def _ready(provider: GcpProvider) -> tuple[Any, str, list[str], list[Any]]:
     compute = provider.compute
     compute.ensure_network(run_info())
     made = compute.ensure_controller_identity(run_info())
     assert compute.ensure_controller_identity(run_info()) == made  # idempotent: no new write
     email = ctl.controller_email(provider.project, RUN)
-    node_sa = identity.service_account_email(provider.project, RUN)
-    return compute, email, node_sa, made
+    node_sas = [identity.node_email(provider.project, RUN, n) for n in NODES]
+    return compute, email, node_sas, made
 
 
 def _mine(bindings: list[dict[str, Any]], email: str) -> list[dict[str, Any]]:
@@ -111,7 +114,7 @@ def test_project_grants_as_sent_are_conditioned_on_this_run(
         == {
             ("controller-service-account", email),
             ("controller-project-binding", email),
-            ("controller-account-binding", node_sa),
+            *(("controller-account-binding", sa) for sa in node_sa),
         }
     )
 
@@ -123,11 +126,12 @@ def test_act_as_the_node_account_only_and_the_bucket_prefix_only(
     account_writes = [
         (name, body) for kind, name, body in gcp_cloud.gce.policy_writes() if kind == "account"
     ]
-    assert [name for name, _ in account_writes] == [node_sa]  # no other account's policy
-    (body,) = [b for _, b in account_writes]
-    assert _mine(body["policy"]["bindings"], email) == [
-        {"role": ctl.ACCOUNT_USER, "members": [f"serviceAccount:{email}"]}
-    ]
+    # each node's account (a replacement node runs as it), no other account's policy
+    assert sorted(name for name, _ in account_writes) == sorted(node_sa)
+    for _, body in account_writes:
+        assert _mine(body["policy"]["bindings"], email) == [
+            {"role": ctl.ACCOUNT_USER, "members": [f"serviceAccount:{email}"]}
+        ]
     assert gcp_cloud.gce.iam_policy("account", email)["bindings"] == []  # nothing on itself
     bucket = gcp_cloud.gcs.iam_policy(BUCKET)
     (mine,) = [b for b in bucket["bindings"] if f"serviceAccount:{email}" in b["members"]]
@@ -171,7 +175,7 @@ def test_controller_node_runs_as_the_controller_on_demand_on_cpu(
     held = {i["name"]: i for i in gcp_cloud.gce.instances()}
     ctl_vm, worker = held[f"ct-{RUN}-controller-0"], held[f"ct-{RUN}-worker-0"]
     assert [a["email"] for a in ctl_vm["serviceAccounts"]] == [email]
-    assert [a["email"] for a in worker["serviceAccounts"]] == [node_sa]
+    assert [a["email"] for a in worker["serviceAccounts"]] == [node_sa[1]]
     assert "provisioningModel" not in ctl_vm["scheduling"] or (
         ctl_vm["scheduling"]["provisioningModel"] != "SPOT"
     )
@@ -227,7 +231,9 @@ def test_a_deleted_account_left_in_the_project_policy_is_still_found_and_removed
     compute.delete_resources(listed)
     assert [r for r in compute.list_resources(RUN) if r.kind.startswith("controller-")] == []
     project = gcp_cloud.gce.iam_policy("project", provider.project)
-    node_sa = identity.service_account_email(provider.project, RUN)
-    on_node_sa = gcp_cloud.gce.iam_policy("account", node_sa)
-    for policy in (project, on_node_sa):
+    on_node_sas = [
+        gcp_cloud.gce.iam_policy("account", identity.node_email(provider.project, RUN, n))
+        for n in NODES
+    ]
+    for policy in (project, *on_node_sas):
         assert not [m for b in policy["bindings"] for m in b["members"] if email in m]

@@ -47,8 +47,11 @@ def compute(gce_fake: GceFake, monkeypatch: pytest.MonkeyPatch) -> Iterator[GcpC
     yield GcpProvider(ProviderConfig(name="gcp", region=REGION, zone=ZONE)).compute
 
 
+NODES = ("worker-0", "worker-1", "worker-2")  # each its own service account
+
+
 def run_info(ssh: bool = False, deadline: float | None = None) -> RunInfo:
-    return RunInfo(RUN, REGION, ZONE, (2222, 2232), ssh=ssh, deadline=deadline)
+    return RunInfo(RUN, REGION, ZONE, (2222, 2232), ssh=ssh, deadline=deadline, nodes=NODES)
 
 
 def request(
@@ -227,7 +230,7 @@ def test_nodes_are_listed_by_label_across_zones_and_deleted(
     reqs = [request(index=i) for i in range(3)]
     other = NodeRequest("other-run", "worker", 0, "n1-standard-4", "x", zone="us-central1-b")
     compute.create_nodes(run_info(), reqs)
-    other_run = RunInfo("other-run", REGION, None, (2222, 2223))
+    other_run = RunInfo("other-run", REGION, None, (2222, 2223), nodes=("worker-0",))
     compute.ensure_network(other_run)  # its own service account
     compute.create_node(other_run, other)
     nodes = compute.list_nodes(RUN)

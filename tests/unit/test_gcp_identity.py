@@ -1,7 +1,8 @@
-"""The run's GCP node identity (providers/gcp/identity.py) on the GCE fake (which serves IAM's
-serviceAccounts too) and the GCS emulator (bucket IAM policies with etags).
+"""The run's GCP node identities (providers/gcp/identity.py: one service account per node id) on
+the GCE fake (which serves IAM's serviceAccounts too) and the GCS emulator (bucket IAM policies
+with etags).
 
-The account id and its bodies, the prefix-conditioned bucket binding, idempotency (ensure twice,
+The account ids and their bodies, the prefix-conditioned bucket binding, idempotency (ensure twice,
 delete twice), read-modify-write retries when the bucket policy changes underneath, waiting for
 IAM to propagate a new account to Compute Engine, teardown (binding, then account), finding the
 account from the cloud alone (`list_resources`, `inventory`), a user's own account, and IAM
@@ -46,8 +47,15 @@ def provider(gcp_cloud: GcpCloud, monkeypatch: pytest.MonkeyPatch) -> GcpProvide
     return made
 
 
+NODES = ("worker-0", "worker-1")
+
+
 def run_info(run_id: str = RUN, store: str = STORE) -> RunInfo:
-    return RunInfo(run_id, REGION, ZONE, (2222, 2230), store_uri=store)
+    return RunInfo(run_id, REGION, ZONE, (2222, 2230), store_uri=store, nodes=NODES)
+
+
+def email_of(provider: GcpProvider, node: str = "worker-0", run_id: str = RUN) -> str:
+    return identity.node_email(provider.project, run_id, node)
 
 
 def node(run_id: str = RUN, index: int = 0) -> NodeRequest:
@@ -79,6 +87,23 @@ def test_account_ids_are_valid_deterministic_and_distinct() -> None:
     assert scoped.endswith("@proj.example.com.iam.gserviceaccount.com")
 
 
+def test_node_account_ids_are_valid_deterministic_and_distinct_per_node() -> None:
+    runs = (RUN, "r", "Run_With.Odd/Chars", "x" * 80, "9lives")
+    nodes = ("chief-0", "worker-0", "worker-1", "worker-10", "ps-3")
+    ids = {(r, n): identity.node_account_id(r, n) for r in runs for n in nodes}
+    for (run_id, node), value in ids.items():
+        assert 6 <= len(value) <= 30, value
+        assert identity._ACCOUNT_ID_RE.match(value), value
+        assert identity.node_account_id(run_id, node) == value, "the same node, the same account"
+        assert value.startswith(identity.node_account_prefix(run_id))
+        email = identity.node_email("p", run_id, node)
+        assert identity.is_node_email("p", run_id, email)
+        assert not identity.is_node_email("p", run_id + "x", email)
+        assert not identity.is_node_email("q", run_id, email)
+    assert len(set(ids.values())) == len(ids)
+    assert identity.node_account_id(RUN, "worker-1").startswith("ct-digits-multi-")
+
+
 def test_the_binding_is_the_run_prefix_and_listings_inside_it() -> None:
     binding = identity.prefix_binding("sa@p.iam.gserviceaccount.com", "b", "pfx/", "r1")
     assert binding["role"] == "roles/storage.objectAdmin"
@@ -89,10 +114,10 @@ def test_the_binding_is_the_run_prefix_and_listings_inside_it() -> None:
         '.startsWith("pfx/cloudtrain/runs/r1/")'
     )
     assert binding["condition"]["title"] == "cloudtrain-r1"
-    about = identity.description("r1", "my.bucket-1")
+    about = identity.description("r1", "worker-0", "my.bucket-1")
     assert identity.bucket_of({"description": about}) == "my.bucket-1"
     with pytest.raises(ProviderError, match="too long"):
-        identity.description("r1", "a" * 230)
+        identity.description("r1", "worker-0", "a" * 230)
 
 
 def test_only_accounts_named_for_their_run_are_runs() -> None:
@@ -100,38 +125,57 @@ def test_only_accounts_named_for_their_run_are_runs() -> None:
     assert identity.run_of({"displayName": "cloudtrain run r1", "email": email}) == "r1"
     assert identity.run_of({"displayName": "cloudtrain run r2", "email": email}) is None
     assert identity.run_of({"displayName": "ci deployer", "email": email}) is None
+    mine = identity.node_email("p", "r1", "worker-1")
+    shown = "cloudtrain run r1 node worker-1"
+    assert identity.node_of({"displayName": shown, "email": mine}) == ("r1", "worker-1")
+    assert identity.run_of({"displayName": shown, "email": mine}) == "r1"
+    other = "cloudtrain run r1 node worker-2"
+    assert identity.node_of({"displayName": other, "email": mine}) is None
+    assert identity.run_of({"displayName": other, "email": mine}) is None
 
 
 # --- against the fakes -------------------------------------------------------------------------
 
 
-def test_ensure_makes_one_account_and_one_binding_and_is_idempotent(
+def test_ensure_makes_one_account_per_node_with_its_bindings_and_is_idempotent(
     provider: GcpProvider, gcp_cloud: GcpCloud
 ) -> None:
     compute = provider.compute
-    email = identity.service_account_email(provider.project, RUN)
+    emails = [email_of(provider, n) for n in NODES]
     planned = compute.planned_network(run_info())
     first = compute.ensure_network(run_info())
     again = compute.ensure_network(run_info())
     keys = {(r.kind, r.id) for r in first}
     assert keys == {(r.kind, r.id) for r in planned} == {(r.kind, r.id) for r in again}
-    assert ("service_account", email) in keys
-    (account,) = gcp_cloud.gce.service_accounts()
-    assert account["email"] == email
-    assert account["displayName"] == f"cloudtrain run {RUN}"
-    assert f"gs://{BUCKET}" in account["description"] and RUN in account["description"]
-    # the nodes' two bindings (reads, writes: test_gcp_node_bucket_rights.py checks each key)
-    bindings = bindings_of(gcp_cloud, email)
-    assert sorted(b["role"] for b in bindings) == [identity.OBJECT_ADMIN, identity.OBJECT_VIEWER]
-    for binding in bindings:
-        assert binding["members"] == [member(email)]
-        assert f"/objects/pfx/cloudtrain/runs/{RUN}/" in binding["condition"]["expression"]
+    assert {("service_account", e) for e in emails} <= keys
+    accounts = {a["email"]: a for a in gcp_cloud.gce.service_accounts()}
+    assert sorted(accounts) == sorted(emails)
+    for name, email in zip(NODES, emails, strict=True):
+        assert accounts[email]["displayName"] == f"cloudtrain run {RUN} node {name}"
+        about = accounts[email]["description"]
+        assert f"gs://{BUCKET}" in about and RUN in about and name in about
+        # reads (shared), writes (its own): test_gcp_node_bucket_rights.py checks each key
+        bindings = bindings_of(gcp_cloud, email)
+        writes = [b for b in bindings if b["role"] == identity.OBJECT_ADMIN]
+        assert len(bindings) == 1 + len(writes)
+        # worker-0 is the chief of a run without one: its 13 rules take two conditions
+        assert len(writes) == (2 if name == "worker-0" else 1)
+        for write in writes:
+            assert write["members"] == [member(email)]
+            assert f"/objects/pfx/cloudtrain/runs/{RUN}/" in write["condition"]["expression"]
+    (reads,) = [
+        b
+        for b in gcp_cloud.gcs.iam_policy(BUCKET)["bindings"]
+        if b["role"] == identity.OBJECT_VIEWER
+    ]
+    assert sorted(reads["members"]) == sorted(member(e) for e in emails)
     assert gcp_cloud.gcs.iam_policy(BUCKET)["version"] == 3
     creates = [r for r in gcp_cloud.gce.requests if r.startswith("POST /v1/projects/")]
-    assert len(creates) == 2, "the second create met 409 ALREADY_EXISTS and read the account"
-    (inst,) = [compute.create_node(run_info(), node())]
-    stored = next(i for i in gcp_cloud.gce.instances() if i["name"] == inst.name)
-    assert stored["serviceAccounts"][0]["email"] == email
+    assert len(creates) == 4, "the second creates met 409 ALREADY_EXISTS and read the accounts"
+    for index in (0, 1):
+        inst = compute.create_node(run_info(), node(index=index))
+        stored = next(i for i in gcp_cloud.gce.instances() if i["name"] == inst.name)
+        assert stored["serviceAccounts"][0]["email"] == emails[index]
 
 
 def test_a_policy_changing_underneath_is_read_again(
@@ -140,7 +184,7 @@ def test_a_policy_changing_underneath_is_read_again(
     compute = provider.compute
     gcp_cloud.gcs.race_iam_policy(BUCKET, 3)
     compute.ensure_network(run_info())
-    email = identity.service_account_email(provider.project, RUN)
+    email = email_of(provider, "worker-1")
     assert len(bindings_of(gcp_cloud, email)) == 2
     other = "other-run-1"
     monkeypatch.setattr(identity, "POLICY_ATTEMPTS", 2)
@@ -149,7 +193,7 @@ def test_a_policy_changing_underneath_is_read_again(
         compute.ensure_network(run_info(other))
     gcp_cloud.gcs.race_iam_policy(BUCKET, -3)  # the race is over
     compute.ensure_network(run_info(other))
-    assert len(bindings_of(gcp_cloud, identity.service_account_email(provider.project, other)))
+    assert len(bindings_of(gcp_cloud, email_of(provider, run_id=other)))
     assert len(bindings_of(gcp_cloud, email)) == 2, "the first run's bindings survived"
 
 
@@ -167,10 +211,11 @@ def test_teardown_removes_the_binding_then_the_account_and_keeps_others(
     compute.create_nodes(run_info(), [node(index=0), node(index=1)])
     bucket.put(f"cloudtrain/runs/{RUN}/x", b"1")
     report = teardown(provider, None, RUN)
-    email = identity.service_account_email(provider.project, RUN)
-    assert f"service_account/{email}" in report.resources_deleted
+    for name in NODES:
+        email = email_of(provider, name)
+        assert f"service_account/{email}" in report.resources_deleted
+        assert bindings_of(gcp_cloud, email) == []
     assert gcp_cloud.gce.service_accounts() == []
-    assert bindings_of(gcp_cloud, email) == []
     kept = gcp_cloud.gcs.iam_policy(BUCKET)["bindings"]
     assert kept == [{"role": "roles/storage.objectViewer", "members": ["user:me@example.com"]}]
     compute.delete_resources(compute.planned_network(run_info()))  # all gone already: fine
@@ -191,20 +236,22 @@ def test_a_fresh_process_finds_the_account_from_the_cloud_alone(
         "POST", f"projects/{provider.project}/serviceAccounts", "x", lookalike
     )
     fresh = GcpProvider(ProviderConfig(name="gcp", region=REGION, zone=ZONE)).compute
-    email = identity.service_account_email(provider.project, RUN)
-    assert ("service_account", email) in {(r.kind, r.id) for r in fresh.list_resources(RUN)}
+    found = {(r.kind, r.id) for r in fresh.list_resources(RUN)}
     accounts = [t for t in fresh.inventory() if t.kind == "service_account"]
-    assert Tagged(RUN, "service_account", email, None) in accounts
+    for name in NODES:
+        assert ("service_account", email_of(provider, name)) in found
+        assert Tagged(RUN, "service_account", email_of(provider, name), None) in accounts
     assert {t.run_id for t in accounts} == {RUN, "second-run"}, "the look-alike is not a run's"
     fresh.delete_resources(fresh.list_resources(RUN))
     assert {a["displayName"] for a in gcp_cloud.gce.service_accounts()} == {
-        "cloudtrain run second-run",
+        *(f"cloudtrain run second-run node {n}" for n in NODES),
         "cloudtrain run ci",
     }
 
 
 def test_an_account_of_that_id_not_made_for_the_run_is_refused(provider: GcpProvider) -> None:
-    body = {"accountId": identity.account_id(RUN), "serviceAccount": {"displayName": "mine"}}
+    accountid = identity.node_account_id(RUN, NODES[1])
+    body = {"accountId": accountid, "serviceAccount": {"displayName": "mine"}}
     provider.compute.iam.call("POST", f"projects/{provider.project}/serviceAccounts", "x", body)
     with pytest.raises(ProviderError, match="not cloudtrain's"):
         provider.compute.ensure_network(run_info())
@@ -227,7 +274,8 @@ def test_inserts_wait_for_iam_to_propagate_a_new_account(
 def test_a_missing_bucket_gets_no_binding(provider: GcpProvider, gcp_cloud: GcpCloud) -> None:
     made = provider.compute.ensure_network(run_info(store="gs://ct-identity-missing/p"))
     assert "service_account" in {r.kind for r in made}
-    assert "ct-identity-missing" in gcp_cloud.gce.service_accounts()[0]["description"]
+    for account in gcp_cloud.gce.service_accounts():
+        assert "ct-identity-missing" in account["description"]
     provider.compute.delete_resources(made)  # the bucket policy to clean does not exist: fine
     assert gcp_cloud.gce.service_accounts() == []
 
@@ -282,6 +330,6 @@ def busy_iam(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 def test_throttled_or_failing_iam_is_transient(provider: GcpProvider, busy_iam: None) -> None:
     compute: GcpCompute = provider.compute
     with pytest.raises(TransientError, match="create service account"):
-        compute.iam.create(RUN, BUCKET)
-    with pytest.raises(TransientError, match="read service account"):
+        compute.iam.create(RUN, NODES[0], BUCKET)
+    with pytest.raises(TransientError, match="list the service accounts"):
         compute.list_resources(RUN)

@@ -123,7 +123,9 @@ def gcp(gcs_emulator_session: GcsEmulator, tmp_path_factory: pytest.TempPathFact
             ]
             provider = GcpProvider(ProviderConfig(name="gcp", region=REGION))
             mp.setenv("CLOUDTRAIN_SSH_CIDR", SSH_CIDR)
-            ssh_run = RunInfo(f"ssh{run.run_id}", REGION, None, (2222, 2232), True, store)
+            ssh_run = RunInfo(
+                f"ssh{run.run_id}", REGION, None, (2222, 2232), True, store, nodes=("worker-0",)
+            )
             provider.compute.ensure_network(ssh_run)
             signer = GcsStore(store, credentials=service_account_credentials())
             signed = kit.render_requests(job, provider, home, signer)
@@ -270,44 +272,56 @@ def _grants(policy: dict[str, Any], email: str) -> list[dict[str, Any]]:
     return [b for b in policy.get("bindings") or [] if member in b.get("members", [])]
 
 
+def _node_accounts(gcp: GcpSeen, run_id: str) -> dict[str, dict[str, Any]]:
+    """Node id -> its service account, of run `run_id` (display `cloudtrain run R node N`)."""
+    shown = f"cloudtrain run {run_id} node "
+    return {
+        a["displayName"].removeprefix(shown): a
+        for a in gcp.accounts
+        if a["displayName"].startswith(shown)
+    }
+
+
 def test_node_identity_reaches_only_the_runs_prefix(gcp: GcpSeen) -> None:
-    """Each node runs as the run's own service account (made for it, named for it), whose
-    bucket bindings are conditioned on the run's prefix: objects under it, listings inside it."""
+    """Each node runs as its own service account (made for its node id, named for it), whose
+    bucket bindings are conditioned on the run's prefix: objects under it, listings inside it,
+    writes of its own keys only."""
     run_id = gcp.run.run_id
-    (account,) = [a for a in gcp.accounts if a["displayName"] == f"cloudtrain run {run_id}"]
-    email = account["email"]
+    accounts = _node_accounts(gcp, run_id)
+    assert len(accounts) == len(gcp.instances) >= 2
     for instance in gcp.instances:
         (used,) = instance["serviceAccounts"]
-        assert used["email"] == email, "not the run's own service account"
+        node_id = instance["name"].removeprefix(f"ct-{run_id}-")
+        assert used["email"] == accounts[node_id]["email"], "not the node's own service account"
     root = f"{gcp.prefix}/" if gcp.prefix else ""
     run_prefix = f"{root}cloudtrain/runs/{run_id}/"
-    # reads and writes: two bindings, evaluated (each key: test_gcp_node_bucket_rights.py)
-    node = f"serviceAccount:{email}"
-    bindings = _grants(gcp.bucket_policy, email)
-    assert sorted(b["role"] for b in bindings) == [
-        "roles/storage.objectAdmin",
-        "roles/storage.objectViewer",
-    ]
-    assert all(b["members"] == [node] for b in bindings)
-    assert gcp.bucket_policy["version"] == 3
     policy, bucket = gcp.bucket_policy, gcp.bucket
-    assert cel.can_read(policy, node, bucket, run_prefix + "cluster.json")
-    assert cel.can_write(policy, node, bucket, run_prefix + "status/chief-0.json")
-    assert cel.can_list(policy, node, bucket, run_prefix)
-    other = f"{root}cloudtrain/runs/{gcp.ssh_run_id}/"
-    assert not cel.can_read(policy, node, bucket, other + "cluster.json")
-    assert not cel.can_write(policy, node, bucket, other + "status/chief-0.json")
-    assert not cel.can_list(policy, node, bucket, f"{root}cloudtrain/runs/"), "a wider listing"
-    assert not any(a["email"] == email for a in gcp.accounts if a is not account)
+    assert policy["version"] == 3
+    for node_id, account in accounts.items():
+        email = account["email"]
+        # reads and writes, evaluated (each key: test_gcp_node_bucket_rights.py)
+        node = f"serviceAccount:{email}"
+        roles = {b["role"] for b in _grants(policy, email)}
+        assert roles == {"roles/storage.objectAdmin", "roles/storage.objectViewer"}
+        assert cel.can_read(policy, node, bucket, run_prefix + "cluster.json")
+        assert cel.can_write(policy, node, bucket, run_prefix + f"status/{node_id}.json")
+        for peer in accounts:
+            if peer != node_id:
+                assert not cel.can_write(policy, node, bucket, run_prefix + f"status/{peer}.json")
+        assert cel.can_list(policy, node, bucket, run_prefix)
+        other = f"{root}cloudtrain/runs/{gcp.ssh_run_id}/"
+        assert not cel.can_read(policy, node, bucket, other + "cluster.json")
+        assert not cel.can_write(policy, node, bucket, other + f"status/{node_id}.json")
+        assert not cel.can_list(policy, node, bucket, f"{root}cloudtrain/runs/"), "wider"
 
 
 def test_each_run_has_its_own_identity(gcp: GcpSeen) -> None:
     """The second run's account is another one, bound to its own prefix only."""
-    (mine,) = [a for a in gcp.accounts if a["displayName"] == f"cloudtrain run {gcp.run.run_id}"]
-    (theirs,) = [a for a in gcp.accounts if a["displayName"] == f"cloudtrain run {gcp.ssh_run_id}"]
-    assert mine["email"] != theirs["email"]
+    mine = _node_accounts(gcp, gcp.run.run_id)
+    (theirs,) = _node_accounts(gcp, gcp.ssh_run_id).values()
+    assert theirs["email"] not in {a["email"] for a in mine.values()}
     node = f"serviceAccount:{theirs['email']}"
-    assert len(_grants(gcp.bucket_policy, theirs["email"])) == 2
+    assert len(_grants(gcp.bucket_policy, theirs["email"])) == 3  # reads, a chief's 2 writes
     root = f"{gcp.prefix}/" if gcp.prefix else ""
     for run_id, reached in ((gcp.ssh_run_id, True), (gcp.run.run_id, False)):
         key = f"{root}cloudtrain/runs/{run_id}/cluster.json"
