@@ -16,9 +16,10 @@ import json
 from typing import Any
 
 from cloudtrain.errors import ProviderError
+from cloudtrain.jobs.protocol import node_id
 from cloudtrain.providers.aws import network
-from cloudtrain.providers.aws.identity import controller_name
-from cloudtrain.providers.aws.network import TAG_INDEX, TAG_ROLE, TAG_RUN, resource_name
+from cloudtrain.providers.aws.identity import controller_name, node_name
+from cloudtrain.providers.aws.network import TAG_INDEX, TAG_ROLE, TAG_RUN
 from cloudtrain.providers.base import Node, NodeRequest, NodeState, parse_node_name
 
 USER_DATA_GZIP_OVER = 14 * 1024  # larger scripts are gzipped (cloud-init unpacks them)
@@ -60,8 +61,6 @@ def node_state(instance: dict[str, Any]) -> NodeState:
     if instance.get("InstanceLifecycle") == "spot" and reason == SPOT_INTERRUPTION:
         return "preempted"
     return "terminated"
-
-
 
 
 def to_node(instance: dict[str, Any]) -> Node | None:
@@ -114,7 +113,8 @@ def launch_params(
 ) -> dict[str, Any]:
     """The `run_instances` parameters of one node (no ClientToken: `client_token` derives it
     from these): IMDSv2 only, terminate on shutdown, a gp3 root volume deleted with the
-    instance, the run's instance profile and security group, and spot as a one-time request
+    instance, its node's instance profile (`identity.node_name`, a replacement's too) and the
+    run's security group, and spot as a one-time request
     when asked. The controller node (role `controller`) runs under the controller's instance
     profile (identity.controller_name), never the nodes', and is never spot. Pure; raises
     ProviderError for a startup script over EC2's UserData limit."""
@@ -136,7 +136,9 @@ def launch_params(
             "HttpPutResponseHopLimit": 2,
         },
         "IamInstanceProfile": {
-            "Name": controller_name(run_id) if controller else resource_name(run_id)
+            "Name": controller_name(run_id)
+            if controller
+            else node_name(run_id, node_id(request.role, request.index))
         },
         "SecurityGroupIds": [group_id],
         "BlockDeviceMappings": [

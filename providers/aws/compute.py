@@ -3,7 +3,8 @@
 A node is one EC2 instance, tagged `cloudtrain:run`, `cloudtrain:role`, `cloudtrain:index` and
 `Name` (the node name), as is its root volume. The tags are the source of truth: `list_nodes` asks
 EC2, never local state. Each run also owns a security group (`network`) and an IAM role with its
-instance profile (`identity`), all named `cloudtrain-<run_id>`.
+instance profile per node id of the run (`identity`: `cloudtrain-<run_id>-<node>`, a replacement
+reuses its node's), the group named `cloudtrain-<run_id>`.
 
 Idempotency of `create_node` has two layers: a live instance with the node's name is returned as
 is, and `run_instances` carries a ClientToken derived from the name and the launch parameters
@@ -41,6 +42,7 @@ from cloudtrain.providers.aws.identity import (
     KIND_PROFILE,
     KIND_ROLE,
     controller_name,
+    node_name,
 )
 from cloudtrain.providers.aws.images import image_for, resolve_ami
 from cloudtrain.providers.aws.network import (
@@ -144,31 +146,36 @@ class AwsCompute(Compute):
     # -- network and identity --------------------------------------------------------------
 
     def planned_network(self, run: RunInfo) -> list[Resource]:
-        """The security group, IAM role and instance profile `ensure_network` makes. Pure."""
-        name = resource_name(run.run_id)
-        return [
-            Resource("aws", kind, name, self.region, run.run_id)
-            for kind in (KIND_GROUP, KIND_ROLE, KIND_PROFILE)
+        """The security group, and each node's IAM role and instance profile (`run.nodes`),
+        that `ensure_network` makes. Pure."""
+        group = Resource("aws", KIND_GROUP, resource_name(run.run_id), self.region, run.run_id)
+        return [group] + [
+            Resource("aws", kind, node_name(run.run_id, node), self.region, run.run_id)
+            for node in run.nodes
+            for kind in (KIND_ROLE, KIND_PROFILE)
         ]
 
     def ensure_network(self, run: RunInfo) -> list[Resource]:
         """The run's security group (port range from itself only, SSH from the `ssh_cidr` option
-        if asked), its IAM role limited to the run's S3 prefix, and the role's instance profile.
-        Idempotent; blocks until created (IAM may still take seconds to reach EC2: `create_node`
-        retries that)."""
+        if asked), and for each node id of `run.nodes` its IAM role, limited to the node's own
+        keys in the run's S3 prefix, and the role's instance profile. Idempotent; blocks until
+        created (IAM may still take seconds to reach EC2: `create_node` retries that). Raises
+        ProviderError for a run without nodes or a non-s3:// store, before any create."""
         cidr = self.config.option("ssh_cidr")
         network.ingress_rules("sg-0", run, cidr)  # a bad port range or SSH CIDR fails before any
-        identity.s3_policy(run.store_uri, run.run_id)  # create, as does a non-s3:// store
-        role_arn, profile_arn = identity.ensure_identity(self.iam, run.run_id, run.store_uri)
+        identity.parse_s3_uri(run.store_uri)  # create, as does a non-s3:// store
+        made = identity.ensure_identities(self.iam, run.run_id, run.store_uri, run.nodes)
         group_id = network.ensure_security_group(self.ec2, self.region, run, cidr)
         with self._lock:
             self._groups[run.run_id] = group_id
-        name = resource_name(run.run_id)
-        return [
-            Resource("aws", KIND_GROUP, name, self.region, run.run_id, group_id),
-            Resource("aws", KIND_ROLE, name, self.region, run.run_id, role_arn),
-            Resource("aws", KIND_PROFILE, name, self.region, run.run_id, profile_arn),
-        ]
+        group = resource_name(run.run_id)
+        out = [Resource("aws", KIND_GROUP, group, self.region, run.run_id, group_id)]
+        for node in run.nodes:
+            name = node_name(run.run_id, node)
+            role_arn, profile_arn = made[node]
+            out.append(Resource("aws", KIND_ROLE, name, self.region, run.run_id, role_arn))
+            out.append(Resource("aws", KIND_PROFILE, name, self.region, run.run_id, profile_arn))
+        return out
 
     def planned_controller_identity(self, run: RunInfo) -> list[Resource]:
         """The controller node's IAM role and instance profile (`cloudtrain-<run>-controller`,
@@ -184,7 +191,7 @@ class AwsCompute(Compute):
         instance profile. Needs `ensure_network` first (the node role it may pass). Idempotent;
         blocks until created (EC2 may not see the profile for seconds: `create_node` retries)."""
         role, profile = identity.ensure_controller_identity(
-            self.iam, run.run_id, run.store_uri, self.region
+            self.iam, run.run_id, run.store_uri, self.region, run.nodes
         )
         name = controller_name(run.run_id)
         return [
@@ -208,8 +215,9 @@ class AwsCompute(Compute):
         return found
 
     def list_resources(self, run_id: str) -> list[Resource]:
-        """The run's security groups (by tag), its role and instance profile and its controller
-        node's (by name, tagged with the run). Blocks."""
+        """The run's security groups (by tag), its nodes' roles and instance profiles (by the
+        run's IAM path) and its controller node's (by name); `delete_resources` checks their
+        tags. Blocks."""
         return network.group_resources(self.ec2, self.region, run_id) + (
             identity.identity_resources(self.iam, self.region, run_id)
         )

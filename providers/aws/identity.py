@@ -1,12 +1,17 @@
-"""The run's IAM identity: a role its nodes assume, limited to the run's own prefix in the bucket.
+"""The run's IAM identities: one role per node of the run, limited to that node's own keys.
 
-Role and instance profile are both `cloudtrain-<run_id>`; the role trusts ec2.amazonaws.com and
-carries one inline policy, `cloudtrain-<run_id>-s3`: Get/Put/DeleteObject under
-`<prefix>cloudtrain/runs/<run_id>/` and ListBucket restricted to that prefix. Nothing else, so a
-node can neither read another run's data nor call any other AWS API. Inside the prefix, explicit
-Deny statements keep the run's key (`control/key`) from the nodes altogether and the
-controller's documents (the lease, stop, yield, launch document, cluster.json, the journal and
-the bundle) from their writes (issue 29). The policy itself is `node_policy.s3_policy`.
+Each node id of the run ("chief-0", "worker-1", ...) has a role and an instance profile, both
+`node_name(run, node)` = `cloudtrain-<run_id>-<node>` (IAM allows 64 characters for a role
+name, 128 for a profile: a longer node id is cut and hashed), at the IAM path
+`/cloudtrain/<run_id>/` (`node_path`: so the controller may pass exactly this run's node roles,
+and `down` lists them, by one ARN pattern), tagged `cloudtrain:run` and `cloudtrain:node`. A
+replacement of a node boots with the same profile. The role trusts ec2.amazonaws.com and carries
+one inline policy, `cloudtrain-<run_id>-s3` (`node_policy.s3_policy`): reads of the run's prefix
+except its key, ListBucket of that prefix, writes of the node's own keys only
+(`jobs/node_rights.py`), never the controller's documents (issue 29). Nothing else, so a node
+can neither read another run's data, nor write a peer's status, nor call any other AWS API.
+Runs made before one role per node have one role `cloudtrain-<run_id>` (path `/`): `down` and
+`gc` still find and delete it.
 
 The run's controller node (issue 17) has its own role and instance profile,
 `cloudtrain-<run_id>-controller` (kinds controller-role, controller-instance-profile), whose one
@@ -16,13 +21,15 @@ bucket prefix only.
 
 from __future__ import annotations
 
+import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
 from cloudtrain.errors import ProviderError
 from cloudtrain.jobs import protocol
+from cloudtrain.jobs.node_rights import chief_of
 from cloudtrain.providers.aws.errors import aws_errors
 from cloudtrain.providers.aws.network import TAG_RUN, call, resource_name, tag_dict, tag_list
 from cloudtrain.providers.aws.node_policy import parse_s3_uri, s3_policy
@@ -34,6 +41,8 @@ KIND_CONTROLLER_ROLE, KIND_CONTROLLER_PROFILE = "controller-role", "controller-i
 CONTROLLER_KINDS = {KIND_ROLE: KIND_CONTROLLER_ROLE, KIND_PROFILE: KIND_CONTROLLER_PROFILE}
 NAME_PREFIX = resource_name("")  # every role and profile cloudtrain makes starts so
 GONE = {"NoSuchEntity"}
+TAG_NODE = "cloudtrain:node"  # a node role's node id
+ROLE_NAME_MAX = 64  # IAM quotas: a role name has at most 64 characters, a profile's 128
 TRUST_POLICY = {
     "Version": "2012-10-17",
     "Statement": [
@@ -51,25 +60,68 @@ def policy_name(run_id: str) -> str:
     return f"{resource_name(run_id)}-s3"
 
 
-def ensure_identity(iam: Any, run_id: str, store_uri: str) -> tuple[str, str]:
-    """Create (or complete) the run's role, inline policy and instance profile; returns
-    (role ARN, instance profile ARN). Idempotent: existing entities are fine. Blocks."""
-    name = resource_name(run_id)
-    policy = json.dumps(s3_policy(store_uri, run_id))  # a bad URI fails before any create
-    description = f"cloudtrain run {run_id}: its nodes' access to the run's S3 prefix"
-    return ensure_role_and_profile(iam, run_id, name, description, policy_name(run_id), policy)
+def node_path(run_id: str) -> str:
+    """The IAM path of the run's node roles and profiles: `/cloudtrain/<run_id>/`. Pure."""
+    return f"/cloudtrain/{run_id}/"
+
+
+def node_name(run_id: str, node: str) -> str:
+    """The role and instance profile of node `node` of the run: `cloudtrain-<run>-<node>`, at
+    most 64 characters (a longer node id is cut and 8 hex digits of its hash appended). Pure."""
+    name = f"{resource_name(run_id)}-{node}"
+    if len(name) <= ROLE_NAME_MAX:
+        return name
+    digest = hashlib.sha256(node.encode()).hexdigest()[:8]
+    keep = max(ROLE_NAME_MAX - len(resource_name(run_id)) - 2 - len(digest), 1)
+    return f"{resource_name(run_id)}-{node[:keep]}-{digest}"
+
+
+def ensure_identities(
+    iam: Any, run_id: str, store_uri: str, nodes: Sequence[str]
+) -> dict[str, tuple[str, str]]:
+    """Create (or complete) each node's role, inline policy (`node_policy.s3_policy`, the
+    chief's rights for `chief_of(nodes)`) and instance profile; returns node id -> (role ARN,
+    instance profile ARN). Idempotent: existing entities are fine. Blocks. Raises
+    ProviderError for a non-s3:// store or no nodes, before any create."""
+    if not nodes:
+        raise ProviderError(f"run {run_id} has no nodes to make IAM roles for")
+    chief = chief_of(nodes)
+    policies = {n: json.dumps(s3_policy(store_uri, run_id, n, chief=n == chief)) for n in nodes}
+    out = {}
+    for node in nodes:
+        out[node] = ensure_role_and_profile(
+            iam,
+            run_id,
+            node_name(run_id, node),
+            f"cloudtrain run {run_id}: node {node}'s access to its keys in the run's S3 prefix",
+            policy_name(run_id),
+            policies[node],
+            path=node_path(run_id),
+            node=node,
+        )
+    return out
 
 
 def ensure_role_and_profile(
-    iam: Any, run_id: str, name: str, description: str, policy_name: str, policy: str
+    iam: Any,
+    run_id: str,
+    name: str,
+    description: str,
+    policy_name: str,
+    policy: str,
+    *,
+    path: str = "/",
+    node: str | None = None,
 ) -> tuple[str, str]:
-    """Create (or complete) role `name` (EC2 may assume it) with its one inline policy, tagged
-    with the run, and the instance profile of the same name holding it; returns (role ARN,
-    instance profile ARN). Idempotent: existing entities are fine. Blocks."""
-    tags = tag_list({TAG_RUN: run_id})
+    """Create (or complete) role `name` at IAM path `path` (EC2 may assume it) with its one
+    inline policy, tagged with the run (and `node`, if given), and the instance profile of the
+    same name and path holding it; returns (role ARN, instance profile ARN). Idempotent:
+    existing entities are fine. Blocks."""
+    tags = tag_list({TAG_RUN: run_id, **({TAG_NODE: node} if node else {})})
     call(
         f"create IAM role {name}",
         lambda: iam.create_role(
+            Path=path,
             RoleName=name,
             AssumeRolePolicyDocument=json.dumps(TRUST_POLICY),
             Description=description,
@@ -83,7 +135,7 @@ def ensure_role_and_profile(
         iam.put_role_policy(RoleName=name, PolicyName=policy_name, PolicyDocument=policy)
     call(
         f"create instance profile {name}",
-        lambda: iam.create_instance_profile(InstanceProfileName=name, Tags=tags),
+        lambda: iam.create_instance_profile(InstanceProfileName=name, Path=path, Tags=tags),
         ok={"EntityAlreadyExists"},
     )
     with aws_errors(f"read instance profile {name}"):
@@ -188,13 +240,35 @@ def delete_role(iam: Any, name: str) -> None:
     call(f"delete IAM role {name}", lambda: iam.delete_role(RoleName=name), ok=GONE)
 
 
+def _listed(iam: Any, lister: str, items: str, name_key: str, path: str) -> list[tuple[str, str]]:
+    """(name, ARN) of the IAM entities of one kind at exactly `path` (roles or instance
+    profiles). PathPrefix also matches deeper paths, so each entity's Path is checked too (and
+    an emulator that ignores PathPrefix is then harmless). Blocks; read-only."""
+    with aws_errors(f"list IAM {items} at {path}"):
+        return [
+            (str(r[name_key]), str(r["Arn"]))
+            for page in iam.get_paginator(lister).paginate(PathPrefix=path)
+            for r in page[items]
+            if r.get("Path") == path
+        ]
+
+
 def identity_resources(iam: Any, region: str, run_id: str) -> list[Resource]:
-    """The run's role and instance profile, then its controller node's (`controller_name`)
-    instance profile and role, those that exist, as Resources (by name). The controller's
-    profile comes before its role: the controller deleting its own identity one resource at a
-    time loses every right with its role's policy, so its profile must go first (what is left
-    then is an empty role, which grants nothing, for `down`). Blocks."""
+    """The run's node roles and instance profiles (at `node_path`, and the one role and profile
+    `cloudtrain-<run>` of a run made before one role per node), then its controller node's
+    (`controller_name`) instance profile and role, those that exist, as Resources (by name).
+    `delete_identity` checks each one's tags before deleting it. The controller's profile comes
+    before its role: the controller deleting its own identity one resource at a time loses
+    every right with its role's policy, so its profile must go first (what is left then is an
+    empty role, which grants nothing, for `down`). Blocks."""
     found = []
+    path = node_path(run_id)
+    for name, arn in _listed(iam, "list_roles", "Roles", "RoleName", path):
+        found.append(Resource("aws", KIND_ROLE, name, region, run_id, arn))
+    for name, arn in _listed(
+        iam, "list_instance_profiles", "InstanceProfiles", "InstanceProfileName", path
+    ):
+        found.append(Resource("aws", KIND_PROFILE, name, region, run_id, arn))
     name = resource_name(run_id)
     role = role_arn(iam, name)
     if role:
@@ -212,18 +286,30 @@ def identity_resources(iam: Any, region: str, run_id: str) -> list[Resource]:
     return found
 
 
+def _node_named(run_id: str, name: str, tags: Any) -> bool:
+    """Whether `name` is the run's node identity of the node its `cloudtrain:node` tag names,
+    or the one node role of a run made before one role per node. Pure."""
+    node = tag_dict(tags).get(TAG_NODE)
+    if node is None:
+        return name == resource_name(run_id)
+    return name == node_name(run_id, node)
+
+
 def _is_runs(iam: Any, res: Resource) -> str | None:
     """Why `res` (a role or instance profile) is not its run's, or None when it is (or is gone):
-    its name must be the run's (`resource_name` or `controller_name` for its kind) and the
-    entity must carry the tag `cloudtrain:run` = the run id, read from IAM first. Blocks."""
-    names = {
-        KIND_ROLE: resource_name(res.run_id),
-        KIND_PROFILE: resource_name(res.run_id),
-        KIND_CONTROLLER_ROLE: controller_name(res.run_id),
-        KIND_CONTROLLER_PROFILE: controller_name(res.run_id),
-    }
-    if not res.run_id or res.id != names[res.kind]:
-        return f"not the run's name ({names[res.kind]!r} expected)"
+    its name must be the run's (`node_name` of its `cloudtrain:node` tag, `resource_name`, or
+    `controller_name` for its kind) and the entity must carry the tag `cloudtrain:run` = the
+    run id, read from IAM first. Blocks."""
+    controller = res.kind in (KIND_CONTROLLER_ROLE, KIND_CONTROLLER_PROFILE)
+    wanted = controller_name(res.run_id) if controller else f"{resource_name(res.run_id)}[-NODE]"
+    if controller:
+        named = res.id == controller_name(res.run_id)
+    else:
+        named = res.id.startswith(resource_name(res.run_id)) and res.id != controller_name(
+            res.run_id
+        )
+    if not res.run_id or not named:
+        return f"not the run's name ({wanted!r} expected)"
     if res.kind in (KIND_ROLE, KIND_CONTROLLER_ROLE):
         got = call(f"read IAM role {res.id}", lambda: iam.get_role(RoleName=res.id), ok=GONE)
         entity = got["Role"] if got else None
@@ -239,6 +325,8 @@ def _is_runs(iam: Any, res: Resource) -> str | None:
     tagged = tag_dict(entity.get("Tags")).get(TAG_RUN)
     if tagged != res.run_id:
         return f"its {TAG_RUN} tag is {tagged!r}, not {res.run_id!r}"
+    if not controller and not _node_named(res.run_id, res.id, entity.get("Tags")):
+        return f"not the name its {TAG_NODE} tag gives ({wanted!r} expected)"
     return None
 
 
@@ -271,8 +359,9 @@ def _created(entity: dict[str, Any]) -> float | None:
 
 def tagged_identities(iam: Any) -> list[Tagged]:
     """Every cloudtrain IAM role and instance profile of the account (IAM is global, so their
-    region is None), of any run: named `cloudtrain-<run_id>` *and* tagged `cloudtrain:run` with
-    that run id, so a user's own `cloudtrain-...` role is never taken for a run's. Listings
+    region is None), of any run: tagged `cloudtrain:run` with a run id *and* named as that run's
+    (a node's `node_name` by its `cloudtrain:node` tag, the old per-run `cloudtrain-<run_id>`,
+    or the controller's), so a user's own `cloudtrain-...` role is never taken for a run's. Listings
     omit tags, so each candidate is read once. Carries IAM's CreateDate. Blocks; read-only."""
     return _tagged(
         iam, KIND_ROLE, "list_roles", "Roles", "RoleName", "Role", iam.get_role
@@ -314,7 +403,7 @@ def _tagged(
                 continue
             tags = full[item_key].get("Tags")
         run_id = tag_dict(tags).get(TAG_RUN)
-        if run_id and resource_name(run_id) == name:
+        if run_id and _node_named(run_id, name, tags):
             out.append(Tagged(run_id, kind, name, _created(item), region=None))
         elif run_id and controller_name(run_id) == name:
             out.append(Tagged(run_id, CONTROLLER_KINDS[kind], name, _created(item), region=None))
@@ -345,7 +434,13 @@ def controller_policy(
     run_id: str, store_uri: str, region: str, node_role_arn: str
 ) -> dict[str, Any]:
     """The controller role's inline policy: this run's instances, security group, IAM entities
-    and bucket prefix only. Pure; raises ProviderError for a non-s3:// store URI.
+    and bucket prefix only; `node_role_arn` is one of the run's node roles (its partition and
+    account). Pure; raises ProviderError for a non-s3:// store URI.
+
+    The node roles it may pass (and delete) are those at the run's IAM path, `node_path`: a
+    path ARN pattern `role/cloudtrain/<run>/*` names exactly this run's (the run id is closed
+    by `/`), whatever the number of nodes (IAM User Guide, "IAM identifiers": paths in ARNs;
+    "Granting a user permissions to pass a role to an AWS service").
 
     The grammar and the keys are the IAM ones (IAM User Guide, "IAM JSON policy elements
     reference"; Service Authorization Reference, "Actions, resources, and condition keys for
@@ -364,7 +459,8 @@ def controller_policy(
     run_prefix = f"{root}{protocol.run_prefix(run_id)}"
     this_run = {"StringEquals": {f"ec2:ResourceTag/{TAG_RUN}": run_id}}
     created = [f"{ec2}:instance/*", f"{ec2}:volume/*"]
-    names = [resource_name(run_id), controller_name(run_id)]
+    names = [controller_name(run_id)]
+    node_roles = f"{iam}:role{node_path(run_id)}*"
     return {
         "Version": "2012-10-17",
         "Statement": [
@@ -440,10 +536,10 @@ def controller_policy(
                 "Resource": "*",
             },
             {
-                "Sid": "PassOnlyTheNodeRole",
+                "Sid": "PassOnlyTheNodeRoles",
                 "Effect": "Allow",
                 "Action": "iam:PassRole",
-                "Resource": node_role_arn,
+                "Resource": node_roles,
                 "Condition": {"StringEquals": {"iam:PassedToService": EC2_SERVICE}},
             },
             {
@@ -461,7 +557,18 @@ def controller_policy(
                     "iam:DeleteRole",
                 ],
                 "Resource": [f"{iam}:role/{n}" for n in names]
-                + [f"{iam}:instance-profile/{n}" for n in names],
+                + [f"{iam}:instance-profile/{n}" for n in names]
+                + [node_roles, f"{iam}:instance-profile{node_path(run_id)}*"],
+            },
+            {
+                # teardown finds the node roles by their path (`identity_resources`); the list
+                # actions take no resource narrower than "*" here (Service Authorization
+                # Reference, "Actions, resources, and condition keys for AWS Identity and
+                # Access Management": ListRoles, ListInstanceProfiles). They read names only.
+                "Sid": "ListTheRunsIdentities",
+                "Effect": "Allow",
+                "Action": ["iam:ListRoles", "iam:ListInstanceProfiles"],
+                "Resource": "*",
             },
             {
                 # the AMIs of the default images are public SSM parameters (images.py)
@@ -488,16 +595,17 @@ def controller_policy(
 
 
 def ensure_controller_identity(
-    iam: Any, run_id: str, store_uri: str, region: str
+    iam: Any, run_id: str, store_uri: str, region: str, nodes: Sequence[str]
 ) -> tuple[str, str]:
     """Create (or complete) the controller node's role, its inline policy (`controller_policy`)
     and its instance profile, all `controller_name(run_id)`; returns (role ARN, profile ARN).
-    The run's node role must exist (`ensure_identity`: its ARN is the only one the controller
-    may pass). Idempotent; blocks."""
-    node_role = role_arn(iam, resource_name(run_id))
+    The run's node roles must exist (`ensure_identities`: those at the run's path are the only
+    ones the controller may pass). Idempotent; blocks."""
+    first = node_name(run_id, nodes[0]) if nodes else resource_name(run_id)
+    node_role = role_arn(iam, first)
     if node_role is None:
         raise ProviderError(
-            f"run {run_id} has no IAM role {resource_name(run_id)} for its controller to pass",
+            f"run {run_id} has no IAM role {first} for its controller to pass",
             hint="ensure_network must run before ensure_controller_identity",
         )
     name = controller_name(run_id)

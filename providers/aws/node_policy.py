@@ -1,18 +1,20 @@
-"""What the run's node role may do in the bucket: its one inline policy (`s3_policy`), pure.
+"""What one node's role may do in the bucket: its one inline policy (`s3_policy`), pure.
 
-Objects under the run's prefix and the listing of that prefix, nothing else; inside the prefix,
-explicit Deny statements take the run's key (`control/key`) away altogether and every write of
-the controller's documents (issue 29: the nodes run the user's code). `identity.py` puts it on
-the role.
+Reads of the run's prefix and the listing of that prefix; writes of the node's own keys only
+(`jobs/node_rights.py`, the chief's extra ones for the chief); explicit Deny statements take
+the run's key (`control/key`) away altogether and every write of the controller's documents
+(issue 29: the nodes run the user's code). `identity.py` puts it on the node's role.
 """
 
 from __future__ import annotations
 
 import urllib.parse
+from collections.abc import Iterable
 from typing import Any
 
 from cloudtrain.errors import ProviderError
-from cloudtrain.jobs import protocol
+from cloudtrain.jobs import node_rights, protocol
+from cloudtrain.jobs.node_rights import KeyRule
 
 
 def parse_s3_uri(uri: str) -> tuple[str, str]:
@@ -27,13 +29,12 @@ def parse_s3_uri(uri: str) -> tuple[str, str]:
     return parsed.netloc, f"{prefix}/" if prefix else ""
 
 
-# What a node does to its run's objects. A multipart upload's create, parts and completion are
+# What a node writes of its own keys. A multipart upload's create, parts and completion are
 # s3:PutObject, but resuming one lists its parts (ListParts: s3:ListMultipartUploadParts) and
 # replacing a stale one aborts it (s3:AbortMultipartUpload): docs.aws.amazon.com/AmazonS3/latest/
 # userguide/mpuoverview.html#mpuAndPermissions, and the Service Authorization Reference's S3
 # actions (providers/aws/s3_transfers.py makes those calls).
-NODE_OBJECT_ACTIONS = (
-    "s3:GetObject",
+NODE_WRITE_ALLOWED = (
     "s3:PutObject",
     "s3:DeleteObject",
     "s3:ListMultipartUploadParts",
@@ -55,41 +56,34 @@ NODE_WRITE_ACTIONS = (
 )
 
 
-def controller_documents(run_id: str) -> list[str]:
-    """The keys and key patterns (a trailing `*`: a folder) under the run's prefix that only a
-    controller writes: the lease, stop, yield, launch document, cluster.json, the journal and
-    the bundle (jobs/protocol.py's table; the run's key is `protocol.KEY_NAME`). Pure."""
-    return [
-        protocol.lease_key(run_id),
-        protocol.stop_key(run_id),
-        protocol.yield_key(run_id),
-        protocol.launch_key(run_id),
-        protocol.cluster_key(run_id),
-        f"{protocol.journal_prefix(run_id)}*",
-        f"{protocol.bundle_prefix(run_id)}*",
-    ]
+def _object_arns(bucket: str, root: str, rules: Iterable[KeyRule]) -> list[str]:
+    """Each rule below the store's root as an object ARN pattern (`*` crosses `/`). Pure."""
+    return [f"arn:aws:s3:::{bucket}/{rule.under(root).wildcard()}" for rule in rules]
 
 
-def s3_policy(store_uri: str, run_id: str) -> dict[str, Any]:
-    """The inline policy: objects under the run's prefix only, listing of that prefix only; none
-    of the run's key, no writes to the controller's documents (`controller_documents`). Pure.
+def s3_policy(store_uri: str, run_id: str, node: str, *, chief: bool) -> dict[str, Any]:
+    """Node `node`'s inline policy: it reads every object under the run's prefix and lists that
+    prefix; it writes and deletes only its own keys and, when `chief`, the chief's
+    (`node_rights.node_writes`); never the run's key nor the controller's documents. Pure;
+    raises ProviderError for a non-s3:// store URI.
 
-    The Deny statements win over the Allow whatever else grants it: an explicit deny overrides
-    any allow (IAM User Guide, docs.aws.amazon.com/IAM/latest/UserGuide/reference_policies_
-    evaluation-logic.html and reference_policies_evaluation-logic_AccessPolicyLanguage_
-    Interplay.html), and `*` in an object ARN matches across `/` (reference_policies_elements_
-    resource.html). The rules are per run, not per node: any node may still write another
-    node's status, heartbeat or logs, which needs one role per node (out of this slice)."""
+    The Deny statements repeat what the Allows already leave out (belt and braces): an
+    explicit deny overrides any allow (IAM User Guide, docs.aws.amazon.com/IAM/latest/
+    UserGuide/reference_policies_evaluation-logic.html), and `*` in an object ARN matches any
+    run of characters, `/` included (reference_policies_elements_resource.html), which is the
+    `KeyRule.wildcard()` shape. ListBucket's `s3:prefix` condition: Service Authorization
+    Reference, "Actions, resources, and condition keys for Amazon S3" (docs.aws.amazon.com/
+    service-authorization/latest/reference/list_amazons3.html)."""
     bucket, prefix = parse_s3_uri(store_uri)
     run_prefix = f"{prefix}{protocol.run_prefix(run_id)}"
-    objects = f"arn:aws:s3:::{bucket}/{prefix}"
+    writes = node_rights.node_writes(run_id, node, chief=chief)
     return {
         "Version": "2012-10-17",
         "Statement": [
             {
-                "Sid": "RunObjects",
+                "Sid": "ReadRunObjects",
                 "Effect": "Allow",
-                "Action": list(NODE_OBJECT_ACTIONS),
+                "Action": "s3:GetObject",
                 "Resource": f"arn:aws:s3:::{bucket}/{run_prefix}*",
             },
             {
@@ -100,16 +94,22 @@ def s3_policy(store_uri: str, run_id: str) -> dict[str, Any]:
                 "Condition": {"StringLike": {"s3:prefix": f"{run_prefix}*"}},
             },
             {
+                "Sid": "WriteOwnKeys",
+                "Effect": "Allow",
+                "Action": list(NODE_WRITE_ALLOWED),
+                "Resource": _object_arns(bucket, prefix, writes),
+            },
+            {
                 "Sid": "NoRunKey",
                 "Effect": "Deny",
                 "Action": "s3:*",
-                "Resource": f"{objects}{protocol.run_prefix(run_id)}{protocol.KEY_NAME}",
+                "Resource": f"arn:aws:s3:::{bucket}/{run_prefix}{protocol.KEY_NAME}",
             },
             {
                 "Sid": "NoControllerWrites",
                 "Effect": "Deny",
                 "Action": list(NODE_WRITE_ACTIONS),
-                "Resource": [f"{objects}{key}" for key in controller_documents(run_id)],
+                "Resource": _object_arns(bucket, prefix, node_rights.controller_rules(run_id)),
             },
         ],
     }

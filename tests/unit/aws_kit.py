@@ -89,8 +89,18 @@ def ct(aws: None) -> AwsCompute:
     return AwsCompute(REGION)
 
 
-def run_info(ssh: bool = False, zone: str | None = None, run_id: str = RUN) -> RunInfo:
-    return RunInfo(run_id, REGION, zone, (2222, 2232), ssh=ssh, store_uri=STORE)
+# the run's nodes: every node a test here creates has its role (the adapter's ensure_network)
+NODE_IDS = ("chief-0", "ps-0", "ps-1", "worker-0", "worker-1", "worker-2")
+TWO_WORKERS = ("worker-0", "worker-1")  # a run whose chief is worker-0
+
+
+def run_info(
+    ssh: bool = False,
+    zone: str | None = None,
+    run_id: str = RUN,
+    nodes: tuple[str, ...] = NODE_IDS,
+) -> RunInfo:
+    return RunInfo(run_id, REGION, zone, (2222, 2232), ssh=ssh, store_uri=STORE, nodes=nodes)
 
 
 def request(

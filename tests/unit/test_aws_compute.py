@@ -31,7 +31,7 @@ from cloudtrain.errors import ProviderError, TransientError
 from cloudtrain.providers.aws import images, network
 from cloudtrain.providers.aws.bodies import client_token, user_data
 from cloudtrain.providers.aws.compute import AwsCompute
-from cloudtrain.providers.aws.identity import parse_s3_uri, s3_policy
+from cloudtrain.providers.aws.identity import node_name, node_path, parse_s3_uri, s3_policy
 from cloudtrain.providers.base import Resource, RunInfo
 from cloudtrain.startup import StartupParams, render_startup
 from tests.fakes.shell import require_tool
@@ -39,6 +39,7 @@ from tests.unit.aws_kit import (
     REGION,
     RUN,
     STORE,
+    TWO_WORKERS,
     aws,
     client_error,
     ct,
@@ -56,12 +57,23 @@ __all__ = ["aws", "ct"]  # fixtures, for pytest
 
 
 def test_planned_network_names_are_deterministic() -> None:
-    planned = AwsCompute(REGION).planned_network(run_info())
+    planned = AwsCompute(REGION).planned_network(run_info(nodes=TWO_WORKERS))
     assert [(r.kind, r.id, r.region, r.run_id, r.cloud_id) for r in planned] == [
         ("security-group", "cloudtrain-r1", REGION, RUN, None),
-        ("iam-role", "cloudtrain-r1", REGION, RUN, None),
-        ("instance-profile", "cloudtrain-r1", REGION, RUN, None),
+        ("iam-role", "cloudtrain-r1-worker-0", REGION, RUN, None),
+        ("instance-profile", "cloudtrain-r1-worker-0", REGION, RUN, None),
+        ("iam-role", "cloudtrain-r1-worker-1", REGION, RUN, None),
+        ("instance-profile", "cloudtrain-r1-worker-1", REGION, RUN, None),
     ]
+
+
+def test_node_names_fit_iams_limits() -> None:
+    longest_run = "a" * 30 + "-abcdef"  # runrules.RUN_ID_RE's longest
+    assert node_name(longest_run, "evaluator-99999") == f"cloudtrain-{longest_run}-evaluator-99999"
+    long = node_name(longest_run, "worker-1234567890")
+    assert len(long) == 64 and long.startswith(f"cloudtrain-{longest_run}-worke")
+    assert long != node_name(longest_run, "worker-1234567891")
+    assert node_path("r1") == "/cloudtrain/r1/"
 
 
 def test_s3_policy_is_the_run_prefix_only() -> None:
@@ -69,16 +81,18 @@ def test_s3_policy_is_the_run_prefix_only() -> None:
     assert parse_s3_uri("s3://b/x/y/") == ("b", "x/y/")
     with pytest.raises(ProviderError, match="s3://"):
         parse_s3_uri("gs://b/x")
-    doc = s3_policy("s3://b/x", "r9")
-    objects, listing = doc["Statement"][:2]  # then the Denies: test_aws_node_bucket_rights.py
-    assert {s["Effect"] for s in doc["Statement"][2:]} == {"Deny"}
-    assert sorted(objects["Action"]) == [
+    doc = s3_policy("s3://b/x", "r9", "worker-1", chief=False)
+    # then the writes and the Denies: test_aws_node_bucket_rights.py
+    objects, listing, writes = doc["Statement"][:3]
+    assert {s["Effect"] for s in doc["Statement"][3:]} == {"Deny"}
+    assert objects["Action"] == "s3:GetObject"
+    assert sorted(writes["Action"]) == [
         "s3:AbortMultipartUpload",
         "s3:DeleteObject",
-        "s3:GetObject",
         "s3:ListMultipartUploadParts",
         "s3:PutObject",
     ]
+    assert all(r.startswith("arn:aws:s3:::b/x/cloudtrain/runs/r9/") for r in writes["Resource"])
     assert objects["Resource"] == "arn:aws:s3:::b/x/cloudtrain/runs/r9/*"
     assert listing["Action"] == "s3:ListBucket"
     assert listing["Resource"] == "arn:aws:s3:::b"
@@ -155,8 +169,9 @@ def test_no_default_vpc_is_a_clear_error(ct: AwsCompute) -> None:
 
 
 def test_iam_role_profile_and_s3_policy(ct: AwsCompute) -> None:
-    resources = {r.kind: r for r in ct.ensure_network(run_info())}
-    name = "cloudtrain-r1"
+    made = ct.ensure_network(run_info(nodes=TWO_WORKERS))
+    resources = {r.kind: r for r in made if r.id.endswith("-1")}
+    name = "cloudtrain-r1-worker-1"
     assert resources["iam-role"].cloud_id == ct.iam.get_role(RoleName=name)["Role"]["Arn"]
     profile = ct.iam.get_instance_profile(InstanceProfileName=name)["InstanceProfile"]
     assert resources["instance-profile"].cloud_id == profile["Arn"]
@@ -164,15 +179,19 @@ def test_iam_role_profile_and_s3_policy(ct: AwsCompute) -> None:
     role = ct.iam.get_role(RoleName=name)["Role"]
     trust = policy_doc(role["AssumeRolePolicyDocument"])
     assert trust["Statement"][0]["Principal"] == {"Service": "ec2.amazonaws.com"}
+    assert role["Path"] == profile["Path"] == "/cloudtrain/r1/"
     tags = ct.iam.list_role_tags(RoleName=name)["Tags"]
     assert {"Key": "cloudtrain:run", "Value": RUN} in tags
-    assert ct.iam.list_role_policies(RoleName=name)["PolicyNames"] == [f"{name}-s3"]
+    assert {"Key": "cloudtrain:node", "Value": "worker-1"} in tags
+    assert ct.iam.list_role_policies(RoleName=name)["PolicyNames"] == ["cloudtrain-r1-s3"]
     doc = policy_doc(
-        ct.iam.get_role_policy(RoleName=name, PolicyName=f"{name}-s3")["PolicyDocument"]
+        ct.iam.get_role_policy(RoleName=name, PolicyName="cloudtrain-r1-s3")["PolicyDocument"]
     )
-    assert doc == s3_policy(STORE, RUN)
+    assert doc == s3_policy(STORE, RUN, "worker-1", chief=False)  # worker-0 is the chief
+    chief = ct.iam.get_role_policy(RoleName="cloudtrain-r1-worker-0", PolicyName="cloudtrain-r1-s3")
+    assert policy_doc(chief["PolicyDocument"]) == s3_policy(STORE, RUN, "worker-0", chief=True)
     resources_of_statements = [s["Resource"] for s in doc["Statement"] if s["Effect"] == "Allow"]
-    assert resources_of_statements == [
+    assert resources_of_statements[:2] == [
         "arn:aws:s3:::ct-test-bucket/team/a/cloudtrain/runs/r1/*",
         "arn:aws:s3:::ct-test-bucket",
     ]
@@ -183,7 +202,7 @@ def test_iam_role_profile_and_s3_policy(ct: AwsCompute) -> None:
 
 
 def test_a_non_s3_store_is_refused_before_anything_is_made(ct: AwsCompute) -> None:
-    bad = RunInfo(RUN, REGION, None, (2222, 2232), store_uri="gs://bucket")
+    bad = RunInfo(RUN, REGION, None, (2222, 2232), store_uri="gs://bucket", nodes=("worker-0",))
     with pytest.raises(ProviderError, match="s3://"):
         ct.ensure_network(bad)
     assert ct.list_resources(RUN) == []
@@ -191,14 +210,14 @@ def test_a_non_s3_store_is_refused_before_anything_is_made(ct: AwsCompute) -> No
 
 def test_list_and_delete_resources_idempotently(ct: AwsCompute) -> None:
     made = ct.ensure_network(run_info())
-    ct.ensure_network(run_info(run_id="other"))
+    ct.ensure_network(run_info(run_id="other", nodes=TWO_WORKERS))
     listed = ct.list_resources(RUN)
     assert sorted((r.kind, r.id, r.cloud_id) for r in listed) == sorted(
         (r.kind, r.id, r.cloud_id) for r in made
     )
     ct.delete_resources(listed)
     assert ct.list_resources(RUN) == []
-    name = "cloudtrain-r1"
+    name = "cloudtrain-r1-worker-0"
     for call in (
         lambda: ct.iam.get_role(RoleName=name),
         lambda: ct.iam.get_instance_profile(InstanceProfileName=name),
@@ -207,8 +226,8 @@ def test_list_and_delete_resources_idempotently(ct: AwsCompute) -> None:
             call()
     ct.delete_resources(listed)  # twice is fine
     # what the ledger recorded before the creates (no cloud ids) deletes by name as well
-    planned = ct.planned_network(run_info(run_id="other"))
-    assert len(ct.list_resources("other")) == 3
+    planned = ct.planned_network(run_info(run_id="other", nodes=TWO_WORKERS))
+    assert len(ct.list_resources("other")) == 5
     ct.delete_resources(planned)
     ct.delete_resources(planned)
     assert ct.list_resources("other") == []

@@ -59,7 +59,10 @@ __all__ = ["aws", "ct"]  # fixtures, for pytest
 
 
 def test_run_instances_request_shape(ct: AwsCompute) -> None:
-    network_resources = {r.kind: r for r in ct.ensure_network(run_info())}
+    made = ct.ensure_network(run_info())
+    network_resources = {
+        r.kind: r for r in made if r.id in ("cloudtrain-r1-worker-0", "cloudtrain-r1")
+    }
     calls = counter(ct.ec2, "RunInstances")
     script = "#!/bin/bash\necho gpu worker\n"
     node = ct.create_node(
@@ -77,7 +80,7 @@ def test_run_instances_request_shape(ct: AwsCompute) -> None:
         "SpotInstanceType": "one-time",
         "InstanceInterruptionBehavior": "terminate",
     }
-    assert sent["IamInstanceProfile"] == {"Name": "cloudtrain-r1"}
+    assert sent["IamInstanceProfile"] == {"Name": "cloudtrain-r1-worker-0"}  # its node's
     assert sent["BlockDeviceMappings"][0]["DeviceName"] == "/dev/sda1"
     # the node as returned
     assert node.name == node_name(RUN, "worker", 0) and node.alive and node.spot

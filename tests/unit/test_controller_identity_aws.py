@@ -17,7 +17,8 @@ from tests.unit.aws_kit import CPU_AMI, REGION, RUN, aws, ct, policy_doc, reques
 
 __all__ = ["aws", "ct"]  # fixtures, for pytest
 CONTROLLER = f"cloudtrain-{RUN}-controller"
-NODE_ROLE = f"cloudtrain-{RUN}"
+NODE_ROLE = f"cloudtrain-{RUN}-worker-0"  # one of the run's node roles (run_info's nodes)
+NODE_PATH = f"cloudtrain/{RUN}/"  # their IAM path
 OTHER = "other-run-abc123"
 
 
@@ -76,18 +77,29 @@ def test_controller_policy_as_sent_touches_only_this_run(ct: Any) -> None:
         assert not allows(action, f"{ec2}:instance/i-1")
     assert allows("ec2:DescribeInstances", "*")
     assert not allows("ec2:DeleteVolume", f"{ec2}:volume/vol-1", **own_sg)
-    # PassRole: the run's node role to EC2, nothing else
+    # PassRole: the run's node roles (their ARNs as IAM holds them) to EC2, nothing else
     to_ec2 = {"iam:PassedToService": "ec2.amazonaws.com"}
-    assert allows("iam:PassRole", f"{iam}:role/{NODE_ROLE}", **to_ec2)
+    for node in ("worker-0", "worker-1", "chief-0"):
+        arn = ct.iam.get_role(RoleName=f"cloudtrain-{RUN}-{node}")["Role"]["Arn"]
+        assert arn == f"{iam}:role/{NODE_PATH}cloudtrain-{RUN}-{node}"
+        assert allows("iam:PassRole", arn, **to_ec2)
     assert not allows("iam:PassRole", f"{iam}:role/{CONTROLLER}", **to_ec2)
     assert not allows("iam:PassRole", f"{iam}:role/cloudtrain-{OTHER}", **to_ec2)
-    assert not allows("iam:PassRole", f"{iam}:role/{NODE_ROLE}", **{"iam:PassedToService": "x"})
+    other = f"{iam}:role/cloudtrain/{OTHER}/cloudtrain-{OTHER}-worker-0"
+    assert not allows("iam:PassRole", other, **to_ec2)
+    assert not allows("iam:PassRole", f"{iam}:role/cloudtrain/{RUN}x/r", **to_ec2)  # "/" closes
+    node_arn = f"{iam}:role/{NODE_PATH}{NODE_ROLE}"
+    assert not allows("iam:PassRole", node_arn, **{"iam:PassedToService": "x"})
     # IAM: deleting the run's own entities only
-    for name in (NODE_ROLE, CONTROLLER):
-        assert allows("iam:DeleteRole", f"{iam}:role/{name}")
-        assert allows("iam:DeleteInstanceProfile", f"{iam}:instance-profile/{name}")
+    for role, profile in (
+        (node_arn, f"{iam}:instance-profile/{NODE_PATH}{NODE_ROLE}"),
+        (f"{iam}:role/{CONTROLLER}", f"{iam}:instance-profile/{CONTROLLER}"),
+    ):
+        assert allows("iam:DeleteRole", role)
+        assert allows("iam:DeleteInstanceProfile", profile)
     assert not allows("iam:DeleteRole", f"{iam}:role/cloudtrain-{OTHER}")
-    assert not allows("iam:CreateRole", f"{iam}:role/{NODE_ROLE}")
+    assert not allows("iam:DeleteRole", other)
+    assert not allows("iam:CreateRole", node_arn)
     assert not allows("iam:PutRolePolicy", f"{iam}:role/{CONTROLLER}")
     # S3: the run's prefix of the store only
     bucket = "arn:aws:s3:::ct-test-bucket"
@@ -99,8 +111,12 @@ def test_controller_policy_as_sent_touches_only_this_run(ct: Any) -> None:
     assert not allows("s3:ListBucket", bucket, **{"s3:prefix": "team/a/cloudtrain/runs/"})
     assert not allows("s3:ListBucket", bucket)
     # Resource "*" only for Describe* (no resource-level permissions there)
+    # and for the listing of IAM roles and profiles (names only: teardown finds the node roles)
     wide = [s for s in policy["Statement"] if "*" in kit_listed(s["Resource"])]
-    assert [s["Action"] for s in wide] == ["ec2:Describe*"]
+    assert [s["Action"] for s in wide] == [
+        "ec2:Describe*",
+        ["iam:ListRoles", "iam:ListInstanceProfiles"],
+    ]
     assert {(r.kind, r.id) for r in made} == {
         ("controller-role", CONTROLLER),
         ("controller-instance-profile", CONTROLLER),
@@ -135,7 +151,7 @@ def test_controller_node_runs_on_demand_under_the_controller_profile(ct: Any) ->
     }
     sent_ctl, sent_worker = by_role["controller"], by_role["worker"]
     assert sent_ctl["IamInstanceProfile"] == {"Name": CONTROLLER}
-    assert sent_worker["IamInstanceProfile"] == {"Name": NODE_ROLE}
+    assert sent_worker["IamInstanceProfile"] == {"Name": NODE_ROLE}  # worker-0's own
     assert "InstanceMarketOptions" not in sent_ctl  # asked spot: never for the controller
     assert "InstanceMarketOptions" in sent_worker
     assert sent_ctl["ImageId"] == CPU_AMI and sent_ctl["InstanceType"] == "t3.small"

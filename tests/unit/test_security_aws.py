@@ -92,13 +92,15 @@ def aws(moto_server_session: MotoServer, tmp_path_factory: pytest.TempPathFactor
             Filters=[{"Name": "tag:cloudtrain:run", "Values": [run.run_id]}]
         )["Reservations"]
         instances = [i for r in pages for i in r["Instances"]]
-        name = f"cloudtrain-{run.run_id}"
+        name = f"cloudtrain-{run.run_id}-worker-1"  # one node's role (each has its own)
         store = kit.first_json(run.outputs["status"])["store"]
         bucket, _, prefix = store.removeprefix("s3://").partition("/")
         key = f"{prefix}/cloudtrain/runs/{run.run_id}/cluster.json".lstrip("/")
         # the same run's network with `ssh: true`, for the SSH rule
         mp.setenv("CLOUDTRAIN_SSH_CIDR", SSH_CIDR)
-        ssh_run = RunInfo(f"{run.run_id}-ssh", REGION, None, (2222, 2232), True, store)
+        ssh_run = RunInfo(
+            f"{run.run_id}-ssh", REGION, None, (2222, 2232), True, store, nodes=("worker-0",)
+        )
         AwsCompute(REGION).ensure_network(ssh_run)
         seen = AwsSeen(
             run=run,
@@ -268,15 +270,24 @@ def test_node_role_reaches_only_the_runs_prefix(aws: AwsSeen) -> None:
         actions = statement["Action"]
         for action in [actions] if isinstance(actions, str) else actions:
             by_action[action] = statement
-    objects = {"s3:GetObject", "s3:PutObject", "s3:DeleteObject"}
-    objects |= {"s3:ListMultipartUploadParts", "s3:AbortMultipartUpload"}  # resumed uploads
-    assert set(by_action) == objects | {"s3:ListBucket"}
-    for action in objects:
-        assert by_action[action]["Resource"] == f"arn:aws:s3:::{aws.bucket}/{run_prefix}*"
+    writes = {"s3:PutObject", "s3:DeleteObject"}
+    writes |= {"s3:ListMultipartUploadParts", "s3:AbortMultipartUpload"}  # resumed uploads
+    assert set(by_action) == writes | {"s3:GetObject", "s3:ListBucket"}
+    assert by_action["s3:GetObject"]["Resource"] == f"arn:aws:s3:::{aws.bucket}/{run_prefix}*"
+    for action in writes:  # its own keys only: test_aws_node_bucket_rights.py, key by key
+        own = by_action[action]["Resource"]
+        assert own and all(r.startswith(f"arn:aws:s3:::{aws.bucket}/{run_prefix}") for r in own)
     listing = by_action["s3:ListBucket"]
     assert listing["Resource"] == f"arn:aws:s3:::{aws.bucket}"
     assert listing["Condition"] == {"StringLike": {"s3:prefix": f"{run_prefix}*"}}
     trust = _policy(aws.iam["role"]["AssumeRolePolicyDocument"])
     assert [s["Principal"] for s in trust["Statement"]] == [{"Service": "ec2.amazonaws.com"}]
     arn = aws.iam["profile"]["Arn"]
-    assert all(i["IamInstanceProfile"]["Arn"] == arn for i in aws.instances)
+    assert arn.endswith(
+        f"instance-profile/cloudtrain/{aws.run.run_id}/cloudtrain-{aws.run.run_id}-worker-1"
+    )
+    for inst in aws.instances:  # each node under its own node's profile
+        tags = {t["Key"]: t["Value"] for t in inst["Tags"]}
+        node = f"{tags['cloudtrain:role']}-{tags['cloudtrain:index']}"
+        profile = inst["IamInstanceProfile"]["Arn"]
+        assert profile.endswith(f"/cloudtrain-{aws.run.run_id}-{node}"), (node, profile)
