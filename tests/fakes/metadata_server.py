@@ -204,6 +204,12 @@ class MetadataServer:
             self._incarnation += 1
         return event
 
+    def ec2_token_valid(self, token: str) -> bool:
+        """Whether `token` is an IMDSv2 session token this server issued and has not expired
+        (for a cloud's identity route, which answers only with one, as EC2's other paths)."""
+        with self._lock:
+            return self._tokens.get(token, 0.0) > time.time()
+
     def expire_tokens(self) -> None:
         """Revoke every EC2 token issued so far: their next use gets 401."""
         with self._lock:
