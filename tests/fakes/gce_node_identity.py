@@ -1,0 +1,70 @@
+"""The GCP box's node identities: its metadata server with the service-account routes, the GCS
+front that enforces the bucket's IAM policy, and what a training node VM's environment gets.
+
+    with NodeIdentities(gcp_cloud) as ids:
+        harness.metadata_url = ids.metadata.url
+        ... Vm(..., env=ids.vm_env(vm_id, role)) ...
+
+A training node's VM takes its instance's service account from the metadata server (google-auth
+through GCE_METADATA_HOST) and reaches GCS through the front (STORAGE_EMULATOR_HOST), so every
+request it makes carries its own token and is decided by the policy ensure_network wrote
+(tests/fakes/gce_metadata_identity.py, tests/fakes/gcs_authorizer.py). A managed run's
+controller VM keeps the box's environment (anonymous on the emulator, as the project's owner):
+enforcing the controller's identity is issue 30's. The laptop side sets NO_GCE_CHECK=true
+(`LAPTOP_ENV`) so its google-auth never probes for a metadata server.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from tests.fakes.gce_metadata_identity import TokenBook, service_account_route, vm_env
+from tests.fakes.gcs_authorizer import GcsFront
+from tests.fakes.metadata_server import MetadataServer
+
+# the box's laptop-side processes (the CLI, its controller): no metadata-server probe by
+# google-auth (its `_metadata.is_on_gce`), whose ping would otherwise go to 169.254.169.254
+LAPTOP_ENV = {"NO_GCE_CHECK": "true"}
+CONTROLLER_ROLE = "controller"
+
+
+class NodeIdentities:
+    """The metadata server and the GCS front of one GCP box. `start()`, always `close()`."""
+
+    def __init__(self, cloud: Any) -> None:
+        self.cloud = cloud
+        self.book = TokenBook()
+        self.metadata: MetadataServer | None = None
+        self.front: GcsFront | None = None
+
+    def start(self) -> NodeIdentities:
+        """Serve both on 127.0.0.1 (daemon threads); ready on return."""
+        self.metadata = MetadataServer()
+        self.metadata.add_route(
+            "/", service_account_route(self.cloud.gce, self.book, self.cloud.project)
+        )
+        self.front = GcsFront(self.cloud.gcs.url, self.book).start()
+        return self
+
+    def close(self) -> None:
+        """Stop both. Idempotent."""
+        if self.front is not None:
+            self.front.close()
+            self.front = None
+        if self.metadata is not None:
+            self.metadata.close()
+            self.metadata = None
+
+    def __enter__(self) -> NodeIdentities:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def vm_env(self, vm_id: str, role: str | None) -> Mapping[str, str | None]:
+        """The environment changes of the VM `vm_id` whose node role is `role`: a training node
+        takes its own credentials (gce_metadata_identity.vm_env); a controller VM none."""
+        if role == CONTROLLER_ROLE or self.metadata is None or self.front is None:
+            return {}
+        return vm_env(self.metadata.url, vm_id, self.front.url)
