@@ -14,11 +14,13 @@ with Blob storage's 403 AuthorizationPermissionMismatch, and nothing of them rea
 from __future__ import annotations
 
 import json
+import ssl
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
 
 import pytest
+from azure.storage.blob import BlobServiceClient
 
 from cloudtrain import journal
 from cloudtrain.errors import CloudtrainError
@@ -134,3 +136,41 @@ def test_the_imds_route_answers_as_azures_does(
     with pytest.raises(urllib.error.HTTPError) as err:
         opener.open(no_vm, timeout=5)
     assert err.value.code == 400
+
+
+def test_the_front_authenticates_and_lets_the_account_key_through(
+    box: tuple[NodeIdentities, dict[str, str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ids, vm_ids = box
+    mine = proto.status_key(RUN, "worker-0")
+    # a token the box's IMDS never issued, and one for another audience: 401
+    ssl_context = ssl.create_default_context(cafile=ids.front.ca_path)
+    opener = urllib.request.build_opener(
+        urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=ssl_context)
+    )
+    arm_token = ids.book.issue(
+        "00000000-0000-0000-0000-000000000001", "https://management.azure.com/"
+    )
+    for token in ("forged", arm_token):
+        asked = urllib.request.Request(
+            f"{ids.front.endpoint}/ct-{RUN}/{mine}",
+            headers={"Authorization": f"Bearer {token}", "x-ms-version": "2025-11-05"},
+        )
+        with pytest.raises(urllib.error.HTTPError) as err:
+            opener.open(asked, timeout=5)
+        assert err.value.code == 401
+        assert err.value.headers["x-ms-error-code"] == "InvalidAuthenticationInfo"
+    # the node deletes its own keys, not another node's
+    store = node_store(ids, vm_ids["worker-0"], monkeypatch)
+    store.put(mine, b"{}")
+    store.delete(mine)
+    assert store.list(mine) == []
+    # the account key (the controller's connection string) goes through as the owner
+    keyed = BlobServiceClient.from_connection_string(
+        ids.cloud.azurite.connection_string.replace(ids.cloud.azurite.endpoint, ids.front.endpoint),
+        connection_verify=ids.front.ca_path,
+    )
+    keyed.get_blob_client(f"ct-{RUN}", proto.stop_key(RUN)).upload_blob(b"{}")
+    with pytest.raises(CloudtrainError, match="AuthorizationPermissionMismatch"):
+        store.delete(proto.stop_key(RUN))
+    assert [o.key for o in store.list(proto.stop_key(RUN))] == [proto.stop_key(RUN)]

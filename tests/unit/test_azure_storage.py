@@ -421,3 +421,13 @@ def test_token_credentials_sign_with_a_user_delegation_key(
     assert now + 3590 <= expiry(get_url) <= now + 3602
     assert query(put_url)["sp"] == "cw" and expiry(put_url) <= now + 62
     assert get_url.startswith(f"{azurite_oauth.endpoint}/cloudtrain-oauth/p/k?")
+
+
+def test_the_box_blob_endpoint_is_test_only_and_path_style(monkeypatch: pytest.MonkeyPatch) -> None:
+    # on Azure (unset) the account's own endpoint; the box's front: path style, like Azurite
+    monkeypatch.delenv(azstorage.BLOB_ENDPOINT_ENV, raising=False)
+    assert BlobStore("az://acct1/box").account_url == "https://acct1.blob.core.windows.net"
+    monkeypatch.setenv(azstorage.BLOB_ENDPOINT_ENV, "https://127.0.0.1:4443/")
+    assert BlobStore("az://acct1/box").account_url == "https://127.0.0.1:4443/acct1"
+    given = BlobStore("az://acct1/box", account_url="https://other.example/acct1")
+    assert given.account_url == "https://other.example/acct1"  # an explicit one wins
