@@ -3,7 +3,8 @@
 A node is one VM named `ct-<run>-<role>-<index>` in the run's resource group (`network`), tagged
 `cloudtrain-run/role/index`, with a NIC (deleted with the VM), the startup script as cloud-init
 `customData`, and a system-assigned managed identity. That identity gets two roles right after
-the create: "Storage Blob Data Contributor" on the run's container only, and "Virtual Machine
+the create: "Storage Blob Data Contributor" on the run's container only, under an ABAC condition
+of that node's own (`identity.node_bucket_condition`: its keys and its role's), and "Virtual Machine
 Contributor" on the VM itself, so the node can delete itself at the deadline (a stopped but
 allocated Azure VM still bills). Both assignments are deleted with the node, and an evicted
 VM's (Azure deletes the VM, never its role assignments) when the node is re-created or the run

@@ -11,7 +11,9 @@ booted by a boot harness):
 - AZURE_SUBSCRIPTION_ID: the fake's test subscription (arm_testkit.SUB);
 - AZURE_STORAGE_CONNECTION_STRING (set by the `azurite` fixture) and
   CLOUDTRAIN_AZURE_STORAGE_ACCOUNT=devstoreaccount1: the blobs live in Azurite's account, which
-  the adapter also creates as a storage account in the fake;
+  the adapter also creates as a storage account in the fake (the Azure box's training node VMs
+  drop the connection string and use their managed identity instead:
+  tests/fakes/azure_node_identity.py);
 - CLOUDTRAIN_AZURE_IMDS: a closed loopback port, so a node's Instance Metadata Service calls
   (its own identity, self-delete) fail at once and it falls back to `shutdown -h now`.
 
