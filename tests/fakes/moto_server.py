@@ -17,6 +17,12 @@ S3 decides a conditional PutObject (If-Match / If-None-Match: *) atomically; mot
 condition and then writes, unlocked, in the server's request threads, so two racing writers can
 both win (and a GET racing an overwrite can crash on the replaced object's closed buffer).
 `start_moto` therefore serializes moto's object-level requests (`install_atomic_s3_objects`).
+
+S3 enforces identity policies; moto does not. `start_moto` puts tests/fakes/s3_authorizer.py's
+`S3Authorizer` in front of moto's application: an S3 request signed with credentials from
+moto's STS AssumeRole (a node's, from its metadata service) is authenticated and authorized
+against its role's policies, refused with S3's 403 AccessDenied; the box's own dummy key passes
+unchanged. `MotoServer.authorizer.refused` lists the refusals.
 """
 
 from __future__ import annotations
@@ -78,6 +84,7 @@ class MotoServer:
 
     server: Any  # moto.server.ThreadedMotoServer
     url: str
+    authorizer: Any = None  # tests.fakes.s3_authorizer.S3Authorizer
 
     def reset(self) -> None:
         """Forget every resource of every service (POST /moto-api/reset). Blocks."""
@@ -120,14 +127,26 @@ def start_moto(host: str = HOST) -> MotoServer:
     """Start moto's threaded server on a free port of `host` (default 127.0.0.1; a netns bridge
     address serves the namespaces' VMs and the controller alike, tests/fakes/netns.py); ready
     when this returns. Stop it with `stop()`."""
+    from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
     from moto.server import ThreadedMotoServer
+    from werkzeug.serving import make_server
+
+    from tests.fakes.s3_authorizer import S3Authorizer
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one log line per request otherwise
     install_atomic_s3_objects()
-    server = ThreadedMotoServer(ip_address=host, port=0, verbose=False)
+    authorizer = S3Authorizer(DomainDispatcherApplication(create_backend_app))
+
+    class AuthorizedMotoServer(ThreadedMotoServer):  # moto's, with the authorizer in front
+        def _server_entry(self) -> None:
+            self._server = make_server(self._ip_address, self._port, authorizer, True)
+            self._server_ready_event.set()
+            self._server.serve_forever()
+
+    server = AuthorizedMotoServer(ip_address=host, port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
-    return MotoServer(server=server, url=f"http://{host}:{port}")
+    return MotoServer(server=server, url=f"http://{host}:{port}", authorizer=authorizer)
 
 
 def clear_aws_caches() -> None:
