@@ -8,7 +8,8 @@ are not checked. A PUT (synchronous, 201, or 200 when nothing changes) needs a G
 InvalidRoleAssignmentId), a `roleDefinitionId` that ends in `roleDefinitions/{guid}` (400
 InvalidRoleDefinitionId, stored as given) and a GUID `principalId` (400 InvalidPrincipalId);
 another assignment of the same role to the same principal at the same scope is 409
-RoleAssignmentExists, a changed one 409 RoleAssignmentUpdateNotPermitted, and a scripted fault
+RoleAssignmentExists, a changed one 409 RoleAssignmentUpdateNotPermitted (a PUT of the same
+assignment updates its condition and description, as editing a condition does), and a scripted fault
 (`fail_next_role_assignment`, e.g. PrincipalNotFound for a just-created identity) answers 400.
 GET of a missing one is 404 RoleAssignmentNotFound; DELETE answers 200 with the assignment, or
 204 if there is none, as ARM does. The list answers the assignments at, above and below the
@@ -125,6 +126,17 @@ class AuthorizationMixin(ResourcesMixin):
                         "Tenant ID, application ID, principal ID, and scope are not allowed to be "
                         "updated.",
                     )
+                # the same assignment again: ARM updates what may change (its condition and
+                # description: "Add or edit Azure role assignment conditions using the REST
+                # API", https://learn.microsoft.com/azure/role-based-access-control/
+                # conditions-role-assignments-rest, "Edit a condition": a PUT of the same name)
+                changed = {
+                    k: props.get(k)
+                    for k in ("condition", "conditionVersion", "description")
+                    if props.get(k) != p.get(k)
+                }
+                if changed:
+                    p.update(changed, updatedOn=now())
                 return Reply(200, copy.deepcopy(other))
             if same:
                 raise ArmApiError(

@@ -10,6 +10,7 @@ node that was never evicted keeps its grants.
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from typing import Any
 
@@ -132,3 +133,27 @@ def test_in_a_users_group_teardown_removes_the_evicted_nodes_vm_grant_too(
     assert "team-ml" in [g["name"] for g in azure_cloud.arm.groups()]
     assert grants_of(azure_cloud, old) == {}
     assert azure_cloud.arm.role_assignments() == []
+
+
+def test_a_grant_made_again_carries_the_new_condition(
+    compute: AzureCompute, azure_cloud: AzureCloud
+) -> None:
+    # the same assignment PUT again (a retried create finds the VM running) sets its condition,
+    # as editing a condition does on ARM: here worker-0 becomes the run's chief
+    with_chief = dataclasses.replace(run_info(), nodes=("chief-0", "worker-0"))
+    compute.ensure_network(with_chief)
+    (node,) = compute.create_nodes(with_chief, [request(0, gpu=False)])
+
+    def condition() -> str:
+        principal = principal_of(azure_cloud, node.name)
+        (found,) = [
+            a["properties"]["condition"]
+            for a in azure_cloud.arm.role_assignments()
+            if a["properties"]["principalId"] == principal and a["properties"]["condition"]
+        ]
+        return str(found)
+
+    checkpoints = f"'cloudtrain/runs/{RUN}/checkpoints/*'"
+    assert checkpoints not in condition()
+    compute.create_nodes(dataclasses.replace(with_chief, nodes=("worker-0",)), [request(0, False)])
+    assert checkpoints in condition()
