@@ -15,7 +15,7 @@ GET of a missing one is 404 RoleAssignmentNotFound; DELETE answers 200 with the 
 204 if there is none, as ARM does. The list answers the assignments at, above and below the
 scope; `$filter=atScope()` keeps those at or above it, `principalId eq '{id}'` and
 `assignedTo('{id}')` those of one principal. Scopes compare case-insensitively. An ABAC
-`condition` must come with `conditionVersion` "2.0" and parse (arm_conditions: 400
+`condition` must come with `conditionVersion` "2.0", be at most 8 KB and parse (arm_conditions: 400
 InvalidConditionVersion / InvalidRoleAssignmentCondition); a version without a condition is 400.
 """
 
@@ -41,6 +41,7 @@ ROLE_DEF_RE = re.compile(
 )
 PRINCIPAL_TYPES = ("User", "Group", "ServicePrincipal", "ForeignGroup", "Device")
 FAKE_ADMIN = "00000000-0000-0000-0000-00000000c0de"
+MAX_CONDITION_BYTES = 8 * 1024
 
 
 def _is_guid(value: Any) -> bool:
@@ -181,6 +182,14 @@ class AuthorizationMixin(ResourcesMixin):
                 400,
                 "InvalidConditionVersion",
                 f"The condition version {version!r} is not supported; use '2.0'.",
+            )
+        if len(str(condition).encode()) > MAX_CONDITION_BYTES:
+            # "A condition can be up to 8 KB long" (learn.microsoft.com/azure/role-based-access-
+            # control/conditions-faq); the code ARM answers for a longer one is not documented
+            raise ArmApiError(
+                400,
+                "InvalidRoleAssignmentCondition",
+                f"The condition is {len(str(condition).encode())} bytes; at most 8 KB.",
             )
         try:
             parse_condition(str(condition))

@@ -147,6 +147,11 @@ def test_the_fake_refuses_a_condition_without_version_2(
     body["properties"]["condition"] = "@Request[Microsoft.Authorization/roleAssignments:Foo] X {1}"
     with pytest.raises(Exception, match="InvalidRoleAssignmentCondition"):
         auth.create(scope, "0b3f3f3c-1111-4a4a-8b8b-1234567890ab", body)
+    # well formed but over Azure's 8 KB (conditions-faq)
+    blob_path = "@Resource[Microsoft.Storage/storageAccounts/blobServices/containers/blobs:path]"
+    body["properties"]["condition"] = f"{blob_path} StringLike '{'a' * 8200}'"
+    with pytest.raises(Exception, match="at most 8 KB"):
+        auth.create(scope, "0b3f3f3c-1111-4a4a-8b8b-1234567890ab", body)
 
 
 def test_controller_vm_runs_on_demand_on_cpu_under_its_own_grants(
