@@ -7,6 +7,13 @@ instance's own `startup-script` metadata as a local process session pointed at t
 google-cloud-storage honours STORAGE_EMULATOR_HOST). The training is real TensorFlow; checkpoints
 and the model land in the emulated GCS; afterwards the fake holds no instance, firewall rule or
 service account of the run, and the bucket policy no binding of it.
+
+The store enforces each node's rights (issue 29, tests/fakes/gce_node_identity.py): a training
+node VM takes its instance's service account from the box's metadata server (google-auth, as on
+GCE) and reaches GCS through a front that decides each of its requests by the bucket policy
+ensure_network wrote, so the run passing shows the rules are not too tight. The laptop side and
+a managed run's controller VM stay anonymous on the emulator (the project's owner; enforcing the
+controller's identity is issue 30's).
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from tests.e2e import phases_report
 from tests.e2e.conftest import EXAMPLES, Env
 from tests.e2e.trace_kit import assert_traced
 from tests.fakes.boot_harness import BootHarness, Vm
+from tests.fakes.gce_node_identity import LAPTOP_ENV, NodeIdentities
 from tests.fakes.gcp_cloud import GcpCloud, gcp_cloud, gcs_emulator, gcs_emulator_session
 
 __all__ = ["gcp_cloud", "gcs_emulator", "gcs_emulator_session"]  # fixtures, for pytest
@@ -41,6 +49,7 @@ class GcpBox:
     ct: Env
     harness: BootHarness
     cloud: GcpCloud
+    identities: NodeIdentities
 
     @property
     def bucket(self) -> str:
@@ -60,11 +69,12 @@ class GcpBox:
         return [f for f in self.cloud.gce.firewalls() if run_id in f["name"]]
 
     def run_accounts(self, run_id: str) -> list[dict[str, Any]]:
-        """The run's service accounts in the fake's IAM (display name `cloudtrain run <id>`)."""
+        """The run's node service accounts in the fake's IAM (display name `cloudtrain run <id>
+        node <node id>`)."""
         return [
             a
             for a in self.cloud.gce.service_accounts()
-            if a["displayName"] == f"cloudtrain run {run_id}"
+            if a["displayName"].startswith(f"cloudtrain run {run_id} node ")
         ]
 
     def run_bindings(self, run_id: str) -> list[dict[str, Any]]:
@@ -82,7 +92,7 @@ class GcpBox:
         assert resources and all(r.state == "deleted" for r in resources)
 
 
-def _discover(cloud: GcpCloud) -> list[Vm]:
+def _discover(cloud: GcpCloud, identities: NodeIdentities) -> list[Vm]:
     vms = []
     for inst in cloud.gce.instances():
         items = {i["key"]: i["value"] for i in inst.get("metadata", {}).get("items", [])}
@@ -93,8 +103,11 @@ def _discover(cloud: GcpCloud) -> list[Vm]:
         # by GCE's instance id, not its name: an instance re-created under the same name (a
         # preempted node's replacement) is a new VM to boot
         vm_id, name = str(inst["id"]), inst["name"]
-        # GCE's guest agent runs startup-script on every boot
-        vms.append(Vm(vm_id, name, alive, lambda s=script: s, image, every_boot=True))
+        role = (inst.get("labels") or {}).get("cloudtrain-role")
+        # GCE's guest agent runs startup-script on every boot; a training node runs as its
+        # instance's service account
+        env = identities.vm_env(vm_id, role)
+        vms.append(Vm(vm_id, name, alive, lambda s=script: s, image, every_boot=True, env=env))
     return vms
 
 
@@ -107,6 +120,7 @@ def gcp(ct: Env, gcp_cloud: GcpCloud, tmp_path: Path) -> Iterator[GcpBox]:
         "GOOGLE_CLOUD_PROJECT",
     )
     ct.env.update({k: os.environ[k] for k in (*names, "NO_PROXY") if k in os.environ})
+    ct.env.update(LAPTOP_ENV)
 
     def power_off(vm_id: str) -> None:  # `shutdown -h now` on GCE stops the VM: TERMINATED
         for inst in gcp_cloud.gce.instances():
@@ -114,13 +128,18 @@ def gcp(ct: Env, gcp_cloud: GcpCloud, tmp_path: Path) -> Iterator[GcpBox]:
                 zone = inst["zone"].rsplit("/", 1)[-1]
                 gcp_cloud.gce.set_instance_status(inst["name"], "TERMINATED", zone)
 
+    identities = NodeIdentities(gcp_cloud).start()
     harness = BootHarness(
-        tmp_path / "box", lambda: _discover(gcp_cloud), dict(ct.env), on_power_off=power_off
+        tmp_path / "box",
+        lambda: _discover(gcp_cloud, identities),
+        dict(ct.env),
+        on_power_off=power_off,
     ).start()
     try:
-        yield GcpBox(ct, harness, gcp_cloud)
+        yield GcpBox(ct, harness, gcp_cloud, identities)
     finally:
         harness.stop()
+        identities.close()
 
 
 def test_run_on_gcp_trains_for_real_and_leaves_nothing(gcp: GcpBox) -> None:
@@ -141,6 +160,16 @@ def test_run_on_gcp_trains_for_real_and_leaves_nothing(gcp: GcpBox) -> None:
     assert any(k.startswith(prefix + "checkpoints/") and k.endswith(".index") for k in keys)
     assert prefix + "model/saved_model/saved_model.pb" in keys
     assert len(gcp.harness.booted) == 2
+    # every node request carried the node's own token and the store allowed each (the rules
+    # are not too tight): the front refused nothing
+    front = gcp.identities.front
+    assert front is not None
+    from cloudtrain.providers.gcp import identity
+
+    emails = {who for who, _method, _path in front.allowed}
+    nodes = {identity.node_email(gcp.cloud.project, run_id, n) for n in ("worker-0", "worker-1")}
+    assert emails == nodes, emails
+    assert front.refusals == [], front.refusals[:5]
     gcp.assert_nothing_left(run_id)
     # traced as on local (the VMs are processes here: one clock); its phases for the README
     trace = assert_traced(gcp.ct, run_id, spawned, exited, ("worker-0", "worker-1"))

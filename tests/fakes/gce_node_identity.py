@@ -16,6 +16,10 @@ enforcing the controller's identity is issue 30's. The laptop side sets NO_GCE_C
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -27,6 +31,27 @@ from tests.fakes.metadata_server import MetadataServer
 # google-auth (its `_metadata.is_on_gce`), whose ping would otherwise go to 169.254.169.254
 LAPTOP_ENV = {"NO_GCE_CHECK": "true"}
 CONTROLLER_ROLE = "controller"
+# what `as_node` runs: the store operations, with the node side's real GcsStore
+_NODE_SCRIPT = """
+import json, sys
+from cloudtrain.providers.gcp.storage import GcsStore
+store = GcsStore(sys.argv[1])
+out = {}
+for op, key in json.loads(sys.argv[2]):
+    try:
+        if op == "put":
+            store.put(key, b"x")
+        elif op == "get":
+            store.get(key)
+        elif op == "delete":
+            store.delete(key)
+        else:
+            store.list(key)
+        out[op + " " + key] = "ok"
+    except Exception as exc:
+        out[op + " " + key] = type(exc).__name__ + ": " + str(exc)
+print(json.dumps(out))
+"""
 
 
 class NodeIdentities:
@@ -68,3 +93,32 @@ class NodeIdentities:
         if role == CONTROLLER_ROLE or self.metadata is None or self.front is None:
             return {}
         return vm_env(self.metadata.url, vm_id, self.front.url)
+
+    def as_node(
+        self,
+        vm_id: str,
+        store_uri: str,
+        ops: list[tuple[str, str]],
+        base_env: Mapping[str, str] | None = None,
+    ) -> dict[str, str]:
+        """Run `ops` ((op, key): put, get, delete, list) on the store `store_uri` in a fresh
+        process with the environment of the training node VM `vm_id` (`vm_env` over
+        `base_env`, default this process's, without LAPTOP_ENV): "<op> <key>" -> "ok" or
+        "<error type>: <message>". Blocks (up to 120 s)."""
+        env = {k: v for k, v in (base_env or os.environ).items() if k not in LAPTOP_ENV}
+        for key, value in self.vm_env(vm_id, "worker").items():
+            if value is None:
+                env.pop(key, None)
+            else:
+                env[key] = value
+        proc = subprocess.run(
+            [sys.executable, "-c", _NODE_SCRIPT, store_uri, json.dumps(ops)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        if proc.returncode != 0:
+            raise RuntimeError(f"the node's process failed: {proc.stderr[-3000:]}")
+        return dict(json.loads(proc.stdout.strip().splitlines()[-1]))

@@ -11,9 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -24,34 +21,13 @@ pytest.importorskip("google.cloud.compute_v1")
 from cloudtrain.jobs import protocol as proto
 from cloudtrain.providers.gcp import identity
 from cloudtrain.providers.gcp.provider import GcpProvider
-from tests.fakes.gce_node_identity import LAPTOP_ENV, NodeIdentities
+from tests.fakes.gce_node_identity import NodeIdentities
 from tests.fakes.gcp_cloud import GcpCloud, gcp_cloud, gcs_emulator, gcs_emulator_session
 from tests.unit.test_gcp_identity import RUN, STORE, node, provider, run_info
 
 __all__ = ["gcp_cloud", "gcs_emulator", "gcs_emulator_session", "provider"]  # fixtures
 NODES = ("worker-0", "worker-1")
 ME = "worker-1"
-
-_NODE_SCRIPT = """
-import json, sys
-from cloudtrain.providers.gcp.storage import GcsStore
-store = GcsStore(sys.argv[1])
-out = {}
-for op, key in json.loads(sys.argv[2]):
-    try:
-        if op == "put":
-            store.put(key, b"x")
-        elif op == "get":
-            store.get(key)
-        elif op == "delete":
-            store.delete(key)
-        else:
-            store.list(key)
-        out[op + " " + key] = "ok"
-    except Exception as exc:
-        out[op + " " + key] = type(exc).__name__ + ": " + str(exc)
-print(json.dumps(out))
-"""
 
 
 @pytest.fixture
@@ -68,21 +44,7 @@ def box(provider: GcpProvider, gcp_cloud: GcpCloud) -> Iterator[tuple[NodeIdenti
 
 def as_node(ids: NodeIdentities, vm_id: str, ops: list[tuple[str, str]]) -> dict[str, str]:
     """Run `ops` ((op, key) of the store) in a process with the node VM's environment."""
-    env = {k: v for k, v in os.environ.items() if k not in LAPTOP_ENV}
-    for key, value in ids.vm_env(vm_id, "worker").items():
-        if value is None:
-            env.pop(key, None)
-        else:
-            env[key] = value
-    proc = subprocess.run(
-        [sys.executable, "-c", _NODE_SCRIPT, STORE, json.dumps(ops)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
+    return ids.as_node(vm_id, STORE, ops)
 
 
 def test_a_nodes_own_token_is_refused_the_controllers_keys_and_a_peers(
