@@ -3,7 +3,14 @@
 Every EC2 instance the adapter creates is booted by the harness, which runs the instance's own
 UserData as a local process session pointed at moto (as any boto3 program honours
 AWS_ENDPOINT_URL). The training is real TensorFlow; checkpoints and the model land in moto's S3;
-afterwards every instance is terminated and the security group, role and profile are gone.
+afterwards every instance is terminated and the security group, roles and profiles are gone.
+
+Each node VM takes its own node role's credentials from the box's metadata service, as on EC2
+(tests/fakes/imds_credentials_aws.py: the box's full-rights key is removed from its environment),
+and moto's S3 enforces that role's policy (tests/fakes/s3_authorizer.py, installed by
+tests/fakes/moto_server.start_moto): a run here passing shows the node rules are not too tight.
+A managed run's controller VM keeps the box's key: enforcing the controller's identity is
+issue 30's.
 """
 
 from __future__ import annotations
@@ -25,6 +32,8 @@ from tests.e2e import phases_report
 from tests.e2e.conftest import EXAMPLES, Env
 from tests.e2e.trace_kit import assert_traced
 from tests.fakes.boot_harness import BootHarness, Vm
+from tests.fakes.imds_credentials_aws import Ec2RoleCredentials, node_env
+from tests.fakes.metadata_server import MetadataServer
 from tests.fakes.moto_server import MotoServer
 
 pytestmark = pytest.mark.e2e
@@ -40,6 +49,8 @@ class AwsBox:
     ec2: Any
     s3: Any
     iam: Any
+    imds: MetadataServer | None = None  # the VMs' metadata service (their role credentials)
+    moto: MotoServer | None = None
 
     def run(self, *args: str, timeout: float = 300) -> Any:
         return self.ct.cli(*args, timeout=timeout)
@@ -91,14 +102,18 @@ class AwsBox:
         profiles = [
             p["InstanceProfileName"] for p in self.iam.list_instance_profiles()["InstanceProfiles"]
         ]
-        assert f"cloudtrain-{run_id}" not in roles + profiles
+        left = [n for n in roles + profiles if n.startswith(f"cloudtrain-{run_id}")]
+        assert left == [], left  # every node's role and profile, and the controller's
         assert self.harness.live_sessions() == []
         ledger = self.ct.ledger()
         assert all(r.state == "deleted" for r in ledger.resources(run_id))
 
 
-def _discover(ec2: Any, images: dict[str, str]) -> list[Vm]:
-    """The instances moto holds; `images`: public parameter -> AMI (tells the box the image)."""
+def _discover(ec2: Any, images: dict[str, str], imds_url: str | None = None) -> list[Vm]:
+    """The instances moto holds; `images`: public parameter -> AMI (tells the box the image).
+    With `imds_url` (a metadata service with tests/fakes/imds_credentials_aws.py's routes),
+    each training node's VM loses the box's key and takes its role's credentials from there
+    (`node_env`), as on EC2; a controller VM keeps the box's key (issue 30's to enforce)."""
     params = {ami: param for param, ami in images.items()}
     vms = []
     for page in ec2.get_paginator("describe_instances").paginate():
@@ -114,7 +129,9 @@ def _discover(ec2: Any, images: dict[str, str]) -> list[Vm]:
 
                 alive = inst["State"]["Name"] in ("pending", "running")
                 image = "aws:" + params.get(inst["ImageId"], inst["ImageId"])
-                vms.append(Vm(iid, tags.get("Name", iid), alive, script, image))
+                controller = tags.get("cloudtrain:role") == "controller"
+                env = node_env(imds_url, iid) if imds_url and not controller else {}
+                vms.append(Vm(iid, tags.get("Name", iid), alive, script, image, env=env))
     return vms
 
 
@@ -136,16 +153,21 @@ def aws(
         for name in ("ec2", "s3", "iam")
     }
     ec2 = clients["ec2"]
+    imds = MetadataServer()  # the instances' metadata service, with their role credentials
+    Ec2RoleCredentials(moto_server.url, REGION).install(imds)
     harness = BootHarness(
         tmp_path / "box",
-        lambda: _discover(ec2, moto_public_images),
+        lambda: _discover(ec2, moto_public_images, imds.url),
         dict(ct.env),
         on_power_off=lambda vm: ec2.terminate_instances(InstanceIds=[vm]),
-    ).start()
+    )
+    harness.metadata_url = imds.url  # a test may give the agents another (test_preemption)
+    harness.start()
     try:
-        yield AwsBox(ct, harness, ec2, clients["s3"], clients["iam"])
+        yield AwsBox(ct, harness, ec2, clients["s3"], clients["iam"], imds, moto_server)
     finally:
         harness.stop()
+        imds.close()
 
 
 def test_run_on_aws_trains_for_real_and_leaves_nothing(aws: AwsBox) -> None:
@@ -172,6 +194,18 @@ def test_run_on_aws_trains_for_real_and_leaves_nothing(aws: AwsBox) -> None:
     assert status["throughput"]["cluster_examples_per_s"] > 0, status["throughput"]
     assert "throughput: cluster" in proc.stdout
     assert len(aws.harness.booted) == 2
+    # each node ran under its own role's credentials, and S3 refused it nothing it needed
+    from moto.core import DEFAULT_ACCOUNT_ID
+    from moto.sts.models import sts_backends
+
+    assumed = {
+        r.session_name: r.role_arn.rsplit("/", 1)[1]
+        for r in sts_backends[DEFAULT_ACCOUNT_ID]["aws"].assumed_roles
+    }
+    for inst in aws.instances():
+        node = next(t["Value"] for t in inst["Tags"] if t["Key"] == "Name").split("-")[-2:]
+        assert assumed.get(inst["InstanceId"]) == f"cloudtrain-{run_id}-{'-'.join(node)}"
+    assert aws.moto is not None and aws.moto.authorizer.refused == []
     aws.assert_nothing_left(run_id)
     # traced as on local (the VMs are processes here: one clock); its phases for the README
     trace = assert_traced(aws.ct, run_id, spawned, exited, ("worker-0", "worker-1"))
@@ -219,7 +253,7 @@ def test_a_full_zone_fails_over_and_all_full_fails_clearly(aws: AwsBox) -> None:
     profiles = [
         p["InstanceProfileName"] for p in aws.iam.list_instance_profiles()["InstanceProfiles"]
     ]
-    assert f"cloudtrain-{run_id}" not in roles + profiles
+    assert not [n for n in roles + profiles if n.startswith(f"cloudtrain-{run_id}")]
     resources = aws.ct.ledger().resources(run_id)
     assert resources and all(r.state == "deleted" for r in resources)
 

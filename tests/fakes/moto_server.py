@@ -87,7 +87,10 @@ class MotoServer:
     authorizer: Any = None  # tests.fakes.s3_authorizer.S3Authorizer
 
     def reset(self) -> None:
-        """Forget every resource of every service (POST /moto-api/reset). Blocks."""
+        """Forget every resource of every service (POST /moto-api/reset), and the authorizer's
+        refusals. Blocks."""
+        if self.authorizer is not None:
+            self.authorizer.refused.clear()
         req = urllib.request.Request(f"{self.url}/moto-api/reset", method="POST", data=b"")
         opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
         with opener.open(req, timeout=10) as resp:
