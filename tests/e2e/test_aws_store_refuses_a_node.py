@@ -15,15 +15,13 @@ import json
 import time
 from typing import Any
 
-import boto3
-import botocore.session
 import pytest
 from botocore.exceptions import ClientError
 
 from cloudtrain.jobs import protocol
 from cloudtrain.journal import entry_key
 from tests.e2e.test_aws_in_a_box import BUCKET, REGION, AwsBox, aws
-from tests.fakes.imds_credentials_aws import node_env
+from tests.fakes.imds_credentials_aws import node_s3
 
 pytestmark = pytest.mark.e2e
 __all__ = ["aws"]  # the fixture, for pytest
@@ -37,19 +35,6 @@ def _instance_of(box: AwsBox, run_id: str, node: str) -> dict[str, Any]:
         and {"Key": "Name", "Value": f"ct-{run_id}-{node}"} in i.get("Tags", [])
     ]
     return inst
-
-
-def _node_s3(box: AwsBox, instance_id: str, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Any]:
-    """(S3 client, credentials) as botocore's default chain gets them on the node's VM."""
-    assert box.imds is not None
-    for name, value in node_env(box.imds.url, instance_id).items():
-        if value is None:
-            monkeypatch.delenv(name, raising=False)
-        else:
-            monkeypatch.setenv(name, value)
-    session = botocore.session.Session()
-    creds = session.get_credentials()
-    return boto3.session.Session(botocore_session=session).client("s3", region_name=REGION), creds
 
 
 def _refused(call: Any) -> tuple[int, str]:
@@ -91,7 +76,8 @@ def test_a_nodes_credentials_are_refused_the_controllers_keys_and_a_peers(
     for node in ("worker-0", "worker-1"):
         iid = _instance_of(aws, run_id, node)["InstanceId"]
         assert assumed.get(iid) == f"cloudtrain-{run_id}-{node}", (node, assumed)
-    s3, creds = _node_s3(aws, victim["InstanceId"], monkeypatch)
+    assert aws.imds is not None
+    s3, creds = node_s3(aws.imds.url, victim["InstanceId"], monkeypatch, REGION)
     assert creds.method == "iam-role"
     # its own status: accepted (written back as it is)
     body = s3.get_object(Bucket=BUCKET, Key=own)["Body"].read()

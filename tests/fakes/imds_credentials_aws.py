@@ -59,6 +59,24 @@ def node_env(metadata_url: str, instance_id: str) -> dict[str, str | None]:
     return env
 
 
+def node_s3(metadata_url: str, instance_id: str, monkeypatch: Any, region: str) -> tuple[Any, Any]:
+    """(S3 client, botocore credentials) of a test, taken as the node VM's boto3 takes them:
+    botocore's default chain in the VM's environment (`node_env`, set with `monkeypatch`, a
+    pytest.MonkeyPatch), hence from the metadata service. Blocks for the metadata requests."""
+    import boto3
+    import botocore.session
+
+    for name, value in node_env(metadata_url, instance_id).items():
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
+    session = botocore.session.Session()
+    creds = session.get_credentials()
+    client = boto3.session.Session(botocore_session=session).client("s3", region_name=region)
+    return client, creds
+
+
 def _iso(when: datetime) -> str:
     return when.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 

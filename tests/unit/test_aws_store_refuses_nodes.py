@@ -17,13 +17,12 @@ import pytest
 pytest.importorskip("moto")
 
 import boto3
-import botocore.session
 from botocore.exceptions import ClientError
 
 from cloudtrain.jobs import protocol as p
 from cloudtrain.providers.aws.compute import AwsCompute
 from cloudtrain.providers.base import RunInfo
-from tests.fakes.imds_credentials_aws import CREDENTIALS_PATH, Ec2RoleCredentials, node_env
+from tests.fakes.imds_credentials_aws import CREDENTIALS_PATH, Ec2RoleCredentials, node_s3
 from tests.fakes.metadata_server import MetadataServer
 from tests.fakes.moto_server import MotoServer, moto_amis, moto_server, moto_server_session
 from tests.unit.node_rights_kit import CHIEF, NODE, NODES, PEER
@@ -60,16 +59,7 @@ def box(moto_server: MotoServer) -> Iterator[dict[str, Any]]:
 
 
 def _node_s3(box: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Any]:
-    """(S3 client, credentials) as botocore's default chain gets them on the node's VM."""
-    for name, value in node_env(box["imds"].url, box["instance"]).items():
-        if value is None:
-            monkeypatch.delenv(name, raising=False)
-        else:
-            monkeypatch.setenv(name, value)
-    session = botocore.session.Session()
-    creds = session.get_credentials()
-    client = boto3.session.Session(botocore_session=session).client("s3", region_name=REGION)
-    return client, creds
+    return node_s3(box["imds"].url, box["instance"], monkeypatch, REGION)
 
 
 def _code(call: Any) -> tuple[int, str]:
