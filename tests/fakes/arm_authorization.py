@@ -6,7 +6,9 @@
 inside a resource group needs the group (404 ResourceGroupNotFound); resources named by a scope
 are not checked. A PUT (synchronous, 201, or 200 when nothing changes) needs a GUID name (400
 InvalidRoleAssignmentId), a `roleDefinitionId` that ends in `roleDefinitions/{guid}` (400
-InvalidRoleDefinitionId, stored as given) and a GUID `principalId` (400 InvalidPrincipalId);
+InvalidRoleDefinitionId, stored as given; one neither built in nor a custom role of
+arm_role_definitions is 400 RoleDefinitionDoesNotExist) and a GUID `principalId` (400
+InvalidPrincipalId);
 another assignment of the same role to the same principal at the same scope is 409
 RoleAssignmentExists, a changed one 409 RoleAssignmentUpdateNotPermitted (a PUT of the same
 assignment updates its condition and description, as editing a condition does), and a scripted fault
@@ -24,6 +26,7 @@ from __future__ import annotations
 import copy
 import re
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from tests.fakes.arm_conditions import ConditionError
@@ -62,6 +65,7 @@ class AuthorizationMixin(ResourcesMixin):
     """The role assignment routes (see the module docstring)."""
 
     tenant_id: str
+    role_of: Callable[[str], Any]  # arm_role_definitions.RoleDefinitionsMixin
 
     def _scope(self, req: Req) -> str:
         scope = "/" + req.params["scope"].strip("/")
@@ -94,6 +98,12 @@ class AuthorizationMixin(ResourcesMixin):
         if match is None or not _is_guid(match["guid"]):
             raise ArmApiError(
                 400, "InvalidRoleDefinitionId", f"The role definition ID '{role}' is not valid."
+            )
+        if self.role_of(role) is None:  # arm_role_definitions: a built-in or a custom role
+            raise ArmApiError(
+                400,
+                "RoleDefinitionDoesNotExist",
+                f"The specified role definition with ID '{match['guid']}' does not exist.",
             )
         principal = str(props.get("principalId") or "")
         if not _is_guid(principal):

@@ -18,12 +18,15 @@ https://learn.microsoft.com/azure/storage/blobs/storage-auth-abac-attributes):
     compare   := (@Request|@Resource)[NAMESPACE:ATTR] OP {values} | ... OP 'value'
     ATTR      := Microsoft.Authorization/roleAssignments: RoleDefinitionId | PrincipalType
                  | PrincipalId; Microsoft.Storage/storageAccounts/blobServices/containers/blobs:
-                 path (@Resource only)
+                 path (@Resource only) | prefix (@Request only: List Blobs' prefix parameter,
+                 "Blob prefix" on the attributes page)
     OP        := ForAnyOfAnyValues:GuidEquals | ForAnyOfAllValues:GuidNotEquals
                | ForAnyOfAnyValues:StringEqualsIgnoreCase (role assignments)
-               | StringEquals | StringNotEquals | StringLike | StringNotLike (a blob's path:
-                 case-sensitive; in a Like value `*` is any run of characters, `?` one, and
-                 `\\*`, `\\?` are themselves)
+               | StringEquals | StringNotEquals | StringLike | StringNotLike
+               | StringStartsWith | StringNotStartsWith (a blob's path or prefix, both of type
+                 String, whose operators are conditions-format's "String comparison
+                 operators": case-sensitive; in a Like value `*` is any run of characters,
+                 `?` one, and `\\*`, `\\?` are themselves; StartsWith takes its value as is)
 
 `parse` raises ConditionError for anything else (an unknown attribute, operator or action, a
 value that is not a GUID where a GUID is compared, unbalanced or missing parentheses);
@@ -55,13 +58,22 @@ ATTRS = {
     (_ROLES, "PrincipalType"),
     (_ROLES, "PrincipalId"),
     (BLOBS, "path"),
+    (BLOBS, "prefix"),
 }
+SOURCES = {"path": "Resource", "prefix": "Request"}  # where each blob attribute comes from
 ROLE_OPS = {
     "ForAnyOfAnyValues:GuidEquals",
     "ForAnyOfAllValues:GuidNotEquals",
     "ForAnyOfAnyValues:StringEqualsIgnoreCase",
 }
-PATH_OPS = {"StringEquals", "StringNotEquals", "StringLike", "StringNotLike"}
+PATH_OPS = {
+    "StringEquals",
+    "StringNotEquals",
+    "StringLike",
+    "StringNotLike",
+    "StringStartsWith",
+    "StringNotStartsWith",
+}
 OPS = ROLE_OPS | PATH_OPS
 _QUOTED = r"'(?:[^'\\]|\\.)*'"
 _TOKEN = re.compile(
@@ -84,7 +96,7 @@ class Request:
     colon (`RoleDefinitionId`, `path`)."""
 
     action: str
-    request: dict[str, str]  # @Request attributes (a role assignment write)
+    request: dict[str, str]  # @Request attributes (a role assignment write; a listing's prefix)
     resource: dict[str, str]  # @Resource attributes (a delete: the existing assignment; a blob)
     suboperation: str | None = None
 
@@ -124,8 +136,8 @@ def _compare(tok: dict[str, str]) -> Any:
         raise ConditionError(f"unsupported attribute {ns}:{attr}")
     if op not in (PATH_OPS if ns == BLOBS else ROLE_OPS):
         raise ConditionError(f"unsupported operator {op} for {ns}:{attr}")
-    if ns == BLOBS and tok["source"] != "Resource":
-        raise ConditionError(f"{ns}:{attr} is a @Resource attribute")
+    if ns == BLOBS and tok["source"] != SOURCES[attr]:
+        raise ConditionError(f"{ns}:{attr} is a @{SOURCES[attr]} attribute")
     return ("cmp", tok["source"], attr, op, _values(tok))
 
 
@@ -214,6 +226,10 @@ def _string(op: str, got: str, want: str) -> bool:
         return got != _unescape(want)
     if op == "StringLike":
         return like(got, want)
+    if op == "StringStartsWith":
+        return got.startswith(want)
+    if op == "StringNotStartsWith":
+        return not got.startswith(want)
     return not like(got, want)  # StringNotLike
 
 

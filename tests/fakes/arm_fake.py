@@ -21,7 +21,8 @@ InvalidApiVersionParameter if malformed); errors have ARM's shape `{"error": {"c
 resource groups and generic resource lists (arm_groups, arm_resources), Microsoft.Network
 virtual networks, subnets, NSGs, NICs, public IPs (arm_network), Microsoft.Compute virtual
 machines, disks, VM actions, boot diagnostics and extensions (arm_vms, arm_vm_actions), role
-assignments at any scope (arm_authorization), storage accounts and containers (arm_storage).
+assignments at any scope (arm_authorization), role definitions (arm_role_definitions), storage
+accounts and containers (arm_storage).
 
 LROs (arm_operations): `Azure-AsyncOperation` status URLs (resource group deletion and storage
 account creation: `Location`) with `Retry-After: 0`, answering InProgress for `fake.lro_polls`
@@ -59,6 +60,7 @@ from tests.fakes.arm_groups import GroupsMixin
 from tests.fakes.arm_http import FakeHandler, FakeServer, Reply
 from tests.fakes.arm_network import NetworkMixin
 from tests.fakes.arm_resources import bad_body
+from tests.fakes.arm_role_definitions import CUSTOM_ROLE_LIMIT, RoleDefinitionsMixin
 from tests.fakes.arm_routes import Req, match_route
 from tests.fakes.arm_scripting import THROTTLE, ScriptingMixin
 from tests.fakes.arm_state import State
@@ -75,7 +77,13 @@ API_VERSION_RE = re.compile(r"\d{4}-\d{2}-\d{2}(-preview|-beta)?")
 
 
 class ArmFake(
-    ScriptingMixin, GroupsMixin, NetworkMixin, VmActionsMixin, AuthorizationMixin, StorageMixin
+    ScriptingMixin,
+    GroupsMixin,
+    NetworkMixin,
+    VmActionsMixin,
+    AuthorizationMixin,
+    StorageMixin,
+    RoleDefinitionsMixin,
 ):
     """The fake's state and its HTTPS server. Thread-safe; see the module docstring."""
 
@@ -122,10 +130,12 @@ class ArmFake(
             self._tls = None
 
     def reset(self) -> None:
-        """Forget all state, scripting and logged requests; `lro_polls` back to its default."""
+        """Forget all state, scripting and logged requests; `lro_polls` and `custom_role_limit`
+        back to their defaults."""
         with self._lock:
             self._state = State()
             self.lro_polls = DEFAULT_LRO_POLLS
+            self.custom_role_limit = CUSTOM_ROLE_LIMIT
             self.bugs.clear()
 
     def client_kwargs(self) -> dict[str, Any]:

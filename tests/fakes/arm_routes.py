@@ -50,12 +50,17 @@ VM_ACTION = r"(?P<action>deallocate|powerOff|start|restart|simulateEviction)"
 STORAGE = rf"{RG}/providers/Microsoft\.Storage/storageAccounts"
 CONTAINER = rf"{STORAGE}/(?P<name>{_SEG})/blobServices/default/containers/(?P<container>{_SEG})"
 AUTH = r"(?P<scope>/.*?)/providers/Microsoft\.Authorization/roleAssignments"
+DEFS = r"(?P<scope>/.*?)/providers/Microsoft\.Authorization/roleDefinitions"
 
 _TABLE = (
     ("GET", rf"{AUTH}", "list_role_assignments"),
     ("PUT", rf"{AUTH}/(?P<name>{_SEG})", "put_role_assignment"),
     ("GET", rf"{AUTH}/(?P<name>{_SEG})", "get_role_assignment"),
     ("DELETE", rf"{AUTH}/(?P<name>{_SEG})", "delete_role_assignment"),
+    ("GET", rf"{DEFS}", "list_role_definitions"),
+    ("PUT", rf"{DEFS}/(?P<name>{_SEG})", "put_role_definition"),
+    ("GET", rf"{DEFS}/(?P<name>{_SEG})", "get_role_definition"),
+    ("DELETE", rf"{DEFS}/(?P<name>{_SEG})", "delete_role_definition"),
     (
         "GET",
         rf"{SUB}/providers/(?P<ns>{_SEG})/locations/(?P<loc>{_SEG})/operations/(?P<op>{_SEG})",

@@ -65,6 +65,7 @@ class State:
     resources: dict[str, Resource] = field(default_factory=dict)
     operations: dict[str, Operation] = field(default_factory=dict)
     role_assignments: dict[str, dict[str, Any]] = field(default_factory=dict)
+    role_definitions: dict[str, dict[str, Any]] = field(default_factory=dict)  # custom, by GUID
     serial: dict[str, str] = field(default_factory=dict)
     vm_faults: list[VmFault] = field(default_factory=list)
     extension_faults: list[ExtensionFault] = field(default_factory=list)

@@ -33,10 +33,14 @@ bearer tokens over TLS only) on 127.0.0.1 in front of it, path style like Azurit
 - Any other request (SharedKey, SAS, anonymous) goes to Azurite as it came: the account key is
   the account's owner, as on Azure.
 
-The role table (`ROLES`) holds the built-in roles cloudtrain assigns, with their Actions and
-DataActions from "Azure built-in roles for Storage"
-(https://learn.microsoft.com/azure/role-based-access-control/built-in-roles/storage) and
-"... General" (Contributor, Owner: no data actions).
+A role's (data) actions come from its definition, so the front enforces exactly that role:
+a built-in role's from arm_role_definitions.BUILT_IN (Actions and DataActions from "Azure
+built-in roles for Storage",
+https://learn.microsoft.com/azure/role-based-access-control/built-in-roles/storage, and
+"... General"), a custom role's (cloudtrain's node role, providers/azure/node_role.py) from the
+ARM fake's role definitions (`ArmFake.role_of`); NotActions and NotDataActions subtract. A List
+Blobs request carries its `prefix` parameter as the @Request attribute `blobs:prefix` (absent
+without one: a condition comparing it then fails, as Azure denies what it cannot evaluate).
 """
 
 from __future__ import annotations
@@ -47,7 +51,7 @@ import http.client
 import threading
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
 from typing import Any
@@ -55,6 +59,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from tests.fakes.arm_conditions import BLOBS, Request, evaluate
 from tests.fakes.arm_http import FakeServer
+from tests.fakes.arm_role_definitions import BUILT_IN, Role
 from tests.fakes.arm_tls import FakeTls
 from tests.fakes.azure_imds_identity import TokenBook
 from tests.fakes.azurite import ACCOUNT, ACCOUNT_KEY, Azurite
@@ -68,47 +73,6 @@ HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "te", "upgrade", 
 
 
 @dataclass(frozen=True)
-class Role:
-    """A role definition's Actions and DataActions (`*` wildcards)."""
-
-    name: str
-    actions: tuple[str, ...]
-    data_actions: tuple[str, ...]
-
-
-ROLES = {
-    "ba92f5b4-2d11-453d-a403-e96b0029c9fe": Role(
-        "Storage Blob Data Contributor",
-        (
-            f"{CONTAINERS}/delete",
-            f"{CONTAINERS}/read",
-            f"{CONTAINERS}/write",
-            "Microsoft.Storage/storageAccounts/blobServices/generateUserDelegationKey/action",
-        ),
-        (DELETE, READ, WRITE, f"{BLOBS}/move/action", ADD),
-    ),
-    "b7e6dc6d-f1e8-4753-8033-0f276bb0955b": Role(
-        "Storage Blob Data Owner",
-        (
-            f"{CONTAINERS}/*",
-            "Microsoft.Storage/storageAccounts/blobServices/generateUserDelegationKey/action",
-        ),
-        (f"{BLOBS}/*",),
-    ),
-    "2a2b9908-6ea1-4ae2-8e65-a410df84e7d1": Role(
-        "Storage Blob Data Reader",
-        (
-            f"{CONTAINERS}/read",
-            "Microsoft.Storage/storageAccounts/blobServices/generateUserDelegationKey/action",
-        ),
-        (READ,),
-    ),
-    "b24988ac-6180-42a0-ab88-20f7382dd24c": Role("Contributor", ("*",), ()),
-    "8e3af657-a8ff-443c-a75c-2fe8c4bcb635": Role("Owner", ("*",), ()),
-}
-
-
-@dataclass(frozen=True)
 class Ask:
     """What a blob request asks: the actions any one of which grants it (data actions, or
     `management` ones), the blob's path (None for a container request) and suboperation."""
@@ -117,6 +81,7 @@ class Ask:
     path: str | None
     suboperation: str | None = None
     management: bool = False
+    prefix: str | None = None  # List Blobs' `prefix` (the @Request attribute blobs:prefix)
 
 
 @dataclass(frozen=True)
@@ -142,7 +107,7 @@ def data_actions(method: str, blob: str | None, query: dict[str, str]) -> Ask | 
         if restype != "container":
             return None
         if method == "GET" and comp == "list":
-            return Ask((READ,), None, LIST)
+            return Ask((READ,), None, LIST, prefix=query.get("prefix"))
         if method in ("GET", "HEAD") and comp in (None, "metadata"):
             return Ask((f"{CONTAINERS}/read",), None, management=True)
         return None
@@ -155,8 +120,18 @@ def data_actions(method: str, blob: str | None, query: dict[str, str]) -> Ask | 
     return None
 
 
-def _grants(patterns: Iterable[str], action: str) -> bool:
+def _matches(patterns: Iterable[str], action: str) -> bool:
     return any(fnmatch.fnmatchcase(action.lower(), p.lower()) for p in patterns)
+
+
+def role_grants(role: Role, action: str, management: bool) -> bool:
+    """Whether `role`'s definition grants `action`: a (data) action its Actions (DataActions)
+    match and its NotActions (NotDataActions) do not ("Understand Azure role definitions",
+    https://learn.microsoft.com/azure/role-based-access-control/role-definitions: the
+    effective permissions are the allowed ones minus the Not ones). Pure."""
+    if management:
+        return _matches(role.actions, action) and not _matches(role.not_actions, action)
+    return _matches(role.data_actions, action) and not _matches(role.not_data_actions, action)
 
 
 def _within(inner: str, outer: str) -> bool:
@@ -174,22 +149,36 @@ def _theirs(assignments: Iterable[dict[str, Any]], principal: str, scope: str) -
     ]
 
 
-def allowed(assignments: Iterable[dict[str, Any]], principal: str, scope: str, ask: Ask) -> bool:
+def built_in_role(role_definition_id: str) -> Role | None:
+    """A built-in role by its definition id (arm_role_definitions.BUILT_IN), or None. Pure."""
+    return BUILT_IN.get(role_definition_id.rsplit("/", 1)[-1].lower())
+
+
+def allowed(
+    assignments: Iterable[dict[str, Any]],
+    principal: str,
+    scope: str,
+    ask: Ask,
+    role_of: Callable[[str], Role | None] = built_in_role,
+) -> bool:
     """Whether one of `principal`'s assignments at or above `scope` grants one of `ask`'s
-    actions, its condition (if any) allowing it. Pure."""
+    actions through its role's definition (`role_of`: roleDefinitionId -> Role; the front
+    passes the ARM fake's, built-in and custom), its condition (if any) allowing it. Pure
+    given `role_of`."""
     for body in _theirs(assignments, principal, scope):
         props = body["properties"]
-        role = ROLES.get(str(props["roleDefinitionId"]).rsplit("/", 1)[-1].lower())
+        role = role_of(str(props["roleDefinitionId"]))
         if role is None:
             continue
         for action in ask.actions:
-            if not _grants(role.actions if ask.management else role.data_actions, action):
+            if not role_grants(role, action, ask.management):
                 continue
             condition = props.get("condition")
             if not condition or ask.management:  # conditions target data actions only
                 return True
             resource = {} if ask.path is None else {"path": ask.path}
-            if evaluate(str(condition), Request(action, {}, resource, ask.suboperation)):
+            request = {} if ask.prefix is None else {"prefix": ask.prefix}
+            if evaluate(str(condition), Request(action, request, resource, ask.suboperation)):
                 return True
     return False
 
@@ -292,7 +281,11 @@ class BlobFront:
         ask = data_actions(method, blob, query) if container else None
         scope = self.container_scope(account, container) if container else None
         assignments = self.arm.role_assignments()
-        ok = ask is not None and scope is not None and allowed(assignments, principal, scope, ask)
+        ok = (
+            ask is not None
+            and scope is not None
+            and allowed(assignments, principal, scope, ask, self.arm.role_of)
+        )
         if not ok:
             granted = scope is not None and bool(_theirs(assignments, principal, scope))
             actions = ask.actions if ask else ()
