@@ -3,7 +3,8 @@
 A node is one VM named `ct-<run>-<role>-<index>` in the run's resource group (`network`), tagged
 `cloudtrain-run/role/index`, with a NIC (deleted with the VM), the startup script as cloud-init
 `customData`, and a system-assigned managed identity. That identity gets two roles right after
-the create: "Storage Blob Data Contributor" on the run's container only, under an ABAC condition
+the create: the subscription's node role (node_role.py: blob data actions only, none through
+ARM) on the run's container only, under an ABAC condition
 of that node's own (`identity.node_bucket_condition`: its keys and its role's), and "Virtual Machine
 Contributor" on the VM itself, so the node can delete itself at the deadline (a stopped but
 allocated Azure VM still bills). Both assignments are deleted with the node, and an evicted
@@ -24,7 +25,7 @@ from typing import Any
 
 from cloudtrain.errors import NotFound, ProviderError
 from cloudtrain.jobs import node_rights, protocol
-from cloudtrain.providers.azure import controller_identity, identity, network, owned
+from cloudtrain.providers.azure import controller_identity, identity, network, node_role, owned
 from cloudtrain.providers.azure.account import (
     container_scope,
     default_account,
@@ -141,13 +142,17 @@ class AzureCompute(Compute):
     def ensure_network(self, run: RunInfo) -> list[Resource]:
         """Group, NSG (TF ports from the VNet only; SSH from one CIDR when asked) and VNet.
         Idempotent; blocks. The default storage account, whose container the nodes are
-        granted, is made too if missing (normally `ensure_bucket` made it already)."""
+        granted, is made too if missing (normally `ensure_bucket` made it already), and the
+        subscription's node role is created or brought up to date (node_role.py; it outlives
+        the run, so it is not among the returned resources)."""
         made = network.ensure(
             self.clients, run, self.region, self.rg, self.config.option("ssh_cidr")
         )
         store = BlobStore(run.store_uri)
         if store.account == default_account(self.subscription, self.region, self.storage_account):
             ensure_account(self.clients, store.account, self.region)
+        # the subscription's node role (node_role.py): not the run's, so not in `made`
+        node_role.ensure(self.clients)
         return made
 
     def list_resources(self, run_id: str) -> list[Resource]:
@@ -327,10 +332,7 @@ class AzureCompute(Compute):
             principal = str(vm.identity.principal_id)
             controller_identity.grant(self.clients, run.run_id, group, container, principal)
             return
-        from cloudtrain.providers.azure.bodies import (
-            STORAGE_BLOB_DATA_CONTRIBUTOR,
-            VIRTUAL_MACHINE_CONTRIBUTOR,
-        )
+        from cloudtrain.providers.azure.bodies import VIRTUAL_MACHINE_CONTRIBUTOR
 
         name, principal = str(vm.name), str(vm.identity.principal_id)
         group = network.group_name(run.run_id, self.rg)
@@ -341,7 +343,8 @@ class AzureCompute(Compute):
         chief = node == node_rights.chief_of(run.nodes or (node,))
         prefix = BlobStore(run.store_uri).prefix
         only = identity.node_bucket_condition(prefix, run.run_id, node, chief=chief)
-        identity.grant(self.clients, scope, STORAGE_BLOB_DATA_CONTRIBUTOR, principal, name, only)
+        blob_role = node_role.role_guid(self.subscription)  # data actions only, no ARM action
+        identity.grant(self.clients, scope, blob_role, principal, name, only)
         identity.grant(self.clients, str(vm.id), VIRTUAL_MACHINE_CONTRIBUTOR, principal, name)
 
     def list_nodes(self, run_id: str) -> list[Node]:
@@ -400,15 +403,14 @@ class AzureCompute(Compute):
     def _grants_of(self, node: Node, group: str) -> list[str]:
         """Ids of the role assignments the node's current identity holds (none once its VM is
         gone). Blocks."""
-        from cloudtrain.providers.azure.bodies import STORAGE_BLOB_DATA_CONTRIBUTOR
-
         vm = self._vm(group, node.name)
         principal = getattr(getattr(vm, "identity", None), "principal_id", None)
         if not principal:
             return []
         ids = {identity.vm_grant_id(self.subscription, group, node.name, str(principal))}
         for scope in self._containers(node.run_id):
-            ids.add(identity.assignment_id(scope, STORAGE_BLOB_DATA_CONTRIBUTOR, str(principal)))
+            role = node_role.role_guid(self.subscription)
+            ids.add(identity.assignment_id(scope, role, str(principal)))
         with azure_errors(f"list the roles of {node.name}"):
             found = self.clients.authorization.role_assignments.list_for_scope(
                 f"/subscriptions/{self.subscription}", filter=f"principalId eq '{principal}'"

@@ -4,8 +4,9 @@ role assignments that reach this run only.
 At the run's resource group (cloudtrain's own `ct-<run>` group; never a user's group):
 - Contributor (create, stop and delete the run's VMs, NICs, disks, the group itself);
 - Role Based Access Control Administrator under an ABAC condition: it may create role
-  assignments only of the two roles the nodes get (identity.py: Storage Blob Data Contributor,
-  Virtual Machine Contributor), only to service principals (the nodes' identities), and delete
+  assignments only of the two roles the nodes get (identity.py: the subscription's node role of
+  node_role.py, Virtual Machine Contributor), only to service principals (the nodes' identities;
+  a replacement node is granted by the controller), and delete
   only those (plus this role's own assignments, so it can remove its own grants last).
 At the run's blob container:
 - Storage Blob Data Contributor (the lease, the journal, checkpoints: this container only);
@@ -31,6 +32,7 @@ from __future__ import annotations
 from typing import Any
 
 from cloudtrain.errors import NotFound, ProviderError, TransientError
+from cloudtrain.providers.azure import node_role
 from cloudtrain.providers.azure.bodies import (
     STORAGE_BLOB_DATA_CONTRIBUTOR,
     VIRTUAL_MACHINE_CONTRIBUTOR,
@@ -44,17 +46,24 @@ from cloudtrain.providers.base import Resource
 KIND = "controller-role-assignment"
 CONTRIBUTOR = "b24988ac-6180-42a0-ab88-20f7382dd24c"  # built-in role ids (Azure built-in roles)
 RBAC_ADMINISTRATOR = "f58310d9-a9f6-439a-9e8d-f62e7b41a168"
-NODE_ROLES = (STORAGE_BLOB_DATA_CONTRIBUTOR, VIRTUAL_MACHINE_CONTRIBUTOR)
 CONDITION_VERSION = "2.0"
 _ASSIGNMENTS = "/providers/Microsoft.Authorization/roleAssignments"
 _ATTR = "Microsoft.Authorization/roleAssignments"
 
 
-def delegation_condition() -> str:
+def node_roles(subscription: str) -> tuple[str, str]:
+    """The GUIDs of the two roles a node gets: the subscription's node role (node_role.py, on
+    the run's container) and Virtual Machine Contributor (on its own VM). Pure."""
+    return (node_role.role_guid(subscription), VIRTUAL_MACHINE_CONTRIBUTOR)
+
+
+def delegation_condition(subscription: str) -> str:
     """The ABAC condition of the controller's RBAC Administrator assignments: write only the
-    nodes' two roles, to service principals only; delete only those and this role. Pure."""
-    write_roles = ", ".join(NODE_ROLES)
-    delete_roles = ", ".join((*NODE_ROLES, RBAC_ADMINISTRATOR))
+    nodes' two roles (`node_roles`: never the built-in Storage Blob Data Contributor, whose
+    container Actions a node must not hold), to service principals only; delete only those
+    and this role. Pure."""
+    write_roles = ", ".join(node_roles(subscription))
+    delete_roles = ", ".join((*node_roles(subscription), RBAC_ADMINISTRATOR))
     return (
         "("
         f" ( !(ActionMatches{{'{_ATTR}/write'}}) )"
@@ -109,7 +118,7 @@ def body(subscription: str, role: str, principal: str, run_id: str, conditioned:
         "description": f"cloudtrain controller {run_id}: this run only",
     }
     if conditioned:
-        props["condition"] = delegation_condition()
+        props["condition"] = delegation_condition(subscription)
         props["conditionVersion"] = CONDITION_VERSION
     return {"properties": props}
 

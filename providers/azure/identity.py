@@ -1,12 +1,12 @@
 """The role assignments of an Azure node's managed identity: its two grants and their removal.
 
-A node's system-assigned identity gets "Storage Blob Data Contributor" on the run's container and
-"Virtual Machine Contributor" on its own VM (`grant`). A role assignment's name must be a GUID;
-ARM refuses to reuse one for another principal (409 RoleAssignmentUpdateNotPermitted: "Tenant
-ID, application ID, principal ID, and scope are not allowed to be updated"). So the name is
-derived from the scope, the role AND the principal (`assignment_name`): a retried create makes
-one assignment, and a re-created VM of the same name (a new identity) gets assignments of its
-own.
+A node's system-assigned identity gets the subscription's node role (node_role.py: blob data
+actions only) on the run's container and "Virtual Machine Contributor" on its own VM (`grant`).
+A role assignment's name must be a GUID; ARM refuses to reuse one for another principal (409
+RoleAssignmentUpdateNotPermitted: "Tenant ID, application ID, principal ID, and scope are not
+allowed to be updated"). So the name is derived from the scope, the role AND the principal
+(`assignment_name`): a retried create makes one assignment, and a re-created VM of the same
+name (a new identity) gets assignments of its own.
 
 Azure removes no role assignment when their principal goes (MicrosoftDocs/azure-docs,
 articles/role-based-access-control/role-assignments.md, "Role assignments with identity not
@@ -31,6 +31,7 @@ from typing import Any
 
 from cloudtrain.errors import NotFound, ProviderError, TransientError
 from cloudtrain.jobs import node_rights, protocol
+from cloudtrain.providers.azure import node_role
 from cloudtrain.providers.azure.bodies import (
     ROLE_NAMES,
     VIRTUAL_MACHINE_CONTRIBUTOR,
@@ -78,6 +79,12 @@ def vm_grant_id(subscription: str, group: str, node: str, principal: str) -> str
     return assignment_id(scope, VIRTUAL_MACHINE_CONTRIBUTOR, principal)
 
 
+def _role_name(subscription: str, role_guid: str) -> str:
+    if role_guid == node_role.role_guid(subscription):
+        return node_role.NAME
+    return ROLE_NAMES.get(role_guid, f"role {role_guid}")
+
+
 def assignment_body(
     subscription: str, role_guid: str, principal: str, node: str, condition: str | None = None
 ) -> dict[str, Any]:
@@ -85,7 +92,7 @@ def assignment_body(
     lets Azure assign to an identity its directory has not replicated yet), its description
     naming the node, narrowed by the ABAC `condition` when given. Pure."""
     body = role_assignment_body(subscription, role_guid, principal, condition)
-    role = ROLE_NAMES.get(role_guid, f"role {role_guid}")
+    role = _role_name(subscription, role_guid)
     body["properties"]["description"] = f"cloudtrain node {node}: {role} for the node's identity"
     return body
 
@@ -101,11 +108,12 @@ def grant(
     """Assign `role_guid` at `scope` to node `node`'s identity `principal`, under the ABAC
     `condition` when given (`node_bucket_condition` for the container grant). Idempotent (the
     name is derived from scope, role and principal; a PUT of the same name sets the condition);
-    blocks. Raises TransientError while Azure's directory has not replicated a new identity yet
-    (PrincipalNotFound), ProviderError otherwise."""
+    blocks. Raises TransientError while Azure has not replicated a new identity
+    (PrincipalNotFound) or a new custom role (RoleDefinitionDoesNotExist) yet, ProviderError
+    otherwise."""
     body = assignment_body(clients.auth.subscription, role_guid, principal, node, condition)
     name = assignment_name(scope, role_guid, principal)
-    role = ROLE_NAMES.get(role_guid, role_guid)
+    role = _role_name(clients.auth.subscription, role_guid)
     try:
         with azure_errors(f"grant {node}'s identity {role}"):
             clients.authorization.role_assignments.create(scope, name, body)
@@ -115,11 +123,13 @@ def grant(
             return
         if "PrincipalNotFound" in codes:
             raise TransientError(f"{err.message} (the identity is not replicated yet)") from err
+        if "RoleDefinitionDoesNotExist" in codes:  # a node role just made (node_role.py)
+            raise TransientError(f"{err.message} (the role is not replicated yet)") from err
         raise
 
 
 # --- the container grant's condition (issue 29) -----------------------------------------------
-# Azure ABAC, version 2.0, on the node's Storage Blob Data Contributor assignment: "Azure role
+# Azure ABAC, version 2.0, on the node's container assignment (node_role.py): "Azure role
 # assignment condition format and syntax"
 # (https://learn.microsoft.com/azure/role-based-access-control/conditions-format: `!(ActionMatches
 # {...}) OR (expression)` per targeted action; StringLike's `*` matches any run of characters

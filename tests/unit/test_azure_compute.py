@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from cloudtrain.errors import NoCapacityError, ProviderError, QuotaError
+from cloudtrain.providers.azure import node_role
 from cloudtrain.providers.azure.bodies import (
-    STORAGE_BLOB_DATA_CONTRIBUTOR,
     VIRTUAL_MACHINE_CONTRIBUTOR,
 )
 from cloudtrain.providers.azure.compute import AzureCompute
@@ -91,7 +91,8 @@ def test_a_node_is_a_vm_whose_identity_gets_its_container_and_itself(
         if a["properties"]["principalId"] == principal
     }
     container = [s for s in grants if s.endswith(f"/containers/ct-{RUN}")]
-    assert len(container) == 1 and grants[container[0]] == STORAGE_BLOB_DATA_CONTRIBUTOR
+    blob_role = node_role.role_guid(compute.subscription)  # data actions only: node_role.py
+    assert len(container) == 1 and grants[container[0]] == blob_role
     assert grants[vm["id"]] == VIRTUAL_MACHINE_CONTRIBUTOR
     assert len(grants) == 2, "nothing broader than the container and the VM itself"
     extensions = azure_cloud.arm.resources(kind="extensions")

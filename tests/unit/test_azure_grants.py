@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from cloudtrain.providers.azure import node_role
 from cloudtrain.providers.azure.bodies import (
     STORAGE_BLOB_DATA_CONTRIBUTOR,
     VIRTUAL_MACHINE_CONTRIBUTOR,
@@ -49,7 +50,7 @@ def vm_and_container(grants: dict[str, Any], vm_id: str) -> bool:
         len(grants) == 2
         and grants.get(vm_id.lower()) == VIRTUAL_MACHINE_CONTRIBUTOR
         and len(container) == 1
-        and grants[container[0]] == STORAGE_BLOB_DATA_CONTRIBUTOR
+        and grants[container[0]] == node_role.role_guid(container[0].split("/")[2])
     )
 
 

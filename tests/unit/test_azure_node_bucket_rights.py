@@ -1,13 +1,14 @@
 """What an Azure node's identity may do in the run's container (issue 29, least privilege).
 
-Each node's Storage Blob Data Contributor assignment is taken from the ARM fake as AzureCompute
-really created it for that node's VM (through the real azure-mgmt clients; the fake parses its
-ABAC condition), and its condition is EVALUATED (tests/fakes/arm_conditions.py) for every key of
-node_rights_kit's table for that node (chief-0, worker-0, worker-1, worker-10 of one run): the
-node may not read `control/key`, nor write or delete the controller's documents or another
-node's keys, and keeps every read and write its agent makes (the chief also its checkpoints,
-model, TensorBoard, orphan notice and restore marker). Listing is not narrowed (it names blobs,
-it reads none), and nothing outside the run's prefix is read or written.
+Each node's container assignment (the node role, node_role.py) is taken from the ARM fake as
+AzureCompute really created it for that node's VM (through the real azure-mgmt clients; the
+fake parses its ABAC condition), and its condition is EVALUATED (tests/fakes/arm_conditions.py)
+for every key of node_rights_kit's table for that node (chief-0, worker-0, worker-1, worker-10
+of one run): the node may not read `control/key`, nor write or delete the controller's
+documents or another node's keys, and keeps every read and write its agent makes (the chief
+also its checkpoints, model, TensorBoard, orphan notice and restore marker). Listing is not
+narrowed (it names blobs, it reads none), and nothing outside the run's prefix is read or
+written.
 """
 
 from __future__ import annotations
@@ -21,8 +22,7 @@ import pytest
 from cloudtrain import run_key
 from cloudtrain.errors import ProviderError
 from cloudtrain.jobs import protocol as proto
-from cloudtrain.providers.azure import identity
-from cloudtrain.providers.azure.bodies import STORAGE_BLOB_DATA_CONTRIBUTOR
+from cloudtrain.providers.azure import identity, node_role
 from cloudtrain.providers.azure.compute import AzureCompute
 from cloudtrain.providers.base import NodeRequest
 from tests.fakes.arm_conditions import BLOBS, ConditionError, Request, evaluate, like, parse
@@ -55,13 +55,14 @@ def conditions(compute: AzureCompute, azure_cloud: AzureCloud) -> Iterator[dict[
     for node in NODES:
         compute.create_node(run, node_request(node))
     found = {}
+    role = node_role.role_guid(compute.subscription)  # data actions only (node_role.py)
     for vm in azure_cloud.arm.resources(kind="virtualMachines"):
         principal = vm["identity"]["principalId"]
         blob: list[dict[str, Any]] = [
             a["properties"]
             for a in azure_cloud.arm.role_assignments()
             if a["properties"]["principalId"] == principal
-            and a["properties"]["roleDefinitionId"].endswith(STORAGE_BLOB_DATA_CONTRIBUTOR)
+            and a["properties"]["roleDefinitionId"].endswith(role)
         ]
         assert len(blob) == 1 and blob[0]["scope"].endswith(f"/containers/ct-{RUN}")
         assert blob[0]["conditionVersion"] == "2.0", blob[0]
@@ -144,7 +145,7 @@ def test_the_fake_refuses_what_arm_refuses() -> None:
     for bad in (
         f"{path} StringLike 'a' AND {path} StringLike 'b' OR {path} StringLike 'c'",  # parens
         f"@Request[{BLOBS}:path] StringLike 'a'",  # path is a resource attribute
-        f"{path} StringStartsWith 'a'",  # not in the subset
+        f"{path} StringEndsWith 'a'",  # not an operator of Azure's
         f"{path} StringLike {{'a', 'b'}}",  # one value without a cross-product operator
         "SubOperationMatches{'Blob.Write.Tier'}",
     ):

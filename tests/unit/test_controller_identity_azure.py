@@ -20,6 +20,7 @@ import pytest
 
 from cloudtrain.errors import ProviderError
 from cloudtrain.providers.azure import controller_identity as ctl
+from cloudtrain.providers.azure import node_role
 from cloudtrain.providers.azure.bodies import (
     STORAGE_BLOB_DATA_CONTRIBUTOR,
     VIRTUAL_MACHINE_CONTRIBUTOR,
@@ -93,7 +94,7 @@ def test_assignments_as_sent_reach_the_run_group_and_container_only(
     for (_scope, role), props in seen.items():
         if role == ctl.RBAC_ADMINISTRATOR:
             assert props["conditionVersion"] == "2.0"
-            assert props["condition"] == ctl.delegation_condition()
+            assert props["condition"] == ctl.delegation_condition(sub)
         else:
             assert props.get("condition") is None and props.get("conditionVersion") is None
     # the ids the ledger recorded before are the ones made
@@ -103,9 +104,10 @@ def test_assignments_as_sent_reach_the_run_group_and_container_only(
 
 
 def test_the_condition_delegates_only_the_two_node_roles_to_service_principals(
-    ready: Any,
+    ready: Any, compute: AzureCompute
 ) -> None:
     _, puts, _ = ready
+    blob_role = node_role.role_guid(compute.subscription)  # the nodes' container role
     (cond,) = {b["properties"]["condition"] for _, b in puts if b["properties"].get("condition")}
 
     def write(role: str, kind: str = "ServicePrincipal") -> bool:
@@ -114,14 +116,17 @@ def test_the_condition_delegates_only_the_two_node_roles_to_service_principals(
     def delete(role: str) -> bool:
         return evaluate(cond, Request(DELETE, {}, {"RoleDefinitionId": role}))
 
-    assert write(STORAGE_BLOB_DATA_CONTRIBUTOR) and write(VIRTUAL_MACHINE_CONTRIBUTOR)
-    for role in (ctl.CONTRIBUTOR, OWNER, USER_ACCESS_ADMIN, ctl.RBAC_ADMINISTRATOR):
+    assert write(blob_role) and write(VIRTUAL_MACHINE_CONTRIBUTOR)
+    # the built-in Storage Blob Data Contributor has container Actions (delete, write) that a
+    # node must not hold: the controller cannot grant it either
+    roles = (ctl.CONTRIBUTOR, OWNER, USER_ACCESS_ADMIN, ctl.RBAC_ADMINISTRATOR)
+    for role in (*roles, STORAGE_BLOB_DATA_CONTRIBUTOR):
         assert not write(role), role
-    assert not write(STORAGE_BLOB_DATA_CONTRIBUTOR, "User")
+    assert not write(blob_role, "User")
     assert not write(VIRTUAL_MACHINE_CONTRIBUTOR, "Group")
-    assert delete(STORAGE_BLOB_DATA_CONTRIBUTOR) and delete(VIRTUAL_MACHINE_CONTRIBUTOR)
+    assert delete(blob_role) and delete(VIRTUAL_MACHINE_CONTRIBUTOR)
     assert delete(ctl.RBAC_ADMINISTRATOR)  # its own grants, last
-    for role in (ctl.CONTRIBUTOR, OWNER, USER_ACCESS_ADMIN):
+    for role in (ctl.CONTRIBUTOR, OWNER, USER_ACCESS_ADMIN, STORAGE_BLOB_DATA_CONTRIBUTOR):
         assert not delete(role), role
     # any other action is not this condition's business (the role's own actions bound it)
     assert evaluate(cond, Request("Microsoft.Compute/virtualMachines/write", {}, {}))
@@ -173,7 +178,7 @@ def test_controller_vm_runs_on_demand_on_cpu_under_its_own_grants(
         for a in azure_cloud.arm.role_assignments()
         if a["properties"]["principalId"] == _principal(azure_cloud, worker.name)
     }
-    assert worker_roles == {STORAGE_BLOB_DATA_CONTRIBUTOR, VIRTUAL_MACHINE_CONTRIBUTOR}
+    assert worker_roles == {node_role.role_guid(compute.subscription), VIRTUAL_MACHINE_CONTRIBUTOR}
     assert all(
         a["properties"]["principalId"] != mine
         or a["properties"]["roleDefinitionId"].rsplit("/", 1)[1] != VIRTUAL_MACHINE_CONTRIBUTOR

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from cloudtrain.providers.azure import node_role
 from tests.fakes.arm_fake import start_arm_fake
 from tests.fakes.arm_testkit import SUB
 from tests.fakes.azure_cloud import (
@@ -245,9 +246,13 @@ def test_node_identity_reaches_only_the_runs_container(azure: AzureSeen) -> None
     held = [
         a["properties"] for a in azure.assignments if a["properties"]["principalId"] in principals
     ]
-    storage = [a for a in held if a["roleDefinitionId"].endswith(BLOB_CONTRIBUTOR)]
+    storage = [a for a in held if "/containers/" in a["scope"]]
     assert len(storage) == 2
     for assignment in storage:
+        # the node role (data actions only), never the built-in with container Actions
+        role = assignment["roleDefinitionId"]
+        assert role.rsplit("/", 1)[1] == node_role.role_guid(role.split("/")[2]), role
+        assert not role.endswith(BLOB_CONTRIBUTOR)
         scope = assignment["scope"]
         assert scope.endswith(f"/blobServices/default/containers/{azure.container}"), scope
         assert f"/storageAccounts/{ACCOUNT}/" in scope
