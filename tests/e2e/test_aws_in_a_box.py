@@ -91,6 +91,27 @@ class AwsBox:
             f"{pattern!r} not in {node}'s logs in time:\n{self.ct.output()[-4000:]}"
         )
 
+    def assert_nodes_ran_under_their_roles(self, run_id: str) -> None:
+        """Every instance of the run took its own node role's credentials from the metadata
+        service (moto's STS assumed the role for it), and S3 refused the nodes nothing while
+        their roles existed (a node's last log flush may come after teardown deleted its role:
+        refused, as on AWS)."""
+        from moto.core import DEFAULT_ACCOUNT_ID
+        from moto.sts.models import sts_backends
+
+        assumed = {
+            r.session_name: r.role_arn.rsplit("/", 1)[1]
+            for r in sts_backends[DEFAULT_ACCOUNT_ID]["aws"].assumed_roles
+        }
+        instances = [i for i in self.instances() if _tag(i, "cloudtrain:run") == run_id]
+        assert instances
+        for inst in instances:
+            node = f"{_tag(inst, 'cloudtrain:role')}-{_tag(inst, 'cloudtrain:index')}"
+            assert assumed.get(inst["InstanceId"]) == f"cloudtrain-{run_id}-{node}", assumed
+        assert self.moto is not None
+        refused = [r for r in self.moto.authorizer.refused if not r[2].endswith(" (deleted)")]
+        assert refused == [], refused
+
     def assert_nothing_left(self, run_id: str) -> None:
         states = {i["InstanceId"]: i["State"]["Name"] for i in self.instances()}
         assert states and set(states.values()) == {"terminated"}, states
@@ -107,6 +128,10 @@ class AwsBox:
         assert self.harness.live_sessions() == []
         ledger = self.ct.ledger()
         assert all(r.state == "deleted" for r in ledger.resources(run_id))
+
+
+def _tag(instance: dict[str, Any], key: str) -> str | None:
+    return next((t["Value"] for t in instance.get("Tags", []) if t["Key"] == key), None)
 
 
 def _discover(ec2: Any, images: dict[str, str], imds_url: str | None = None) -> list[Vm]:
@@ -194,18 +219,7 @@ def test_run_on_aws_trains_for_real_and_leaves_nothing(aws: AwsBox) -> None:
     assert status["throughput"]["cluster_examples_per_s"] > 0, status["throughput"]
     assert "throughput: cluster" in proc.stdout
     assert len(aws.harness.booted) == 2
-    # each node ran under its own role's credentials, and S3 refused it nothing it needed
-    from moto.core import DEFAULT_ACCOUNT_ID
-    from moto.sts.models import sts_backends
-
-    assumed = {
-        r.session_name: r.role_arn.rsplit("/", 1)[1]
-        for r in sts_backends[DEFAULT_ACCOUNT_ID]["aws"].assumed_roles
-    }
-    for inst in aws.instances():
-        node = next(t["Value"] for t in inst["Tags"] if t["Key"] == "Name").split("-")[-2:]
-        assert assumed.get(inst["InstanceId"]) == f"cloudtrain-{run_id}-{'-'.join(node)}"
-    assert aws.moto is not None and aws.moto.authorizer.refused == []
+    aws.assert_nodes_ran_under_their_roles(run_id)
     aws.assert_nothing_left(run_id)
     # traced as on local (the VMs are processes here: one clock); its phases for the README
     trace = assert_traced(aws.ct, run_id, spawned, exited, ("worker-0", "worker-1"))

@@ -33,6 +33,8 @@ from tests.e2e.test_aws_in_a_box import BUCKET, REGION, AwsBox, _discover
 from tests.fakes import netns
 from tests.fakes.boot_harness import BootHarness, Vm
 from tests.fakes.firewall_aws import AwsSnapshot, compile_aws, read_aws
+from tests.fakes.imds_credentials_aws import Ec2RoleCredentials
+from tests.fakes.metadata_server import MetadataServer
 from tests.fakes.moto_server import clear_aws_caches, seed_public_images, start_moto, use_moto
 from tests.fakes.netns import Host, Network
 from tests.fakes.netns_probe import connect, listen
@@ -97,6 +99,9 @@ def box(ct: Env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Ne
 
     network = Network()
     server = start_moto(network.host_ip)
+    # the instances' role credentials (tests/fakes/imds_credentials_aws.py), on the bridge
+    imds = MetadataServer(host=network.host_ip)
+    Ec2RoleCredentials(server.url, REGION).install(imds)
     harness: BootHarness | None = None
     try:
         server.reset()  # moto's backends are per process: forget the other tests' resources
@@ -111,7 +116,7 @@ def box(ct: Env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Ne
         ec2 = clients["ec2"]
         harness = BootHarness(
             tmp_path / "box",
-            lambda: _discover(ec2, images),
+            lambda: _discover(ec2, images, imds.url),
             dict(ct.env),
             on_power_off=lambda vm: ec2.terminate_instances(InstanceIds=[vm]),
             network=network,
@@ -119,12 +124,13 @@ def box(ct: Env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Ne
         firewall = Firewall(ec2, harness)
         harness.before_boot = firewall
         harness.start()
-        box = NetBox(ct, harness, ec2, clients["s3"], clients["iam"])
+        box = NetBox(ct, harness, ec2, clients["s3"], clients["iam"], imds, server)
         box.network, box.firewall = network, firewall
         yield box
     finally:
         if harness is not None:
             harness.stop()
+        imds.close()
         server.stop()
         clear_aws_caches()
         network.close()
@@ -190,6 +196,7 @@ def test_multiworker_trains_through_the_group_and_ssh_and_outsiders_are_shut_out
         if "/attempt-" in key and "/nodes/" in key and key.endswith(".json")
     }
     assert registered == {f"{first.ip}:{port}", f"{second.ip}:{port}"}
+    box.assert_nodes_ran_under_their_roles(run_id)  # from the bridge's metadata service
     box.assert_nothing_left(run_id)
 
 

@@ -78,7 +78,9 @@ class S3Authorizer:
 
     def __init__(self, app: Callable[[dict[str, Any], StartResponse], Iterable[bytes]]) -> None:
         self.app = app
-        self.refused: list[tuple[str, str]] = []  # (action, resource) of each refusal
+        # (action, resource, role name) of each refusal; the role name ends in " (deleted)"
+        # when the role was gone (a node writing after teardown deleted its role)
+        self.refused: list[tuple[str, str, str]] = []
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Any:
         answer = self._check(environ)
@@ -120,9 +122,10 @@ class S3Authorizer:
         if auth and not _signature_ok(environ, auth, assumed, parts[1]):
             return "SignatureDoesNotMatch", ""
         policies = _role_policies(assumed.role_arn)
+        role = assumed.role_arn.rsplit("/", 1)[1] + ("" if policies is not None else " (deleted)")
         for action, resource, context in judge(environ, query):
-            if not decide(policies, action, resource, context):
-                self.refused.append((action, resource))
+            if not decide(policies or [], action, resource, context):
+                self.refused.append((action, resource, role))
                 return "AccessDenied", resource
         return None
 
@@ -216,8 +219,9 @@ def _assumed_role(key_id: str) -> Any:
     return None
 
 
-def _role_policies(role_arn: str) -> list[dict[str, Any]]:
-    """The identity policies (inline, then attached) of the role, from moto's IAM."""
+def _role_policies(role_arn: str) -> list[dict[str, Any]] | None:
+    """The identity policies (inline, then attached) of the role, from moto's IAM; None when
+    the role is gone (its credentials then grant nothing)."""
     import json
 
     from moto.core import DEFAULT_ACCOUNT_ID
@@ -226,8 +230,8 @@ def _role_policies(role_arn: str) -> list[dict[str, Any]]:
     backend = iam_backends[DEFAULT_ACCOUNT_ID]["aws"]
     try:
         role = backend.get_role_by_arn(role_arn)
-    except Exception:  # the role is gone: its credentials grant nothing
-        return []
+    except Exception:  # the role is gone
+        return None
     docs = [json.loads(d) for d in role.policies.values()]
     for managed in role.managed_policies.values():
         default = [v for v in managed.versions if v.is_default_version]

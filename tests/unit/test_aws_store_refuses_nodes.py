@@ -156,9 +156,9 @@ def test_the_store_refuses_what_the_node_role_does_not_allow(
     )
     # the box's own key is not enforced
     owner.put_object(Bucket=BUCKET, Key=_key(p.lease_key(RUN)), Body=b"{}")
-    assert ("s3:PutObject", f"arn:aws:s3:::{BUCKET}/{_key(p.stop_key(RUN))}") in (
-        box["moto"].authorizer.refused
-    )
+    role = f"cloudtrain-{RUN}-{NODE}"
+    stop = f"arn:aws:s3:::{BUCKET}/{_key(p.stop_key(RUN))}"
+    assert ("s3:PutObject", stop, role) in box["moto"].authorizer.refused
 
 
 def test_the_chief_writes_its_checkpoints(box: dict[str, Any]) -> None:
