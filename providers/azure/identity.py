@@ -139,7 +139,16 @@ def grant(
 # actions blobs/read, write, delete, add/action and move/action all carry the Resource attribute
 # `...containers/blobs:path`, the blob's name without the container; a listing is blobs/read with
 # suboperation Blob.List and has no path, so it is excluded with `NOT SubOperationMatches
-# {'Blob.List'}` as that page's "Read a blob" example does: listing stays open, it reads nothing).
+# {'Blob.List'}` as that page's "Read a blob" example does). A listing names other runs' blobs,
+# so it is narrowed by its own attribute, the Request attribute `...containers/blobs:prefix`
+# ("Blob prefix": "Allowed prefix of blobs to be listed", type String, so conditions-format's
+# string operators apply, StringStartsWith among them; the same page's example "Read or list
+# blobs in named containers with a path" uses `!(ActionMatches{'.../blobs/read'} AND
+# SubOperationMatches{'Blob.List'}) OR @Request[...blobs:prefix] StringStartsWith '...'`): a
+# node lists only with a prefix inside its run's (a listing without one has no prefix to
+# compare, and is refused). Every listing the agent makes passes one: BlobStore.list(prefix)
+# sends `name_starts_with` = the store's folder + a key prefix from jobs/protocol (the run's
+# status, registrations, metrics, checkpoints, `control/stop`), all under `run_prefix`.
 # Every node has its own identity (its VM's system-assigned one), so the condition is per node:
 # its writes are `node_rights.node_writes` for that node, one `StringLike` each. Those rules
 # never reach a controller document (`node_rights.controller_rules`: the node rules all start
@@ -148,11 +157,12 @@ def grant(
 # condition can be up to 8 KB long" (https://learn.microsoft.com/azure/role-based-access-control/
 # conditions-faq, "What are the limits for a condition?"); the number of expressions is limited
 # only in the portal's visual editor (5; "You can add more than five expressions using the code
-# editor", conditions-overview, "Limits"). The chief's condition has 19 expressions (13 of
-# them its StringLikes), ~2.5 KB without a store prefix; `node_bucket_condition` refuses one
+# editor", conditions-overview, "Limits"). The chief's condition has 22 expressions (13 of
+# them its StringLikes), ~2.7 KB without a store prefix; `node_bucket_condition` refuses one
 # over 8 KB.
 BLOBS = "Microsoft.Storage/storageAccounts/blobServices/containers/blobs"
 _PATH = f"@Resource[{BLOBS}:path]"
+_PREFIX = f"@Request[{BLOBS}:prefix]"
 _WRITES = ("write", "add/action", "delete", "move/action")
 MAX_CONDITION_BYTES = 8 * 1024
 
@@ -166,7 +176,8 @@ def node_bucket_condition(store_prefix: str, run_id: str, node: str, *, chief: b
     """The ABAC condition of node `node`'s container grant (`chief`: the run's chief, see
     `node_rights.chief_of`), for a store whose blobs sit under `store_prefix` ('' for the
     container's root): reads only under the run's prefix and never the run's key
-    (`control/key`); writes and deletes only the keys `node_rights.node_writes` gives that node.
+    (`control/key`); lists only with a prefix inside the run's; writes and deletes only the
+    keys `node_rights.node_writes` gives that node.
     Raises ProviderError for a prefix with a quote or a backslash (no condition can name it) or
     a condition over Azure's 8 KB. Pure."""
     prefix = store_prefix.strip("/")
@@ -179,12 +190,16 @@ def node_bucket_condition(store_prefix: str, run_id: str, node: str, *, chief: b
         f"( !(ActionMatches{{'{BLOBS}/read'}} AND NOT SubOperationMatches{{'Blob.List'}}) )"
         f" OR ( {_PATH} StringLike '{_like(run)}*' AND {_PATH} StringNotEquals '{key}' )"
     )
+    listing = (
+        f"( !(ActionMatches{{'{BLOBS}/read'}} AND SubOperationMatches{{'Blob.List'}}) )"
+        f" OR ( {_PREFIX} StringStartsWith '{run}' )"
+    )
     not_writes = " AND ".join(f"!(ActionMatches{{'{BLOBS}/{a}'}})" for a in _WRITES)
     rules = [rule.under(root) for rule in node_rights.node_writes(run_id, node, chief=chief)]
     if any("'" in r.suffix or "\\" in r.suffix for r in rules):  # node ids: [a-z0-9-]
         raise ProviderError(f"node {node!r}: a ' or \\ cannot be named in a condition")
     likes = " OR ".join(f"{_PATH} StringLike '{_like(r.prefix)}*{_like(r.suffix)}'" for r in rules)
-    condition = f"( {read} ) AND ( ( {not_writes} ) OR ( {likes} ) )"
+    condition = f"( {read} ) AND ( {listing} ) AND ( ( {not_writes} ) OR ( {likes} ) )"
     if len(condition.encode()) > MAX_CONDITION_BYTES:
         raise ProviderError(
             f"the bucket condition of node {node} is {len(condition.encode())} bytes, over "

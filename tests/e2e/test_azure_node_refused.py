@@ -9,6 +9,10 @@ the box's Blob front (tests/fakes/blob_authorizer.py), which authorizes each req
 ARM fake's role assignments and conditions before Azurite serves it. The node may write its own
 status; `control/stop`, `control/lease`, a journal entry and another node's status are refused
 with Blob storage's 403 AuthorizationPermissionMismatch, and nothing of them reaches Azurite.
+A listing outside the run's prefix (another run's, every run's, the whole container, or none)
+is refused by the condition's List Blobs prefix rule; and the front enforces the node's role
+as its definition in the ARM fake says (node_role.py's custom role: narrowing it there narrows
+what the node may do).
 """
 
 from __future__ import annotations
@@ -25,10 +29,12 @@ from azure.storage.blob import BlobServiceClient
 from cloudtrain import journal
 from cloudtrain.errors import CloudtrainError
 from cloudtrain.jobs import protocol as proto
+from cloudtrain.providers.azure import node_role
 from cloudtrain.providers.azure.compute import AzureCompute
 from cloudtrain.providers.azure.provider import AzureProvider
 from cloudtrain.providers.azure.storage import BlobStore
 from cloudtrain.providers.base import NodeRequest, ProviderConfig, RunInfo
+from tests.fakes.arm_testkit import ArmClients
 from tests.fakes.azure_cloud import AzureCloud, azure_cloud, azurite, azurite_session
 from tests.fakes.azure_imds_identity import TOKEN_PATH
 from tests.fakes.azure_node_identity import NodeIdentities
@@ -174,3 +180,47 @@ def test_the_front_authenticates_and_lets_the_account_key_through(
     with pytest.raises(CloudtrainError, match="AuthorizationPermissionMismatch"):
         store.delete(proto.stop_key(RUN))
     assert [o.key for o in store.list(proto.stop_key(RUN))] == [proto.stop_key(RUN)]
+
+
+def test_a_node_lists_only_under_its_runs_prefix(
+    box: tuple[NodeIdentities, dict[str, str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ids, vm_ids = box
+    keyed = ids.cloud.azurite.client().get_container_client(f"ct-{RUN}")
+    theirs = proto.status_key("box-other1", "worker-0")  # another run's, in the same container
+    keyed.upload_blob(theirs, b"{}")
+    store = node_store(ids, vm_ids["worker-0"], monkeypatch)
+    mine = proto.status_key(RUN, "worker-0")
+    store.put(mine, b"{}")
+    assert [o.key for o in store.list(proto.run_prefix(RUN))] == [mine]
+    for prefix in (proto.run_prefix("box-other1"), proto.RUNS_ROOT, ""):
+        with pytest.raises(CloudtrainError, match="AuthorizationPermissionMismatch"):
+            store.list(prefix)
+    # a List Blobs without any prefix (the SDK's own call): refused too
+    container = store._containers()
+    with pytest.raises(Exception, match="AuthorizationPermissionMismatch"):
+        list(container.list_blobs())
+    listings = [r for r in ids.front.refusals if r.method == "GET" and r.blob is None]
+    assert len(listings) == 4, ids.front.refusals
+
+
+def test_the_front_enforces_the_nodes_role_as_defined(
+    box: tuple[NodeIdentities, dict[str, str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ids, vm_ids = box
+    store = node_store(ids, vm_ids["worker-0"], monkeypatch)
+    mine = proto.status_key(RUN, "worker-0")
+    store.put(mine, b"{}")
+    # the node role without blobs/delete: the front takes the role's data actions from its
+    # definition in the ARM fake, so the node's own delete is refused now
+    az = ArmClients(ids.cloud.arm)
+    narrowed = node_role.definition(az.sub)
+    block = narrowed["properties"]["permissions"][0]
+    block["dataActions"] = [a for a in block["dataActions"] if not a.endswith("/delete")]
+    az.auth.role_definitions.create_or_update(
+        f"/subscriptions/{az.sub}", node_role.role_guid(az.sub), narrowed
+    )
+    with pytest.raises(CloudtrainError, match="AuthorizationPermissionMismatch"):
+        store.delete(mine)
+    store.put(mine, b'{"state": "running"}')  # still written
+    assert store.get(mine) == b'{"state": "running"}'

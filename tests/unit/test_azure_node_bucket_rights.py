@@ -6,9 +6,9 @@ fake parses its ABAC condition), and its condition is EVALUATED (tests/fakes/arm
 for every key of node_rights_kit's table for that node (chief-0, worker-0, worker-1, worker-10
 of one run): the node may not read `control/key`, nor write or delete the controller's
 documents or another node's keys, and keeps every read and write its agent makes (the chief
-also its checkpoints, model, TensorBoard, orphan notice and restore marker). Listing is not
-narrowed (it names blobs, it reads none), and nothing outside the run's prefix is read or
-written.
+also its checkpoints, model, TensorBoard, orphan notice and restore marker). A listing (no
+path) is narrowed by its request's prefix to the run's, and nothing outside the run's prefix is
+read or written.
 """
 
 from __future__ import annotations
@@ -35,10 +35,23 @@ ME, PEER = proto.node_id("worker", 0), proto.node_id("worker", 1)
 WRITES = ("write", "add/action", "delete", "move/action")  # the role's data actions but read
 
 
-def may(condition: str, action: str, path: str | None, sub: str | None = None) -> bool:
-    """Whether the condition lets the node do `action` (a blob data action) on `path`."""
+def may(
+    condition: str,
+    action: str,
+    path: str | None,
+    sub: str | None = None,
+    prefix: str | None = None,
+) -> bool:
+    """Whether the condition lets the node do `action` (a blob data action) on `path` (a
+    listing: suboperation Blob.List with the request's `prefix`, if any)."""
     resource = {} if path is None else {"path": path}
-    return evaluate(condition, Request(f"{BLOBS}/{action}", {}, resource, sub))
+    request = {} if prefix is None else {"prefix": prefix}
+    return evaluate(condition, Request(f"{BLOBS}/{action}", request, resource, sub))
+
+
+def lists(condition: str, prefix: str | None) -> bool:
+    """Whether the condition lets the node list with `prefix` (None: no prefix at all)."""
+    return may(condition, "read", None, "Blob.List", prefix)
 
 
 def node_request(node: str) -> NodeRequest:
@@ -100,9 +113,19 @@ def test_each_node_writes_its_own_keys_and_its_roles_only(
     assert wrong_rights(conditions[node], table) == [], node
 
 
-def test_listing_stays_open_and_nothing_outside_the_run_is_reached(condition: str) -> None:
-    listing = "Blob.List"
-    assert may(condition, "read", None, listing), "a listing names blobs, it has no path"
+def test_a_node_lists_only_under_its_runs_prefix(condition: str) -> None:
+    # List Blobs has no path; its Request attribute blobs:prefix is compared instead
+    assert lists(condition, proto.status_prefix(RUN))
+    assert lists(condition, proto.run_prefix(RUN))
+    assert lists(condition, proto.stop_key(RUN)), "the agent lists one key to see if it is there"
+    assert not lists(condition, proto.run_prefix("unit-def456")), "another run's names"
+    assert not lists(condition, proto.RUNS_ROOT), "every run's names"
+    assert not lists(condition, ""), "the whole container"
+    assert not lists(condition, None), "no prefix: nothing to compare, refused"
+    assert not lists(condition, proto.run_prefix(RUN)[:-1]), "a run whose id extends this one's"
+
+
+def test_nothing_outside_the_run_is_reached(condition: str) -> None:
     assert not may(condition, "read", None), "a blob read without a path is refused"
     other = "unit-def456"
     for key in (run_key.key_object(other), proto.status_key(other, ME), "cloudtrain/x"):
@@ -123,6 +146,8 @@ def test_a_store_prefix_moves_every_rule_under_it() -> None:
     assert not may(cond, "write", root + proto.status_key(RUN, PEER))
     assert not may(cond, "write", "team/aXb/" + proto.status_key(RUN, ME)), "* is literal"
     assert not may(cond, "read", proto.cluster_key(RUN)), "outside the prefix"
+    assert lists(cond, root + proto.status_prefix(RUN))
+    assert not lists(cond, proto.status_prefix(RUN)), "a listing outside the store's folder"
 
 
 def test_the_condition_stays_within_azures_limit() -> None:
@@ -146,6 +171,7 @@ def test_the_fake_refuses_what_arm_refuses() -> None:
         f"{path} StringLike 'a' AND {path} StringLike 'b' OR {path} StringLike 'c'",  # parens
         f"@Request[{BLOBS}:path] StringLike 'a'",  # path is a resource attribute
         f"{path} StringEndsWith 'a'",  # not an operator of Azure's
+        f"@Resource[{BLOBS}:prefix] StringStartsWith 'a'",  # prefix is a request attribute
         f"{path} StringLike {{'a', 'b'}}",  # one value without a cross-product operator
         "SubOperationMatches{'Blob.Write.Tier'}",
     ):
