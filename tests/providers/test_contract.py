@@ -52,6 +52,8 @@ def run_info(run_id: str, provider: Harness) -> RunInfo:
         zone=None,
         port_range=(2222, 2230),
         store_uri=provider.store_uri,
+        # the plan's node ids (each may have its own identity): LAYOUT's and the lone ps-0
+        nodes=(*(f"{role}-{index}" for role, index in LAYOUT), "ps-0"),
     )
 
 
