@@ -9,9 +9,10 @@ This file holds only `INFO`, what the registry reads; it imports no SDK, so `clo
 and the node agent may read it. The modules, named as in every cloud package
 (providers/README.md): `provider` (GcpProvider), `clients` (credentials, endpoint, operation
 waits), `errors` (SDK exceptions -> cloudtrain errors), `bodies` (insert bodies), `network` (the
-run's firewall rules), `identity` (the run's service account, bound to the run's bucket prefix
-only), `compute` (GcpCompute), `storage` (GcsStore), `images`, `preemption` (the node-side
-probe), `pricing` (the price list), `catalog_rules` (which machine types carry GPUs).
+run's firewall rules), `identity` (one service account per node, reading the run's prefix),
+`node_bindings` (what each node's account may write: its own keys only), `compute`
+(GcpCompute), `storage` (GcsStore), `images`, `preemption` (the node-side probe), `pricing`
+(the price list), `catalog_rules` (which machine types carry GPUs).
 """
 
 from __future__ import annotations

@@ -67,8 +67,8 @@ _METADATA = node_address(
 )
 
 # A URL the controller could not sign (user credentials hold no key) is fetched with the VM's
-# own service account (the run's: it reaches the run's prefix only): a token from the metadata
-# server, sent to GCS's XML API only.
+# own service account (its node's: it reads the run's prefix, writes its own keys only): a token
+# from the metadata server, sent to GCS's XML API only.
 _STORAGE_HEADERS = """
 storage_headers() {
   case "$1" in
@@ -198,7 +198,7 @@ class GcpCompute(Compute):
 
     def ensure_controller_identity(self, run: RunInfo) -> list[Resource]:
         """The controller's service account with its grants, scoped to this run: its VMs in the
-        region's zones, its firewall rules, acting as the nodes' account, its bucket prefix
+        region's zones, its firewall rules, acting as each node's account, its bucket prefix
         (controller_identity). Idempotent; blocks until written (a new account is waited for)."""
         store = _store_of(run.store_uri)
         bucket, root = (store.bucket, store.prefix) if store else (None, "")
@@ -390,8 +390,8 @@ class GcpCompute(Compute):
     def inventory(self) -> list[Tagged]:
         """Every instance of the project labelled `cloudtrain-run`, in every zone (as
         `list_nodes` and so teardown reach them), every firewall rule cloudtrain made, of
-        every run, with GCE's creationTimestamp, and every run's service account. Project-wide,
-        not only this region. Blocks; read-only."""
+        every run, with GCE's creationTimestamp, and every run's node service accounts.
+        Project-wide, not only this region. Blocks; read-only."""
         out: list[Tagged] = []
         with gcp_errors("list cloudtrain's instances"):
             pager = self.clients.instances.aggregated_list(

@@ -1,8 +1,9 @@
 """GcpProvider: the GCP adapter's entry point (see the package docstring for its modules).
 
 Building a GcpProvider reads no credentials: a node's agent builds one only to open its store,
-where google-cloud-storage finds the VM's service account (the run's own, or
-the `service_account` option) or STORAGE_EMULATOR_HOST itself.
+where google-cloud-storage finds the VM's service account (its node's own, or
+the `service_account` option); on an emulator (STORAGE_EMULATOR_HOST) the environment's
+credentials, if any (storage.environment_credentials).
 """
 
 from __future__ import annotations

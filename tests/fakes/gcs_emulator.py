@@ -4,9 +4,10 @@
 
 makes the `gcs_emulator` fixture available in a test module or conftest. For the duration of a
 test it points google-cloud-storage in this process (and in subprocesses that inherit its
-environment, e.g. nodes run by a boot harness) at the emulator: STORAGE_EMULATOR_HOST (the SDK
-then uses anonymous credentials by itself), GOOGLE_CLOUD_PROJECT, and loopback excluded from any
-proxy (for the SDK and for curl). Without the emulator installed the fixtures skip.
+environment, e.g. nodes run by a boot harness) at the emulator: STORAGE_EMULATOR_HOST (with no
+credentials in the environment the store is then anonymous), GOOGLE_CLOUD_PROJECT, NO_GCE_CHECK
+(google-auth does not probe for a metadata server), and loopback excluded from any proxy (for
+the SDK and for curl). Without the emulator installed the fixtures skip.
 
 What the emulator (2026.7.19) serves, as far as cloudtrain cares:
 - the JSON API (`/storage/v1/...`), media and resumable uploads (`/upload/storage/v1/...`, POST
@@ -368,6 +369,9 @@ def use_gcs_emulator(
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", emulator.url)
     monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", project)
+    # google-auth never probes for a metadata server here (the store looks for the
+    # environment's credentials on an emulator: providers/gcp/storage.py)
+    monkeypatch.setenv("NO_GCE_CHECK", "true")
     for name in ("NO_PROXY", "no_proxy"):  # loopback never through a proxy (SDK and curl)
         current = os.environ.get(name, "")
         monkeypatch.setenv(name, f"{current},{HOST}" if current else HOST)

@@ -78,11 +78,18 @@ def test_teardown_leaves_foreign_rules_and_accounts_its_ledger_names(
     firewall(provider, run_tag(OTHER), run_tag(OTHER))
     deployer = account(provider, "prod-deployer", "CI deployer")
     others = account(provider, identity.account_id(OTHER), identity.DISPLAY_PREFIX + OTHER)
+    # another run's node account, named for it: not this run's by name
+    peer = account(
+        provider,
+        identity.node_account_id(OTHER, "worker-0"),
+        identity.display_name(OTHER, "worker-0"),
+    )
     foreign = [
         res("firewall", "default-allow-ssh"),
         res("firewall", run_tag(OTHER)),
         res(identity.KIND_SERVICE_ACCOUNT, deployer),
         res(identity.KIND_SERVICE_ACCOUNT, others),
+        res(identity.KIND_SERVICE_ACCOUNT, peer),
         res(controller_identity.KIND_ACCOUNT, deployer),
         res(controller_identity.KIND_PROJECT_BINDING, deployer),
     ]
@@ -95,8 +102,9 @@ def test_teardown_leaves_foreign_rules_and_accounts_its_ledger_names(
 
     assert {"default-allow-ssh", run_tag(OTHER)} <= rules(gcp_cloud), said
     assert run_tag(RUN) not in rules(gcp_cloud), "the run's own rule went"
-    assert {deployer, others} <= accounts(gcp_cloud)
-    assert identity.service_account_email(provider.project, RUN) not in accounts(gcp_cloud)
+    assert {deployer, others, peer} <= accounts(gcp_cloud)
+    mine = {r.id for r in own if r.kind == identity.KIND_SERVICE_ACCOUNT}
+    assert len(mine) == 2 and not mine & accounts(gcp_cloud), "the run's node accounts went"
     refused = " ".join(e.message for e in led.events(RUN) if e.kind == "refused")
     for r in foreign:
         assert r.id in refused, (r, refused)
@@ -111,14 +119,18 @@ def test_the_runs_names_on_what_was_not_made_for_it_are_refused(
     # the run's derived names, taken by resources made outside cloudtrain (not for this run)
     firewall(provider, run_tag(RUN), "web")
     node = account(provider, identity.account_id(RUN), "someone's build account")
+    # a node account's derived id, made for something else
+    shaped = account(provider, identity.node_account_id(RUN, "worker-3"), "someone's other one")
     ctl = account(provider, controller_identity.controller_account_id(RUN), "not a controller")
     forged = [
         res("firewall", run_tag(RUN)),
         res(identity.KIND_SERVICE_ACCOUNT, node),
+        res(identity.KIND_SERVICE_ACCOUNT, shaped),
+        res(controller_identity.KIND_ACCOUNT_BINDING, shaped),
         res(controller_identity.KIND_ACCOUNT, ctl),
     ]
     with pytest.raises(NotTheRuns) as refused:
         provider.compute.delete_resources(forged)
     assert set(refused.value.refused) == {(r.kind, r.id) for r in forged}
     assert run_tag(RUN) in rules(gcp_cloud)
-    assert {node, ctl} <= accounts(gcp_cloud)
+    assert {node, shaped, ctl} <= accounts(gcp_cloud)
