@@ -125,8 +125,6 @@ def labels(request: NodeRequest) -> dict[str, str]:
 CONTROLLER_ROLE = "controller"  # the run's controller node (issue 17)
 
 
-
-
 def instance_body(
     request: NodeRequest,
     project: str,
