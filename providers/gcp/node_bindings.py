@@ -26,10 +26,11 @@ worker: one; the chief, 13 rules: two). A condition's expression is at most 12,8
 (ibid.), its title 100 and its description 256 ("Expr",
 https://cloud.google.com/iam/docs/reference/rest/v1/Expr). A policy's bindings may name at most
 1,500 principals ("Policy", https://cloud.google.com/iam/docs/reference/rest/v1/Policy), and
-IAM documents at most 100 conditional role bindings per allow policy, and at most 20 bindings of
-the same role and principal ("Overview of IAM Conditions", "Limitations"): a run of N nodes
-puts 1 + N (+1 for the chief) conditional bindings on its bucket's policy, so the runs that
-share a bucket at one time share those 100 (a 40-node run takes 42).
+IAM's policy limits ("Understanding allow policies", https://cloud.google.com/iam/docs/
+policies, "Policy limits") allow at most 100 conditional role bindings per allow policy and at
+most 20 bindings of the same role and principal (a node has 1 or 2): a run of N nodes puts
+1 + N (+1 for the chief) conditional bindings on its bucket's policy, so the runs that share a
+bucket at one time share those 100 (a 40-node run takes 42).
 
 `startsWith`/`endsWith` on `resource.name` (an object is `projects/_/buckets/B/objects/NAME`)
 and the `objectListPrefix` API attribute: "Attribute reference for IAM Conditions",
