@@ -138,7 +138,8 @@ def _discover(ec2: Any, images: dict[str, str], imds_url: str | None = None) -> 
     """The instances moto holds; `images`: public parameter -> AMI (tells the box the image).
     With `imds_url` (a metadata service with tests/fakes/imds_credentials_aws.py's routes),
     each training node's VM loses the box's key and takes its role's credentials from there
-    (`node_env`), as on EC2; a controller VM keeps the box's key (issue 30's to enforce)."""
+    (`node_env`), as on EC2; a controller VM keeps the box's key (issue 30's to enforce), as
+    does a test's own untagged VM."""
     params = {ami: param for param, ami in images.items()}
     vms = []
     for page in ec2.get_paginator("describe_instances").paginate():
@@ -154,8 +155,9 @@ def _discover(ec2: Any, images: dict[str, str], imds_url: str | None = None) -> 
 
                 alive = inst["State"]["Name"] in ("pending", "running")
                 image = "aws:" + params.get(inst["ImageId"], inst["ImageId"])
-                controller = tags.get("cloudtrain:role") == "controller"
-                env = node_env(imds_url, iid) if imds_url and not controller else {}
+                role = tags.get("cloudtrain:role")  # none: a test's own VM, not a node
+                training = role is not None and role != "controller"
+                env = node_env(imds_url, iid) if imds_url and training else {}
                 vms.append(Vm(iid, tags.get("Name", iid), alive, script, image, env=env))
     return vms
 
