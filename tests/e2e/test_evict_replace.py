@@ -197,6 +197,15 @@ def test_gcp_spot_instance_preempted_by_gce_is_replaced(gcp: GcpBox) -> None:
     ]
     roles = sorted("-".join(link.rsplit("-", 2)[-2:]) for link in inserted)
     assert roles == ["worker-0", "worker-1", "worker-1"], inserted
+    # the replacement ran as worker-1's own account, as the victim did, and the store (the
+    # box's GCS front, deciding by each node's bindings) refused none of their requests
+    from cloudtrain.providers.gcp import identity
+
+    mine = {n: identity.node_email(gcp.cloud.project, run_id, n) for n in ("worker-0", "worker-1")}
+    assert [a["email"] for a in victim["serviceAccounts"]] == [mine["worker-1"]]
+    front = gcp.identities.front
+    assert front is not None and front.refusals == [], front.refusals[:5]
+    assert {who for who, _method, _path in front.allowed} == set(mine.values())
     gcp.assert_nothing_left(run_id)
 
 
