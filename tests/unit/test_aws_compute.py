@@ -27,7 +27,7 @@ pytest.importorskip("moto")
 from botocore.awsrequest import AWSResponse
 from botocore.exceptions import ClientError
 
-from cloudtrain.errors import ProviderError, TransientError
+from cloudtrain.errors import NotTheRuns, ProviderError, TransientError
 from cloudtrain.providers.aws import images, network
 from cloudtrain.providers.aws.bodies import client_token, user_data
 from cloudtrain.providers.aws.compute import AwsCompute
@@ -231,6 +231,33 @@ def test_list_and_delete_resources_idempotently(ct: AwsCompute) -> None:
     ct.delete_resources(planned)
     ct.delete_resources(planned)
     assert ct.list_resources("other") == []
+
+
+def test_each_nodes_role_is_found_by_its_path_and_kept_unless_its_tags_name_it(
+    ct: AwsCompute,
+) -> None:
+    ct.ensure_network(run_info(nodes=TWO_WORKERS))
+    found = {(t.run_id, t.kind, t.id) for t in ct.inventory()}
+    for node in TWO_WORKERS:
+        assert (RUN, "iam-role", f"cloudtrain-r1-{node}") in found
+        assert (RUN, "instance-profile", f"cloudtrain-r1-{node}") in found
+    # someone's role at the run's path, tagged with the run but named for another node
+    tags = [{"Key": "cloudtrain:run", "Value": RUN}, {"Key": "cloudtrain:node", "Value": "ps-0"}]
+    ct.iam.create_role(
+        Path=node_path(RUN),
+        RoleName="cloudtrain-r1-worker-9",
+        AssumeRolePolicyDocument="{}",
+        Tags=tags,
+    )
+    assert (RUN, "iam-role", "cloudtrain-r1-worker-9") not in {
+        (t.run_id, t.kind, t.id) for t in ct.inventory()
+    }
+    listed = ct.list_resources(RUN)
+    assert ("iam-role", "cloudtrain-r1-worker-9") in {(r.kind, r.id) for r in listed}
+    with pytest.raises(NotTheRuns, match="cloudtrain-r1-worker-9"):
+        ct.delete_resources(listed)
+    roles = {r["RoleName"] for r in ct.iam.list_roles()["Roles"]}
+    assert roles == {"cloudtrain-r1-worker-9"}  # the run's own went, the stranger stays
 
 
 def test_a_group_still_in_use_is_retried_then_transient(
