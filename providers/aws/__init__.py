@@ -1,4 +1,4 @@
-"""The AWS provider: EC2 GPU nodes, a per-run security group and IAM role, and an S3 bucket.
+"""The AWS provider: EC2 GPU nodes, a per-run security group, an IAM role per node, and S3.
 
 Credentials come from boto3's standard chain only; none is ever in the spec, the ledger or the
 logs. The region comes from the spec, else from the profile/environment.
@@ -7,9 +7,10 @@ This file holds only `INFO`, what the registry reads; it imports no SDK, so `clo
 and the node agent may read it. The modules, named as in every cloud package
 (providers/README.md): `provider` (AwsProvider), `clients` (boto3 sessions and clients),
 `errors` (botocore -> cloudtrain errors), `bodies` (EC2 request bodies), `compute`
-(AwsCompute), `network` (the run's security group), `identity` (the run's IAM role), `storage`
-(S3Store), `images` (AMIs), `zones`, `preemption` (the node-side probe, stdlib only), `pricing`
-(the price list), `catalog_rules` (the catalog's supplement rows), `options` (its settings).
+(AwsCompute), `network` (the run's security group), `identity` (the nodes' IAM roles),
+`node_policy` (a node role's S3 policy), `storage` (S3Store), `images` (AMIs), `zones`,
+`preemption` (the node-side probe, stdlib only), `pricing` (the price list), `catalog_rules`
+(the catalog's supplement rows), `options` (its settings).
 """
 
 from __future__ import annotations

@@ -188,7 +188,7 @@ class AwsCompute(Compute):
 
     def ensure_controller_identity(self, run: RunInfo) -> list[Resource]:
         """The controller node's role, scoped to this run (identity.controller_policy), and its
-        instance profile. Needs `ensure_network` first (the node role it may pass). Idempotent;
+        instance profile. Needs `ensure_network` first (the node roles it may pass). Idempotent;
         blocks until created (EC2 may not see the profile for seconds: `create_node` retries)."""
         role, profile = identity.ensure_controller_identity(
             self.iam, run.run_id, run.store_uri, self.region, run.nodes
