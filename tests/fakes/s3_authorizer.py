@@ -178,7 +178,7 @@ def _bucket_request(
         if sub is not None:
             return [(_BUCKET_SUBRESOURCES[sub], arn, {})]
         known = {"list-type", "prefix", "delimiter", "continuation-token", "start-after"}
-        known |= {"max-keys", "encoding-type", "fetch-owner", "marker"}
+        known |= {"max-keys", "encoding-type", "fetch-owner", "marker", "x-id"}
         if set(query) - known:
             return [(f"s3:UnknownBucketGET{sorted(query)}", arn, {})]
         context = {"s3:prefix": query["prefix"][0]} if "prefix" in query else {}
