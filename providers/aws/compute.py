@@ -25,7 +25,7 @@ from botocore.exceptions import ClientError
 
 from cloudtrain.crashpoints import crash_point
 from cloudtrain.errors import NotFound, ProviderError, TransientError
-from cloudtrain.providers.aws import identity, network
+from cloudtrain.providers.aws import controller_identity, identity, network, node_policy
 from cloudtrain.providers.aws.bodies import (
     CONTROLLER_ROLE,
     client_token,
@@ -163,7 +163,7 @@ class AwsCompute(Compute):
         ProviderError for a run without nodes or a non-s3:// store, before any create."""
         cidr = self.config.option("ssh_cidr")
         network.ingress_rules("sg-0", run, cidr)  # a bad port range or SSH CIDR fails before any
-        identity.parse_s3_uri(run.store_uri)  # create, as does a non-s3:// store
+        node_policy.parse_s3_uri(run.store_uri)  # create, as does a non-s3:// store
         made = identity.ensure_identities(self.iam, run.run_id, run.store_uri, run.nodes)
         group_id = network.ensure_security_group(self.ec2, self.region, run, cidr)
         with self._lock:
@@ -187,10 +187,10 @@ class AwsCompute(Compute):
         ]
 
     def ensure_controller_identity(self, run: RunInfo) -> list[Resource]:
-        """The controller node's role, scoped to this run (identity.controller_policy), and its
+        """The controller node's role, scoped to this run (controller_identity.py), and its
         instance profile. Needs `ensure_network` first (the node roles it may pass). Idempotent;
         blocks until created (EC2 may not see the profile for seconds: `create_node` retries)."""
-        role, profile = identity.ensure_controller_identity(
+        role, profile = controller_identity.ensure_controller_identity(
             self.iam, run.run_id, run.store_uri, self.region, run.nodes
         )
         name = controller_name(run.run_id)

@@ -31,7 +31,8 @@ from cloudtrain.errors import NotTheRuns, ProviderError, TransientError
 from cloudtrain.providers.aws import images, network
 from cloudtrain.providers.aws.bodies import client_token, user_data
 from cloudtrain.providers.aws.compute import AwsCompute
-from cloudtrain.providers.aws.identity import node_name, node_path, parse_s3_uri, s3_policy
+from cloudtrain.providers.aws.identity import node_name, node_path
+from cloudtrain.providers.aws.node_policy import parse_s3_uri, s3_policy
 from cloudtrain.providers.base import Resource, RunInfo
 from cloudtrain.startup import StartupParams, render_startup
 from tests.fakes.shell import require_tool
