@@ -204,7 +204,9 @@ def test_gcp_spot_instance_preempted_by_gce_is_replaced(gcp: GcpBox) -> None:
     mine = {n: identity.node_email(gcp.cloud.project, run_id, n) for n in ("worker-0", "worker-1")}
     assert [a["email"] for a in victim["serviceAccounts"]] == [mine["worker-1"]]
     front = gcp.identities.front
-    assert front is not None and front.refusals == [], front.refusals[:5]
+    # (a node's last log flush after teardown revoked its bindings is refused, as on GCP)
+    assert front is not None, "the GCP box has no GCS front"
+    assert [r for r in front.refusals if r.bound] == [], front.refusals[:5]
     assert {who for who, _method, _path in front.allowed} == set(mine.values())
     gcp.assert_nothing_left(run_id)
 

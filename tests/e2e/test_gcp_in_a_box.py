@@ -169,7 +169,8 @@ def test_run_on_gcp_trains_for_real_and_leaves_nothing(gcp: GcpBox) -> None:
     emails = {who for who, _method, _path in front.allowed}
     nodes = {identity.node_email(gcp.cloud.project, run_id, n) for n in ("worker-0", "worker-1")}
     assert emails == nodes, emails
-    assert front.refusals == [], front.refusals[:5]
+    # (a node's last log flush after teardown revoked its bindings is refused, as on GCP)
+    assert [r for r in front.refusals if r.bound] == [], front.refusals[:5]
     gcp.assert_nothing_left(run_id)
     # traced as on local (the VMs are processes here: one clock); its phases for the README
     trace = assert_traced(gcp.ct, run_id, spawned, exited, ("worker-0", "worker-1"))

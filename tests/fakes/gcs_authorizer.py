@@ -83,13 +83,16 @@ class Ask:
 
 @dataclass(frozen=True)
 class Refusal:
-    """A refused request, for tests: who, what, and the permission it lacked."""
+    """A refused request, for tests: who, what, and the permission it lacked. `bound`: whether
+    the bucket's policy still named the account then; a node's last log flush after teardown
+    revoked its bindings is refused as on GCP, and is no sign of rules that are too tight."""
 
     email: str
     method: str
     path: str
     permission: str
     resource: str
+    bound: bool = True
 
 
 def _multipart_name(content_type: str, body: bytes) -> str | None:
@@ -273,8 +276,12 @@ class GcsFront:
                 policies[bucket] = self.policy(bucket) if bucket != "projects/_" else {}
             if iam.allows(policies[bucket], member, ask.request()):
                 continue
+            bound = any(
+                member in (b.get("members") or ()) for b in policies[bucket].get("bindings") or ()
+            )
             with self._lock:
-                self.refusals.append(Refusal(who, method, target, ask.permission, ask.resource))
+                refusal = Refusal(who, method, target, ask.permission, ask.resource, bound)
+                self.refusals.append(refusal)
             what = (
                 "Google Cloud Storage object"
                 if "/objects/" in ask.resource

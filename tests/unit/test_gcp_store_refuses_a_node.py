@@ -139,3 +139,24 @@ def test_the_metadata_routes_answer_as_gce_does(
     ]
     assert get("default/email", flavor=False)[0] == 403
     assert get("someone@else.iam.gserviceaccount.com/token")[0] == 404
+
+
+def test_a_refusal_after_the_nodes_bindings_are_revoked_is_marked_unbound(
+    box: tuple[NodeIdentities, str], provider: GcpProvider
+) -> None:
+    """A node's last flush after teardown revoked its bindings is refused, as on GCP; the front
+    marks it `bound=False`, so a box run's "nothing refused" check tells it from a rule that is
+    too tight (`bound=True`)."""
+    ids, vm_id = box
+    assert ids.front is not None
+    status = proto.status_key(RUN, ME)
+    assert as_node(ids, vm_id, [("put", proto.stop_key(RUN))]) != {}
+    email = identity.node_email(provider.project, RUN, ME)
+    client = identity.storage_client(provider.compute.auth)
+    identity.revoke(client, email, STORE.removeprefix("gs://").split("/", 1)[0])
+    got = as_node(ids, vm_id, [("put", status)])
+    assert "storage.objects.create" in got[f"put {status}"], got
+    assert [
+        (r.resource.endswith(k), r.bound)
+        for r, k in zip(ids.front.refusals, [proto.stop_key(RUN), status], strict=True)
+    ] == [(True, True), (True, False)]
