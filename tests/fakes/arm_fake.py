@@ -67,6 +67,7 @@ from tests.fakes.arm_state import State
 from tests.fakes.arm_storage import StorageMixin
 from tests.fakes.arm_tls import FakeCredential, FakeTls
 from tests.fakes.arm_vm_actions import VmActionsMixin
+from tests.fakes.serving import Served
 
 __all__ = ["DEFAULT_LRO_POLLS", "TENANT_ID", "ArmApiError", "ArmFake", "arm_fake", "start_arm_fake"]
 
@@ -96,8 +97,7 @@ class ArmFake(
         self.ca_path = ""
         self.bugs: list[str] = []  # tracebacks of requests the fake itself failed (HTTP 500)
         self._tls: FakeTls | None = None
-        self._server: FakeServer | None = None
-        self._thread: threading.Thread | None = None
+        self._served: Served | None = None
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -107,24 +107,15 @@ class ArmFake(
         self.ca_path = self._tls.ca_path
         server = FakeServer((HOST, 0), FakeHandler)
         server.fake, server.context = self, self._tls.server_context
-        self._server = server
-        self._thread = threading.Thread(
-            target=server.serve_forever, name="arm-fake", kwargs={"poll_interval": 0.05}
-        )
-        self._thread.daemon = True
-        self._thread.start()
-        self.url = f"https://{HOST}:{server.server_address[1]}"
+        self._served = Served(server, "arm-fake")
+        self.url = f"https://{HOST}:{self._served.port}"
         return self
 
     def stop(self) -> None:
         """Shut the server down, join its thread and remove the CA file. Idempotent."""
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-            self._thread = None
+        if self._served is not None:
+            self._served.close()
+            self._served = None
         if self._tls is not None:
             self._tls.close()
             self._tls = None

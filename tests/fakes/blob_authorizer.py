@@ -63,6 +63,7 @@ from tests.fakes.arm_role_definitions import BUILT_IN, Role
 from tests.fakes.arm_tls import FakeTls
 from tests.fakes.azure_imds_identity import TokenBook
 from tests.fakes.azurite import ACCOUNT, ACCOUNT_KEY, Azurite
+from tests.fakes.serving import Served
 
 CONTAINERS = "Microsoft.Storage/storageAccounts/blobServices/containers"
 READ, WRITE, ADD, DELETE = (f"{BLOBS}/{a}" for a in ("read", "write", "add/action", "delete"))
@@ -214,8 +215,7 @@ class BlobFront:
         self._lock = threading.Lock()
         self._sas = account_sas()
         self._tls: FakeTls | None = None
-        self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
+        self._served: Served | None = None
         self.url = ""
         self.ca_path = ""
 
@@ -230,24 +230,15 @@ class BlobFront:
         self.ca_path = self._tls.ca_path
         server = _Server(("127.0.0.1", 0), _Handler)
         server.front, server.context = self, self._tls.server_context
-        self._server = server
-        self._thread = threading.Thread(
-            target=server.serve_forever, name="blob-front", kwargs={"poll_interval": 0.05}
-        )
-        self._thread.daemon = True
-        self._thread.start()
-        self.url = f"https://127.0.0.1:{server.server_address[1]}"
+        self._served = Served(server, "blob-front")
+        self.url = f"https://127.0.0.1:{self._served.port}"
         return self
 
     def close(self) -> None:
         """Stop serving and remove the CA file. Idempotent."""
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-            self._thread = None
+        if self._served is not None:
+            self._served.close()
+            self._served = None
         if self._tls is not None:
             self._tls.close()
             self._tls = None

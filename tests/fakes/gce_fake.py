@@ -95,6 +95,7 @@ from tests.fakes.gce_operations import FAKE_USER
 from tests.fakes.gce_regions import REGION_RE, RegionsMixin
 from tests.fakes.gce_routes import match_route
 from tests.fakes.gce_state import State
+from tests.fakes.serving import Served
 
 __all__ = [
     "API_ROOT",
@@ -134,8 +135,7 @@ class GceFake(InstancesMixin, FirewallsMixin, RegionsMixin):
         self._state = State()
         self.operation_polls_to_done = DEFAULT_POLLS_TO_DONE
         self.require_known_service_accounts = False
-        self._server: FakeServer | None = None
-        self._thread: threading.Thread | None = None
+        self._served: Served | None = None
         self.url = ""
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -144,24 +144,15 @@ class GceFake(InstancesMixin, FirewallsMixin, RegionsMixin):
         """Serve on a free port of 127.0.0.1 in a daemon thread; ready when this returns."""
         server = FakeServer((HOST, 0), FakeHandler)
         server.fake = self
-        self._server = server
-        self._thread = threading.Thread(
-            target=server.serve_forever, name="gce-fake", kwargs={"poll_interval": 0.05}
-        )
-        self._thread.daemon = True
-        self._thread.start()
-        self.url = f"http://{HOST}:{server.server_address[1]}"
+        self._served = Served(server, "gce-fake")
+        self.url = f"http://{HOST}:{self._served.port}"
         return self
 
     def stop(self) -> None:
         """Shut the server down and join its thread. Idempotent."""
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-            self._thread = None
+        if self._served is not None:
+            self._served.close()
+            self._served = None
 
     def reset(self) -> None:
         """Forget every resource, operation, request id, serial text, scripted fault or region

@@ -52,6 +52,7 @@ from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 from tests.fakes import gcs_iam_conditions as iam
 from tests.fakes.gce_metadata_identity import TokenBook
+from tests.fakes.serving import Served
 
 HOP_BY_HOP = frozenset(
     {
@@ -116,32 +117,22 @@ class GcsFront:
         self.refusals: list[Refusal] = []
         self.allowed: list[tuple[str, str, str]] = []  # (email, method, path) let through
         self._lock = threading.Lock()
-        self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
+        self._served: Served | None = None
         self.url = ""
 
     def start(self) -> GcsFront:
         """Serve on a free port of `host` in a daemon thread; ready on return."""
         server = _Server((self.host, 0), _Handler)
         server.front = self
-        self._server = server
-        self._thread = threading.Thread(
-            target=server.serve_forever, name="gcs-front", kwargs={"poll_interval": 0.05}
-        )
-        self._thread.daemon = True
-        self._thread.start()
-        self.url = f"http://{self.host}:{server.server_address[1]}"
+        self._served = Served(server, "gcs-front")
+        self.url = f"http://{self.host}:{self._served.port}"
         return self
 
     def close(self) -> None:
         """Stop serving. Idempotent."""
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-            self._thread = None
+        if self._served is not None:
+            self._served.close()
+            self._served = None
 
     def __enter__(self) -> GcsFront:
         return self.start()
