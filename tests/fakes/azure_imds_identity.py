@@ -23,11 +23,10 @@ Entra token.
 from __future__ import annotations
 
 import json
-import secrets
-import threading
 import time
-from dataclasses import dataclass
 from typing import Any
+
+from tests.fakes.token_book import TokenBook
 
 TOKEN_PATH = "/metadata/identity/oauth2/token"
 STORAGE = "https://storage.azure.com/"  # the resource the Blob service accepts tokens for
@@ -36,39 +35,9 @@ TOKEN_LIFETIME_S = 86399  # IMDS tokens for a system-assigned identity live abou
 Answer = tuple[int, dict[str, str], bytes]
 
 
-@dataclass(frozen=True)
-class Token:
-    """Who a token was issued to: the principal (object id), the resource, its expiry."""
-
-    principal: str
-    resource: str
-    expires_on: float
-
-
-class TokenBook:
-    """The tokens the box's IMDS issued. Thread-safe."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._tokens: dict[str, Token] = {}
-
-    def issue(self, principal: str, resource: str, lifetime_s: float = TOKEN_LIFETIME_S) -> str:
-        """A new opaque token for `principal` and `resource`."""
-        token = "box-mi-" + secrets.token_urlsafe(24)
-        with self._lock:
-            self._tokens[token] = Token(principal, resource, time.time() + lifetime_s)
-        return token
-
-    def who(self, token: str, resource: str = STORAGE) -> str | None:
-        """The principal of a live token issued for `resource` (a trailing "/" aside), or
-        None: unknown, expired, or for another audience."""
-        with self._lock:
-            found = self._tokens.get(token)
-        if found is None or found.expires_on <= time.time():
-            return None
-        if found.resource.rstrip("/") != resource.rstrip("/"):
-            return None
-        return found.principal
+def token_book() -> TokenBook:
+    """The book of the tokens this IMDS issues (about a day each)."""
+    return TokenBook("box-mi-", TOKEN_LIFETIME_S)
 
 
 def _error(status: int, description: str) -> Answer:

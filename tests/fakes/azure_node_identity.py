@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from tests.fakes.azure_imds_identity import TOKEN_PATH, TokenBook, imds_token_route
+from tests.fakes.azure_imds_identity import TOKEN_PATH, imds_token_route, token_book
 from tests.fakes.blob_authorizer import BlobFront
 from tests.fakes.metadata_server import MetadataServer
 
@@ -47,7 +47,7 @@ class NodeIdentities:
 
     def __init__(self, cloud: Any) -> None:
         self.cloud = cloud
-        self.book = TokenBook()
+        self.book = token_book()
         self.metadata: MetadataServer | None = None
         self.front = BlobFront(cloud.azurite, cloud.arm, self.book)
 

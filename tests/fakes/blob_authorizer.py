@@ -6,7 +6,7 @@ bearer tokens over TLS only) on 127.0.0.1 in front of it, path style like Azurit
 (`/ACCOUNT/CONTAINER/BLOB`):
 
 - `Authorization: Bearer <token>`: the token must be one the box's IMDS issued for
-  https://storage.azure.com/ (tests/fakes/azure_imds_identity.py's TokenBook), else 401
+  https://storage.azure.com/ (tests/fakes/token_book.py, issued by azure_imds_identity.py), else 401
   InvalidAuthenticationInfo as Azure Storage answers. The request is then authorized as Azure
   does ("Authorize access to blobs using Microsoft Entra ID",
   https://learn.microsoft.com/azure/storage/blobs/authorize-access-azure-active-directory, and
@@ -61,9 +61,10 @@ from tests.fakes.arm_conditions import BLOBS, Request, evaluate
 from tests.fakes.arm_http import FakeServer
 from tests.fakes.arm_role_definitions import BUILT_IN, Role
 from tests.fakes.arm_tls import FakeTls
-from tests.fakes.azure_imds_identity import TokenBook
+from tests.fakes.azure_imds_identity import STORAGE
 from tests.fakes.azurite import ACCOUNT, ACCOUNT_KEY, Azurite
 from tests.fakes.serving import Served
+from tests.fakes.token_book import TokenBook
 
 CONTAINERS = "Microsoft.Storage/storageAccounts/blobServices/containers"
 READ, WRITE, ADD, DELETE = (f"{BLOBS}/{a}" for a in ("read", "write", "add/action", "delete"))
@@ -260,7 +261,7 @@ class BlobFront:
 
     def decide(self, method: str, target: str, token: str) -> tuple[int, str, str]:
         """(status, error code, message) for a bearer request: 0 when allowed."""
-        principal = self.book.who(token)
+        principal = self.book.who(token, STORAGE)
         if principal is None:
             return 401, "InvalidAuthenticationInfo", "Server failed to authenticate the request."
         parts = urlsplit(target)

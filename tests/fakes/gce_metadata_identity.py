@@ -30,12 +30,10 @@ GCS validates an OAuth token.
 from __future__ import annotations
 
 import json
-import secrets
-import threading
-import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
+
+from tests.fakes.token_book import TokenBook
 
 ACCOUNTS_PATH = "/computeMetadata/v1/instance/service-accounts/"
 PROJECT_ID_PATH = "/computeMetadata/v1/project/project-id"
@@ -46,35 +44,9 @@ _ENTRIES = ("aliases", "email", "identity", "scopes", "token")
 Answer = tuple[int, dict[str, str], bytes]
 
 
-@dataclass(frozen=True)
-class Token:
-    """Who a token was issued to (a service account's email) and when it expires."""
-
-    email: str
-    expires_at: float
-
-
-class TokenBook:
-    """The access tokens the box's metadata server issued. Thread-safe."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._tokens: dict[str, Token] = {}
-
-    def issue(self, email: str, lifetime_s: float = TOKEN_LIFETIME_S) -> str:
-        """A new opaque token for the service account `email`."""
-        token = "ya29.box-" + secrets.token_urlsafe(24)
-        with self._lock:
-            self._tokens[token] = Token(email, time.time() + lifetime_s)
-        return token
-
-    def who(self, token: str) -> str | None:
-        """The email a live token was issued to, or None (unknown or expired)."""
-        with self._lock:
-            found = self._tokens.get(token)
-        if found is None or found.expires_at <= time.time():
-            return None
-        return found.email
+def token_book() -> TokenBook:
+    """The book of the access tokens this metadata server issues (about an hour each)."""
+    return TokenBook("ya29.box-", TOKEN_LIFETIME_S)
 
 
 def instance_account(gce: Any, vm_id: str) -> dict[str, Any] | None:

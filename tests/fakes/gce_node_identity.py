@@ -23,7 +23,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from tests.fakes.gce_metadata_identity import TokenBook, service_account_route, vm_env
+from tests.fakes.gce_metadata_identity import service_account_route, token_book, vm_env
 from tests.fakes.gcs_authorizer import GcsFront
 from tests.fakes.metadata_server import MetadataServer
 
@@ -59,7 +59,7 @@ class NodeIdentities:
 
     def __init__(self, cloud: Any) -> None:
         self.cloud = cloud
-        self.book = TokenBook()
+        self.book = token_book()
         self.metadata: MetadataServer | None = None
         self.front: GcsFront | None = None
 

@@ -6,7 +6,7 @@ through this front (their STORAGE_EMULATOR_HOST), which forwards every request u
 that carries `Authorization: Bearer <token>`, first decides it as GCS does:
 
 - authentication: the token must be one the box's metadata server issued
-  (tests/fakes/gce_metadata_identity.py `TokenBook`), else 401 `authError` "Invalid
+  (tests/fakes/token_book.py, issued by gce_metadata_identity.py), else 401 `authError` "Invalid
   Credentials";
 - authorization: the request's permissions on its resource, checked against the bucket's IAM
   policy as the emulator stores it, by tests/fakes/gcs_iam_conditions.py (roles, conditions);
@@ -51,8 +51,8 @@ from typing import Any
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 from tests.fakes import gcs_iam_conditions as iam
-from tests.fakes.gce_metadata_identity import TokenBook
 from tests.fakes.serving import Served
+from tests.fakes.token_book import TokenBook
 
 HOP_BY_HOP = frozenset(
     {
