@@ -94,8 +94,8 @@ class AwsBox:
     def assert_nodes_ran_under_their_roles(self, run_id: str) -> None:
         """Every instance of the run took its own node role's credentials from the metadata
         service (moto's STS assumed the role for it), and S3 refused the nodes nothing while
-        their roles existed (a node's last log flush may come after teardown deleted its role:
-        refused, as on AWS)."""
+        their roles held their policies (a node's last log flush may come after teardown
+        deleted its role's policy or its role: refused, as on AWS)."""
         from moto.core import DEFAULT_ACCOUNT_ID
         from moto.sts.models import sts_backends
 
@@ -109,7 +109,7 @@ class AwsBox:
             node = f"{_tag(inst, 'cloudtrain:role')}-{_tag(inst, 'cloudtrain:index')}"
             assert assumed.get(inst["InstanceId"]) == f"cloudtrain-{run_id}-{node}", assumed
         assert self.moto is not None
-        refused = [r for r in self.moto.authorizer.refused if not r[2].endswith(" (deleted)")]
+        refused = [r for r in self.moto.authorizer.refused if not r[2].endswith(" (revoked)")]
         assert refused == [], refused
 
     def assert_nothing_left(self, run_id: str) -> None:

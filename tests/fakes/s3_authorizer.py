@@ -78,8 +78,9 @@ class S3Authorizer:
 
     def __init__(self, app: Callable[[dict[str, Any], StartResponse], Iterable[bytes]]) -> None:
         self.app = app
-        # (action, resource, role name) of each refusal; the role name ends in " (deleted)"
-        # when the role was gone (a node writing after teardown deleted its role)
+        # (action, resource, role name) of each refusal; the role name ends in " (revoked)"
+        # when the role held no policy any more or was gone (a node writing after teardown
+        # deleted its role's policy, then its role)
         self.refused: list[tuple[str, str, str]] = []
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Any:
@@ -122,7 +123,7 @@ class S3Authorizer:
         if auth and not _signature_ok(environ, auth, assumed, parts[1]):
             return "SignatureDoesNotMatch", ""
         policies = _role_policies(assumed.role_arn)
-        role = assumed.role_arn.rsplit("/", 1)[1] + ("" if policies is not None else " (deleted)")
+        role = assumed.role_arn.rsplit("/", 1)[1] + ("" if policies else " (revoked)")
         for action, resource, context in judge(environ, query):
             if not decide(policies or [], action, resource, context):
                 self.refused.append((action, resource, role))

@@ -204,3 +204,25 @@ def test_a_forged_signature_or_token_is_refused(box: dict[str, Any]) -> None:
         "InvalidToken",
     )
     client(c["SecretAccessKey"], c["SessionToken"]).put_object(Bucket=BUCKET, Key=own, Body=b"")
+
+
+def test_a_refusal_once_teardown_took_the_roles_policy_is_marked_revoked(
+    box: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Teardown deletes a node role's policy before the role: a node's last log flush in
+    between is refused, as on AWS, and marked " (revoked)" (as after the role is gone), so a
+    box run's "nothing refused" check tells it from a rule that is too tight."""
+    s3, _ = _node_s3(box, monkeypatch)
+    status = _key(p.status_key(RUN, NODE))
+    s3.put_object(Bucket=BUCKET, Key=status, Body=b"{}")  # granted while the policy holds
+    iam = boto3.client("iam")
+    role = f"cloudtrain-{RUN}-{NODE}"
+    for name in iam.list_role_policies(RoleName=role)["PolicyNames"]:
+        iam.delete_role_policy(RoleName=role, PolicyName=name)
+    assert _code(lambda: s3.put_object(Bucket=BUCKET, Key=status, Body=b"{}")) == (
+        403,
+        "AccessDenied",
+    )
+    assert box["moto"].authorizer.refused == [
+        ("s3:PutObject", f"arn:aws:s3:::{BUCKET}/{status}", f"{role} (revoked)")
+    ]
