@@ -24,6 +24,8 @@ from cloudtrain.providers.parallel import Counter, first_error, parallel_map
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
+    from cloudtrain.providers.account import AccountProbe
+
 NodeState = Literal["pending", "running", "stopped", "terminated", "preempted"]
 ALIVE_STATES: frozenset[str] = frozenset({"pending", "running"})
 ROLES: tuple[str, ...] = ("chief", "worker", "ps", "evaluator")
@@ -451,6 +453,12 @@ class Provider(ABC):
         ledger, so `down` and `status` reach the same one. None where there is no such thing."""
         return self.config.account
 
+    def account_probe(self) -> AccountProbe | None:
+        """The read-only probe of the caller's account (providers/account.py): credentials,
+        APIs, rights, quotas. None where there is no account to ask (local). Creates nothing;
+        may open SDK clients."""
+        return None
+
 
 class ProviderWrapper(Provider):
     """A provider around another (the fault injector, the retry layer): the same name and
@@ -488,3 +496,7 @@ class ProviderWrapper(Provider):
     def account(self) -> str | None:
         """Passed through."""
         return self.inner.account()
+
+    def account_probe(self) -> AccountProbe | None:
+        """Passed through: a probe only reads, and its caller says what failed."""
+        return self.inner.account_probe()
