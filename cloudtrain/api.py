@@ -33,6 +33,7 @@ from cloudtrain.api_build import (
     record_provider,
     run_provider,
     set_warning_handler,
+    warn,
     warn_deprecated,
 )
 from cloudtrain.api_logs import NODE_RE, LogStream, job_over, poll
@@ -52,6 +53,7 @@ if TYPE_CHECKING:
     from cloudtrain.ledger import Ledger, RunRecord
     from cloudtrain.ledger_records import ResourceRecord
     from cloudtrain.plan import Plan
+    from cloudtrain.providers.account import AccountProbe
     from cloudtrain.providers.base import Provider
     from cloudtrain.runtypes import Observer, RunOptions, RunResult
     from cloudtrain.spec import JobSpec
@@ -116,16 +118,70 @@ def plan(
     provider: str | None = None,
     region: str | None = None,
     zone: str | None = None,
+    account: bool = True,
 ) -> Plan:
-    """Price the job: the nodes, the strategy and the estimate. Creates nothing, loads no cloud
-    SDK. Raises SpecError for a bad spec, UsageError for a plan that cannot be (over budget)."""
+    """Price the job: the nodes, the strategy and the estimate. Creates nothing. Where a cloud's
+    credentials are visible (providers/credential_hints.py) and `account` is true, asks its
+    quotas and skips the regions that cannot hold the plan (cloudtrain/account_plan.py; loads
+    that SDK); otherwise loads no cloud SDK and the plan notes that it did not look. Raises
+    SpecError for a bad spec, PlanError for a plan that cannot be (over budget, no quota)."""
     from cloudtrain.catalog import Catalog
     from cloudtrain.plan import make_plan
 
     spec = load(job, provider=provider, region=region, zone=zone)
-    the_plan = make_plan(spec, Catalog.bundled())
+    catalog = Catalog.bundled()
+    if account:
+        from cloudtrain.account_plan import plan_for_account
+
+        the_plan = plan_for_account(spec, catalog, account_probe_of(spec))
+    else:
+        the_plan = make_plan(spec, catalog)
     warn_deprecated(spec, the_plan)  # the plan shows these options: say now what is deprecated
     return the_plan
+
+
+def account_probe_of(spec: JobSpec) -> Callable[[str, Plan], AccountProbe | None]:
+    """For the account-aware plan: a cloud's AccountProbe for `spec` (its options, the plan's
+    place), or None where its credentials are not visible here or its SDK is not installed.
+    Builds the provider (loads its SDK) only when credentials are visible."""
+
+    def probe_of(cloud: str, placed: Plan) -> AccountProbe | None:
+        from cloudtrain.providers.credential_hints import visible
+        from cloudtrain.providers.registry import info
+
+        if visible(info(cloud)) is None:
+            return None
+        try:
+            return run_provider(spec, placed).account_probe()
+        except UsageError:  # the cloud's extra is not installed: nothing to ask with
+            return None
+
+    return probe_of
+
+
+def check_rights(spec: JobSpec, the_plan: Plan) -> None:
+    """Refuse a run whose caller lacks rights it needs, before anything exists: RightsMissing
+    naming them (the line `cloudtrain check` prints). Asks only where the plan's cloud's
+    credentials are visible; a cloud that refuses the question itself lets the run go on (its
+    create calls will say what is refused). Blocks on the cloud's API; creates nothing."""
+    from cloudtrain.account_check import rights_error
+
+    probe = account_probe_of(spec)(the_plan.provider, the_plan)
+    if probe is None:
+        return
+    try:
+        missing = probe.missing_rights()
+    except CloudtrainError as exc:
+        warn(f"could not ask {the_plan.provider} which rights the caller has: {exc.message}")
+        return
+    if missing:
+        raise rights_error(_label(the_plan.provider), sorted(missing))
+
+
+def _label(provider: str) -> str:
+    from cloudtrain.providers.registry import info
+
+    return info(provider).label
 
 
 def prepare(
@@ -140,9 +196,14 @@ def prepare(
     spec = load(job, provider=provider, region=region, zone=zone)
     loaded = time.time()
     the_plan = plan(spec)
-    return Launch(
-        spec, the_plan, timings=(("spec", started, loaded), ("plan", loaded, time.time()))
+    planned = time.time()
+    check_rights(spec, the_plan)
+    timings = (
+        ("spec", started, loaded),
+        ("plan", loaded, planned),
+        ("rights", planned, time.time()),
     )
+    return Launch(spec, the_plan, timings=timings)
 
 
 def prepare_resume(run_id: str) -> Launch:

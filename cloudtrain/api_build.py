@@ -40,6 +40,11 @@ def set_warning_handler(handler: Callable[[str], None] | None) -> None:
     _warn = handler or _log_warning
 
 
+def warn(line: str) -> None:
+    """Say `line` through the warning handler in effect (`set_warning_handler`)."""
+    _warn(line)
+
+
 def warn_deprecated(spec: JobSpec, the_plan: Plan) -> None:
     """Warn (once per process, through the warning handler) about each deprecated CLOUDTRAIN_*
     variable the plan's options come from, as a run would. Creates nothing; reads no file."""

@@ -379,6 +379,12 @@ def _register_runs(target: typer.Typer) -> None:
     cli_runs.register(target)
 
 
+def _register_check(target: typer.Typer) -> None:
+    from cloudtrain import cli_check  # typer only at import: the SDKs load when it runs
+
+    cli_check.register(target)
+
+
 def _register_insight(target: typer.Typer) -> None:
     from cloudtrain import cli_report, cli_scale, cli_tensorboard  # typer only at import
 
@@ -390,6 +396,7 @@ def _register_insight(target: typer.Typer) -> None:
 # those modules nor has typer build their options (tens of ms before a run's first create).
 # `--help` and a mistyped command name see them all, in the same order as before.
 _LAZY: dict[str, Callable[[typer.Typer], None]] = {
+    "check": _register_check,
     "status": _register_runs,
     "logs": _register_runs,
     "scale": _register_insight,

@@ -72,6 +72,15 @@ class CredentialsError(ProviderError):
     """The SDK's credential chain found nothing usable."""
 
 
+class RightsMissing(CredentialsError):
+    """The caller's credentials lack rights a run needs (asked of the cloud before anything is
+    created: cloudtrain/account_check.py). `missing` holds the rights, as the cloud names them."""
+
+    def __init__(self, message: str, *, hint: str | None = None, missing: tuple[str, ...]) -> None:
+        super().__init__(message, hint=hint, codes=frozenset({"RightsMissing"}))
+        self.missing = missing
+
+
 class NoCapacityError(ProviderError):
     """The zone has no capacity for the instance type; another zone may."""
 

@@ -40,6 +40,10 @@ class ProviderInfo:
     # "module:function" of its catalog rules (stdlib only): see cloudtrain/catalog.py
     catalog_rules: str | None = None
     display: str = ""  # how help text and reports name it ("AWS"); the name if empty
+    # where its SDK's credential chain looks before any network (providers/credential_hints.py):
+    # variables, and files under the home folder; none found -> `plan` does not ask the account
+    credential_env: tuple[str, ...] = ()
+    credential_files: tuple[str, ...] = ()
 
     @property
     def label(self) -> str:

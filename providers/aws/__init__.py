@@ -34,4 +34,15 @@ INFO = ProviderInfo(
     inventory_scope="region",
     searched_by_cheapest=True,
     catalog_rules="cloudtrain.providers.aws.catalog_rules",
+    # boto3's chain before instance metadata: the environment, web identity, the container
+    # endpoint, the shared files (https://boto3.amazonaws.com/v1/documentation/api/latest/guide/
+    # credentials.html, "Configuring credentials")
+    credential_env=(
+        "AWS_ACCESS_KEY_ID",
+        "AWS_PROFILE",
+        "AWS_WEB_IDENTITY_TOKEN_FILE",
+        "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+        "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+    ),
+    credential_files=(".aws/credentials", ".aws/config"),
 )

@@ -35,4 +35,10 @@ INFO = ProviderInfo(
     searched_by_cheapest=True,
     catalog_zones=False,  # the Retail Prices API prices a size per region, not per zone
     catalog_rules="cloudtrain.providers.azure.catalog_rules",
+    # DefaultAzureCredential before managed identity: EnvironmentCredential and workload
+    # identity ($AZURE_CLIENT_ID, $AZURE_FEDERATED_TOKEN_FILE), then the Azure CLI's login
+    # (https://learn.microsoft.com/python/api/azure-identity/azure.identity.defaultazurecredential);
+    # CLOUDTRAIN_ARM_ENDPOINT is the test box's account
+    credential_env=("AZURE_CLIENT_ID", "AZURE_FEDERATED_TOKEN_FILE", "CLOUDTRAIN_ARM_ENDPOINT"),
+    credential_files=(".azure/azureProfile.json",),
 )

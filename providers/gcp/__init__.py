@@ -36,4 +36,9 @@ INFO = ProviderInfo(
     inventory_scope="account",  # firewall rules and service accounts are global to the project
     searched_by_cheapest=True,
     catalog_rules="cloudtrain.providers.gcp.catalog_rules",
+    # google.auth.default() before the metadata server: $GOOGLE_APPLICATION_CREDENTIALS, then
+    # gcloud's ADC file (https://cloud.google.com/docs/authentication/application-default-
+    # credentials); CLOUDTRAIN_GCE_ENDPOINT is the test box's account
+    credential_env=("GOOGLE_APPLICATION_CREDENTIALS", "CLOUDTRAIN_GCE_ENDPOINT"),
+    credential_files=(".config/gcloud/application_default_credentials.json",),
 )
