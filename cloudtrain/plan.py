@@ -10,7 +10,9 @@ with `provider: cheapest` the cloud is the cheapest of aws, gcp and azure. The s
 
 from __future__ import annotations
 
+import copy
 import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +23,7 @@ from cloudtrain.plan_search import (
     MAX_ALTERNATIVES,
     Alternative,
     Choice,
+    Place,
     Request,
     alternatives,
     cheapest_choices,
@@ -38,8 +41,12 @@ __all__ = [
     "MAX_ALTERNATIVES",
     "Alternative",
     "NodePlan",
+    "Place",
+    "Placement",
     "Plan",
     "make_plan",
+    "on_demand_spec",
+    "placements",
 ]
 
 ROLE_ORDER = ("chief", "worker", "ps", "evaluator")
@@ -101,6 +108,9 @@ class Plan:
     notes: tuple[str, ...]
     # the provider options in effect: (name, value, source, where), see provider_config.resolve
     provider_options: tuple[ProviderOption, ...] = ()
+    # a spot plan whose spec allows the on-demand fallback (`cluster.spot_fallback`): the same
+    # machines' on-demand $/h; None otherwise
+    on_demand_hourly_usd: float | None = None
 
     @property
     def node_count(self) -> int:
@@ -153,11 +163,123 @@ class Plan:
             notes=tuple(data["notes"]),
             # absent from a plan recorded before options were kept
             provider_options=tuple(ProviderOption(**o) for o in data.get("provider_options", ())),
+            on_demand_hourly_usd=data.get("on_demand_hourly_usd"),
         )
 
+    @property
+    def place(self) -> Place:
+        """(provider, region): where the plan lands, the unit failover avoids."""
+        return self.provider, self.region
 
-def make_plan(spec: JobSpec, catalog: Catalog) -> Plan:
+
+@dataclass(frozen=True)
+class Placement:
+    """One feasible place of a spec: its cloud, region, best zone, and the cluster's $/h there."""
+
+    provider: str
+    region: str
+    zone: str | None
+    hourly_usd: float
+
+    @property
+    def place(self) -> Place:
+        """(provider, region)."""
+        return self.provider, self.region
+
+
+def placements(spec: JobSpec, catalog: Catalog) -> list[Placement]:
+    """Every feasible (provider, region) of `spec` with its cheapest choice, cheapest first (across
+    the clouds with `provider: cheapest`; only the pinned region when the spec pins one). What
+    `cloudtrain check JOB` walks, and the order failover follows. The budget is not applied.
+    Pure. Raises PlanError as `make_plan` does when nothing fits at all."""
+    counts = _ordered_roles(spec.cluster.roles())
+    if not counts:
+        raise PlanError("the cluster has no nodes", hint="give the cluster at least a chief")
+    request = _request_of(spec)
+    if spec.provider == "local":
+        choice, _notes, _spot = _local_choice(spec, catalog, request, sum(n for _, n in counts))
+        return [Placement("local", choice.region, choice.zone, round(choice.hourly, 6))]
+    choices, _notes = _choices(spec, catalog, request, counts, None)
+    best: dict[Place, Placement] = {}
+    for c in choices:  # cheapest first
+        best.setdefault(
+            (c.provider, c.region), Placement(c.provider, c.region, c.zone, round(c.hourly, 6))
+        )
+    return list(best.values())
+
+
+def on_demand_spec(spec: JobSpec) -> JobSpec:
+    """`spec` with `cluster.spot` and `cluster.spot_fallback` off: what a spot run falls back to
+    when no region has spot capacity. Pure (a copy; `spec` is unchanged)."""
+    update = {"spot": False, "spot_fallback": False}
+    if hasattr(spec, "model_copy"):
+        return spec.model_copy(update={"cluster": spec.cluster.model_copy(update=update)})
+    clone, cluster = copy.copy(spec), copy.copy(spec.cluster)  # a stand-in spec (tests)
+    for name, value in update.items():
+        setattr(cluster, name, value)
+    clone.cluster = cluster
+    return clone
+
+
+def _choices(
+    spec: JobSpec,
+    catalog: Catalog,
+    request: Request,
+    counts: list[tuple[str, int]],
+    avoid: Mapping[Place, str] | None,
+) -> tuple[list[Choice], list[str]]:
+    """The spec's feasible choices on its cloud (or across CLOUDS), cheapest first, with the
+    search's notes. Pure; PlanError as `make_plan` says."""
+    n_main = sum(n for role, n in counts if role not in CPU_ROLES)
+    n_ps = sum(n for role, n in counts if role in CPU_ROLES)
+    if spec.provider == CHEAPEST:
+        _refuse_place(spec.region, spec.zone)
+        return cheapest_choices(catalog, request, n_main, n_ps, avoid)
+    region, zone = spec.region or None, spec.zone or None
+    pinned = _pinned_avoided(spec, catalog, request, n_main, n_ps, avoid)
+    if pinned:
+        raise pinned
+    return cloud_choices(catalog, request, spec.provider, region, zone, n_main, n_ps, avoid)
+
+
+def _pinned_avoided(
+    spec: JobSpec,
+    catalog: Catalog,
+    request: Request,
+    n_main: int,
+    n_ps: int,
+    avoid: Mapping[Place, str] | None,
+) -> PlanError | None:
+    """The error for a spec whose pinned region (or zone) is a place of `avoid`: a pinned place
+    is never left. None otherwise. Pure."""
+    if not avoid or not (spec.region or spec.zone):
+        return None
+    choices, _ = cloud_choices(
+        catalog, request, spec.provider, spec.region or None, spec.zone or None, n_main, n_ps
+    )
+    for place in dict.fromkeys((c.provider, c.region) for c in choices):
+        if place in avoid:
+            field = "region" if spec.region else "zone"
+            pin = spec.region or spec.zone
+            return PlanError(
+                f"{place[0]} {place[1]} is ruled out ({avoid[place]}), and the spec pins "
+                f"{field} {pin}: a pinned {field} is never left",
+                hint=f"remove {field} to let cloudtrain try the next-cheapest region",
+            )
+    return None
+
+
+def make_plan(spec: JobSpec, catalog: Catalog, *, avoid: Mapping[Place, str] | None = None) -> Plan:
     """Price `spec` against `catalog` and return the cheapest feasible plan. Pure.
+
+    `avoid`: places (provider, region) ruled out, each with its reason in one short line (no
+    quota there, already tried by failover): the plan is the cheapest feasible choice elsewhere,
+    and each avoided place cheaper than it gets a note `skipped <provider> <region>: <reason>`.
+    PlanError when every feasible place is avoided (listing the reasons), or when the spec pins
+    a region or zone that is avoided (a pinned place is never left). `local` ignores it.
+
+    A spot plan whose spec sets `cluster.spot_fallback` also carries the same machines'
+    on-demand $/h (`on_demand_hourly_usd`) and a note giving both prices.
 
     With `spec.provider == "cheapest"` the search spans aws, gcp and azure (never local): the
     plan's `provider` is the chosen cloud, its notes name the runner-up cloud and its $/h, and
@@ -174,25 +296,22 @@ def make_plan(spec: JobSpec, catalog: Catalog) -> Plan:
     if not max_hours > 0 or math.isinf(max_hours):
         raise PlanError(f"max_hours must be a positive number, not {spec.max_hours!r}")
     request = _request_of(spec)
-    n_main = sum(n for role, n in counts if role not in CPU_ROLES)
-    n_ps = sum(n for role, n in counts if role in CPU_ROLES)
 
     runner_ups: tuple[Alternative, ...] = ()
     provider = spec.provider
+    on_demand: float | None = None
     if provider == "local":
-        choice, notes, spot = _local_choice(spec, catalog, request, n_main + n_ps)
+        choice, notes, spot = _local_choice(spec, catalog, request, sum(n for _, n in counts))
     else:
         across = provider == CHEAPEST
-        if across:
-            _refuse_place(spec.region, spec.zone)
-            choices, notes = cheapest_choices(catalog, request, n_main, n_ps)
-        else:
-            region, zone = spec.region or None, spec.zone or None
-            choices, notes = cloud_choices(catalog, request, provider, region, zone, n_main, n_ps)
+        choices, notes = _choices(spec, catalog, request, counts, avoid)
         choice, spot = choices[0], request.spot
         provider = choice.provider
         runner_ups = alternatives(choices, max_hours, across_clouds=across)
         notes += _offer_notes(choice, spot)
+        if spot and getattr(spec.cluster, "spot_fallback", False):
+            on_demand = _on_demand_hourly(choice, counts)
+            notes.append(_fallback_note(on_demand, max_hours, spec.max_cost_usd))
     notes += _ignored_notes(spec, provider)
 
     nodes = []
@@ -238,7 +357,29 @@ def make_plan(spec: JobSpec, catalog: Catalog) -> Plan:
         alternatives=runner_ups,
         notes=tuple(notes),
         provider_options=_options_of(spec, provider),
+        on_demand_hourly_usd=on_demand,
     )
+
+
+def _on_demand_hourly(choice: Choice, counts: list[tuple[str, int]]) -> float:
+    """The cluster's on-demand $/h on the machines of `choice`. Pure."""
+    total = 0.0
+    for role, count in counts:
+        offer = choice.ps if role in CPU_ROLES else choice.main
+        total += count * float((offer.price(False) if offer else None) or 0.0)
+    return round(total, 6)
+
+
+def _fallback_note(hourly: float, max_hours: float, max_cost: float | None) -> str:
+    """The plan's note on the on-demand fallback: its price, and whether the budget allows it."""
+    estimate = hourly * max_hours
+    note = (
+        f"spot_fallback: if no region has spot capacity the run goes on-demand at "
+        f"${hourly:.2f}/h (${estimate:.2f} for {_fmt_hours(max_hours)})"
+    )
+    if max_cost is not None and estimate > float(max_cost) + 1e-9:
+        note += f"; over max_cost_usd ${float(max_cost):.2f}, so it would not be taken"
+    return note
 
 
 def _ordered_roles(roles: dict[str, int]) -> list[tuple[str, int]]:

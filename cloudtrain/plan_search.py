@@ -9,12 +9,14 @@ ProviderInfo (the registry's INFO objects; no SDK).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from cloudtrain.catalog import Catalog, Offer
 from cloudtrain.errors import PlanError
 from cloudtrain.providers.registry import info, infos
 
+Place = tuple[str, str]  # (provider, region): where a run can land, the unit failover avoids
 # what `provider: cheapest` searches (never local), in registry order: ties go to the first
 CLOUDS = tuple(i.name for i in infos() if i.searched_by_cheapest)
 MAX_ALTERNATIVES = 3
@@ -98,9 +100,11 @@ def cloud_choices(
     zone: str | None,
     n_main: int,
     n_ps: int,
+    avoid: Mapping[Place, str] | None = None,
 ) -> tuple[list[Choice], list[str]]:
     """Every feasible choice within one provider (and `region`/`zone` when given), cheapest first,
-    plus notes about the zone. Pure; never empty.
+    plus notes about the zone and the places of `avoid` skipped (see `avoiding`). Pure; never
+    empty.
 
     Raises PlanError when the provider or region is not in the catalog, the zone is unknown
     without a region, the ps role has no CPU machine where the GPU offer is, or nothing fits (the
@@ -125,14 +129,20 @@ def cloud_choices(
         raise _no_ps_machine(request, candidates, provider)
     if not choices:
         raise infeasible(catalog, request, provider, region, zone_filter)
-    return _sorted(choices), notes
+    kept, skipped = avoiding(_sorted(choices), avoid or {})
+    return kept, notes + skipped
 
 
 def cheapest_choices(
-    catalog: Catalog, request: Request, n_main: int, n_ps: int
+    catalog: Catalog,
+    request: Request,
+    n_main: int,
+    n_ps: int,
+    avoid: Mapping[Place, str] | None = None,
 ) -> tuple[list[Choice], list[str]]:
     """Every feasible choice in the clouds of CLOUDS together, cheapest first, plus a note naming
-    the chosen cloud and the runner-up cloud with its $/h. Pure; never empty.
+    the chosen cloud and the runner-up cloud with its $/h, and the places of `avoid` skipped
+    (see `avoiding`). Pure; never empty.
 
     Ties in $/h go to the cloud first in CLOUDS. Raises PlanError when the catalog has
     none of these clouds, or nothing fits in any of them (the message names the nearest feasible
@@ -156,8 +166,33 @@ def cheapest_choices(
         if blocked:
             raise _no_ps_machine(request, blocked, None)
         raise infeasible(catalog, request, None, None, None)
-    choices = _sorted(choices)
-    return choices, [_cheapest_note(choices, clouds)]
+    choices, skipped = avoiding(_sorted(choices), avoid or {})
+    return choices, [_cheapest_note(choices, clouds), *skipped]
+
+
+def avoiding(choices: list[Choice], avoid: Mapping[Place, str]) -> tuple[list[Choice], list[str]]:
+    """(`choices` whose (provider, region) is not in `avoid`, a note `skipped <provider>
+    <region>: <reason>` for each avoided place whose best choice is cheaper than the first kept
+    one). `choices` are sorted cheapest first. Pure.
+
+    Raises PlanError listing every avoided place with its reason when nothing is kept.
+    """
+    kept = [c for c in choices if (c.provider, c.region) not in avoid]
+    if not kept:
+        places = dict.fromkeys((c.provider, c.region) for c in choices)
+        reasons = "; ".join(f"{p} {r}: {avoid[(p, r)]}" for p, r in places)
+        raise PlanError(
+            f"every feasible place is ruled out: {reasons}",
+            hint="ask the cloud for quota, try later, or widen the search (another accelerator, "
+            "provider: cheapest, or spot_fallback: true)",
+        )
+    best = kept[0].hourly
+    skipped = dict.fromkeys(
+        (c.provider, c.region)
+        for c in choices
+        if c.hourly < best and (c.provider, c.region) in avoid
+    )
+    return kept, [f"skipped {p} {r}: {avoid[(p, r)]}" for p, r in skipped]
 
 
 def alternatives(

@@ -202,6 +202,9 @@ class ClusterSpec(BaseModel):
     accelerator: str | None = Field(None, description="GPU per node: 'V100' or 'V100:2'")
     instance_type: str | None = Field(None, min_length=1, description="force a machine type")
     spot: bool = Field(False, description="use spot/preemptible capacity")
+    spot_fallback: bool = Field(
+        False, description="spot only: on-demand where no region has spot capacity (its price)"
+    )
     port: int = Field(2222, ge=1024, le=65000, description="first TensorFlow port")
     disk_gb: int = Field(100, ge=10, le=4096, description="boot disk size per node")
     image: str | None = Field(None, min_length=1, description="force a VM image")
@@ -246,6 +249,8 @@ class ClusterSpec(BaseModel):
         if total > MAX_NODES:
             parts = ", ".join(f"{n} {role}" for role, n in self.roles().items())
             raise ValueError(f"at most {MAX_NODES} nodes in total (got {total}: {parts})")
+        if self.spot_fallback and not self.spot:
+            raise ValueError("spot_fallback: true needs spot: true (it is spot's fallback)")
         return self
 
     @property
