@@ -292,6 +292,38 @@ class Ledger:
         if cur.rowcount == 0:
             raise LedgerError(f"no run {run_id!r} in the ledger at {self.path}")
 
+    def move_run(
+        self,
+        run_id: str,
+        provider: str,
+        region: str | None,
+        zone: str | None,
+        store_uri: str | None,
+        plan_json: str | None,
+    ) -> None:
+        """Record where a run now is: its cloud, region, zone, store and plan, after failover
+        moved it (cloudtrain/failover.py), before anything is made there, so `status`, `down`
+        and the summary look there. Idempotent; LedgerError for an unknown run. Waits for its
+        journal entry."""
+        args = {
+            "run_id": run_id,
+            "provider": provider,
+            "region": region,
+            "zone": zone,
+            "store_uri": store_uri,
+            "plan_json": plan_json,
+        }
+        self._write("move_run", args, wait=True)
+
+    def _op_move_run(self, conn: sqlite3.Connection, at: float, a: dict[str, Any]) -> None:
+        cur = conn.execute(
+            "UPDATE runs SET provider = ?, region = ?, zone = ?, store_uri = ?, plan_json = ?"
+            " WHERE run_id = ?",
+            [a.get(k) for k in ("provider", "region", "zone", "store_uri", "plan_json", "run_id")],
+        )
+        if cur.rowcount == 0:
+            raise LedgerError(f"no run {a['run_id']!r} in the ledger at {self.path}")
+
     def finish_run(self, run_id: str, default_outcome: str = "crashed") -> RunRecord:
         """Mark a run `done` after an outside teardown (`down`, `gc`): its outcome stays the one
         recorded (a controller may have written it a moment ago), else `default_outcome`.

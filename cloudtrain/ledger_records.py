@@ -32,6 +32,7 @@ JOURNAL_OPS: frozenset[str] = frozenset(
     {
         "create_run",
         "set_status",
+        "move_run",
         "finish_run",
         "record_intent",
         "mark_created",

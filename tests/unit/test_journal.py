@@ -106,6 +106,8 @@ def run_steps(
         step(1010.0 + i, lambda r=res, p=price: led.record_intent(r, price_hourly=p))
         step(1020.0 + i, lambda i=i: led.mark_created(run_id, "node", f"worker-{i}", f"i-{i}"))
     step(1030.0, lambda: led.set_status(run_id, "running"))
+    # failover moved it (cloudtrain/failover.py): the row names the new place
+    step(1031.0, lambda: led.move_run(run_id, provider, "us-west-2", "w-a", bucket, '{"n":3}'))
     step(1040.0, lambda: led.event(run_id, "preempted", "worker-1 was preempted"))
     step(1041.0, lambda: led.mark_failed(run_id, "node", "worker-1"))
     again = node("worker-1", run_id, provider)  # its replacement
@@ -153,7 +155,7 @@ def test_every_write_is_one_new_object_with_its_op_time_and_arguments(
 ) -> None:
     _, writes = written(tmp_path, store)
     found = entries(store)
-    assert len(found) == writes == 21
+    assert len(found) == writes == 22
     names = [name for name, _ in found]
     assert all(KEY_RE.fullmatch(n) for n in names), names
     assert names == sorted(names) and len(set(names)) == len(names)
