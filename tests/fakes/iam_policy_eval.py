@@ -2,14 +2,16 @@
 unit test of the node policies (tests/unit/test_aws_node_bucket_rights.py) and the box's S3
 authorizer (tests/fakes/s3_authorizer.py), so both judge a request alike.
 
-`decide(policies, action, resource, context)` follows the IAM User Guide's "Policy evaluation
-logic" (docs.aws.amazon.com/IAM/latest/UserGuide/reference_policies_evaluation-logic.html) for
-identity policies alone: an explicit Deny wins over any Allow, and without an Allow the request
-is refused. Statements: Allow and Deny, Action (case-insensitive) and Resource / NotResource
-(case-sensitive) with the `*` (any run of characters, `/` included) and `?` (one) wildcards
-(reference_policies_elements_resource.html), StringLike / StringEquals conditions; a condition
-key the request lacks fails its condition (reference_policies_elements_condition.html). What it
-cannot evaluate raises ValueError, so a policy outgrowing it is noticed, never misjudged.
+`decide(policies, action, resource, context)` (and `decision`, its answer in the policy
+simulator's words, for the box's SimulatePrincipalPolicy, tests/fakes/aws_front.py) follows
+the IAM User Guide's "Policy evaluation logic" (docs.aws.amazon.com/IAM/latest/UserGuide/
+reference_policies_evaluation-logic.html) for identity policies alone: an explicit Deny wins
+over any Allow, and without an Allow the request is refused. Statements: Allow and Deny,
+Action (case-insensitive) and Resource / NotResource (case-sensitive) with the `*` (any run of
+characters, `/` included) and `?` (one) wildcards (reference_policies_elements_resource.html),
+StringLike / StringEquals conditions; a condition key the request lacks fails its condition
+(reference_policies_elements_condition.html). What it cannot evaluate raises ValueError, so a
+policy outgrowing it is noticed, never misjudged.
 """
 
 from __future__ import annotations
@@ -55,6 +57,26 @@ def _applies(st: dict[str, Any], action: str, resource: str, context: dict[str, 
     return True
 
 
+def decision(
+    policies: list[dict[str, Any]],
+    action: str,
+    resource: str,
+    context: dict[str, str] | None = None,
+) -> str:
+    """IAM's decision on the request, in the policy simulator's words (IAM API Reference,
+    EvaluationResult.EvalDecision): "explicitDeny" when a matching statement denies it,
+    "allowed" when one allows it and none denies, else "implicitDeny". Pure."""
+    matching = [
+        st
+        for doc in policies
+        for st in (doc["Statement"] if isinstance(doc["Statement"], list) else [doc["Statement"]])
+        if _applies(st, action, resource, context or {})
+    ]
+    if any(st["Effect"] == "Deny" for st in matching):
+        return "explicitDeny"
+    return "allowed" if any(st["Effect"] == "Allow" for st in matching) else "implicitDeny"
+
+
 def decide(
     policies: list[dict[str, Any]],
     action: str,
@@ -62,12 +84,4 @@ def decide(
     context: dict[str, str] | None = None,
 ) -> bool:
     """Whether identity policies `policies` allow the request: no matching Deny, some Allow."""
-    matching = [
-        st
-        for doc in policies
-        for st in (doc["Statement"] if isinstance(doc["Statement"], list) else [doc["Statement"]])
-        if _applies(st, action, resource, context or {})
-    ]
-    return any(st["Effect"] == "Allow" for st in matching) and not any(
-        st["Effect"] == "Deny" for st in matching
-    )
+    return decision(policies, action, resource, context) == "allowed"

@@ -23,6 +23,12 @@ S3 enforces identity policies; moto does not. `start_moto` puts tests/fakes/s3_a
 moto's STS AssumeRole (a node's, from its metadata service) is authenticated and authorized
 against its role's policies, refused with S3's 403 AccessDenied; the box's own dummy key passes
 unchanged. `MotoServer.authorizer.refused` lists the refusals.
+
+AWS accounts are stingy; moto's is not. Before both, `start_moto` puts tests/fakes/aws_front.py's
+`AccountFront`: EC2's vCPU quotas (Service Quotas, VcpuLimitExceeded), sold-out zones
+(InsufficientInstanceCapacity), and callers whose rights are checked (IAM users made in moto, the
+box's key narrowed by `deny`), with IAM's policy simulator answering from the same policies.
+`MotoServer.account` (tests/fakes/aws_account.py) sets them; untouched, every run fits.
 """
 
 from __future__ import annotations
@@ -85,12 +91,15 @@ class MotoServer:
     server: Any  # moto.server.ThreadedMotoServer
     url: str
     authorizer: Any = None  # tests.fakes.s3_authorizer.S3Authorizer
+    account: Any = None  # tests.fakes.aws_account.AwsAccount
 
     def reset(self) -> None:
         """Forget every resource of every service (POST /moto-api/reset), and the authorizer's
         refusals. Blocks."""
         if self.authorizer is not None:
             self.authorizer.refused.clear()
+        if self.account is not None:
+            self.account.reset()
         req = urllib.request.Request(f"{self.url}/moto-api/reset", method="POST", data=b"")
         opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
         with opener.open(req, timeout=10) as resp:
@@ -134,22 +143,27 @@ def start_moto(host: str = HOST) -> MotoServer:
     from moto.server import ThreadedMotoServer
     from werkzeug.serving import make_server
 
+    from tests.fakes.aws_account import AwsAccount
+    from tests.fakes.aws_front import AccountFront
     from tests.fakes.s3_authorizer import S3Authorizer
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one log line per request otherwise
     install_atomic_s3_objects()
     authorizer = S3Authorizer(DomainDispatcherApplication(create_backend_app))
+    account = AwsAccount()
+    front = AccountFront(authorizer, account)
 
-    class AuthorizedMotoServer(ThreadedMotoServer):  # moto's, with the authorizer in front
+    class AuthorizedMotoServer(ThreadedMotoServer):  # moto's, with the fronts before it
         def _server_entry(self) -> None:
-            self._server = make_server(self._ip_address, self._port, authorizer, True)
+            self._server = make_server(self._ip_address, self._port, front, True)
             self._server_ready_event.set()
             self._server.serve_forever()
 
     server = AuthorizedMotoServer(ip_address=host, port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
-    return MotoServer(server=server, url=f"http://{host}:{port}", authorizer=authorizer)
+    url = f"http://{host}:{port}"
+    return MotoServer(server=server, url=url, authorizer=authorizer, account=account)
 
 
 def clear_aws_caches() -> None:
