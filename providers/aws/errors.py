@@ -7,6 +7,7 @@ Use `with aws_errors("create instance ct-x-worker-0 in us-east-1a"):` around eve
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Iterator
 
 from botocore.exceptions import (
@@ -85,6 +86,43 @@ ALREADY_EXISTS_CODES = frozenset(
 )
 
 
+ACCESS_DENIED_CODES = frozenset({"AccessDenied", "AccessDeniedException", "UnauthorizedOperation"})
+# the right a refusal names: IAM, STS and (since it names it) EC2 say "User: <arn> is not
+# authorized to perform: <action> on resource: ..." (IAM User Guide, "Troubleshoot access
+# denied error messages"); an older EC2 message carries it only encoded
+_PERFORM = re.compile(r"not authorized to perform:? ([A-Za-z0-9-]+:[A-Za-z0-9*]+)")
+_INSTANCE_TYPE = re.compile(r"\(([a-z][a-z0-9-]*\.[a-z0-9-]+)\)")
+
+
+def denied_right(exc: ClientError) -> str:
+    """The IAM action an access-denied answer names; else EC2's for an EC2 refusal
+    (`UnauthorizedOperation` is EC2's code), else the refused operation's name. Pure."""
+    message = str(exc.response.get("Error", {}).get("Message", ""))
+    found = _PERFORM.search(message)
+    if found:
+        return found.group(1)
+    operation = str(getattr(exc, "operation_name", "") or "")
+    return f"ec2:{operation}" if error_code(exc) == "UnauthorizedOperation" else operation
+
+
+def quota_named(code: str, what: str, zone: str | None) -> str:
+    """The quota a quota refusal of `what` (which names the instance type in parentheses, as
+    compute.py's create does) counts against, with its region: "EC2 quota L-DB2E81BA 'Running
+    On-Demand G and VT instances' in us-east-1", else QUOTA_CODES' words. Pure."""
+    from cloudtrain.providers.aws.account import vcpu_quota
+
+    found = _INSTANCE_TYPE.search(what)
+    spot = code == "MaxSpotInstanceCountExceeded"
+    quota = vcpu_quota(found.group(1), spot) if found and code in _VCPU_CODES else None
+    region = f" in {zone[:-1]}" if zone and zone[-1].isalpha() and zone[-2].isdigit() else ""
+    if quota is None:
+        return QUOTA_CODES[code] + region
+    return f"EC2 quota {quota[0]} '{quota[1]}' (vCPUs){region}"
+
+
+_VCPU_CODES = frozenset({"VcpuLimitExceeded", "MaxSpotInstanceCountExceeded"})
+
+
 def error_code(exc: ClientError) -> str:
     """The AWS error code of a ClientError ('' if none)."""
     return str(exc.response.get("Error", {}).get("Code", ""))
@@ -115,7 +153,12 @@ def translate(exc: Exception, what: str, zone: str | None = None) -> CloudtrainE
                 text, zone=zone, hint="cloudtrain tries the region's next zone", codes=codes
             )
         if code in QUOTA_CODES:
-            return QuotaError(text, hint=f"ask AWS to raise the {QUOTA_CODES[code]}", codes=codes)
+            quota = quota_named(code, what, zone)
+            return QuotaError(
+                f"{what}: {code} ({quota}): {message}",
+                hint=f"ask AWS to raise the {quota} (Service Quotas console)",
+                codes=codes,
+            )
         if code in PRECONDITION_CODES or status == 412:
             return PreconditionFailed(text, codes=codes)
         if code in NOT_FOUND_CODES or status == 404:
@@ -130,9 +173,12 @@ def translate(exc: Exception, what: str, zone: str | None = None) -> CloudtrainE
             "SignatureDoesNotMatch",
         ):
             return CredentialsError(text, hint="refresh your AWS credentials", codes=codes)
-        if code in ("AccessDenied", "AccessDeniedException", "UnauthorizedOperation"):
+        if code in ACCESS_DENIED_CODES:
+            right = denied_right(exc)
             return CredentialsError(
-                text, hint="the AWS identity lacks a permission for this", codes=codes
+                f"{what}: {code}: the AWS identity lacks {right}: {message}",
+                hint=f"grant {right} (`cloudtrain check` lists every right a run lacks)",
+                codes=codes,
             )
         if code in ALREADY_EXISTS_CODES:
             return AlreadyExists(text, codes=codes)

@@ -1,5 +1,4 @@
-"""AwsProvider: the AWS adapter's entry point (see the package docstring for its modules).
-"""
+"""AwsProvider: the AWS adapter's entry point (see the package docstring for its modules)."""
 
 from __future__ import annotations
 
@@ -40,6 +39,13 @@ class AwsProvider(Provider):
     def default_store_uri(self, run_id: str) -> str:
         """One bucket per account and region, owned by cloudtrain."""
         return "s3://" + DEFAULT_BUCKET.format(account=account_id(self.region), region=self.region)
+
+    def account_probe(self):  # type: ignore[no-untyped-def]
+        """The read-only probe of the caller's account in this region
+        (providers/aws/account.py). Creates nothing; clients are made on first use."""
+        from cloudtrain.providers.aws.account import AwsAccountProbe
+
+        return AwsAccountProbe(self.region)
 
     def owns_bucket(self, uri: str) -> bool:
         """Only the default bucket is cloudtrain's; a user-given s3:// URI is never deleted."""
