@@ -301,15 +301,25 @@ def launch(
     if not controller and options.controller:
         options = replace(options, controller=False)
     seen = observer if observer is not None else SilentObserver()
+    from cloudtrain.catalog import Catalog
+    from cloudtrain.failover import places_for
+
     orch = Orchestrator(
-        ready.spec, the_plan, prov, ledger(), seen, options, resume_from=ready.resume_from
+        ready.spec,
+        the_plan,
+        prov,
+        ledger(),
+        seen,
+        options,
+        resume_from=ready.resume_from,
+        places=places_for(ready.spec, Catalog.bundled()),  # another region's or cloud's
     )
     for name, start, end in ready.timings:  # the run's trace: within its startup phase
         orch.trace.child(name, start, end, "startup")
     if threading.current_thread() is not threading.main_thread():
         seen.event(NO_SIGNALS_NOTE.format(run_id=orch.run_id))
     result = orch.run()
-    return RunHandle(result.run_id, the_plan, result, seen)
+    return RunHandle(result.run_id, orch.plan, result, seen)  # the plan where it landed
 
 
 def run(

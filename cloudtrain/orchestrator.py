@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from cloudtrain.bundle import Bundle, build_spec_bundle
 from cloudtrain.crashpoints import crash_point
 from cloudtrain.errors import CloudtrainError, LeaseLost
+from cloudtrain.failover import Failover, Places, Route
 from cloudtrain.failures import read_reports
 from cloudtrain.jobs import protocol
 from cloudtrain.jobs import trace as tr
@@ -57,7 +58,7 @@ if TYPE_CHECKING:
     from cloudtrain.spec import JobSpec
 
 
-class Orchestrator(LeaseHolder, Provisioning, Recovery):
+class Orchestrator(LeaseHolder, Provisioning, Failover, Recovery):
     """Runs one job spec through its whole lifecycle on one provider. Not reusable."""
 
     def __init__(
@@ -71,8 +72,13 @@ class Orchestrator(LeaseHolder, Provisioning, Recovery):
         run_id: str | None = None,
         resume_from: ResumeSource | None = None,
         store_uri: str | None = None,
+        places: Places | None = None,
     ) -> None:
         self.spec, self.plan, self.provider, self.ledger = spec, plan, provider, ledger
+        # how to reach another region or cloud when the plan's has no capacity or quota
+        # (cloudtrain/failover.py); None: the run stays in its plan's region
+        self.places = places
+        self.route: Route | None = None
         # the display renders the nodes' text: a bug of its never ends the run (issue 29)
         self.observer = guarded(observer, self._display_failed)
         self.options = options or RunOptions.for_provider(provider.name)
@@ -341,6 +347,7 @@ class Orchestrator(LeaseHolder, Provisioning, Recovery):
             attempts=self.attempt,
             billed_idle_s=idle,
             throughput=self.view.throughput,
+            route=self.route.text() if self.route else "",
         )
 
     def _set_phase(self, phase: str) -> None:

@@ -54,8 +54,15 @@ class Provisioning:
     _wheelhouse: WheelhousePlanner | None
 
     def provision(self) -> None:
-        """Bucket, bundle, cluster.json, network, then every node at once. Blocks until the
-        create calls return (not until the nodes boot)."""
+        """Bucket, bundle, cluster.json, network, then every node at once, in the plan's place
+        or, where it cannot hold them, the next one (`Failover.land`). Blocks until the create
+        calls return (not until the nodes boot)."""
+        self.open_store()
+        self.land()  # type: ignore[attr-defined]
+
+    def open_store(self) -> None:
+        """The run's bucket, its lease and journal (a new run's), the bundle, cluster.json and
+        the launch document. Idempotent; blocks."""
         self.trace.phase(tr.BUCKET)
         self.observer.event(f"bucket {self.store.uri}")
         self.store.ensure_bucket()
@@ -104,6 +111,11 @@ class Provisioning:
             key=self.ledger.run_key(self.run_id),
         )
         self.ledger.set_status(self.run_id, "provisioning")
+
+    def place_nodes(self) -> None:
+        """The network, then every node at once in one zone of the plan's region, each in the
+        ledger before its create call. Raises NoCapacityError (every zone full) or QuotaError
+        with what was made left in place. Blocks."""
         compute = self.provider.compute
         for res in compute.planned_network(self.info):
             self.ledger.record_intent(res)
@@ -117,9 +129,9 @@ class Provisioning:
 
     def create_in_some_zone(self) -> None:
         """Create every node, all in one zone: the planned one, then the region's other zones
-        while a zone has no capacity (the nodes made in a full zone are deleted first).
-        Raises NoCapacityError naming every zone tried."""
-        zones = self.provider.compute.zones()
+        while a zone has no capacity (the nodes made in a full zone are deleted first); a zone
+        the spec pins is never left. Raises NoCapacityError naming every zone tried."""
+        zones = [] if self.spec.zone else self.provider.compute.zones()
         candidates = [self.zone, *(z for z in zones if z != self.zone)]
         tried: list[str] = []
         for zone in candidates:

@@ -191,6 +191,8 @@ class RunResult:
     throughput: Throughput | None = None
     # where the time went: trace_view.to_json of every span (None: not traced)
     trace: dict[str, Any] | None = None
+    # the places failover tried and where the run landed (cloudtrain/failover.py); "" if none
+    route: str = ""
 
     def __post_init__(self) -> None:
         self.outcome = Outcome(self.outcome)  # a plain string from older callers still works

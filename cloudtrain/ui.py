@@ -420,6 +420,8 @@ def summary(result: RunResult) -> Group:
             f"teardown {figure(result.teardown_s, '.1f')}s, cost {_usd(result.cost_usd)}"
         )
     )
+    if result.route:  # failover's path: the places tried, and where the run landed
+        lines.append(Text(f"  place: {shown(result.route, LOG_LINE_LIMIT)}"))
     took = shown(time_line(result.trace), LOG_LINE_LIMIT)
     if took:  # where the wall time went (the run's trace)
         lines.append(Text(f"  time: {took}"))

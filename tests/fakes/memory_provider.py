@@ -3,6 +3,12 @@
 It sits below wrappers under test (e.g. `providers.faults`) and keeps exact books: `calls` counts
 every method call that reached it and `creations` how many times each node name was really made,
 so tests can prove that a retried create did not make a duplicate.
+
+For failover (cloudtrain/failover.py) a compute can be scripted as a region of a new account:
+zones (`zone_names`), how many more nodes fit in a zone (`capacity`, and `spot_capacity` for spot
+nodes only: NoCapacityError naming the zone once it is out), and how many nodes the region's
+quota allows (`quota`: QuotaError past it). `MemoryClouds` builds one provider per (cloud,
+region), named as that cloud, the regions of a cloud sharing its buckets.
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
-from cloudtrain.errors import NotFound, PreconditionFailed, TooLarge
+from cloudtrain.errors import NoCapacityError, NotFound, PreconditionFailed, QuotaError, TooLarge
 from cloudtrain.providers.base import (
     Compute,
     Node,
@@ -40,8 +46,15 @@ class MemoryCompute(Compute):
 
     provider_name = "memory"
 
-    def __init__(self, region: str = "mem-1") -> None:
+    def __init__(self, region: str = "mem-1", zone_names: list[str] | None = None) -> None:
         self.region = region
+        self.zone_names = list(zone_names or [])
+        # the scripted account (see the module): None is no limit
+        self.capacity: dict[str, int] = {}
+        self.spot_capacity: dict[str, int] = {}
+        self.quota: int | None = None
+        # called with each node made (a test's stand-in for the node's agent)
+        self.on_create: Callable[[RunInfo, Node], None] | None = None
         self.nodes: dict[str, Node] = {}
         self.networks: dict[str, list[Resource]] = {}
         self.calls: Counter[str] = Counter()
@@ -62,7 +75,9 @@ class MemoryCompute(Compute):
 
     def planned_network(self, run: RunInfo) -> list[Resource]:
         """One firewall resource per run. Pure."""
-        return [Resource("memory", "firewall", f"ct-{run.run_id}-fw", run.region, run.run_id)]
+        return [
+            Resource(self.provider_name, "firewall", f"ct-{run.run_id}-fw", run.region, run.run_id)
+        ]
 
     def ensure_network(self, run: RunInfo) -> list[Resource]:
         """Record the run's firewall. Idempotent."""
@@ -85,11 +100,35 @@ class MemoryCompute(Compute):
             with self._lock:
                 self.creates_in_flight -= 1
 
+    def zones(self) -> list[str]:
+        """The scripted zones of the region."""
+        return list(self.zone_names)
+
+    def _refuse(self, run: RunInfo, request: NodeRequest) -> None:
+        """Raise as the scripted account says, else take one node of capacity. Locked."""
+        zone = request.zone or run.zone or ""
+        live = sum(1 for n in self.nodes.values() if n.alive)
+        if self.quota is not None and live + 1 > self.quota:
+            raise QuotaError(f"quota of {self.quota} nodes in {self.region} reached")
+        for left in (self.capacity, self.spot_capacity if request.spot else {}):
+            if zone in left and left[zone] <= 0:
+                raise NoCapacityError(f"no capacity in {zone}", zone=zone)
+        for left in (self.capacity, self.spot_capacity if request.spot else {}):
+            if zone in left:
+                left[zone] -= 1
+
     def _create(self, run: RunInfo, request: NodeRequest) -> Node:
+        node = self._make(run, request)
+        if self.on_create is not None:
+            self.on_create(run, node)
+        return node
+
+    def _make(self, run: RunInfo, request: NodeRequest) -> Node:
         with self._lock:
             existing = self.nodes.get(request.name)
             if existing is not None and existing.alive:
                 return existing
+            self._refuse(run, request)
             self._next_ip += 1
             node = Node(
                 name=request.name,
@@ -255,10 +294,16 @@ class MemoryProvider(Provider):
 
     name = "memory"
 
-    def __init__(self, config: ProviderConfig | None = None) -> None:
+    def __init__(
+        self,
+        config: ProviderConfig | None = None,
+        buckets: dict[str, Objects] | None = None,
+        compute: MemoryCompute | None = None,
+    ) -> None:
         super().__init__(config or ProviderConfig("memory", region="mem-1", zone="mem-1a"))
-        self._compute = MemoryCompute(self.config.region or "mem-1")
-        self.buckets: dict[str, Objects] = {}
+        self.name = self.config.name  # "memory", or the cloud a MemoryClouds poses as
+        self._compute = compute or MemoryCompute(self.config.region or "mem-1")
+        self.buckets: dict[str, Objects] = {} if buckets is None else buckets
         self._lock = threading.Lock()
 
     @property
@@ -278,3 +323,36 @@ class MemoryProvider(Provider):
     def owns_bucket(self, uri: str) -> bool:
         """Only the auto buckets."""
         return uri.startswith("mem://ct-")
+
+
+class MemoryClouds:
+    """Memory providers posing as clouds: one compute per (cloud, region), kept across the
+    providers built for it, and one set of buckets per cloud (a cloud's store is reached from
+    every region of it, never from another cloud). Thread-safe."""
+
+    def __init__(self) -> None:
+        self.computes: dict[tuple[str, str], MemoryCompute] = {}
+        self.buckets: dict[str, dict[str, Objects]] = {}
+        self._lock = threading.Lock()
+
+    def compute(self, cloud: str, region: str, zones: list[str] | None = None) -> MemoryCompute:
+        """The region's compute (made on first use, with `zones`), to script or inspect."""
+        with self._lock:
+            found = self.computes.get((cloud, region))
+            if found is None:
+                found = self.computes[(cloud, region)] = MemoryCompute(region, zones)
+                found.provider_name = cloud
+            return found
+
+    def provider(self, cloud: str, region: str, zone: str | None = None) -> MemoryProvider:
+        """A provider of `cloud` in `region` over the kept compute and the cloud's buckets."""
+        compute = self.compute(cloud, region)
+        with self._lock:
+            buckets = self.buckets.setdefault(cloud, {})
+        config = ProviderConfig(cloud, region=region, zone=zone)
+        return MemoryProvider(config, buckets=buckets, compute=compute)
+
+    def objects(self, cloud: str, uri: str) -> Objects:
+        """What the cloud's bucket at `uri` holds (an empty dict when never written)."""
+        with self._lock:
+            return self.buckets.setdefault(cloud, {}).setdefault(uri.rstrip("/"), {})
