@@ -28,6 +28,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from tests.unit.authz_tree import leaves, scan
+
 BLOBS = "Microsoft.Storage/storageAccounts/blobServices/containers/blobs"
 CONTAINERS = "Microsoft.Storage/storageAccounts/blobServices/containers"
 ASSIGNMENTS = "Microsoft.Authorization/roleAssignments"
@@ -228,13 +230,7 @@ _TOKEN = re.compile(
 def tokens(text: str) -> list[tuple[str, Any]]:
     """The condition's tokens; ValueError on anything the grammar has no token for. Pure."""
     out: list[tuple[str, Any]] = []
-    pos = 0
-    text = text.rstrip()
-    while pos < len(text):
-        m = _TOKEN.match(text, pos)
-        if m is None or m.end() == pos:
-            raise ValueError(f"no token at {text[pos : pos + 30]!r}")
-        pos = m.end()
+    for m in scan(_TOKEN, text):
         if m["fn"]:
             out.append((m["fn"], m["fnarg"]))
         elif m["src"]:
@@ -341,16 +337,6 @@ def _targets_of(action_side: Any) -> list[tuple[str, str | None]] | None:
     return out
 
 
-def _comparisons(node: Any) -> list[Any]:
-    if node[0] == "cmp":
-        return [node]
-    if node[0] == "not":
-        return _comparisons(node[1])
-    if node[0] in ("and", "or"):
-        return [c for n in node[1] for c in _comparisons(n)]
-    return [node]  # an ActionMatches outside an action side: reported by the caller
-
-
 def _target(action: str, sub: str | None) -> Target | None:
     return next((t for t in TARGETS if t.action == action and t.suboperation == sub), None)
 
@@ -377,7 +363,7 @@ def problems(condition: str) -> list[str]:
                 out.append(f"no documented target {action} with suboperation {sub}")
             else:
                 listed.append(target)
-        for cmp in _comparisons(clause[1][1]):
+        for cmp in leaves(clause[1][1]):
             if cmp[0] != "cmp":
                 out.append(f"{cmp[0]} inside an expression")
                 continue

@@ -44,6 +44,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from tests.unit.authz_tree import leaves, scan
+
 RESOURCE_FUNCTIONS = {
     "resource.name": frozenset({"startsWith", "endsWith", "extract", "==", "!="}),
     "resource.type": frozenset({"==", "!="}),
@@ -146,13 +148,8 @@ _TOKEN = re.compile(
 
 def tokens(text: str) -> list[tuple[str, str]]:
     """(kind, text) tokens; ValueError on a character no token starts with. Pure."""
-    out, pos = [], 0
-    text = text.rstrip()
-    while pos < len(text):
-        m = _TOKEN.match(text, pos)
-        if m is None or m.end() == pos:
-            raise ValueError(f"no token at {text[pos : pos + 30]!r}")
-        pos = m.end()
+    out = []
+    for m in scan(_TOKEN, text):
         kind = m.lastgroup or ""
         out.append((kind, json.loads(m[kind]) if kind == "str" else m[kind]))
     return out
@@ -245,14 +242,6 @@ def parse(expression: str) -> Any:
     return tree
 
 
-def _terms(node: Any) -> list[Any]:
-    if node[0] == "cmp":
-        return [node]
-    if node[0] == "not":
-        return _terms(node[1])
-    return [t for n in node[1] for t in _terms(n)]
-
-
 def _operators(node: Any) -> int:
     if node[0] == "cmp":
         return 0
@@ -304,7 +293,7 @@ def problems(expression: str, service: str) -> list[str]:
     types = RESOURCE_TYPES.get(service, frozenset())
     if service not in SERVICES:
         out.append(f"{service} recognises no resource attributes")
-    for _, subject, fn, literal in _terms(tree):
+    for _, subject, fn, literal in leaves(tree):
         if subject[0] == "api":
             _, getter, name, _default = subject
             attr = API_ATTRIBUTES.get(name)
@@ -332,4 +321,4 @@ def problems(expression: str, service: str) -> list[str]:
 
 def api_attributes_used(expression: str) -> set[str]:
     """The API attributes an expression reads. Pure; ValueError if it does not parse."""
-    return {s[2] for _, s, _, _ in _terms(parse(expression)) if s[0] == "api"}
+    return {s[2] for _, s, _, _ in leaves(parse(expression)) if s[0] == "api"}
