@@ -26,6 +26,13 @@ Served, under `/compute/v1/projects/{project}` (camelCase JSON, int64 fields as 
 - `regions/{region}`: GET (any name like `us-central1` is UP; zones `{region}-a/-b/-c`, plus
   `-f` for us-central1, or what `set_region_zones(region, zones)` scripted; else 404).
 - `zones`: GET list (`filter`, paging) of the zones of a few default and all scripted regions.
+- the project itself (projects.get, with its `quotas[]`), and each region's `quotas[]`.
+
+The account's rules (`fake.account`, tests/fakes/gcp_account.py: quotas and usage, sold-out
+zones, the caller's denied permissions, disabled services) are enforced on every call, in
+GCP's shapes (gce_quotas, gce_access), and answered by Resource Manager's
+`projects/{p}:testIamPermissions` and Service Usage's `projects/{p}/services/{name}`, served
+on the same server.
 
 and, on the same server, IAM's `/v1/projects/{project}/serviceAccounts` (create, list, get,
 delete: see gce_iam; point CLOUDTRAIN_IAM_ENDPOINT at `fake.url`). Instances keep the
@@ -69,11 +76,12 @@ import copy
 import json
 import threading
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
+from tests.fakes.gce_access import AccessMixin
 from tests.fakes.gce_errors import GceApiError
 from tests.fakes.gce_faults import FAULT_HTTP_STATUS, HTTP_REASON, Fault
 from tests.fakes.gce_filters import FilterTerm, matches_filter, parse_filter
@@ -123,11 +131,14 @@ __all__ = [
     "start_gce_fake",
 ]
 
+if TYPE_CHECKING:
+    from tests.fakes.gcp_account import GcpAccount
+
 HOST = "127.0.0.1"
 DEFAULT_POLLS_TO_DONE = 2
 
 
-class GceFake(InstancesMixin, FirewallsMixin, RegionsMixin):
+class GceFake(InstancesMixin, FirewallsMixin, RegionsMixin, AccessMixin):
     """The fake's state and its HTTP server. Thread-safe; see the module docstring."""
 
     def __init__(self) -> None:
@@ -172,6 +183,14 @@ class GceFake(InstancesMixin, FirewallsMixin, RegionsMixin):
             "transport": "rest",
             "client_options": ClientOptions(api_endpoint=self.url),
         }
+
+    @property
+    def account(self) -> GcpAccount:
+        """The account's rules (quotas, capacity, the caller's rights, services): see
+        tests/fakes/gcp_account.py."""
+        from tests.fakes.gcp_account import GcpAccount
+
+        return GcpAccount(self)
 
     # -- inspection and scripting ---------------------------------------------------------
 
@@ -323,6 +342,7 @@ class GceFake(InstancesMixin, FirewallsMixin, RegionsMixin):
                 except ValueError as exc:
                     raise GceApiError(400, "parseError", f"Parse Error: {exc}") from exc
             with self._lock:
+                self._check_access(route.action, params, body)
                 return 200, getattr(self, f"_{route.action}")(params, query, body)
         except GceApiError as exc:
             return exc.code, exc.body()

@@ -27,6 +27,19 @@ class Fault:
 
     reason: str
     message: str | None = None
+    # a QUOTA_EXCEEDED of a known quota (gce_quotas): its metric, limit and region or "global"
+    metric: str | None = None
+    limit: float = 0.0
+    scope: str | None = None
+
+
+def _guessed_metric(inst: dict[str, Any]) -> str:
+    """The GPU metric of a scripted QUOTA_EXCEEDED naming no metric: the instance's first GPU's
+    (`nvidia-tesla-t4` -> NVIDIA_T4_GPUS), else CPUS."""
+    accs = inst.get("guestAccelerators") or []
+    gpu = accs[0]["acceleratorType"].rsplit("/", 1)[-1] if accs else ""
+    gpu = gpu.removeprefix("nvidia-").removeprefix("tesla-")
+    return f"NVIDIA_{gpu.upper().replace('-', '_')}_GPUS" if gpu else "CPUS"
 
 
 def fault_error(fault: Fault, project: str, zone: str, inst: dict[str, Any]) -> dict[str, Any]:
@@ -51,21 +64,21 @@ def fault_error(fault: Fault, project: str, zone: str, inst: dict[str, Any]) -> 
             }
         )
     elif fault.reason == "QUOTA_EXCEEDED":
-        accs = inst.get("guestAccelerators") or []
-        gpu = accs[0]["acceleratorType"].rsplit("/", 1)[-1] if accs else ""
-        gpu = gpu.removeprefix("nvidia-").removeprefix("tesla-")
-        metric = f"NVIDIA_{gpu.upper().replace('-', '_')}_GPUS" if gpu else "CPUS"
-        message = f"Quota '{metric}' exceeded.  Limit: 0.0 in region {region}."
-        details.append(
-            {
-                "quotaInfo": {
-                    "metricName": f"compute.googleapis.com/{metric.lower()}",
-                    "limitName": f"{metric.replace('_', '-')}-per-project-region",
-                    "dimensions": {"region": region},
-                    "limit": 0,
-                }
-            }
-        )
+        metric = fault.metric or _guessed_metric(inst)
+        scope = fault.scope or region
+        # "Quota 'GPUS_ALL_REGIONS' exceeded. Limit: 0.0 globally." (fastai/course-v3#165);
+        # a regional one says "in region R"
+        where = "globally" if scope == "global" else f"in region {scope}"
+        message = f"Quota '{metric}' exceeded.  Limit: {float(fault.limit)} {where}."
+        info: dict[str, Any] = {
+            "metricName": f"compute.googleapis.com/{metric.lower()}",
+            "limitName": f"{metric.replace('_', '-')}-per-project"
+            + ("" if scope == "global" else "-region"),
+            "limit": fault.limit,
+        }
+        if scope != "global":
+            info["dimensions"] = {"region": scope}
+        details.append({"quotaInfo": info})
     else:
         message = f"Operation failed: {fault.reason}"
     status, status_text = FAULT_HTTP_STATUS.get(fault.reason, (400, HTTP_REASON[400]))

@@ -8,7 +8,8 @@ fingerprints of labels, metadata and tags, scheduling, the project's account for
 NICs and IPs, disk names, sizes and modes), and turns RUNNING when its operation is DONE, or
 vanishes then if a scripted fault of its zone was pending; a delete leaves the instance
 STOPPING until its operation is DONE. A repeated `requestId` answers its first operation and
-does nothing. Methods run under the fake's lock.
+does nothing. Besides scripted faults, the account's rules (gce_quotas) fail an insert's
+operation: a sold-out zone, a quota it would exceed. Methods run under the fake's lock.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from tests.fakes.gce_formats import API_ROOT, NAME_RE, expand, now, validate_ins
 from tests.fakes.gce_iam import IamMixin
 from tests.fakes.gce_listing import page
 from tests.fakes.gce_operations import OperationsMixin
+from tests.fakes.gce_quotas import QuotasMixin
 
 SCHEDULING_ENUMS = {
     "onHostMaintenance": ("MIGRATE", "TERMINATE"),
@@ -104,7 +106,7 @@ def validate_instance_extras(body: dict[str, Any]) -> None:
                 )
 
 
-class InstancesMixin(IamMixin, OperationsMixin):
+class InstancesMixin(IamMixin, OperationsMixin, QuotasMixin):
     """The `zones/{zone}/instances` and `aggregated/instances` routes."""
 
     def _instance_key(self, params: dict[str, str]) -> tuple[str, str, str]:
@@ -178,7 +180,7 @@ class InstancesMixin(IamMixin, OperationsMixin):
                     init[ref] = expand(init[ref], project)
             if init.get("diskSizeGb"):
                 disk.setdefault("diskSizeGb", init["diskSizeGb"])
-        fault = self._take_fault(zone)
+        fault = self._take_fault(zone) or self._insert_fault(project, zone, inst)
         self._state.instances[key] = inst
 
         def finish() -> dict[str, Any] | None:

@@ -1,12 +1,12 @@
 """Region and zone routes of the GCE fake: `RegionsMixin`.
 
-Serves `regions/{region}` (GET, a compute#region) and `zones` (GET, ZonesClient.list, with
-`filter`, `maxResults` and `pageToken` as in gce_listing). Any region named like GCE's
-(`REGION_RE`, e.g. `us-central1`) exists and is UP; others are 404 notFound. A region's zones are
-`{region}-a`, `-b` and `-c` (`us-central1` also has `-f`) unless `GceFake.set_region_zones()`
-scripted others; the zone list covers `DEFAULT_REGIONS` plus every scripted
-region. Ids are stable numbers derived from the names and creation times GCE's epoch placeholder.
-Methods run under the fake's lock.
+Serves `regions/{region}` (GET, a compute#region with its `quotas[]`: gce_quotas) and `zones`
+(GET, ZonesClient.list, with `filter`, `maxResults` and `pageToken` as in gce_listing). Any
+region named like GCE's (`REGION_RE`, e.g. `us-central1`) exists and is UP; others are 404
+notFound. A region's zones are `{region}-a`, `-b` and `-c` (`us-central1` also has `-f`)
+unless `GceFake.set_region_zones()` scripted others; the zone list covers `DEFAULT_REGIONS`
+plus every scripted region. Ids are stable numbers derived from the names and creation times
+GCE's epoch placeholder. Methods run under the fake's lock.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Any
 from tests.fakes.gce_errors import not_found
 from tests.fakes.gce_formats import API_ROOT
 from tests.fakes.gce_listing import page
+from tests.fakes.gce_quotas import QuotasMixin
 from tests.fakes.gce_state import State
 
 REGION_RE = re.compile(r"[a-z]+-[a-z]+[0-9]+")
@@ -38,7 +39,7 @@ def _stable_id(name: str, base: int) -> str:
     return str(base + zlib.crc32(name.encode()) % 1_000_000)
 
 
-class RegionsMixin:
+class RegionsMixin(QuotasMixin):
     """The `regions/{region}` and `zones` routes (see the module docstring)."""
 
     _state: State
@@ -66,6 +67,7 @@ class RegionsMixin:
             "zones": [f"{API_ROOT}/projects/{project}/zones/{z}" for z in self._zones_of(region)],
             "selfLink": f"{API_ROOT}/projects/{project}/regions/{region}",
             "supportsPzs": False,
+            "quotas": self._quota_lines(project, region),
         }
 
     def _list_zones(

@@ -2,7 +2,8 @@
 
 Each `Route` maps an HTTP method and a path pattern under `/compute/v1/projects/{project}` (or,
 for IAM service accounts, `/v1/projects/{project}/serviceAccounts`, and for Resource Manager's
-project IAM policy, `/v1/projects/{project}:getIamPolicy|:setIamPolicy`) to
+project IAM policy, `/v1/projects/{project}:getIamPolicy|:setIamPolicy|:testIamPermissions`,
+and for Service Usage, `/v1/projects/{project}/services/{service}`) to
 an action, the name of the fake's handler method without its leading underscore (e.g.
 `insert_instance` -> `GceFake._insert_instance`). `match_route()` picks the route and its
 URL-decoded path parameters, answering like GCE 405 for a known path with another method and
@@ -31,6 +32,7 @@ _PROJECT = r"/compute/v1/projects/(?P<project>[^/]+)"
 _ZONE = _PROJECT + r"/zones/(?P<zone>[^/]+)"
 _IAM = r"/v1/projects/(?P<project>[^/]+)/serviceAccounts"
 _CRM = r"/v1/projects/(?P<project>[^/:]+)"  # Resource Manager v1 (a project's IAM policy)
+_USAGE = r"/v1/projects/(?P<project>[^/]+)/services/(?P<service>[^/]+)"  # Service Usage v1
 ROUTES = [
     Route(m, re.compile(p), a)
     for m, p, a in (
@@ -43,6 +45,7 @@ ROUTES = [
         ("GET", _ZONE + r"/operations/(?P<op>[^/]+)", "get_operation"),
         ("POST", _ZONE + r"/operations/(?P<op>[^/]+)/wait", "wait_operation"),
         ("GET", _PROJECT + r"/aggregated/instances", "aggregated_instances"),
+        ("GET", _PROJECT, "get_project"),
         ("GET", _PROJECT + r"/regions/(?P<region>[^/]+)", "get_region"),
         ("GET", _PROJECT + r"/zones", "list_zones"),
         ("POST", _PROJECT + r"/global/firewalls", "insert_firewall"),
@@ -53,6 +56,8 @@ ROUTES = [
         ("POST", _PROJECT + r"/global/operations/(?P<op>[^/]+)/wait", "wait_operation"),
         ("POST", _CRM + r":getIamPolicy", "get_project_policy"),
         ("POST", _CRM + r":setIamPolicy", "set_project_policy"),
+        ("POST", _CRM + r":testIamPermissions", "test_permissions"),
+        ("GET", _USAGE, "get_service"),
         ("POST", _IAM + r"/(?P<account>[^/:]+):getIamPolicy", "get_account_policy"),
         ("POST", _IAM + r"/(?P<account>[^/:]+):setIamPolicy", "set_account_policy"),
         ("POST", _IAM, "create_account"),

@@ -5,8 +5,10 @@ operations (by project, scope and name, in creation order), the operation each `
 project started, the scripted zones of regions, the serial port text per instance name, the
 scripted insert faults per zone, the log of served requests, the IAM service accounts (by
 project and email) and the scripted IAM propagation lag, and the counters that hand out
-resource ids and internal IPs. `Operation` is one zonal or global operation with the
-callback that applies its effect when it is DONE. Every access goes through the fake's lock.
+resource ids and internal IPs, and the account's rules (`AccountRules`: quotas, sold-out zones,
+the caller's denied permissions, disabled services; see gcp_account). `Operation` is one zonal
+or global operation with the callback that applies its effect when it is DONE. Every access
+goes through the fake's lock.
 """
 
 from __future__ import annotations
@@ -27,6 +29,21 @@ class Operation:
     polls_needed: int
     on_done: Callable[[], dict[str, Any] | None] = lambda: None  # returns error fields, if any
     polls: int = 0
+
+
+@dataclass
+class AccountRules:
+    """What the box's account allows (tests/fakes/gcp_account.py scripts it): quota limits by
+    (region or "global", metric), extra usage by (region or "global", metric) on top of what
+    the fake's instances use, sold-out zones (all VMs, or Spot ones only), the permissions the
+    caller lacks and the services disabled. Empty: a generous account (every default quota,
+    every zone, every right)."""
+
+    limits: dict[tuple[str, str], float] = field(default_factory=dict)
+    extra_usage: dict[tuple[str, str], float] = field(default_factory=dict)
+    sold_out: dict[str, bool] = field(default_factory=dict)  # zone -> only Spot VMs sold out
+    denied: set[str] = field(default_factory=set)
+    disabled: set[str] = field(default_factory=set)
 
 
 def host_numbers() -> Iterator[int]:
@@ -52,5 +69,6 @@ class State:
     # and every setIamPolicy body the fake accepted, in order
     policies: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     policy_writes: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
+    account: AccountRules = field(default_factory=AccountRules)
     ids: Iterator[int] = field(default_factory=lambda: itertools.count(4_611_686_018_427_387_904))
     hosts: Iterator[int] = field(default_factory=lambda: host_numbers())

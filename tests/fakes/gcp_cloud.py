@@ -7,7 +7,10 @@ CLOUDTRAIN_GCE_ENDPOINT and CLOUDTRAIN_IAM_ENDPOINT (cloudtrain's Compute Engine
 then use the fake, which serves both, with anonymous credentials), STORAGE_EMULATOR_HOST and
 GOOGLE_CLOUD_PROJECT for this process and its children (the CLI, and nodes booted by a boot
 harness). The fake refuses instances naming a service account its IAM does not hold, as GCE
-does. It skips when an SDK or the emulator is missing.
+does. `cloud.account` scripts the account's quotas, sold-out zones, the caller's missing
+permissions and disabled APIs (tests/fakes/gcp_account.py); the probe's Resource Manager and
+Service Usage calls reach the fake through CLOUDTRAIN_IAM_ENDPOINT. It skips when an SDK or
+the emulator is missing.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from dataclasses import dataclass
 import pytest
 
 from tests.fakes.gce_fake import GceFake, start_gce_fake
+from tests.fakes.gcp_account import GcpAccount
 from tests.fakes.gcs_emulator import (
     TEST_PROJECT,
     GcsEmulator,
@@ -46,6 +50,12 @@ class GcpCloud:
     gce: GceFake
     gcs: GcsEmulator
     project: str = TEST_PROJECT
+
+    @property
+    def account(self) -> GcpAccount:
+        """The project's quotas, zone capacity, the caller's rights and APIs
+        (tests/fakes/gcp_account.py): as stingy as a test makes it."""
+        return GcpAccount(self.gce)
 
 
 def gcp_available() -> bool:
