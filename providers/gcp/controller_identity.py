@@ -67,6 +67,58 @@ GUARDED_TYPES = (
 )
 _CONFLICT = frozenset({"409", "412"})
 
+# The permissions a run's launcher (the laptop's `cloudtrain run` and `down`) uses in the
+# project: the one list of the rights a run needs (account.py's `missing_rights()` asks
+# Resource Manager's testIamPermissions about exactly these). By the calls that need them
+# (each method's "IAM Permissions" in the REST reference; an insert's by what its body sets,
+# bodies.py: "Required permissions" of cloud.google.com/compute/docs/instances/
+# create-start-instance): the VMs (compute.py), their operations (clients.py), the region
+# (compute.py), the firewall rules (network.py; a rule's create and delete also need
+# networks.updatePolicy), the node and controller accounts and their policies (identity.py,
+# this module; actAs to run a VM as one), the project policy (this module), the bucket and
+# its objects (storage.py, gcs_transfers.py). The controller node itself gets only the roles
+# above, scoped to the run.
+RUN_PERMISSIONS: tuple[str, ...] = (
+    "compute.disks.create",
+    "compute.firewalls.create",
+    "compute.firewalls.delete",
+    "compute.firewalls.get",
+    "compute.firewalls.list",
+    "compute.globalOperations.get",
+    "compute.instances.create",
+    "compute.instances.delete",
+    "compute.instances.get",
+    "compute.instances.getSerialPortOutput",
+    "compute.instances.list",
+    "compute.instances.setLabels",
+    "compute.instances.setMetadata",
+    "compute.instances.setServiceAccount",
+    "compute.instances.setTags",
+    "compute.networks.updatePolicy",
+    "compute.regions.get",
+    "compute.subnetworks.use",
+    "compute.subnetworks.useExternalIp",
+    "compute.zoneOperations.get",
+    "iam.serviceAccounts.actAs",
+    "iam.serviceAccounts.create",
+    "iam.serviceAccounts.delete",
+    "iam.serviceAccounts.get",
+    "iam.serviceAccounts.getIamPolicy",
+    "iam.serviceAccounts.list",
+    "iam.serviceAccounts.setIamPolicy",
+    "resourcemanager.projects.getIamPolicy",
+    "resourcemanager.projects.setIamPolicy",
+    "storage.buckets.create",
+    "storage.buckets.get",
+    "storage.buckets.getIamPolicy",
+    "storage.buckets.setIamPolicy",
+    "storage.buckets.update",
+    "storage.objects.create",
+    "storage.objects.delete",
+    "storage.objects.get",
+    "storage.objects.list",
+)
+
 
 def controller_account_id(run_id: str) -> str:
     """`cc-<up to 18 chars of the run id>-<8 hex>`: 6-30 chars, never a node account's `ct-`

@@ -105,6 +105,15 @@ SDK_EXCEPTIONS: tuple[type[BaseException], ...] = (
     *(e for e in (DataCorruption, InvalidResponse) if e is not None),
 )
 
+# The permission an access-denied message names: Compute Engine's "Required 'compute.instances.
+# create' permission for 'projects/P/zones/Z/instances/N'", IAM's and Resource Manager's
+# "Permission 'iam.serviceAccounts.create' denied on resource ..." (and Cloud Storage's
+# "... does not have storage.buckets.create access to ...").
+_PERMISSION_RE = re.compile(
+    r"Required '(?P<a>[\w.]+)' permission|Permission '(?P<b>[\w.]+)' denied"
+    r"|does not have (?P<c>[a-z]+\.[\w.]+) access"
+)
+_SERVICE_RE = re.compile(r"apis/api/(?P<service>[\w.-]+\.googleapis\.com)/")
 _QUOTA_RE = re.compile(r"Quota '(?P<name>[^']+)' exceeded\.?\s*(?:Limit:\s*(?P<limit>[\d.]+))?")
 _QUOTA_SCOPE_RE = re.compile(r"(?P<scope>in region [\w-]+|in zone [\w-]+|globally)")
 
@@ -161,6 +170,33 @@ def _api_text(exc: api.GoogleAPICallError) -> str:
     return "; ".join(p for p in parts if p) or type(exc).__name__
 
 
+def denied_permission(text: str) -> str | None:
+    """The IAM permission an access-denied message names, or None. Pure."""
+    match = _PERMISSION_RE.search(text)
+    return None if match is None else match["a"] or match["b"] or match["c"]
+
+
+def _permission_hint(text: str) -> str:
+    """The hint for an access-denied error: the permission to grant, when the message names it."""
+    permission = denied_permission(text)
+    if permission is None:
+        return PERMISSION_HINT
+    return (
+        f"the Google Cloud identity lacks the IAM permission {permission}: grant it a role that "
+        "holds it in the project (`cloudtrain check` lists every permission a run needs)"
+    )
+
+
+def _service_hint(text: str, metadata: Mapping[str, str] | None) -> str:
+    """The hint for a disabled API: enable the one the error names (ErrorInfo metadata
+    `service`, else the console link in the message), else compute and storage."""
+    service = (metadata or {}).get("service")
+    if not service:
+        match = _SERVICE_RE.search(text)
+        service = match["service"] if match else "compute.googleapis.com storage.googleapis.com"
+    return f"enable the API: `gcloud services enable {service}`"
+
+
 def _quota_name(text: str, metadata: Mapping[str, str] | None = None) -> str:
     """The quota a message names ("GPUS_ALL_REGIONS (limit 0.0 globally)"), or a generic name."""
     match = _QUOTA_RE.search(text)
@@ -211,12 +247,7 @@ def _classify(
     if code_set & QUOTA_CODES or _QUOTA_RE.search(text):
         return _quota_error(text, list(carried), metadata)
     if code_set & SERVICE_DISABLED_CODES:
-        return ProviderError(
-            text,
-            hint="enable the API: `gcloud services enable compute.googleapis.com "
-            "storage.googleapis.com`",
-            codes=carried,
-        )
+        return ProviderError(text, hint=_service_hint(text, metadata), codes=carried)
     return None
 
 
@@ -273,7 +304,7 @@ def translate(exc: BaseException, what: str, zone: str | None = None) -> Cloudtr
         if isinstance(exc, api.Unauthorized):
             return CredentialsError(text, hint=LOGIN_HINT, codes=_codes(codes))
         if isinstance(exc, api.Forbidden):
-            return CredentialsError(text, hint=PERMISSION_HINT, codes=_codes(codes))
+            return CredentialsError(text, hint=_permission_hint(text), codes=_codes(codes))
         status = int(exc.code or 0)
         if isinstance(exc, TRANSIENT_EXCEPTIONS) or status in (408, 429) or status >= 500:
             return TransientError(text, codes=_codes(codes))
@@ -340,5 +371,5 @@ def operation_error(what: str, op: Any, zone: str | None = None) -> CloudtrainEr
     if code_set & TRANSIENT_CODES:
         return TransientError(text, codes=_codes(tagged))
     if code_set & PERMISSION_CODES:
-        return CredentialsError(text, hint=PERMISSION_HINT, codes=_codes(tagged))
+        return CredentialsError(text, hint=_permission_hint(text), codes=_codes(tagged))
     return _refused(text, tagged)

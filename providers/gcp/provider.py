@@ -16,6 +16,7 @@ from cloudtrain.errors import ProviderError
 from cloudtrain.providers.base import Provider, ProviderConfig
 
 if TYPE_CHECKING:
+    from cloudtrain.providers.account import AccountProbe
     from cloudtrain.providers.gcp.clients import GcpAuth
     from cloudtrain.providers.gcp.compute import GcpCompute
     from cloudtrain.providers.gcp.storage import GcsStore
@@ -95,3 +96,11 @@ class GcpProvider(Provider):
     def account(self) -> str | None:
         """The project (recorded in the ledger so `down` reaches the same one)."""
         return self.project
+
+    def account_probe(self) -> AccountProbe:
+        """The read-only probe of the project (providers/gcp/account.py): ADC's link, the
+        enabled APIs, the run's missing permissions, the region's GPU and vCPU quotas. Builds
+        no client and reads no credentials until asked."""
+        from cloudtrain.providers.gcp.account import GcpAccountProbe
+
+        return GcpAccountProbe(self.config.account)
