@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from cloudtrain.providers.base import Provider, ProviderConfig
 
 if TYPE_CHECKING:
+    from cloudtrain.providers.account import AccountProbe
     from cloudtrain.providers.azure.clients import ArmClients, AzureAuth
     from cloudtrain.providers.azure.compute import AzureCompute
     from cloudtrain.providers.azure.storage import BlobStore
@@ -97,3 +98,11 @@ class AzureProvider(Provider):
     def account(self) -> str | None:
         """The subscription (recorded in the ledger so `down` reaches the same one)."""
         return self.auth().subscription
+
+    def account_probe(self) -> AccountProbe:
+        """The subscription's read-only probe (account_probe.py), through this provider's
+        credential and clients; the region (if any) names the group whose permissions it asks.
+        Builds no client and reads no credential until a method is called."""
+        from cloudtrain.providers.azure.account_probe import AzureAccountProbe
+
+        return AzureAccountProbe(self.auth, self.clients, self.region)

@@ -22,7 +22,12 @@ resource groups and generic resource lists (arm_groups, arm_resources), Microsof
 virtual networks, subnets, NSGs, NICs, public IPs (arm_network), Microsoft.Compute virtual
 machines, disks, VM actions, boot diagnostics and extensions (arm_vms, arm_vm_actions), role
 assignments at any scope (arm_authorization), role definitions (arm_role_definitions), storage
-accounts and containers (arm_storage).
+accounts and containers (arm_storage), compute usages and the caller's permissions (arm_usages).
+
+The subscription is as stingy as the test makes it through `fake.account` (an AzureAccount,
+tests/fakes/azure_account.py): quotas and usage, sold-out zones, and the caller's rights, each
+refused in Azure's shape (quota: 409 OperationNotAllowed; capacity: AllocationFailed /
+ZonalAllocationFailed; a right: 403 AuthorizationFailed, checked after the route is known).
 
 LROs (arm_operations): `Azure-AsyncOperation` status URLs (resource group deletion and storage
 account creation: `Location`) with `Retry-After: 0`, answering InProgress for `fake.lro_polls`
@@ -66,7 +71,9 @@ from tests.fakes.arm_scripting import THROTTLE, ScriptingMixin
 from tests.fakes.arm_state import State
 from tests.fakes.arm_storage import StorageMixin
 from tests.fakes.arm_tls import FakeCredential, FakeTls
+from tests.fakes.arm_usages import UsagesMixin
 from tests.fakes.arm_vm_actions import VmActionsMixin
+from tests.fakes.azure_account import AzureAccount
 from tests.fakes.serving import Served
 
 __all__ = ["DEFAULT_LRO_POLLS", "TENANT_ID", "ArmApiError", "ArmFake", "arm_fake", "start_arm_fake"]
@@ -85,6 +92,7 @@ class ArmFake(
     AuthorizationMixin,
     StorageMixin,
     RoleDefinitionsMixin,
+    UsagesMixin,
 ):
     """The fake's state and its HTTPS server. Thread-safe; see the module docstring."""
 
@@ -96,6 +104,7 @@ class ArmFake(
         self.url = ""
         self.ca_path = ""
         self.bugs: list[str] = []  # tracebacks of requests the fake itself failed (HTTP 500)
+        self.account = AzureAccount(self)  # quotas, capacity, the caller's rights
         self._tls: FakeTls | None = None
         self._served: Served | None = None
 
@@ -163,6 +172,8 @@ class ArmFake(
                     raise bad_body() from exc
             req = Req(method, params, query, body, headers, parts.path)
             with self._lock:
+                self._authorize(method, parts.path)
+                self._check_registered(method, parts.path)
                 result = getattr(self, f"_{route.action}")(req)
             return result if isinstance(result, Reply) else Reply(200, result)
         except ArmApiError as exc:

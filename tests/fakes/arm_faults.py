@@ -15,6 +15,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from tests.fakes.azure_account import IN_ERRORS
+
 SYNC_CODES = frozenset({"SkuNotAvailable", "OperationNotAllowed"})
 ALLOCATION_HELP = "Read more about improving likelihood of allocation success at http://aka.ms/allocation-guidance"
 # Quota family names Azure reports for a few GPU sizes (first match of the size's series wins).
@@ -24,6 +26,9 @@ QUOTA_FAMILIES = (
     (r"NC\d+ads_A100_v4", "StandardNCADSA100v4Family"),
     (r"ND\d+asr_v4", "standardNDASv4_A100Family"),
     (r"NV\d+ads_A10_v5", "StandardNVADSA10v5Family"),
+    (r"NC\d+ads_H100_v5", "standardNCadsH100v5Family"),
+    (r"D\d+s_v5", "standardDSv5Family"),
+    (r"B\d+m?s", "standardBSFamily"),
 )
 
 
@@ -88,16 +93,7 @@ def vm_fault_message(code: str, vm_size: str, location: str, zones: list[str]) -
             "https://aka.ms/azureskunotavailable for details."
         )
     if code == "OperationNotAllowed":
-        cores = vm_cores(vm_size)
-        return (
-            "Operation could not be completed as it results in exceeding approved "
-            f"{quota_family(vm_size)} Cores quota. Additional details - Deployment Model: "
-            f"Resource Manager, Location: {location}, Current Limit: 0, Current Usage: 0, "
-            f"Additional Required: {cores}, (Minimum) New Limit Required: {cores}. Submit a "
-            "request for Quota increase at https://aka.ms/ProdportalCRP/#blade/Microsoft_Azure_"
-            "Capacity/UsageAndQuota.ReactView by specifying parameters listed in the 'Details' "
-            "section for deployment to succeed."
-        )
+        return quota_message(quota_family(vm_size), location, 0, 0, vm_cores(vm_size))
     if code == "AllocationFailed":
         return (
             "Allocation failed. We do not have sufficient capacity for the requested VM size in "
@@ -115,6 +111,24 @@ def vm_fault_message(code: str, vm_size: str, location: str, zones: list[str]) -
             f"again. Constraints applied are: VM Size: {vm_size}. {ALLOCATION_HELP}"
         )
     return f"The VM create failed: {code}."
+
+
+def quota_message(quota: str, location: str, limit: float, usage: float, need: float) -> str:
+    """Azure's 409 OperationNotAllowed text for a create that would take quota `quota` (a family,
+    or `cores`/`lowPriorityCores`, named as Azure's errors name them: "Total Regional Cores",
+    "LowPriorityCores") past `limit` in `location` (seen in nforgeio/neonKUBE#1671 and
+    scylladb/scylla-cluster-tests#4994; Azure docs "Resolve errors for resource quotas")."""
+    name = IN_ERRORS.get(quota, f"{quota} Cores")
+    required = int(usage + need)
+    return (
+        "Operation could not be completed as it results in exceeding approved "
+        f"{name} quota. Additional details - Deployment Model: Resource Manager, Location: "
+        f"{location}, Current Limit: {int(limit)}, Current Usage: {int(usage)}, Additional "
+        f"Required: {int(need)}, (Minimum) New Limit Required: {required}. Submit a request for "
+        "Quota increase at https://aka.ms/ProdportalCRP/#blade/Microsoft_Azure_Capacity/"
+        "UsageAndQuota.ReactView by specifying parameters listed in the 'Details' section for "
+        "deployment to succeed."
+    )
 
 
 def extension_fault_message(name: str, publisher: str, ext_type: str, detail: str) -> str:

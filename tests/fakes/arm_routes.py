@@ -51,6 +51,7 @@ STORAGE = rf"{RG}/providers/Microsoft\.Storage/storageAccounts"
 CONTAINER = rf"{STORAGE}/(?P<name>{_SEG})/blobServices/default/containers/(?P<container>{_SEG})"
 AUTH = r"(?P<scope>/.*?)/providers/Microsoft\.Authorization/roleAssignments"
 DEFS = r"(?P<scope>/.*?)/providers/Microsoft\.Authorization/roleDefinitions"
+PERMISSIONS = r"(?P<scope>/.*?)/providers/Microsoft\.Authorization/permissions"
 
 _TABLE = (
     ("GET", rf"{AUTH}", "list_role_assignments"),
@@ -58,6 +59,10 @@ _TABLE = (
     ("GET", rf"{AUTH}/(?P<name>{_SEG})", "get_role_assignment"),
     ("DELETE", rf"{AUTH}/(?P<name>{_SEG})", "delete_role_assignment"),
     ("GET", rf"{DEFS}", "list_role_definitions"),
+    ("GET", PERMISSIONS, "list_permissions"),
+    ("GET", rf"{SUB}/providers/Microsoft\.Compute/locations/(?P<loc>{_SEG})/usages", "list_usages"),
+    ("GET", rf"{SUB}/providers/Microsoft\.Compute/skus", "list_skus"),
+    ("GET", rf"{SUB}/providers/(?P<ns>{_SEG})", "get_provider"),
     ("PUT", rf"{DEFS}/(?P<name>{_SEG})", "put_role_definition"),
     ("GET", rf"{DEFS}/(?P<name>{_SEG})", "get_role_definition"),
     ("DELETE", rf"{DEFS}/(?P<name>{_SEG})", "delete_role_definition"),

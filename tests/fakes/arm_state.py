@@ -3,7 +3,8 @@
 It holds the resource groups (by subscription and lower-cased name: ARM names are
 case-insensitive), the resources (`Resource`, by lower-cased id, in creation order), the
 long-running operations (`Operation`, by id), the role assignments (by lower-cased id), the
-serial console text per VM name, the scripted faults and throttles, the log of served requests
+serial console text per VM name, the scripted faults and throttles, the account's quotas,
+sold-out zones and the caller's permissions (azure_account.AccountState), the log of served requests
 and the counters that hand out private and public IPs. Every access goes through the fake's lock.
 """
 
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tests.fakes.arm_faults import ExtensionFault, VmFault
+from tests.fakes.azure_account import AccountState
 
 
 @dataclass
@@ -72,4 +74,5 @@ class State:
     role_faults: list[tuple[str, str | None]] = field(default_factory=list)
     throttles: list[int] = field(default_factory=list)
     requests: list[str] = field(default_factory=list)
+    account: AccountState = field(default_factory=AccountState)  # quotas, capacity, rights
     public_ips: Iterator[int] = field(default_factory=lambda: itertools.count(10))

@@ -10,7 +10,9 @@ virtualMachines` GET (all VMs; `statusOnly=true` adds instance views).
 
 A PUT is checked by arm_vmbodies (400 InvalidParameter, 409 PropertyChangeNotAllowed), needs its
 NICs to exist (400 InvalidResourceReference) and be free (409 NicInUse), answers identity
-principalId/tenantId, and consumes a scripted fault of its location or zone (arm_faults): a
+principalId/tenantId, is held to the account's quotas and capacity (arm_usages: 409
+OperationNotAllowed over a quota; a sold-out zone fails the LRO), and consumes a scripted fault
+of its location or zone (arm_faults): a
 synchronous one answers 409 and stores nothing; an LRO one leaves the VM `Failed` (its instance
 view says `ProvisioningState/failed/{code}`) as Azure does. A VM that succeeds is `running` and
 gets its OS disk resource (`Microsoft.Compute/disks`, managedBy the VM); deleting the VM deletes
@@ -19,6 +21,7 @@ the NICs and the disk whose deleteOption is Delete, and detaches the others.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from tests.fakes.arm_errors import ArmApiError, conflict
@@ -39,6 +42,9 @@ class VmsMixin(ResourcesMixin):
     """The virtual machine and disk routes (see the module docstring)."""
 
     tenant_id: str
+    _check_quota: Callable[[str, str, str, str | None], None]  # arm_usages
+    _sold_out_fault: Callable[[str, list[str]], VmFault | None]  # arm_usages
+    _check_offered: Callable[[str, str, list[str]], None]  # arm_usages
 
     def _vm(self, req: Req) -> Resource:
         return self._existing(VM, req.params["sub"], req.params["rg"], req.params["vm"])
@@ -95,6 +101,11 @@ class VmsMixin(ResourcesMixin):
         zones = [str(z) for z in ctx.body.get("zones") or (old or {}).get("zones") or []]
         fault = None if old else self._take_vm_fault(ctx.location, zones)
         size = ctx.props["hardwareProfile"]["vmSize"]
+        if old is None and (fault is None or fault.is_lro):
+            # the account (arm_usages): quota first, synchronously, then capacity via the LRO
+            self._check_offered(ctx.location, size, zones)
+            self._check_quota(sub, ctx.location, size, ctx.props.get("priority"))
+            fault = fault or self._sold_out_fault(ctx.location, zones)
         if fault is not None and not fault.is_lro:
             message = fault.message or vm_fault_message(fault.code, size, ctx.location, zones)
             raise ArmApiError(409, fault.code, message)
