@@ -279,6 +279,7 @@ class Failover:
             self._leave_store()
             self.store_uri = provider.default_store_uri(self.run_id)
             self.store = provider.store(self.store_uri)
+            self.store.ensure_bucket()  # before anything reads it (a stop now lists it)
             self.provider = provider  # fenced again by the new store's lease (open_store)
             made_in = (plan.provider, plan.region)
         else:
@@ -309,8 +310,7 @@ class Failover:
         )
         self._say(f"moving to {plan.provider} {plan.region} at ${plan.hourly_usd:.2f}/h")
         if cross:  # the new store: the run's key first (other machines read it there), then
-            self.store.ensure_bucket()  # the lease, journal, bundle and documents
-            key = self.ledger.run_key(self.run_id)
+            key = self.ledger.run_key(self.run_id)  # the lease, journal, bundle and documents
             assert key is not None  # kept by the first store's lease
             run_key.publish(self.store, self.run_id, key)
             self.open_store()  # type: ignore[attr-defined]

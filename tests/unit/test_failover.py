@@ -6,6 +6,7 @@ done as soon as the chief exists, so a run lands, succeeds and is torn down in a
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from cloudtrain.plan import Plan, make_plan, on_demand_spec
 from cloudtrain.providers.base import Node, RunInfo
 from cloudtrain.runtypes import RunOptions
 from cloudtrain.spec import load_spec
+from cloudtrain.teardown import teardown
 from tests.fakes.memory_provider import MemoryClouds
 from tests.unit.security_kit import QuietObserver
 from tests.unit.test_plan import row
@@ -44,7 +46,8 @@ class World:
     def __init__(self, tmp_path: Path) -> None:
         self.clouds = MemoryClouds()
         self.ledger = Ledger(tmp_path / "ledger.db")
-        self.seen: list[tuple[str, str, int]] = []  # (cloud, region, live nodes) at each create
+        # (cloud, region, the nodes of every region) at each node made
+        self.seen: list[tuple[str, str, int]] = []
         for (cloud, region) in (("aws", "reg-a"), ("aws", "reg-b"), ("aws", "reg-c"),
                                 ("gcp", "reg-g")):  # fmt: skip
             compute = self.clouds.compute(cloud, region, ZONES[region])
@@ -52,8 +55,8 @@ class World:
 
     def _agent(self, cloud: str, region: str) -> Any:
         def report(run: RunInfo, node: Node) -> None:
-            compute = self.clouds.compute(cloud, region)
-            self.seen.append((cloud, region, len(compute.nodes)))
+            everywhere = sum(len(c.nodes) for c in self.clouds.computes.values())
+            self.seen.append((cloud, region, everywhere))
             if node.role == "chief":  # the job: done at once, in the run's store
                 store = self.clouds.provider(cloud, region).store(run.store_uri)
                 done = NodeStatus(state=NodeState.SUCCEEDED, attempt=1)
@@ -123,6 +126,7 @@ def test_quota_then_no_capacity_then_lands_in_the_third_region(
     assert events[0].startswith("aws reg-a: quota: ")
     assert any(e.startswith("aws reg-b: capacity: ") for e in events)
     assert "moving to aws reg-c at $9.00/h" in events
+    assert any("stays in reg-a: the nodes in reg-c reach it across regions" in e for e in events)
     assert result.route.startswith("tried aws reg-a: quota: ")
     assert result.route.endswith("landed in aws reg-c")
     rec = world.ledger.get_run(orch.run_id)
@@ -221,3 +225,51 @@ def test_route_rounds() -> None:
     assert route.next_round() and route.on_demand and route.avoid() == {}
     route.failed(("aws", "a"), "quota", "none on-demand")
     assert not route.next_round()
+
+
+def test_a_stop_during_failover_leaves_nothing_and_the_record_names_the_place(
+    world: World, tmp_path: Path
+) -> None:
+    world.clouds.compute("aws", "reg-a").quota = 1  # one node made, then QuotaError
+
+    def interrupt() -> None:  # Ctrl-C at reg-b's first create
+        raise KeyboardInterrupt
+
+    world.clouds.compute("aws", "reg-b").create_hook = interrupt
+    orch, result = world.run(job(tmp_path))
+    assert result.outcome == "interrupted"
+    assert all(world.live(*place) == [] for place in world.clouds.computes)
+    rec = world.ledger.get_run(orch.run_id)
+    assert (rec.provider, rec.region) == ("aws", "reg-b")
+    assert not [r for r in world.ledger.resources(orch.run_id) if r.live]
+
+
+def test_after_a_crash_mid_failover_the_record_s_place_holds_all_that_is_left(
+    world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A controller killed in reg-b (no teardown of its own): what `down` does from the
+    record (its provider and region) finds everything; reg-a was emptied before the move."""
+    world.clouds.compute("aws", "reg-a").quota = 2
+
+    def crash() -> None:
+        raise SystemExit("killed")
+
+    world.clouds.compute("aws", "reg-b").on_create = lambda run, node: crash()
+    monkeypatch.setattr(Orchestrator, "_finish", lambda self, outcome, detail: None)
+    with pytest.raises(SystemExit):
+        world.run(job(tmp_path))
+    (rec,) = world.ledger.list_runs()
+    assert world.live("aws", "reg-a") == [] and world.live("aws", "reg-b")
+    live = [r for r in world.ledger.resources(rec.run_id) if r.live]
+    assert live and {(r.provider, r.region) for r in live} == {("aws", "reg-b")}
+    teardown(world.clouds.provider(rec.provider, rec.region), world.ledger, rec.run_id)
+    assert all(world.live(*place) == [] for place in world.clouds.computes)
+    assert not [r for r in world.ledger.resources(rec.run_id) if r.live]
+
+
+def test_the_deadline_counts_the_time_spent_failing_over(world: World, tmp_path: Path) -> None:
+    world.clouds.compute("aws", "reg-a").quota = 0
+    world.clouds.compute("aws", "reg-a").create_hook = lambda: time.sleep(0.5)
+    _, result = world.run(job(tmp_path, max_hours=0.0001))  # 0.36 s from the run's start
+    assert result.outcome == "deadline"
+    assert not world.clouds.compute("aws", "reg-b").calls["create_node"]
