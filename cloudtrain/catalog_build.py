@@ -1,12 +1,14 @@
-"""Regenerate the bundled price catalog (`cloudtrain/catalog/*.csv`) from a reference price CSV.
+"""Regenerate the bundled price catalog (`cloudtrain/catalog/*.csv`) from a source price CSV.
 
-Usage: `python -m cloudtrain.catalog_build SRC_CSV [--out DIR] [--prices-date YYYY-MM-DD]`.
+Usage: `python -m cloudtrain.catalog_build [SRC_CSV] [--out DIR] [--prices-date YYYY-MM-DD]`.
 
-SRC_CSV has the columns `provider,instance_type,accelerator,accelerator_count,vcpus,memory_gib,
-region,zone,price_hourly_usd,spot_price_hourly_usd,source` (the layout of `gpu_prices.csv`). The
-build:
+SRC_CSV (default: DEFAULT_SOURCE, the snapshot `cloudtrain/catalog/source/skypilot_v8.csv`, which
+the package does not ship) has the columns `provider,instance_type,accelerator,accelerator_count,
+vcpus,memory_gib,region,zone,price_hourly_usd,spot_price_hourly_usd,source` (the layout of
+`gpu_prices.csv`). The build:
 
 - normalises counts to ints and vcpus/memory to floats; prices are copied exactly as written;
+- keeps GPU rows only for the catalog's accelerators (CATALOG_ACCELERATORS) and drops the others;
 - adds each provider's supplement rows (`SUPPLEMENT_CSV` of its catalog rules,
   `ProviderInfo.catalog_rules`): rows the source lacks, copied from the same upstream commits;
 - adds the small CPU machines of `catalog/small_cpu.source.csv` (SMALL_CPU_FILE, below) in every
@@ -15,8 +17,11 @@ build:
 - applies each provider's `build` rule to its rows (e.g. providers/gcp/catalog_rules.py prices
   machines with built-in GPUs as whole VMs, and keeps only the GPU-only rows the catalog
   attaches to a host at load time);
+- keeps a CPU-only row only in a place (region and zone) where its cloud has a GPU offer
+  (`cpu_where_gpus`): the CPU machines a GPU run's `ps` role and controller node use there, no
+  more, so the files stay small (the source holds the CPU machines of every zone);
 - writes one `<provider>.csv` per priced provider and `local.csv`, sorted, with the catalog
-  header.
+  header. The same source gives byte-identical files (idempotent).
 
 Everything here is I/O on the named files only; `build_rows` is pure.
 """
@@ -32,10 +37,16 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from cloudtrain.catalog import COLUMNS
+from cloudtrain.catalog import COLUMNS, canonical_accelerator
 from cloudtrain.pricing.retired import is_retired
 
 PRICES_DATE = "2026-11-21"
+# The source snapshot the bundled files are built from: rows copied from SkyPilot's catalogs
+# (each row's `source` cell names its upstream file and commit; cloudtrain/catalog/README.md).
+DEFAULT_SOURCE = Path(__file__).with_name("catalog") / "source" / "skypilot_v8.csv"
+# The GPUs the bundled catalog prices (canonical names, `cloudtrain.catalog.canonical_accelerator`);
+# a source row with any other accelerator is dropped. CPU-only rows have none and are kept.
+CATALOG_ACCELERATORS = frozenset({"T4", "L4", "A10G", "V100", "A100", "A100-80GB", "H100"})
 HEADER = (*COLUMNS, "source")
 SOURCE_COLUMNS = (*HEADER[:10], "source")
 
@@ -155,6 +166,10 @@ def build_rows(
             raise BuildError(f"row {number}: {exc}") from None
         if row["provider"] not in known:
             raise BuildError(f"row {number}: unknown provider {row['provider']!r}")
+        if row["accelerator"] and canonical_accelerator(row["accelerator"]) not in (
+            CATALOG_ACCELERATORS
+        ):
+            continue
         if not is_retired(row["provider"], row["instance_type"]):
             rows.append(row)
 
@@ -188,6 +203,16 @@ def build_rows(
     return out
 
 
+def cpu_where_gpus(per_cloud: dict[str, list[dict[str, str]]]) -> dict[str, list[dict[str, str]]]:
+    """The same rows (order kept) less each CPU-only row whose place (region, zone) has no GPU row
+    of its cloud: a GPU run's `ps` and controller machines stay beside its GPUs. Pure."""
+    out: dict[str, list[dict[str, str]]] = {}
+    for cloud, rows in per_cloud.items():
+        gpu_places = {(r["region"], r["zone"]) for r in rows if r["accelerator"]}
+        out[cloud] = [r for r in rows if r["accelerator"] or (r["region"], r["zone"]) in gpu_places]
+    return out
+
+
 def write_csv(path: Path, rows: Sequence[dict[str, str]]) -> None:
     """Write `rows` with the catalog header to `path` (I/O: creates or replaces the file)."""
     with path.open("w", newline="", encoding="utf-8") as handle:
@@ -199,13 +224,13 @@ def write_csv(path: Path, rows: Sequence[dict[str, str]]) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI entry point: read SRC_CSV, write the catalog files into --out. Returns the exit code."""
     parser = argparse.ArgumentParser(prog="python -m cloudtrain.catalog_build", description=__doc__)
-    parser.add_argument("source", type=Path, metavar="SRC_CSV")
+    parser.add_argument("source", type=Path, metavar="SRC_CSV", nargs="?", default=DEFAULT_SOURCE)
     parser.add_argument("--out", type=Path, default=Path(__file__).with_name("catalog"))
     parser.add_argument("--prices-date", default=PRICES_DATE)
     args = parser.parse_args(argv)
     try:
         with args.source.open(newline="", encoding="utf-8") as handle:
-            per_cloud = build_rows(csv.DictReader(handle), args.prices_date)
+            per_cloud = cpu_where_gpus(build_rows(csv.DictReader(handle), args.prices_date))
     except (OSError, BuildError) as exc:
         print(f"catalog_build: {exc}", file=sys.stderr)
         return 2

@@ -228,10 +228,24 @@ def test_build_rows_rejects_a_built_in_gpu_without_its_price() -> None:
         catalog_build.build_rows(src)
 
 
-@pytest.mark.skipif(not REFERENCE.is_file(), reason="reference price file not present")
-def test_bundled_files_are_reproducible_from_the_reference(tmp_path: Path) -> None:
-    assert catalog_build.main([str(REFERENCE), "--out", str(tmp_path)]) == 0
+def test_bundled_files_are_rebuilt_byte_for_byte_from_the_snapshot(tmp_path: Path) -> None:
+    # the default source is the snapshot; two builds of it give the bundled bytes (idempotent)
     folder = resources.files("cloudtrain") / "catalog"
-    for name in ("aws", "gcp", "azure", "local"):
-        built = (tmp_path / f"{name}.csv").read_text(encoding="utf-8")
-        assert built == (folder / f"{name}.csv").read_text(encoding="utf-8"), name
+    for out in (tmp_path / "one", tmp_path / "two"):
+        assert catalog_build.main(["--out", str(out)]) == 0
+        for name in ("aws", "gcp", "azure", "local"):
+            built = (out / f"{name}.csv").read_text(encoding="utf-8")
+            assert built == (folder / f"{name}.csv").read_text(encoding="utf-8"), name
+
+
+@pytest.mark.skipif(not REFERENCE.is_file(), reason="reference price file not present")
+def test_the_snapshot_holds_every_reference_row_as_written() -> None:
+    def key(row: dict[str, str]) -> tuple[str, ...]:
+        return tuple(row[c] for c in ("provider", "instance_type", "accelerator", "region", "zone"))
+
+    text = catalog_build.DEFAULT_SOURCE.read_text(encoding="utf-8")
+    snapshot = {key(r): r for r in csv.DictReader(io.StringIO(text))}
+    with REFERENCE.open(encoding="utf-8") as handle:
+        for ref in csv.DictReader(handle):
+            row = snapshot[key(ref)]
+            assert row == ref, (row, ref)  # copied exactly, price cells included

@@ -17,7 +17,7 @@ from cloudtrain.controller_offer import MIN_MEMORY_GB, controller_offer
 CLOUDS = ("aws", "gcp", "azure")
 # the controller's machine per cloud, and the most it may cost per hour anywhere in the catalog
 CONTROLLER_TYPE = {"aws": "t3.small", "gcp": "e2-small", "azure": "Standard_B1ms"}
-CONTROLLER_MAX_USD = 0.06
+CONTROLLER_MAX_USD = 0.08  # e2-small in me-central2 (Dammam): $0.07915/h upstream
 # the source cell of a row copied from an upstream catalog: file @ a full commit id
 CITED = re.compile(r"^skypilot-catalog v8 catalogs/v8/(aws|gcp|azure)/vms\.csv@[0-9a-f]{40}$")
 
@@ -50,17 +50,23 @@ def test_every_zone_of_the_catalog_has_a_small_controller_machine() -> None:
 def test_controller_offer_is_the_small_machine_in_every_region() -> None:
     cat = Catalog.bundled()
     for cloud in CLOUDS:
+        compared = 0
         for region in cat.regions(cloud):
             offer = controller_offer(cloud, region)
             assert offer.instance_type == CONTROLLER_TYPE[cloud], (cloud, region, offer)
             assert offer.hourly_usd <= CONTROLLER_MAX_USD, (cloud, region, offer)
-            # a tenth of the 4-vCPU machines the catalog held before, or less
+            # a third of the region's 4-vCPU machines or less (the ps machines of the catalog
+            # before issue 17); regions the snapshot covers only with GPU hosts and 2-vCPU
+            # machines (e.g. GCP europe-west9: a3 and e2-small, no n1) have none to compare
             four_vcpu = [
                 o.price_hourly
                 for o in cat.offers(cloud, region=region, cpu_only=True)
                 if o.vcpus == 4.0
             ]
-            assert four_vcpu and offer.hourly_usd < min(four_vcpu) / 3, (cloud, region)
+            if four_vcpu:
+                compared += 1
+                assert offer.hourly_usd < min(four_vcpu) / 3, (cloud, region)
+        assert compared >= 2, cloud
 
 
 def test_small_rows_are_cited_and_ship_as_written() -> None:
