@@ -88,6 +88,7 @@ class Route:
     """The places a run tried, and which to avoid next (the rules of the module). Pure."""
 
     fallback: bool  # a spot run whose spec allows on-demand
+    spot: bool = False  # the run asked for spot
     tries: list[Try] = field(default_factory=list)
     on_demand: bool = False
     round: int = 1
@@ -142,7 +143,9 @@ class Route:
         """The error ending a run no place could hold: QuotaError when every try failed for
         quota, else NoCapacityError; the message gives the path, the hint what to do."""
         hint = "ask the cloud for GPU quota (`cloudtrain check JOB` shows it), try later"
-        hint += ", another accelerator or spot: false" if not self.fallback else ""
+        hint += ", or another accelerator"
+        if self.spot and not self.fallback:
+            hint += "; spot_fallback: true lets a spot run go on-demand"
         message = f"no place could hold the run: {self.text()}; {why.message}"
         if all(t.kind == "quota" for t in self.tries):
             return QuotaError(message, hint=hint)
@@ -193,7 +196,8 @@ class Failover:
         place can hold the run, and Stop when the deadline or budget ran out meanwhile.
         Blocks."""
         spot = bool(self.spec.cluster.spot)
-        route = self.route = Route(fallback=spot and bool(self.spec.cluster.spot_fallback))
+        allowed = spot and bool(self.spec.cluster.spot_fallback)
+        route = self.route = Route(fallback=allowed, spot=spot)
         made_in: Place = (self.plan.provider, self.plan.region)  # where the store was made
         while True:
             try:

@@ -203,6 +203,7 @@ def test_spot_falls_back_to_on_demand_only_where_allowed(world: World, tmp_path:
         world.clouds.compute("aws", region).spot_capacity = {z: 0 for z in ZONES[region]}
     _, refused = world.run(job(tmp_path, cluster={"spot": True}))
     assert refused.outcome == "failed" and "no place could hold the run" in refused.detail
+    assert "on-demand from here" not in refused.detail and "spot_fallback: true" in refused.detail
     spec = job(tmp_path, cluster={"spot": True, "spot_fallback": True})
     orch, result = world.run(spec)
     assert result.outcome == "succeeded", (result.detail, orch.observer.lines)
