@@ -91,6 +91,7 @@ ACCESS_DENIED_CODES = frozenset({"AccessDenied", "AccessDeniedException", "Unaut
 # authorized to perform: <action> on resource: ..." (IAM User Guide, "Troubleshoot access
 # denied error messages"); an older EC2 message carries it only encoded
 _PERFORM = re.compile(r"not authorized to perform:? ([A-Za-z0-9-]+:[A-Za-z0-9*]+)")
+_ZONE_NAME = re.compile(r"\b([a-z]{2}(?:-[a-z]+)+-\d)[a-z]\b")
 _INSTANCE_TYPE = re.compile(r"\(([a-z][a-z0-9-]*\.[a-z0-9-]+)\)")
 
 
@@ -114,7 +115,8 @@ def quota_named(code: str, what: str, zone: str | None) -> str:
     found = _INSTANCE_TYPE.search(what)
     spot = code == "MaxSpotInstanceCountExceeded"
     quota = vcpu_quota(found.group(1), spot) if found and code in _VCPU_CODES else None
-    region = f" in {zone[:-1]}" if zone and zone[-1].isalpha() and zone[-2].isdigit() else ""
+    names = _ZONE_NAME.findall(f"{zone or ''} {what}")  # a zone name: its region and a letter
+    region = f" in {names[0]}" if names else ""
     if quota is None:
         return QUOTA_CODES[code] + region
     return f"EC2 quota {quota[0]} '{quota[1]}' (vCPUs){region}"

@@ -88,6 +88,8 @@ def test_max_spot_count_names_the_spot_quota() -> None:
     exc = _error("MaxSpotInstanceCountExceeded", "Max spot instance count exceeded", 400, "R")
     err = translate(exc, "create instance n (p4d.24xlarge) in us-east-1a", "us-east-1a")
     assert isinstance(err, QuotaError) and "L-7212CCBC" in err.message
+    by_id = translate(exc, "create instance n (p4d.24xlarge) in us-east-1b (use1-az1)", "use1-az1")
+    assert "L-7212CCBC 'All P Spot Instance Requests' (vCPUs) in us-east-1)" in by_id.message
 
 
 def test_access_denied_names_the_right() -> None:
