@@ -299,12 +299,13 @@ class MemoryProvider(Provider):
         config: ProviderConfig | None = None,
         buckets: dict[str, Objects] | None = None,
         compute: MemoryCompute | None = None,
+        lock: threading.Lock | None = None,
     ) -> None:
         super().__init__(config or ProviderConfig("memory", region="mem-1", zone="mem-1a"))
         self.name = self.config.name  # "memory", or the cloud a MemoryClouds poses as
         self._compute = compute or MemoryCompute(self.config.region or "mem-1")
         self.buckets: dict[str, Objects] = {} if buckets is None else buckets
-        self._lock = threading.Lock()
+        self._lock = lock or threading.Lock()  # one per set of buckets (MemoryClouds: a cloud's)
 
     @property
     def compute(self) -> MemoryCompute:
@@ -333,6 +334,7 @@ class MemoryClouds:
     def __init__(self) -> None:
         self.computes: dict[tuple[str, str], MemoryCompute] = {}
         self.buckets: dict[str, dict[str, Objects]] = {}
+        self.locks: dict[str, threading.Lock] = {}  # a cloud's buckets'
         self._lock = threading.Lock()
 
     def compute(self, cloud: str, region: str, zones: list[str] | None = None) -> MemoryCompute:
@@ -349,8 +351,9 @@ class MemoryClouds:
         compute = self.compute(cloud, region)
         with self._lock:
             buckets = self.buckets.setdefault(cloud, {})
+            lock = self.locks.setdefault(cloud, threading.Lock())
         config = ProviderConfig(cloud, region=region, zone=zone)
-        return MemoryProvider(config, buckets=buckets, compute=compute)
+        return MemoryProvider(config, buckets=buckets, compute=compute, lock=lock)
 
     def objects(self, cloud: str, uri: str) -> Objects:
         """What the cloud's bucket at `uri` holds (an empty dict when never written)."""
