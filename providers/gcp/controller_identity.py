@@ -5,11 +5,20 @@ The account (`controller_email`: `cc-<part of the run id>-<8 hex>`, display name
 `cloudtrain controller <run_id>`, its description naming the run's bucket) gets:
 
 - on the project (Resource Manager `projects.setIamPolicy`), `roles/compute.instanceAdmin.v1`
-  under the condition `instance_condition`: instances and boot disks (a boot disk takes its
+  under the conditions `instance_conditions`: instances and boot disks (a boot disk takes its
   instance's name) whose `resource.name` starts with `projects/P/zones/Z/instances/ct-<run>-`
-  (resp. `.../disks/ct-<run>-`) in the run's region's zones, and resource types that hold no
-  run's data (the subnetwork a NIC uses, operations); and `roles/compute.securityAdmin` on the
-  run's own firewall rules only (`firewall_condition`, by exact name), so it can delete them.
+  (resp. `.../disks/ct-<run>-`, each prefix under its own `resource.type ==`) in the run's
+  region's zones, and resource types that hold no run's data (the subnetwork a NIC uses,
+  operations); and `roles/compute.securityAdmin` on the run's own firewall rules only
+  (`firewall_condition`, by exact name), so it can delete them.
+  A condition holds at most 12 logical operators (`&&`, `||`, `!`) and one role and principal
+  at most 20 conditional bindings ("Overview of IAM Conditions", Limitations,
+  https://cloud.google.com/iam/docs/conditions-overview#limitations); each zone costs 2, the
+  other types' clause 6, so the zones are packed like the nodes' write rules
+  (node_bindings.pack): the first binding holds 2 zones and the other types, each further one
+  up to 5 zones (`zone_groups`). A region of 1 or 2 zones takes 1 instanceAdmin binding, of 3
+  to 7 zones 2: with securityAdmin, 2 or 3 of the project policy's conditional bindings per run
+  (Google advises at most 100 in one allow policy: ibid., "Conditions in allow policies").
   The name formats are IAM's ("Resource attributes for IAM Conditions",
   https://cloud.google.com/iam/docs/conditions-resource-attributes: an instance is
   `projects/PROJECT/zones/ZONE/instances/NAME`), and the shape is the documented prefix grant
@@ -45,6 +54,7 @@ from cloudtrain.providers.base import Resource, Tagged
 from cloudtrain.providers.gcp import identity
 from cloudtrain.providers.gcp.errors import already_exists, error_codes
 from cloudtrain.providers.gcp.identity import IamClient, NotVisibleYet, PolicyConflict
+from cloudtrain.providers.gcp.node_bindings import MAX_LOGICAL_OPERATORS
 
 KIND_ACCOUNT = "controller-service-account"
 KIND_PROJECT_BINDING = "controller-project-binding"
@@ -66,6 +76,12 @@ GUARDED_TYPES = (
     "compute.googleapis.com/InstanceTemplate",
 )
 _CONFLICT = frozenset({"409", "412"})
+# IAM's limits ("Overview of IAM Conditions", Limitations, https://cloud.google.com/iam/docs/
+# conditions-overview#limitations): at most 12 logical operators in one condition and 20
+# conditional bindings of one role and principal; a title of at most 100 characters and a
+# description of 256 ("Expr", https://cloud.google.com/iam/docs/reference/rest/v1/Expr)
+MAX_BINDINGS_PER_ROLE = 20
+TITLE_MAX, DESCRIPTION_MAX = 100, 256
 
 # The permissions a run's launcher (the laptop's `cloudtrain run` and `down`) uses in the
 # project: the one list of the rights a run needs (account.py's `missing_rights()` asks
@@ -154,24 +170,72 @@ def _quoted(value: str) -> str:
     return json.dumps(value)  # a CEL string literal
 
 
-def instance_condition(project: str, zones: list[str], run_id: str) -> dict[str, str]:
-    """The condition of the instanceAdmin.v1 binding (see the module docstring). Pure."""
-    names = " || ".join(
-        f"resource.name.startsWith({_quoted(f'projects/{project}/zones/{z}/{kind}/{prefix}')})"
-        for z in sorted(set(zones))
-        for kind in ("instances", "disks")
-        for prefix in (instance_prefix(run_id),)
-    )
-    others = " && ".join(f"resource.type != {_quoted(t)}" for t in GUARDED_TYPES)
-    typed = (
-        f"resource.type == {_quoted(GUARDED_TYPES[0])} || "
-        f"resource.type == {_quoted(GUARDED_TYPES[1])}"
-    )
-    return {
-        "title": f"cloudtrain-{run_id}-controller-instances"[:100],
-        "description": f"cloudtrain run {run_id}: its controller node may manage its VMs only",
-        "expression": f"(({typed}) && ({names})) || ({others})",
-    }
+def _ops(zones: int, others: bool) -> int:
+    """The logical operators of `_instances_expression` over `zones` (>= 1) zones, with the
+    other types' clause or not: per kind a type test `&&` its zones' startsWith joined by `||`
+    (1 + zones - 1), the two kinds joined by `||`; the other types' `!=` tests joined by `&&`,
+    and the `||` before them. Pure."""
+    return 2 * zones + 1 + (len(GUARDED_TYPES) if others else 0)
+
+
+def zone_groups(zones: list[str]) -> list[list[str]]:
+    """The region's zones (sorted, once each) in as few groups as keep each instanceAdmin.v1
+    condition within MAX_LOGICAL_OPERATORS: the first group shares its condition with the
+    other types' clause (2 zones), each further one has a binding of its own (5 zones). No
+    zones: one empty group (the other types only). Pure."""
+    groups: list[list[str]] = [[]]
+    for zone in sorted(set(zones)):
+        if _ops(len(groups[-1]) + 1, len(groups) == 1) > MAX_LOGICAL_OPERATORS:
+            groups.append([])
+        groups[-1].append(zone)
+    return groups
+
+
+def _instances_expression(project: str, zones: list[str], run_id: str, others: bool) -> str:
+    """`(Instance && its names in zones) || (Disk && its names in zones)`, `|| (the other
+    types)` when `others` (see the module docstring). Pure."""
+    clauses = []
+    for rtype, kind in ((GUARDED_TYPES[0], "instances"), (GUARDED_TYPES[1], "disks")):
+        if not zones:
+            continue
+        names = " || ".join(
+            f"resource.name.startsWith("
+            f"{_quoted(f'projects/{project}/zones/{z}/{kind}/{instance_prefix(run_id)}')})"
+            for z in zones
+        )
+        clauses.append(f"(resource.type == {_quoted(rtype)} && ({names}))")
+    if others:
+        clauses.append(
+            "(" + " && ".join(f"resource.type != {_quoted(t)}" for t in GUARDED_TYPES) + ")"
+        )
+    return " || ".join(clauses)
+
+
+def instance_conditions(project: str, zones: list[str], run_id: str) -> list[dict[str, str]]:
+    """The conditions of the instanceAdmin.v1 bindings, one per `zone_groups` group (see the
+    module docstring): together, the run's instances and disks in `zones` and the types that
+    hold no run's data. Raises ProviderError past IAM's 20 bindings of one role and
+    principal (a region of about 97 zones). Pure."""
+    groups = zone_groups(zones)
+    if len(groups) > MAX_BINDINGS_PER_ROLE:
+        raise ProviderError(
+            f"{len(set(zones))} zones need {len(groups)} conditional bindings of "
+            f"{INSTANCE_ADMIN}, over IAM's {MAX_BINDINGS_PER_ROLE} per role and principal"
+        )
+    out = []
+    for n, group in enumerate(groups):
+        suffix = "-controller-instances" + (f"-{n + 1}" if n else "")
+        about = f"cloudtrain run {run_id}: its controller node may manage its VMs only"
+        if n:
+            about += f" (in {', '.join(group)})"
+        out.append(
+            {
+                "title": f"cloudtrain-{run_id}"[: TITLE_MAX - len(suffix)] + suffix,
+                "description": about[:DESCRIPTION_MAX],
+                "expression": _instances_expression(project, group, run_id, others=n == 0),
+            }
+        )
+    return out
 
 
 def firewall_condition(project: str, run_id: str, rule_names: list[str]) -> dict[str, str]:
@@ -190,14 +254,14 @@ def firewall_condition(project: str, run_id: str, rule_names: list[str]) -> dict
 def project_bindings(
     project: str, zones: list[str], run_id: str, email: str, rule_names: list[str]
 ) -> list[dict[str, Any]]:
-    """The controller's two conditional project bindings. Pure."""
+    """The controller's conditional project bindings: instanceAdmin.v1 (one per zone group,
+    `instance_conditions`), then securityAdmin. Pure."""
     member = [f"serviceAccount:{email}"]
     return [
-        {
-            "role": INSTANCE_ADMIN,
-            "members": member,
-            "condition": instance_condition(project, zones, run_id),
-        },
+        *(
+            {"role": INSTANCE_ADMIN, "members": member, "condition": condition}
+            for condition in instance_conditions(project, zones, run_id)
+        ),
         {
             "role": SECURITY_ADMIN,
             "members": member,

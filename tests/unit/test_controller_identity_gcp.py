@@ -78,25 +78,33 @@ def test_project_grants_as_sent_are_conditioned_on_this_run(
     assert policy["version"] == 3 and policy["etag"]
     # the project's own binding survives the read-modify-write
     assert {"role": "roles/owner", "members": ["user:owner@example.com"]} in policy["bindings"]
-    granted = {b["role"]: b for b in _mine(policy["bindings"], email)}
-    assert set(granted) == {ctl.INSTANCE_ADMIN, ctl.SECURITY_ADMIN}
-    assert all(b["members"] == [f"serviceAccount:{email}"] for b in granted.values())
-    expr = granted[ctl.INSTANCE_ADMIN]["condition"]["expression"]
+    mine = _mine(policy["bindings"], email)
+    assert {b["role"] for b in mine} == {ctl.INSTANCE_ADMIN, ctl.SECURITY_ADMIN}
+    assert all(b["members"] == [f"serviceAccount:{email}"] for b in mine)
+    # us-central1's 4 zones: 2 instanceAdmin bindings, each within IAM's 12 logical operators
+    # (controller_identity.zone_groups); together they name every zone's prefixes once
+    admin = [b["condition"]["expression"] for b in mine if b["role"] == ctl.INSTANCE_ADMIN]
     zones = compute.zones()
-    assert zones and ZONE in zones
+    assert zones and ZONE in zones and len(admin) == len(ctl.zone_groups(zones)) == 2
+    expr = " || ".join(admin)
     for zone in zones:
         for kind in ("instances", "disks"):
             prefix = f"projects/{project}/zones/{zone}/{kind}/ct-{RUN}-"
-            assert f'resource.name.startsWith("{prefix}")' in expr
+            assert expr.count(f'resource.name.startsWith("{prefix}")') == 1
     assert OTHER not in expr
     # every startsWith names this run's prefix; instances and disks only under it; the other
-    # types exclude every type that holds data or launches VMs
+    # types (in the first binding only) exclude every type that holds data or launches VMs
     assert expr.count("resource.name.startsWith(") == expr.count(f'/ct-{RUN}-")') == 2 * len(zones)
-    instance_part, others = expr.split(") || (", 1)
-    assert 'resource.type == "compute.googleapis.com/Instance"' in instance_part
+    for part in admin:
+        assert 'resource.type == "compute.googleapis.com/Instance" && (' in part
+        assert 'resource.type == "compute.googleapis.com/Disk" && (' in part
+    assert sum("resource.type !=" in p for p in admin) == 1
+    (others,) = [p.rsplit(") || (", 1)[1] for p in admin if "resource.type !=" in p]
     for guarded in ctl.GUARDED_TYPES:
         assert f'resource.type != "{guarded}"' in others
-    fw = granted[ctl.SECURITY_ADMIN]["condition"]["expression"]
+    assert "startsWith" not in others
+    (granted,) = [b for b in mine if b["role"] == ctl.SECURITY_ADMIN]
+    fw = granted["condition"]["expression"]
     assert fw == (
         'resource.type == "compute.googleapis.com/Firewall" && ('
         f'resource.name == "projects/{project}/global/firewalls/cloudtrain-{RUN}" || '
@@ -106,7 +114,7 @@ def test_project_grants_as_sent_are_conditioned_on_this_run(
     held = gcp_cloud.gce.iam_policy("project", project)
     assert held["version"] == 3
     assert {json.dumps(b, sort_keys=True) for b in _mine(held["bindings"], email)} == {
-        json.dumps({**b, "members": sorted(b["members"])}, sort_keys=True) for b in granted.values()
+        json.dumps({**b, "members": sorted(b["members"])}, sort_keys=True) for b in mine
     }
     assert (
         {(r.kind, r.id) for r in made}

@@ -151,26 +151,14 @@ def test_a_bucket_condition_on_a_project_resource_type_is_refused() -> None:
     assert ref.problems(instances, GCS)  # compute names and types mean nothing on a bucket
 
 
-@pytest.mark.parametrize(
-    "count",
-    [
-        1,
-        2,
-        pytest.param(
-            3,
-            marks=pytest.mark.xfail(strict=True, raises=AssertionError, reason="see the docstring"),
-        ),
-        pytest.param(
-            4,
-            marks=pytest.mark.xfail(strict=True, raises=AssertionError, reason="see the docstring"),
-        ),
-    ],
-)
+@pytest.mark.parametrize("count", [1, 2, 3, 4])
 def test_the_instance_condition_of_a_whole_region_stays_within_iam_limits(count: int) -> None:
-    """REAL DEFECT, reported, not fixed here (controller_identity.py is not this test's file):
-    `instance_condition` joins one startsWith per zone and kind with `||`, 2 per zone, plus 8
-    fixed operators, so a region of 3 zones needs 13 logical operators and us-central1's 4 need
-    15, over IAM's 12 ("Overview of IAM Conditions", Limitations): setIamPolicy would refuse
-    the controller's binding in most regions. Strict xfail: it turns red once fixed."""
-    (instances, _firewalls) = project_bindings(REGION_ZONES[:count])
-    assert ref.problems(_expr(instances), GCE) == []
+    """A real defect, fixed: `instance_condition` joined one startsWith per zone and kind with
+    `||`, so a region of 3 zones needed 13 logical operators and us-central1's 4 needed 15,
+    over IAM's 12 ("Overview of IAM Conditions", Limitations). The zones are now packed into
+    as many instanceAdmin bindings as keep each within them (controller_identity.zone_groups);
+    test_gcp_controller_identity_zones.py checks what they grant together."""
+    *instances, _firewalls = project_bindings(REGION_ZONES[:count])
+    assert instances
+    for binding in instances:
+        assert ref.problems(_expr(binding), GCE) == []
