@@ -11,10 +11,15 @@
   (`GET /subscriptions/{s}/providers/{namespace}`, ResourceManagementClient `providers.get`:
   `registrationState`); an unregistered one answers MissingSubscriptionRegistration.
 - `missing_rights()`: run_rights.RUN_ACTIONS less what the caller's permissions allow, from
-  `GET .../resourcegroups/{g}/providers/Microsoft.Authorization/permissions` (azure-mgmt-
-  authorization `permissions.list_for_resource_group`, 2022-04-01; the spec has no subscription
-  scope) at the region's shared group `cloudtrain-<region>`, else the first group the
-  subscription lists: a group's permissions hold the subscription's, inherited. Azure's rule:
+  `GET /subscriptions/{s}/providers/Microsoft.Authorization/permissions` (`value[]` of
+  `{actions, notActions, dataActions, notDataActions}`). The 2022-04-01 spec and
+  azure-mgmt-authorization have it only at a resource group or resource
+  (`Permissions_ListForResourceGroup`), but a run's rights are the subscription's (it makes its
+  own groups, and a new subscription has none to ask at); ARM answers it at the subscription
+  too, as Azure's docs show ("Use Resource Manager authentication API to access
+  subscriptions", azure-docs resource-manager-api-authentication.md: `GET .../subscriptions/
+  {id}/providers/microsoft.authorization/permissions`), so the probe sends it through the
+  management client's own pipeline (`ResourceManagementClient.send_request`). Azure's rule:
   an action is allowed when one permission's `actions` match it and that permission's
   `notActions` do not, `*` matching any run of characters, case-insensitively
   (learn.microsoft.com/azure/role-based-access-control/role-definitions, "Actions",
@@ -42,7 +47,6 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from cloudtrain.errors import ProviderError
 from cloudtrain.providers.account import (
     AccountProbe,
     ApiState,
@@ -56,6 +60,8 @@ if TYPE_CHECKING:
     from cloudtrain.providers.azure.clients import ArmClients, AzureAuth
 
 ARM_SCOPE = "https://management.azure.com/.default"
+PERMISSIONS = "/providers/Microsoft.Authorization/permissions"
+PERMISSIONS_API = "2022-04-01"
 NAMESPACES = ("Microsoft.Compute", "Microsoft.Network", "Microsoft.Storage")
 REGIONAL, SPOT = "cores", "lowPriorityCores"
 _ACQUIRED = re.compile(r"acquired a token from (?P<name>\w+)")
@@ -120,12 +126,12 @@ def action_matches(pattern: str, action: str) -> bool:
     return fnmatch.fnmatchcase(action.lower(), pattern.lower().replace("[", "[[]"))
 
 
-def allowed(action: str, permissions: Sequence[Any]) -> bool:
-    """Whether one of `permissions` (azure-mgmt-authorization Permission objects) allows
-    `action`: its actions match and its not_actions do not. Pure."""
+def allowed(action: str, permissions: Sequence[dict[str, Any]]) -> bool:
+    """Whether one of `permissions` (`{actions, notActions, ...}` as ARM answers them) allows
+    `action`: its actions match and its notActions do not. Pure."""
     return any(
-        any(action_matches(a, action) for a in (p.actions or []))
-        and not any(action_matches(n, action) for n in (p.not_actions or []))
+        any(action_matches(a, action) for a in p.get("actions") or [])
+        and not any(action_matches(n, action) for n in p.get("notActions") or [])
         for p in permissions
     )
 
@@ -143,8 +149,8 @@ def _restricted(sku: Any, region: str) -> bool:
 
 class AzureAccountProbe(AccountProbe):
     """One subscription, asked through the provider's own credential and clients (`auth` and
-    `clients` are called on first use). `region` names the shared group whose permissions are
-    asked for. Every method blocks on ARM and creates nothing."""
+    `clients` are called on first use; `region` is the plan's, if any). Every method blocks on
+    ARM and creates nothing."""
 
     def __init__(self, auth: Any, clients: Any, region: str | None) -> None:
         self._auth, self._clients, self.region = auth, clients, region
@@ -184,35 +190,30 @@ class AzureAccountProbe(AccountProbe):
         return states
 
     def missing_rights(self) -> list[str]:
-        """RUN_ACTIONS the caller's permissions do not allow, sorted. Raises ProviderError when
-        the subscription has no resource group to ask at."""
-        from cloudtrain.providers.azure.errors import azure_errors
-
-        group = self._asking_group()
-        with azure_errors(f"list the caller's permissions at resource group {group}"):
-            permissions = list(
-                self.clients.authorization.permissions.list_for_resource_group(group)
-            )
+        """RUN_ACTIONS the caller's permissions at the subscription do not allow, sorted."""
+        permissions = self._permissions()
         return sorted(a for a in RUN_ACTIONS if not allowed(a, permissions))
 
-    def _asking_group(self) -> str:
-        from cloudtrain.providers.azure.account import shared_group
+    def _permissions(self) -> list[dict[str, Any]]:
+        """The caller's permissions at the subscription scope, every page."""
+        from azure.core.rest import HttpRequest
+
         from cloudtrain.providers.azure.errors import azure_errors
 
-        wanted = shared_group(self.region) if self.region else None
-        with azure_errors("list the subscription's resource groups"):
-            names = [str(g.name) for g in self.clients.resource.resource_groups.list()]
-        for name in names:
-            if wanted and name.lower() == wanted.lower():
-                return name
-        if names:
-            return names[0]
-        raise ProviderError(
-            "Azure lists a caller's permissions only at a resource group, and subscription "
-            f"{self.clients.auth.subscription} has none",
-            hint=f"create one (`az group create -n {wanted or 'cloudtrain-REGION'} -l REGION`: "
-            "cloudtrain uses it for its storage account), then check again",
-        )
+        subscription = self.clients.auth.subscription
+        url: str | None = f"/subscriptions/{subscription}{PERMISSIONS}"
+        params: dict[str, str] | None = {"api-version": PERMISSIONS_API}
+        found: list[dict[str, Any]] = []
+        with azure_errors(f"list the caller's permissions in subscription {subscription}"):
+            while url:
+                response = self.clients.resource.send_request(
+                    HttpRequest("GET", url, params=params)
+                )
+                response.raise_for_status()
+                page = response.json()
+                found.extend(p for p in page.get("value") or [] if isinstance(p, dict))
+                url, params = page.get("nextLink"), None  # a next link carries its own query
+        return found
 
     def quotas(self, region: str, needs: Sequence[QuotaNeed]) -> list[QuotaLine]:
         """Family, `cores` and `lowPriorityCores` lines `needs` count against in `region`, each

@@ -160,7 +160,17 @@ class UsagesMixin(ResourcesMixin):
         if "/resourcegroups/" in scope.lower():
             parts = scope.strip("/").split("/")
             self._group(parts[1], parts[3])
-        return {"value": [dict(p) for p in self.account_state.permissions]}
+        # one role's permission per page, as a long listing is paged (`nextLink`, the spec's
+        # x-ms-pageable nextLinkName), so a client that reads one page only misses the rest
+        permissions = self.account_state.permissions
+        skip = int(req.query.get("$skipToken") or 0)
+        page: dict[str, Any] = {"value": [dict(p) for p in permissions[skip : skip + 1]]}
+        if skip + 1 < len(permissions):
+            page["nextLink"] = (
+                f"https://{req.headers.get('host', '')}{req.path}"
+                f"?api-version={req.query['api-version']}&$skipToken={skip + 1}"
+            )
+        return page
 
     def _authorize(self, method: str, path: str) -> None:
         """Refuse a request whose action the caller lacks (403 AuthorizationFailed). Not held to

@@ -225,6 +225,19 @@ class AzureAccount:
             for permission in self._state.permissions:
                 permission.setdefault("notActions", []).extend(actions)
 
+    def grant(self, *actions: str) -> None:
+        """The caller gets one more role holding `actions` (one more permission entry: its
+        actions are allowed whatever another role's notActions say)."""
+        with self._fake._lock:
+            self._state.permissions.append(
+                {
+                    "actions": list(actions),
+                    "notActions": [],
+                    "dataActions": [],
+                    "notDataActions": [],
+                }
+            )
+
     def allow_only(self, *actions: str) -> None:
         """The caller holds exactly `actions` (wildcards allowed), as with a custom role."""
         with self._fake._lock:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from cloudtrain.errors import CredentialsError, ProviderError
+from cloudtrain.errors import ProviderError
 from cloudtrain.providers.account import QuotaNeed
 from cloudtrain.providers.azure import storage
 from cloudtrain.providers.azure.account_probe import AzureAccountProbe, token_claims
@@ -119,25 +119,18 @@ def test_apis_are_the_registered_resource_providers(
     assert "az provider register --namespace Microsoft.Compute" in str(refused.value.hint)
 
 
-def test_missing_rights_come_from_the_permissions_at_the_regions_group(
-    provider: AzureProvider, probe: AzureAccountProbe, azure_cloud: AzureCloud
+def test_missing_rights_come_from_the_callers_permissions(
+    probe: AzureAccountProbe, azure_cloud: AzureCloud
 ) -> None:
     account = azure_cloud.arm.account
-    for group in ("a-users-group", "cloudtrain-eastus"):  # listed in this order
-        provider.clients().resource.resource_groups.create_or_update(group, {"location": "eastus"})
     assert probe.missing_rights() == []
     account.deny("Microsoft.Compute/virtualMachines/write")
     assert probe.missing_rights() == ["Microsoft.Compute/virtualMachines/write"]
-    asked = [r for r in azure_cloud.arm.requests if "Microsoft.Authorization/permissions" in r]
-    assert asked and "/resourcegroups/cloudtrain-eastus/" in asked[-1].lower()
     account.allow_only("*/read")
     missing = probe.missing_rights()
     assert "Microsoft.Compute/virtualMachines/write" in missing
     assert not [m for m in missing if m.endswith("/read")]
     account.allow_only("Microsoft.Compute/*", "Microsoft.Network/*")
-    with pytest.raises(CredentialsError, match=r"lacks permission Microsoft\.Resources/subscript"):
-        probe.missing_rights()  # the question itself needs the groups listed
-    account.allow_only("Microsoft.Compute/*", "Microsoft.Network/*", "*/read")
     missing = probe.missing_rights()
     assert missing and all(
         m.split("/")[0] not in ("Microsoft.Compute", "Microsoft.Network") for m in missing
@@ -167,12 +160,20 @@ def test_a_run_needs_no_right_outside_the_list(
     assert not unlisted, unlisted
 
 
-def test_with_no_group_to_ask_at_the_probe_says_how_to_make_one(
-    probe: AzureAccountProbe,
+def test_rights_are_asked_at_the_subscription_of_a_new_account(
+    probe: AzureAccountProbe, azure_cloud: AzureCloud
 ) -> None:
-    with pytest.raises(ProviderError, match="only at a resource group") as err:
-        probe.missing_rights()
-    assert "az group create -n cloudtrain-eastus" in str(err.value.hint)
+    """A new subscription has no resource group to ask at: the probe asks at the subscription,
+    and the permissions it reads there are the ones the fake refuses by."""
+    assert azure_cloud.arm.groups() == []
+    azure_cloud.arm.account.deny("Microsoft.Authorization/roleDefinitions/write")
+    assert probe.missing_rights() == ["Microsoft.Authorization/roleDefinitions/write"]
+    (asked,) = [r for r in azure_cloud.arm.requests if "/permissions" in r]
+    # another role that holds it: Azure subtracts a role's NotActions from that role only
+    azure_cloud.arm.account.grant("Microsoft.Authorization/roleDefinitions/*")
+    assert probe.missing_rights() == [], "the second role's page is read too"
+    sub = azure_cloud.subscription
+    assert asked.startswith(f"GET /subscriptions/{sub}/providers/Microsoft.Authorization/")
 
 
 def _jwt(claims: dict) -> str:
