@@ -288,7 +288,7 @@ class Failover:
             made_in = (plan.provider, plan.region)
         else:
             self.provider = FencedProvider(provider, self.lease) if self.lease else provider
-            note = bucket_note(self.store_uri, made_in, plan)
+            note = None if self.spec.checkpoint else bucket_note(self.store_uri, made_in, plan)
             if note:
                 plan = dataclasses.replace(plan, notes=(*plan.notes, note))
                 self._say(note)
