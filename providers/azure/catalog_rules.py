@@ -34,13 +34,10 @@ GPU_COUNT_FIXES: dict[str, tuple[str, int, str]] = {
 }
 
 
-# size -> why it is held out of the bundled catalog: a GPU size the Azure adapter cannot boot yet.
-# ND H100 v5 is not in the NvidiaGpuDriverLinux manifest (providers/azure/images.py) and its family
-# is not among the Ubuntu-HPC image's (HPC_FAMILIES there), so a node of it would get no driver.
-# Drop the entry once images.py lists the family: the snapshot keeps the row.
-AWAITING_IMAGE: dict[str, str] = {
-    "Standard_ND96isr_H100_v5": "ND_H100_v5: in neither images.EXTENSION_FAMILIES nor HPC_FAMILIES",
-}
+# size -> why it is held out of the bundled catalog: a GPU size the Azure adapter cannot boot yet
+# (no image of providers/azure/images.py gives it a driver); the snapshot keeps its rows. None now:
+# ND H100 v5, once held here, boots the Ubuntu-HPC image (images.HPC_FAMILIES).
+AWAITING_IMAGE: dict[str, str] = {}
 
 
 def build(rows: Sequence[dict[str, str]]) -> list[dict[str, str]]:

@@ -8,11 +8,12 @@ Default images (`DEFAULT_IMAGES`; `ref` is the URN `publisher:offer:sku:version`
   20241213), lists for CUDA the families NC, NCv2, NCv3, NCasT4_v3, NVv3 and NC_A100_v4 only,
   on Ubuntu 22.04 only; any other size fails the extension with exit code 13. Its driver is
   535.54: TensorFlow's CUDA 12 wheels run on it through CUDA's minor-version compatibility.
-- GPU nodes on ND A100 v4 and NC H100 v5 (not in that manifest): Microsoft's Ubuntu-HPC 22.04
-  (`microsoft-dsvm:ubuntu-hpc:2204`, Python 3.10), which ships the driver (R580 in
+- GPU nodes on ND A100 v4, NC H100 v5 and ND H100 v5 (not in that manifest): Microsoft's
+  Ubuntu-HPC 22.04 (`microsoft-dsvm:ubuntu-hpc:2204`, Python 3.10), which ships the driver (R580 in
   Azure/azhpc-images `versions.json`) and the fabric manager and InfiniBand stack the 8-GPU
   NVSwitch ND sizes need, and which the image's own SKU setup lists for both families
-  (azhpc-images `components/setup_sku_customizations.sh`: ndv4, ncv5). A driver the bootstrap
+  (azhpc-images `components/setup_sku_customizations.sh`@1547be73: ndv4, ncv5, and ndv5 for
+  `standard_nd96is*_h[1-2]00_v5`). A driver the bootstrap
   installed on plain Ubuntu would lack the fabric manager, so the image is the better choice.
 - Other GPU sizes: plain Ubuntu 22.04; the bootstrap installs the R580 driver.
 - CPU nodes: Canonical's Ubuntu 22.04 (Gen2).
@@ -44,11 +45,12 @@ FAMILIES: dict[str, re.Pattern[str]] = {
         "NCv3": r"^standard_nc\d+r?s_v3$",
         "ND_A100_v4": r"^standard_nd\d+am?sr_(a100_)?v4$",
         "NC_H100_v5": r"^standard_nc\d+adi?s_h100_v5$",
+        "ND_H100_v5": r"^standard_nd\d+isr_h100_v5$",
     }.items()
 }
 # The manifest's CUDA families that cloudtrain's catalog can hold (NC, NCv2, NVv3 are retired).
 EXTENSION_FAMILIES = ("NCasT4_v3", "NC_A100_v4", "NCv3")
-HPC_FAMILIES = ("ND_A100_v4", "NC_H100_v5")
+HPC_FAMILIES = ("ND_A100_v4", "NC_H100_v5", "ND_H100_v5")
 
 UBUNTU_2204 = ImageInfo(
     "ubuntu-22.04", _JAMMY, "Ubuntu 22.04", "3.10", "bootstrap", ("cpu",), "Canonical Ubuntu 22.04"

@@ -95,9 +95,12 @@ AZURE_EXTENSION_SIZES = {
     "NVv3 Series": r"standard_nv\d+s_v3$",
     "NC_A100_v4 series": r"standard_nc\d+ads_a100_v4$",
 }
-AZURE_HPC_IMAGE_SIZES = {  # azhpc-images components/setup_sku_customizations.sh: ndv4, ncv5
+# azhpc-images components/setup_sku_customizations.sh@1547be73: ndv4, ncv5, and ndv5
+# (`standard_nd96is*_h[1-2]00_v5`)
+AZURE_HPC_IMAGE_SIZES = {
     "ND A100 v4": r"standard_nd\d+\w*v4$",
     "NC H100 v5": r"standard_nc\d+adi?s_h100_v5$",
+    "ND H100 v5": r"standard_nd96is\w*_h[12]00_v5$",
 }
 AZURE_HPC_URN = "microsoft-dsvm:ubuntu-hpc:2204:latest"
 RETIRED_SIZES = {"azure": r"standard_nc\d+r?s_v3$"}  # NCv3, 2025-09-30
