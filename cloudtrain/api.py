@@ -312,7 +312,8 @@ def launch(
         seen,
         options,
         resume_from=ready.resume_from,
-        places=places_for(ready.spec, Catalog.bundled()),  # another region's or cloud's
+        # another region's or cloud's; the places the plan avoided (the account's quotas) too
+        places=places_for(ready.spec, Catalog.bundled(), the_plan.avoided_places()),
     )
     for name, start, end in ready.timings:  # the run's trace: within its startup phase
         orch.trace.child(name, start, end, "startup")

@@ -111,6 +111,9 @@ class Plan:
     # a spot plan whose spec allows the on-demand fallback (`cluster.spot_fallback`): the same
     # machines' on-demand $/h; None otherwise
     on_demand_hourly_usd: float | None = None
+    # the places `make_plan` was told to avoid, each (provider, region, reason): failover keeps
+    # avoiding them (cloudtrain/failover.py `places_for`)
+    avoided: tuple[tuple[str, str, str], ...] = ()
 
     @property
     def node_count(self) -> int:
@@ -164,12 +167,17 @@ class Plan:
             # absent from a plan recorded before options were kept
             provider_options=tuple(ProviderOption(**o) for o in data.get("provider_options", ())),
             on_demand_hourly_usd=data.get("on_demand_hourly_usd"),
+            avoided=tuple((p, r, why) for p, r, why in data.get("avoided", ())),
         )
 
     @property
     def place(self) -> Place:
         """(provider, region): where the plan lands, the unit failover avoids."""
         return self.provider, self.region
+
+    def avoided_places(self) -> dict[Place, str]:
+        """The places the plan was made avoiding, with their reasons. Pure."""
+        return {(p, r): why for p, r, why in self.avoided}
 
 
 @dataclass(frozen=True)
@@ -358,6 +366,7 @@ def make_plan(spec: JobSpec, catalog: Catalog, *, avoid: Mapping[Place, str] | N
         notes=tuple(notes),
         provider_options=_options_of(spec, provider),
         on_demand_hourly_usd=on_demand,
+        avoided=tuple((p, r, why) for (p, r), why in (avoid or {}).items()),
     )
 
 

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from cloudtrain.catalog import Catalog
-from cloudtrain.failover import Places, Route
+from cloudtrain.failover import Places, Route, places_for
 from cloudtrain.jobs.protocol import NodeState, NodeStatus, run_prefix, status_key
 from cloudtrain.ledger import Ledger
 from cloudtrain.orchestrator import Orchestrator
@@ -274,3 +274,13 @@ def test_the_deadline_counts_the_time_spent_failing_over(world: World, tmp_path:
     _, result = world.run(job(tmp_path, max_hours=0.0001))  # 0.36 s from the run's start
     assert result.outcome == "deadline"
     assert not world.clouds.compute("aws", "reg-b").calls["create_node"]
+
+
+def test_places_for_keeps_avoiding_what_the_plan_avoided(tmp_path: Path) -> None:
+    spec = job(tmp_path, cluster={"spot": True, "spot_fallback": True})
+    ruled_out = {("aws", "reg-b"): "quota: G vCPUs 0 of 4"}  # the account check's
+    places = places_for(spec, CATALOG, make_plan(spec, CATALOG, avoid=ruled_out).avoided_places())
+    tried = {("aws", "reg-a"): "capacity: full"}
+    assert places.replan(tried, False).place == ("aws", "reg-c")
+    on_demand = places.replan(tried, True)
+    assert on_demand.place == ("aws", "reg-c") and not any(n.spot for n in on_demand.nodes)

@@ -3,6 +3,8 @@ spot fallback's prices (`cluster.spot_fallback`), on a small catalog of the test
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from cloudtrain.catalog import Catalog
@@ -30,6 +32,8 @@ def test_avoid_takes_the_next_cheapest_region_and_notes_the_skipped() -> None:
     assert plan.place == ("aws", "reg-c")
     assert "skipped aws reg-a: no quota for V100" in plan.notes
     assert "skipped aws reg-b: no capacity" in plan.notes
+    assert plan.avoided_places() == avoid  # kept: failover goes on avoiding them
+    assert Plan.from_dict(json.loads(json.dumps(plan.to_dict()))) == plan
     # a place avoided that is dearer than the choice is not said
     plan = make_plan(make_spec(roles=ONE), CATALOG, avoid={("aws", "reg-c"): "x"})
     assert plan.place == ("aws", "reg-a")
