@@ -284,3 +284,16 @@ def test_places_for_keeps_avoiding_what_the_plan_avoided(tmp_path: Path) -> None
     assert places.replan(tried, False).place == ("aws", "reg-c")
     on_demand = places.replan(tried, True)
     assert on_demand.place == ("aws", "reg-c") and not any(n.spot for n in on_demand.nodes)
+
+
+def test_the_summary_shows_the_path(world: World, tmp_path: Path) -> None:
+    from rich.console import Console
+
+    from cloudtrain.ui import summary
+
+    world.clouds.compute("aws", "reg-a").quota = 0
+    _, result = world.run(job(tmp_path))
+    console = Console(width=400, record=True)
+    console.print(summary(result))
+    line = next(x for x in console.export_text().splitlines() if x.strip().startswith("place:"))
+    assert "tried aws reg-a: quota: " in line and line.endswith("landed in aws reg-b")
