@@ -311,6 +311,7 @@ class Failover:
             plan.zone,
             self.store_uri,
             json.dumps(plan.to_dict()),
+            account=provider.account(),
         )
         self._say(f"moving to {plan.provider} {plan.region} at ${plan.hourly_usd:.2f}/h")
         if cross:  # the new store: the run's key first (other machines read it there), then

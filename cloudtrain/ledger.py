@@ -51,6 +51,10 @@ __all__ = [  # the records live in ledger_records (this file's size); import the
     "state_entries",
 ]
 
+# the run row's fields a move_run entry sets, then the run it names (Ledger.move_run)
+MOVE_FIELDS = ("provider", "region", "zone", "store_uri", "plan_json", "account", "run_id")
+
+
 class Ledger:
     """The run ledger at `path` (default `$CLOUDTRAIN_HOME/ledger.db`).
 
@@ -300,8 +304,10 @@ class Ledger:
         zone: str | None,
         store_uri: str | None,
         plan_json: str | None,
+        account: str | None = None,
     ) -> None:
-        """Record where a run now is: its cloud, region, zone, store and plan, after failover
+        """Record where a run now is: its cloud, region, zone, store, plan and account (the GCP
+        project or Azure subscription; None: the SDK's default), after failover
         moved it (cloudtrain/failover.py), before anything is made there, so `status`, `down`
         and the summary look there. Idempotent; LedgerError for an unknown run. Waits for its
         journal entry."""
@@ -312,14 +318,15 @@ class Ledger:
             "zone": zone,
             "store_uri": store_uri,
             "plan_json": plan_json,
+            "account": account,
         }
         self._write("move_run", args, wait=True)
 
     def _op_move_run(self, conn: sqlite3.Connection, at: float, a: dict[str, Any]) -> None:
         cur = conn.execute(
-            "UPDATE runs SET provider = ?, region = ?, zone = ?, store_uri = ?, plan_json = ?"
-            " WHERE run_id = ?",
-            [a.get(k) for k in ("provider", "region", "zone", "store_uri", "plan_json", "run_id")],
+            "UPDATE runs SET provider = ?, region = ?, zone = ?, store_uri = ?, plan_json = ?,"
+            " account = ? WHERE run_id = ?",
+            [a.get(k) for k in MOVE_FIELDS],
         )
         if cur.rowcount == 0:
             raise LedgerError(f"no run {a['run_id']!r} in the ledger at {self.path}")

@@ -352,7 +352,7 @@ class MemoryClouds:
         with self._lock:
             buckets = self.buckets.setdefault(cloud, {})
             lock = self.locks.setdefault(cloud, threading.Lock())
-        config = ProviderConfig(cloud, region=region, zone=zone)
+        config = ProviderConfig(cloud, region=region, zone=zone, account=f"{cloud}-account")
         return MemoryProvider(config, buckets=buckets, compute=compute, lock=lock)
 
     def objects(self, cloud: str, uri: str) -> Objects:

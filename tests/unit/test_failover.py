@@ -185,7 +185,7 @@ def test_cheapest_moves_to_the_next_cloud_and_its_store(world: World, tmp_path: 
     assert result.outcome == "succeeded", (result.detail, orch.observer.lines)
     assert result.route.endswith("landed in gcp reg-g")
     rec = world.ledger.get_run(orch.run_id)
-    assert (rec.provider, rec.region) == ("gcp", "reg-g")
+    assert (rec.provider, rec.region, rec.account) == ("gcp", "reg-g", "gcp-account")
     # the aws store holds nothing of the run; the gcp one its whole record
     prefix = run_prefix(orch.run_id)
     old = world.clouds.objects("aws", f"mem://ct-{orch.run_id}")

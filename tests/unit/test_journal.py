@@ -107,7 +107,7 @@ def run_steps(
         step(1020.0 + i, lambda i=i: led.mark_created(run_id, "node", f"worker-{i}", f"i-{i}"))
     step(1030.0, lambda: led.set_status(run_id, "running"))
     # failover moved it (cloudtrain/failover.py): the row names the new place
-    step(1031.0, lambda: led.move_run(run_id, provider, "us-west-2", "w-a", bucket, '{"n":3}'))
+    step(1031.0, lambda: led.move_run(run_id, provider, "us-west-2", "w-a", bucket, "{}", "p-2"))
     step(1040.0, lambda: led.event(run_id, "preempted", "worker-1 was preempted"))
     step(1041.0, lambda: led.mark_failed(run_id, "node", "worker-1"))
     again = node("worker-1", run_id, provider)  # its replacement
