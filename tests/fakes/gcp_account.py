@@ -7,6 +7,7 @@
     account.add_usage("us-east1", "NVIDIA_T4_GPUS", 4)  # used by something the fake does not hold
     account.sell_out("us-west1-b")       # every insert there: ZONE_RESOURCE_POOL_EXHAUSTED
     account.sell_out("us-west1-a", spot_only=True)
+    account.sell_out_region("us-central1")  # each of its zones
     account.restore("us-west1-b")
     account.deny("iam.serviceAccounts.create")   # the box's caller lacks it
     account.disable("compute.googleapis.com")    # the API is off for the project
@@ -93,6 +94,14 @@ class GcpAccount:
         ZONE_RESOURCE_POOL_EXHAUSTED from now until `restore(zone)`."""
         with self._fake._lock:
             self._rules.sold_out[zone] = spot_only
+
+    def sell_out_region(self, region: str, spot_only: bool = False) -> list[str]:
+        """`sell_out` every zone of `region` (as `regions.get` lists them); returns them."""
+        with self._fake._lock:
+            zones = self._fake._zones_of(region)
+            for zone in zones:
+                self._rules.sold_out[zone] = spot_only
+            return zones
 
     def restore(self, zone: str) -> None:
         """Give `zone` its capacity back."""
