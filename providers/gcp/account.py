@@ -12,8 +12,8 @@
 - `missing_rights()`: `controller_identity.RUN_PERMISSIONS` (the one list of what a run uses)
   less what Resource Manager's `projects.testIamPermissions` says the caller holds
   (`POST https://cloudresourcemanager.googleapis.com/v1/projects/{p}:testIamPermissions`;
-  cloud.google.com/resource-manager/reference/rest/v1/projects/testIamPermissions: at most 100
-  permissions a call, needs no permission itself).
+  cloud.google.com/resource-manager/reference/rest/v1/projects/testIamPermissions: "There are
+  no permissions required for making this API call"; the probe sends at most 100 a call).
 - `quotas(region, needs)`: the region's `quotas[]` (Compute `regions.get`) and the project's
   (`projects.get`: GPUS_ALL_REGIONS, where the project has it). A need counts its GPUs against
   the model's metric (`GPU_METRICS`: google-cloud-compute's `Quota.Metric` enum) and its vCPUs

@@ -108,10 +108,11 @@ SDK_EXCEPTIONS: tuple[type[BaseException], ...] = (
 # The permission an access-denied message names: Compute Engine's "Required 'compute.instances.
 # create' permission for 'projects/P/zones/Z/instances/N'", IAM's and Resource Manager's
 # "Permission 'iam.serviceAccounts.create' denied on resource ..." (and Cloud Storage's
-# "... does not have storage.buckets.create access to ...").
+# "... does not have storage.buckets.create access to ..."), and IAM's older "Permission
+# iam.serviceAccounts.create is required to perform this operation on project ...".
 _PERMISSION_RE = re.compile(
     r"Required '(?P<a>[\w.]+)' permission|Permission '(?P<b>[\w.]+)' denied"
-    r"|does not have (?P<c>[a-z]+\.[\w.]+) access"
+    r"|does not have (?P<c>[a-z]+\.[\w.]+) access|Permission (?P<d>[a-z]+\.[\w.]+) is required"
 )
 _SERVICE_RE = re.compile(r"apis/api/(?P<service>[\w.-]+\.googleapis\.com)/")
 _QUOTA_RE = re.compile(r"Quota '(?P<name>[^']+)' exceeded\.?\s*(?:Limit:\s*(?P<limit>[\d.]+))?")
@@ -173,7 +174,7 @@ def _api_text(exc: api.GoogleAPICallError) -> str:
 def denied_permission(text: str) -> str | None:
     """The IAM permission an access-denied message names, or None. Pure."""
     match = _PERMISSION_RE.search(text)
-    return None if match is None else match["a"] or match["b"] or match["c"]
+    return None if match is None else match["a"] or match["b"] or match["c"] or match["d"]
 
 
 def _permission_hint(text: str) -> str:

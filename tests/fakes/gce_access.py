@@ -16,12 +16,15 @@ compute.instances.create, compute.disks.create, compute.subnetworks.use in that 
 
 Refusals, in each API's shape:
 
-- Compute Engine: HTTP 403, `errors[0].reason` "forbidden", "Required 'compute.instances.create'
-  permission for 'projects/P/zones/Z/instances/N'" (GCE's legacy error body, gce_errors);
+- Compute Engine: HTTP 403, `errors[0]` {domain global, reason "forbidden", "Required
+  'compute.instances.create' permission for 'projects/P/zones/Z/instances/N'"} (GCE's legacy
+  error body, gce_errors; as quoted in StreisandEffect/streisand#831: "Required
+  'compute.networks.create' permission for 'projects/...'", reason forbidden, domain global);
 - IAM and Resource Manager: HTTP 403 `status` PERMISSION_DENIED, "Permission
   'iam.serviceAccounts.create' denied on resource (or it may not exist).", with an ErrorInfo
-  detail of reason IAM_PERMISSION_DENIED naming the permission (google.rpc.ErrorInfo; the
-  error model at cloud.google.com/apis/design/errors);
+  detail {reason IAM_PERMISSION_DENIED, domain iam.googleapis.com, metadata {permission}} (as
+  gcloud prints it in everycure-org/matrix#75; the error model at
+  cloud.google.com/apis/design/errors);
 - a disabled service: HTTP 403 PERMISSION_DENIED, "Compute Engine API has not been used in
   project P before or it is disabled. ...", reason accessNotConfigured (legacy `errors[]`) and
   an ErrorInfo of reason SERVICE_DISABLED with metadata service and consumer
@@ -121,8 +124,9 @@ class PermissionDenied(GceApiError):
         super().__init__(
             403,
             "IAM_PERMISSION_DENIED",
-            f"Permission '{permission}' denied on resource '{resource}' (or it may not exist).",
+            f"Permission '{permission}' denied on resource (or it may not exist).",
         )
+        self.resource = resource
         self.permission = permission
 
     def body(self) -> dict[str, Any]:

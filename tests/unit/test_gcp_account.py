@@ -17,9 +17,10 @@ import requests
 from cloudtrain.errors import CredentialsError, NoCapacityError, ProviderError, QuotaError
 from cloudtrain.providers.account import QuotaNeed
 from cloudtrain.providers.base import NodeRequest, ProviderConfig, RunInfo
-from cloudtrain.providers.gcp.account import GcpAccountProbe
+from cloudtrain.providers.gcp.account import RUN_APIS, GcpAccountProbe
 from cloudtrain.providers.gcp.compute import GcpCompute
 from cloudtrain.providers.gcp.controller_identity import RUN_PERMISSIONS
+from cloudtrain.providers.gcp.errors import denied_permission
 from cloudtrain.providers.gcp.provider import GcpProvider
 from tests.fakes.gce_fake import GceFake, gce_fake
 from tests.fakes.gcp_account import GcpAccount
@@ -248,3 +249,57 @@ def test_the_probe_on_the_box_is_anonymous_and_names_the_project(box: GceFake) -
     source = probe().credentials()
     assert source.account == PROJECT and source.principal == ""
     assert "anonymous" in source.source and box.url in source.source
+
+
+def test_apis_say_when_service_usage_itself_refuses(box: GceFake) -> None:
+    GcpAccount(box).deny("serviceusage.services.get")
+    states = probe().apis()
+    assert [s.name for s in states] == list(RUN_APIS)
+    assert all(not s.ok and "serviceusage.services.get" in s.detail for s in states), states
+
+
+def test_iams_refusal_has_iams_shape_naming_the_permission(box: GceFake) -> None:
+    GcpAccount(box).deny("iam.serviceAccounts.create")
+    raw = requests.post(
+        f"{box.url}/v1/projects/{PROJECT}/serviceAccounts",
+        json={"accountId": "someone-new"},
+        timeout=10,
+    )
+    assert raw.status_code == 403
+    error = raw.json()["error"]
+    assert error["status"] == "PERMISSION_DENIED" and error["code"] == 403
+    assert error["message"] == (
+        "Permission 'iam.serviceAccounts.create' denied on resource (or it may not exist)."
+    )
+    assert error["details"][0]["reason"] == "IAM_PERMISSION_DENIED"
+    assert error["details"][0]["metadata"] == {"permission": "iam.serviceAccounts.create"}
+
+
+@pytest.mark.parametrize(
+    ("message", "permission"),
+    [
+        (
+            "Required 'compute.instances.create' permission for 'projects/p/zones/z/instances/n'",
+            "compute.instances.create",
+        ),
+        (
+            "Permission 'iam.serviceAccounts.create' denied on resource (or it may not exist).",
+            "iam.serviceAccounts.create",
+        ),
+        (
+            "Permission iam.serviceAccounts.create is required to perform this operation on "
+            "project projects/p.",
+            "iam.serviceAccounts.create",
+        ),
+        (
+            "ct@p.iam.gserviceaccount.com does not have storage.buckets.create access to the "
+            "Google Cloud project.",
+            "storage.buckets.create",
+        ),
+        ("Request had insufficient authentication scopes.", None),
+    ],
+)
+def test_an_access_denied_message_names_its_permission(
+    message: str, permission: str | None
+) -> None:
+    assert denied_permission(message) == permission
