@@ -172,8 +172,8 @@ def cheapest_choices(
 
 def avoiding(choices: list[Choice], avoid: Mapping[Place, str]) -> tuple[list[Choice], list[str]]:
     """(`choices` whose (provider, region) is not in `avoid`, a note `skipped <provider>
-    <region>: <reason>` for each avoided place whose best choice is cheaper than the first kept
-    one). `choices` are sorted cheapest first. Pure.
+    <region>: <reason>` for each avoided place whose best choice ranks before the first kept one,
+    as cheap as it included). `choices` are sorted cheapest first. Pure.
 
     Raises PlanError listing every avoided place with its reason when nothing is kept.
     """
@@ -186,11 +186,9 @@ def avoiding(choices: list[Choice], avoid: Mapping[Place, str]) -> tuple[list[Ch
             hint="ask the cloud for quota, try later, or widen the search (another accelerator, "
             "provider: cheapest, or spot_fallback: true)",
         )
-    best = kept[0].hourly
+    first = choices.index(kept[0])  # every avoided place ranked before it (ties included)
     skipped = dict.fromkeys(
-        (c.provider, c.region)
-        for c in choices
-        if c.hourly < best and (c.provider, c.region) in avoid
+        (c.provider, c.region) for c in choices[:first] if (c.provider, c.region) in avoid
     )
     return kept, [f"skipped {p} {r}: {avoid[(p, r)]}" for p, r in skipped]
 

@@ -195,3 +195,16 @@ def test_an_offline_plan_loads_no_sdk(spec, monkeypatch: pytest.MonkeyPatch) -> 
     got = api.plan(spec)
     assert not_looked_note("aws") in got.notes
     assert not any(m.startswith(("boto3", "botocore")) for m in sys.modules)
+
+
+def test_a_skipped_region_as_cheap_as_the_chosen_one_is_noted(spec) -> None:  # type: ignore[no-untyped-def]
+    tied = Catalog.from_rows(
+        [
+            _offer("g4dn.xlarge", "T4", 1, "r-one", 0.50),
+            _offer("g4dn.xlarge", "T4", 1, "r-two", 0.50),
+        ]
+    )
+    probe = ScriptedProbe(gpu_limits={"r-one": 0.0})
+    got = plan_for_account(spec, tied, lambda cloud, placed: probe)
+    assert got.region == "r-two"  # r-one ranks first at the same price: its skip is said
+    assert [n for n in got.notes if n.startswith("skipped aws r-one: quota GPUS")], got.notes
