@@ -21,8 +21,8 @@ holds no vCPU or GPU quota), plus what `AccountRules.extra_usage` adds. Limits a
 region (or "*": every region) and metric in `AccountRules.limits`, else `DEFAULT_LIMITS`:
 generous, so a test that scripts nothing is never refused.
 
-A zone `AccountRules.sold_out` names refuses every insert (or every Spot insert) there with
-ZONE_RESOURCE_POOL_EXHAUSTED until a test restores it.
+A zone `AccountRules.sold_out` names ("*": every zone) refuses every insert (or every Spot
+insert) there with ZONE_RESOURCE_POOL_EXHAUSTED until a test restores it.
 
 Served: `regions/{region}` carries `quotas[]` (`{metric, limit, usage}`, as
 `compute_v1.Quota`), and `GET /compute/v1/projects/{project}` (projects.get) answers a
@@ -185,8 +185,9 @@ class QuotasMixin:
         sold_out = self._state.account.sold_out
         scheduling = inst.get("scheduling") or {}
         spot = scheduling.get("provisioningModel") == "SPOT" or bool(scheduling.get("preemptible"))
-        if zone in sold_out and (spot or not sold_out[zone]):
-            return Fault("ZONE_RESOURCE_POOL_EXHAUSTED")
+        for where in (zone, EVERY_REGION):
+            if where in sold_out and (spot or not sold_out[where]):
+                return Fault("ZONE_RESOURCE_POOL_EXHAUSTED")
         used = self._usage(project)
         charges = self._charges(region_of(zone), inst)
         for (scope, metric), amount in sorted(charges.items(), key=lambda kv: kv[0][0] == GLOBAL):

@@ -8,6 +8,7 @@
     account.sell_out("us-west1-b")       # every insert there: ZONE_RESOURCE_POOL_EXHAUSTED
     account.sell_out("us-west1-a", spot_only=True)
     account.sell_out_region("us-central1")  # each of its zones
+    account.sell_out_everywhere(spot_only=True)  # no Spot capacity in any zone
     account.restore("us-west1-b")
     account.deny("iam.serviceAccounts.create")   # the box's caller lacks it
     account.disable("compute.googleapis.com")    # the API is off for the project
@@ -103,8 +104,13 @@ class GcpAccount:
                 self._rules.sold_out[zone] = spot_only
             return zones
 
+    def sell_out_everywhere(self, spot_only: bool = False) -> None:
+        """`sell_out` every zone of every region (Spot only: a spot plan finds none anywhere)
+        until `restore("*")`; zones sold out by name stay so."""
+        self.sell_out(EVERY_REGION, spot_only)
+
     def restore(self, zone: str) -> None:
-        """Give `zone` its capacity back."""
+        """Give `zone` (or "*": what `sell_out_everywhere` took) its capacity back."""
         with self._fake._lock:
             self._rules.sold_out.pop(zone, None)
 

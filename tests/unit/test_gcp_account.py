@@ -178,6 +178,19 @@ def test_a_zone_sold_out_of_spot_still_sells_on_demand(box: GceFake, compute: Gc
     assert len(box.instances(PROJECT)) == 1
 
 
+def test_spot_sold_out_everywhere_until_restored(box: GceFake, compute: GcpCompute) -> None:
+    account = GcpAccount(box)
+    compute.ensure_network(info())
+    account.sell_out_everywhere(spot_only=True)
+    for zone in (ZONE, "us-east1-c", "europe-west4-a"):
+        with pytest.raises(NoCapacityError):
+            compute.create_node(info(), node(0, spot=True, zone=zone))
+    compute.create_node(info(), node(0))  # on demand still sells
+    account.restore("*")
+    compute.create_node(info(), node(1, spot=True))
+    assert len(box.instances(PROJECT)) == 2
+
+
 # --- the caller's rights and the APIs -----------------------------------------------------------
 
 
