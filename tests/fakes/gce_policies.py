@@ -12,10 +12,13 @@ Strict where GCP is (IAM "Policy versions", https://cloud.google.com/iam/docs/po
 
 - setIamPolicy takes `{"policy": {...}}` (`updateMask` optional); a policy with a conditional
   binding must say `version: 3` (400 otherwise); a condition needs a non-empty `expression`
-  and a `title` of at most 100 characters (description at most 256); a binding's role starts
-  with `roles/`; a `serviceAccount:` member must be an account the fake's IAM holds (400, as
-  GCP refuses an unknown service account); a stale `etag` is refused with 409 ABORTED
-  (concurrent change). Each accepted write is recorded (`policy_writes`).
+  and `title`; IAM Conditions' limits (tests/fakes/iam_limits.py: at most 12 logical operators
+  and 12,800 characters in an expression, a title of 100 and a description of 256 characters,
+  20 conditional bindings of one role and principal) are 400 INVALID_ARGUMENT, nothing
+  written; a binding's role starts with `roles/`; a `serviceAccount:` member must be an
+  account the fake's IAM holds (400, as GCP refuses an unknown service account); a stale
+  `etag` is refused with 409 ABORTED (concurrent change). Each accepted write is recorded
+  (`policy_writes`).
 - getIamPolicy reads `options.requestedPolicyVersion`: asked below 3, a policy with conditions
   comes back as GCP sends it then, version 1 with the conditions stripped and the roles renamed
   `<role>_withcond_<hash>`, so an adapter that forgets to ask for version 3 and writes that
@@ -34,11 +37,11 @@ import hashlib
 import uuid
 from typing import Any
 
+from tests.fakes import iam_limits
 from tests.fakes.gce_errors import GceApiError
 from tests.fakes.gce_state import State
 
 OWNER = "user:owner@example.com"
-TITLE_MAX, DESCRIPTION_MAX = 100, 256
 
 
 class PolicyApiError(GceApiError):
@@ -135,6 +138,9 @@ class PoliciesMixin:
         bindings = new.get("bindings") or []
         for b in bindings:
             self._check_binding(b, version)
+        problem = iam_limits.policy_problem(bindings)
+        if problem:
+            raise PolicyApiError(400, "invalid", problem)
         self._state.policy_writes.append((kind, name, copy.deepcopy(body)))
         stored = {
             "version": version,
@@ -161,11 +167,8 @@ class PoliciesMixin:
                 )
             if not isinstance(cond, dict) or not str(cond.get("expression") or "").strip():
                 raise PolicyApiError(400, "invalid", f"A condition needs an expression: {b!r}")
-            title = str(cond.get("title") or "")
-            if not title or len(title) > TITLE_MAX:
+            if not str(cond.get("title") or ""):
                 raise PolicyApiError(400, "invalid", f"A condition needs a title: {cond!r}")
-            if len(str(cond.get("description") or "")) > DESCRIPTION_MAX:
-                raise PolicyApiError(400, "invalid", "condition description is too long")
         known = {e for (_, e) in self._state.service_accounts}
         for m in members:
             if str(m).startswith("serviceAccount:") and m.split(":", 1)[1] not in known:

@@ -19,8 +19,10 @@ What the emulator (2026.7.19) serves, as far as cloudtrain cares:
   emulator's own handlers keep the client's etag and accept any write; `install_iam_policy()`
   (called by `start_gcs_emulator`) replaces them, in process, with GCS's behaviour: every write
   gets a new etag, a write with a stale etag is refused 412, conditions need policy version 3
-  and uniform bucket-level access (else 400). `race_iam_policy(bucket, n)` makes the next `n`
-  writes lose a race with another writer (412), and `iam_policy(bucket)` reads the policy.
+  and uniform bucket-level access (else 400), and IAM Conditions' limits hold (400 `invalid`:
+  tests/fakes/iam_limits.py, as on the GCE fake's project policies). `race_iam_policy(bucket,
+  n)` makes the next `n` writes lose a race with another writer (412), and `iam_policy(bucket)`
+  reads the policy.
 - object preconditions: the emulator ignores them (an upload with `ifGenerationMatch` always
   wrote). `install_preconditions()` (called by `start_gcs_emulator`) wraps the object handlers,
   in process, with GCS's checks (cloud.google.com/storage/docs/request-preconditions):
@@ -52,6 +54,8 @@ from http import HTTPStatus
 from typing import Any
 
 import pytest
+
+from tests.fakes import iam_limits
 
 HOST = "127.0.0.1"
 TEST_PROJECT = "cloudtrain-test"
@@ -104,7 +108,8 @@ def _get_iam_policy(request: Any, response: Any, storage: Any, *args: Any, **kw:
 
 
 def _set_iam_policy(request: Any, response: Any, storage: Any, *args: Any, **kw: Any) -> None:
-    """PUT /b/{bucket}/iam: GCS's checks (etag, version 3 for conditions, uniform access)."""
+    """PUT /b/{bucket}/iam: GCS's checks (etag, version 3 for conditions, uniform access, IAM
+    Conditions' limits)."""
     name = request.params.get("bucket_name")
     if not name or name not in storage.buckets:
         _gcs_error(response, HTTPStatus.NOT_FOUND, "notFound", NO_BUCKET)
@@ -137,6 +142,10 @@ def _set_iam_policy(request: Any, response: Any, storage: Any, *args: Any, **kw:
                 "IAM conditions need policy version 3 and uniform bucket-level access.",
             )
             return
+    problem = iam_limits.policy_problem(bindings)
+    if problem:  # IAM Conditions' limits hold on a bucket's policy too
+        _gcs_error(response, HTTPStatus.BAD_REQUEST, "invalid", problem)
+        return
     policy = {"version": version, "bindings": json.loads(json.dumps(bindings)), "etag": _etag()}
     storage.set_bucket_iam_policy(name, policy)
     _answer(response, name, policy)

@@ -35,6 +35,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from tests.fakes import iam_limits
+
 LIST_PREFIX = "storage.googleapis.com/objectListPrefix"
 
 # the object permissions of the predefined roles cloudtrain may bind ("IAM roles for Cloud
@@ -174,10 +176,9 @@ def parse(expression: str) -> tuple[Any, ...]:
 
 
 def logical_operators(expression: str) -> int:
-    """How many of &&, || and ! the expression holds (IAM limits them per condition). Pure."""
-    return sum(
-        1 for kind, value in _tokens(expression) if kind == "op" and value in ("&&", "||", "!")
-    )
+    """How many of &&, || and ! the expression holds, counted as the box's setIamPolicy counts
+    them for IAM's limit (tests/fakes/iam_limits.py). Pure."""
+    return iam_limits.logical_operators(expression)
 
 
 @dataclass(frozen=True)
