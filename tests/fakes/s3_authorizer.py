@@ -70,6 +70,27 @@ _BUCKET_SUBRESOURCES = {
     "versions": "s3:ListBucketVersions",
     "location": "s3:GetBucketLocation",
 }
+# A bucket's configuration calls, each judged by its own action, not s3:CreateBucket (the S3 API
+# Reference's "Permissions" of each: PutBucketLifecycleConfiguration and DeleteBucketLifecycle
+# need s3:PutLifecycleConfiguration, GetBucketLifecycleConfiguration s3:GetLifecycleConfiguration,
+# PutBucketEncryption s3:PutEncryptionConfiguration, PutPublicAccessBlock
+# s3:PutBucketPublicAccessBlock, PutBucketTagging s3:PutBucketTagging, PutBucketPolicy
+# s3:PutBucketPolicy, PutBucketVersioning s3:PutBucketVersioning, and their GETs the Get twins)
+_BUCKET_CONFIGURATION = {
+    ("PUT", "lifecycle"): "s3:PutLifecycleConfiguration",
+    ("DELETE", "lifecycle"): "s3:PutLifecycleConfiguration",
+    ("GET", "lifecycle"): "s3:GetLifecycleConfiguration",
+    ("PUT", "encryption"): "s3:PutEncryptionConfiguration",
+    ("GET", "encryption"): "s3:GetEncryptionConfiguration",
+    ("PUT", "publicAccessBlock"): "s3:PutBucketPublicAccessBlock",
+    ("GET", "publicAccessBlock"): "s3:GetBucketPublicAccessBlock",
+    ("PUT", "tagging"): "s3:PutBucketTagging",
+    ("GET", "tagging"): "s3:GetBucketTagging",
+    ("PUT", "policy"): "s3:PutBucketPolicy",
+    ("GET", "policy"): "s3:GetBucketPolicy",
+    ("PUT", "versioning"): "s3:PutBucketVersioning",
+    ("GET", "versioning"): "s3:GetBucketVersioning",
+}
 
 
 class S3Authorizer:
@@ -174,6 +195,11 @@ def _bucket_request(
     arn = f"arn:aws:s3:::{bucket}"
     if method == "POST" and "delete" in query:  # DeleteObjects: s3:DeleteObject on each key
         return [("s3:DeleteObject", f"{arn}/{k}", {}) for k in _deleted_keys(environ)]
+    config = next((c for m, c in _BUCKET_CONFIGURATION if m == method and c in query), None)
+    if config is not None:
+        return [(_BUCKET_CONFIGURATION[(method, config)], arn, {})]
+    if method in ("PUT", "DELETE") and set(query) - {"x-id"}:  # a configuration not modelled
+        return [(f"s3:UnknownBucket{method}{sorted(query)}", arn, {})]
     if method == "GET":
         sub = next((s for s in _BUCKET_SUBRESOURCES if s in query), None)
         if sub is not None:

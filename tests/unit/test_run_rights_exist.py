@@ -329,11 +329,6 @@ def test_the_bucket_configuration_actions_are_real_and_run_rights() -> None:
     assert set(wanted) <= set(aws_account.run_rights())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="s3_authorizer.judge judges a bucket PUT with any subresource as s3:CreateBucket and "
-    "a GET ?lifecycle as s3:UnknownBucketGET (reported in issue 30's notes; not this file's)",
-)
 @pytest.mark.parametrize("call", sorted(BUCKET_CONFIGURATION))
 def test_the_front_judges_a_bucket_configuration_call_by_its_action(call: tuple[str, str]) -> None:
     from tests.fakes.s3_authorizer import judge
