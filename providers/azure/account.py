@@ -93,13 +93,16 @@ def default_container_scope(
 def container_scope(
     clients: ArmClients, store: BlobStore, region: str, configured: str | None = None
 ) -> str:
-    """The ARM scope of the store's container (for a role assignment): known for the default
-    account, looked up for a user's. Raises NotFound when the subscription has no such storage
-    account. Blocks only for a user's account. `configured`: the `storage_account` option."""
+    """The ARM scope of the store's container (for a role assignment): where the account is.
+    The default account is looked up too: a configured name (`storage_account`) is one account
+    for every region, made in the shared group of the first region that needed it, so a run in
+    (or failed over to) another region must not assume its own region's group; a default
+    account not made yet is where it will be. Raises NotFound when the subscription has no such
+    user's storage account. Blocks. `configured`: the `storage_account` option."""
     subscription = clients.auth.subscription
-    if store.account == default_account(subscription, region, configured):
-        return default_container_scope(subscription, region, store.container, configured)
     found = find_account(clients, store.account)
+    if found is None and store.account == default_account(subscription, region, configured):
+        return default_container_scope(subscription, region, store.container, configured)
     if found is None:
         raise NotFound(
             f"storage account {store.account} is not in subscription {subscription}",
