@@ -18,9 +18,11 @@ import json
 from dataclasses import dataclass
 
 import pytest
+import yaml
 
 from cloudtrain.account_check import candidates
 from cloudtrain.catalog import Catalog
+from cloudtrain.plan import make_plan, on_demand_spec
 from cloudtrain.spec import load_spec
 from tests.e2e.test_gcp_in_a_box import JOB, GcpBox, gcp
 from tests.fakes.gcp_cloud import gcp_cloud, gcs_emulator, gcs_emulator_session
@@ -130,3 +132,34 @@ def test_a_caller_missing_one_right_is_told_by_check_and_run_creates_nothing(
 
     client = storage.Client(credentials=AnonymousCredentials(), project=gcp.cloud.project)
     assert [b.name for b in client.list_buckets()] == [], "no bucket either"
+
+
+def test_no_spot_capacity_anywhere_goes_on_demand_where_the_spec_allows(gcp: GcpBox) -> None:
+    job = gcp.ct.tick_job("spotless", epochs=3, seconds=0.2)
+    spec = yaml.safe_load(job.read_text())
+    spec["cluster"].update(spot=True, spot_fallback=True)
+    job.write_text(yaml.safe_dump(spec))
+    on_demand = make_plan(on_demand_spec(load_spec(job, provider="gcp")), Catalog.bundled())
+    gcp.cloud.account.sell_out_everywhere(spot_only=True)
+    proc = gcp.run("run", "--provider", "gcp", str(job), timeout=600)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    (run_id,) = gcp.ct.run_ids()
+    inserts = [
+        op for op in gcp.cloud.gce.operations() if op["operationType"] == "insert" and "zone" in op
+    ]
+    landed = [op for op in inserts if not op.get("error")]
+    assert len(landed) == 2 and {zone_region(op) for op in landed} == {on_demand.region}
+    assert all(op.get("error") for op in inserts if op not in landed)
+    path = [e.message for e in gcp.ct.ledger().events(run_id) if e.kind == "failover"]
+    route = next(line for line in path if line.startswith("tried "))
+    assert "no spot place left: on-demand from here" in route
+    assert route.endswith(f"landed on-demand in gcp {on_demand.region}"), route
+    moved = f"moving to gcp {on_demand.region} at ${on_demand.hourly_usd:.2f}/h"
+    assert path.count(moved) >= 1, path[-5:]
+    assert "place: tried gcp " in proc.stdout
+    record = gcp.ct.ledger().get_run(run_id)  # the spot plan's first place made the store
+    assert record is not None and record.store_uri
+    made_in = record.store_uri.removeprefix(f"gs://cloudtrain-{gcp.cloud.project}-")
+    MadeIn(gcp.ct, gcp.harness, gcp.cloud, gcp.identities, region=made_in).assert_nothing_left(
+        run_id
+    )
