@@ -107,7 +107,9 @@ def test_no_quota_then_sold_out_then_the_third_region_trains(gcp: GcpBox) -> Non
     assert route.startswith(f"tried gcp {second}: capacity:"), route
     assert route.endswith(f"landed in gcp {third}"), route
     assert f"place: tried gcp {second}: capacity" in proc.stdout, proc.stdout[-3000:]
-    assert f"in {second}" in proc.stdout.split("cloudtrain run ", 1)[0]  # planned there
+    planned = proc.stdout.split("cloudtrain run ", 1)[0]  # the plan, before anything exists
+    assert f"in {second}" in planned  # planned there, saying why not in the first:
+    assert f"quota {GPU_QUOTA} in {first}: limit 0" in planned, planned
     box.assert_nothing_left(run_id)
     assert [i for i in gcp.cloud.gce.instances() if zone_region(i) in (first, second)] == []
 
