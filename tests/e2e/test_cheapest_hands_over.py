@@ -154,6 +154,9 @@ def test_aws_sold_out_everywhere_hands_the_run_to_gcp(gcp: GcpBox, aws3: AwsBox)
     assert f"{prefix}model/saved_model/saved_model.pb" in gcp.keys(prefix)
     gcp.assert_nothing_left(run_id)
     assert_nothing_on_aws(aws3, run_id)
+    made = {(r.provider, r.region) for r in ct.ledger().resources(run_id)}
+    assert {r for p, r in made if p == "aws"} == {AWS_REGION}, made  # made there, then deleted
+    assert ("gcp", GCP_REGION) in made, made  # (GCP's firewall and accounts are global)
 
     status = gcp.run("status", run_id, "--json")
     assert status.returncode == 0, status.stdout + status.stderr
