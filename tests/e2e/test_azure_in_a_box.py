@@ -258,9 +258,10 @@ def test_detach_then_status_logs_and_down(azure: AzureBox) -> None:
 
 
 def test_no_capacity_anywhere_fails_clearly_and_leaves_nothing(azure: AzureBox) -> None:
-    # the region and every zone are full: 2 nodes x (no zone, zones 1, 2, 3)
+    # the region and every zone are full: 2 nodes x (no zone, zones 1, 2, 3); the region is
+    # pinned, so failover may not leave it (an unpinned run moves on: test_azure_gets_gpus.py)
     azure.arm.fail_next_vm_create("*", "ZonalAllocationFailed", count=8)
-    proc = azure.run("run", "--provider", "azure", str(JOB))
+    proc = azure.run("run", "--provider", "azure", "--region", "eastus", str(JOB))
     assert proc.returncode == 3, proc.stdout[-3000:] + proc.stderr[-2000:]
     tried = "no capacity for Standard_NC4as_T4_v3 in eastus: tried no zone, zone 1, zone 2, zone 3"
     assert tried in proc.stdout, proc.stdout[-3000:]
