@@ -16,8 +16,9 @@ import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from cloudtrain.account_check import candidates, needs_of, quota_words
+from cloudtrain.account_check import candidates, needs_of, quota_words, rights_error
 from cloudtrain.errors import CloudtrainError
+from cloudtrain.plan import CHEAPEST
 
 if TYPE_CHECKING:
     from cloudtrain.catalog import Catalog
@@ -49,14 +50,22 @@ def plan_for_account(spec: JobSpec, catalog: Catalog, probe_of: ProbeOf) -> Plan
     avoid: dict[tuple[str, str], str] = {}
     notes: list[str] = []
     probes: dict[str, AccountProbe | None] = {}
-    for place in candidates(spec, catalog, MAX_REGIONS_ASKED):
-        cloud = place.provider
+
+    def probe_for(cloud: str) -> AccountProbe | None:
         if cloud not in probes:
             probes[cloud] = probe_of(cloud, dataclasses.replace(first, provider=cloud))
             has_account = info(cloud).credential_env or info(cloud).credential_files
             if probes[cloud] is None and has_account:
                 notes.append(not_looked_note(cloud))
-        probe = probes[cloud]
+        return probes[cloud]
+
+    if spec.provider == CHEAPEST:  # a cloud whose caller lacks rights is no place to go
+        avoid.update(_clouds_without_rights(spec, catalog, probe_for))
+    for place in candidates(spec, catalog, MAX_REGIONS_ASKED):
+        cloud = place.provider
+        if (cloud, place.region) in avoid:
+            continue
+        probe = probe_for(cloud)
         if probe is None:
             break  # the cheapest place left cannot be asked: the plan takes it as it is
         try:
@@ -70,3 +79,28 @@ def plan_for_account(spec: JobSpec, catalog: Catalog, probe_of: ProbeOf) -> Plan
         avoid[(cloud, place.region)] = quota_words(short)
     chosen = make_plan(spec, catalog, avoid=avoid) if avoid else first
     return dataclasses.replace(chosen, notes=(*chosen.notes, *notes))
+
+
+def _clouds_without_rights(
+    spec: JobSpec, catalog: Catalog, probe_for: Callable[[str], AccountProbe | None]
+) -> dict[tuple[str, str], str]:
+    """Every place of each cloud (of `provider: cheapest`) whose caller lacks a right a run
+    needs, with the line `check` prints; a cloud not asked, or refusing the question, is kept
+    (its create calls will say). Blocks on each asked cloud's rights API."""
+    from cloudtrain.plan import placements
+    from cloudtrain.providers.registry import info
+
+    every = placements(spec, catalog)
+    ruled: dict[tuple[str, str], str] = {}
+    for cloud in dict.fromkeys(p.provider for p in every):
+        probe = probe_for(cloud)
+        if probe is None:
+            continue
+        try:
+            missing = probe.missing_rights()
+        except CloudtrainError:
+            continue
+        if missing:
+            why = rights_error(info(cloud).label, sorted(missing)).message
+            ruled.update({p.place: why for p in every if p.provider == cloud})
+    return ruled

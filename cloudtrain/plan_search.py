@@ -190,7 +190,18 @@ def avoiding(choices: list[Choice], avoid: Mapping[Place, str]) -> tuple[list[Ch
     skipped = dict.fromkeys(
         (c.provider, c.region) for c in choices[:first] if (c.provider, c.region) in avoid
     )
-    return kept, [f"skipped {p} {r}: {avoid[(p, r)]}" for p, r in skipped]
+    # one note per cloud and reason: a cloud ruled out whole (its caller's rights) is one line
+    grouped: dict[tuple[str, str], list[str]] = {}
+    for p, r in skipped:
+        grouped.setdefault((p, avoid[(p, r)]), []).append(r)
+    return kept, [f"skipped {p} {_regions(rs)}: {why}" for (p, why), rs in grouped.items()]
+
+
+def _regions(regions: list[str], shown: int = 3) -> str:
+    """`r1`, `r1, r2 and r3`, `r1, r2, r3 and 4 more regions`. Pure."""
+    if len(regions) <= shown:
+        return " and ".join(filter(None, [", ".join(regions[:-1]), regions[-1]]))
+    return f"{', '.join(regions[:shown])} and {len(regions) - shown} more regions"
 
 
 def alternatives(

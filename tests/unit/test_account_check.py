@@ -208,3 +208,27 @@ def test_a_skipped_region_as_cheap_as_the_chosen_one_is_noted(spec) -> None:  # 
     got = plan_for_account(spec, tied, lambda cloud, placed: probe)
     assert got.region == "r-two"  # r-one ranks first at the same price: its skip is said
     assert [n for n in got.notes if n.startswith("skipped aws r-one: quota GPUS")], got.notes
+
+
+CHEAPEST_JOB = JOB.replace("provider: aws", "provider: cheapest")
+
+
+def test_cheapest_leaves_out_a_cloud_whose_caller_lacks_rights(tmp_path: Path) -> None:
+    (tmp_path / "job.yaml").write_text(CHEAPEST_JOB)
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    spec = load_spec(tmp_path / "job.yaml")
+    gcp = Offer("gcp", "g2-standard-8", "T4", 1, 8.0, 32.0, "g-one", "g-one-a", 0.9, None, "d")
+    both = Catalog.from_rows([*CATALOG.offers("aws"), gcp])
+    probes = {"aws": ScriptedProbe(missing=("iam:CreateRole",)), "gcp": ScriptedProbe()}
+    got = plan_for_account(spec, both, lambda cloud, placed: probes[cloud])
+    assert got.provider == "gcp" and got.region == "g-one"
+    line = "the AWS credentials lack 1 right(s) a run needs: iam:CreateRole"
+    skipped = [n for n in got.notes if n.startswith("skipped aws")]
+    assert skipped == [f"skipped aws r-one, r-two and r-three: {line}"], got.notes
+    # failover never goes there either: every AWS place is among the plan's avoided ones
+    assert {p for p in got.avoided_places() if p[0] == "aws"} == {
+        ("aws", "r-one"),
+        ("aws", "r-two"),
+        ("aws", "r-three"),
+    }
+    assert "quotas r-one" not in probes["aws"].asked

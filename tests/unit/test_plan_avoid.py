@@ -63,7 +63,7 @@ def test_cheapest_moves_to_the_next_cloud() -> None:
     avoid = {("aws", r): "no capacity" for r in ("reg-a", "reg-b", "reg-c")}
     plan = make_plan(make_spec("cheapest", roles=ONE), CATALOG, avoid=avoid)
     assert plan.place == ("gcp", "reg-g")
-    assert "skipped aws reg-a: no capacity" in plan.notes
+    assert "skipped aws reg-a, reg-b and reg-c: no capacity" in plan.notes  # one line a reason
 
 
 def test_placements_are_every_feasible_place_in_price_order() -> None:
