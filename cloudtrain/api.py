@@ -162,12 +162,22 @@ def account_probe_of(spec: JobSpec) -> Callable[[str, Plan], AccountProbe | None
 def check_rights(spec: JobSpec, the_plan: Plan) -> None:
     """Refuse a run whose caller lacks rights it needs, before anything exists: RightsMissing
     naming them (the line `cloudtrain check` prints). Asks only where the plan's cloud's
-    credentials are visible; a cloud that refuses the question itself lets the run go on (its
-    create calls will say what is refused). Blocks on the cloud's API; creates nothing."""
+    credentials are visible; credentials that are visible but unusable (a key file that is
+    gone) raise their CredentialsError now, the run's one error line; a cloud that refuses the
+    rights question itself lets the run go on (its create calls will say what is refused).
+    Blocks on the cloud's API; creates nothing."""
     from cloudtrain.account_check import rights_error
+    from cloudtrain.errors import CredentialsError
 
     probe = account_probe_of(spec)(the_plan.provider, the_plan)
     if probe is None:
+        return
+    try:
+        probe.credentials()
+    except CredentialsError:
+        raise  # nothing could be created with them: said once, before anything exists
+    except CloudtrainError as exc:
+        warn(f"could not ask {the_plan.provider} who the caller is: {exc.message}")
         return
     try:
         missing = probe.missing_rights()
