@@ -12,7 +12,7 @@ not raised: `check` goes on with the next question. Nothing here creates anythin
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -145,14 +145,15 @@ def rights_error(label: str, missing: Sequence[str]) -> RightsMissing:
     )
 
 
-def candidates(spec: JobSpec, catalog: Catalog, per_cloud: int) -> list[Candidate]:
+def candidates(spec: JobSpec, catalog: Catalog, per_cloud: int) -> Iterator[Candidate]:
     """The spec's feasible, affordable places (`plan.placements`), cheapest first, at most
-    `per_cloud` of each cloud, each with the nodes its plan would have there. Pure."""
+    `per_cloud` of each cloud, each with the nodes its plan would have there. Pure and lazy:
+    each place's plan is made only when the caller asks for it (the account-aware plan stops at
+    the first region whose quota holds)."""
     from cloudtrain.errors import PlanError
     from cloudtrain.plan import make_plan, placements
 
     every = placements(spec, catalog)
-    found: list[Candidate] = []
     taken: dict[str, int] = {}
     for place in every:
         if taken.get(place.provider, 0) >= per_cloud:
@@ -163,8 +164,7 @@ def candidates(spec: JobSpec, catalog: Catalog, per_cloud: int) -> list[Candidat
         except PlanError:  # over the budget there
             continue
         taken[place.provider] = taken.get(place.provider, 0) + 1
-        found.append(Candidate(place.provider, place.region, placed.hourly_usd, placed.nodes))
-    return found
+        yield Candidate(place.provider, place.region, placed.hourly_usd, placed.nodes)
 
 
 def needs_of(provider: str, nodes: Sequence[NodePlan], catalog: Catalog) -> list[QuotaNeed]:

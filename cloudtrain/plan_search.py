@@ -200,7 +200,7 @@ def avoiding(choices: list[Choice], avoid: Mapping[Place, str]) -> tuple[list[Ch
 def _regions(regions: list[str], shown: int = 3) -> str:
     """`r1`, `r1, r2 and r3`, `r1, r2, r3 and 4 more regions`. Pure."""
     if len(regions) <= shown:
-        return " and ".join(filter(None, [", ".join(regions[:-1]), regions[-1]]))
+        return listed(regions, "and")
     return f"{', '.join(regions[:shown])} and {len(regions) - shown} more regions"
 
 
@@ -309,9 +309,11 @@ def infeasible(
     return PlanError(message, hint=hint)
 
 
-def listed(names: tuple[str, ...] | list[str]) -> str:
-    """`a, b or c`. Pure."""
-    return ", ".join(names[:-1]) + " or " + names[-1] if len(names) > 1 else "".join(names)
+def listed(names: tuple[str, ...] | list[str], last: str = "or") -> str:
+    """`a, b or c` (or `a, b and c` with `last="and"`). Pure."""
+    if len(names) < 2:
+        return "".join(names)
+    return f"{', '.join(names[:-1])} {last} {names[-1]}"
 
 
 def price(offer: Offer | None, spot: bool) -> float:

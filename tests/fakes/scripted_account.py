@@ -47,7 +47,8 @@ class ScriptedProbe(AccountProbe):
     def apis(self) -> list[ApiState]:
         self.asked.append("apis")
         return [
-            ApiState(n, n not in self.apis_down, "off" * (n in self.apis_down)) for n in ("a", "b")
+            ApiState(n, n not in self.apis_down, "off" if n in self.apis_down else "")
+            for n in ("a", "b")
         ]
 
     def missing_rights(self) -> list[str]:

@@ -60,7 +60,7 @@ def spec(tmp_path: Path):  # type: ignore[no-untyped-def]
 def _candidates(spec) -> list[Candidate]:  # type: ignore[no-untyped-def]
     from cloudtrain.account_check import candidates
 
-    return candidates(spec, CATALOG, 12)
+    return list(candidates(spec, CATALOG, 12))
 
 
 def test_candidates_walk_the_regions_in_price_order_with_their_nodes(spec) -> None:  # type: ignore[no-untyped-def]
