@@ -10,7 +10,7 @@ bookworm, real apt, venv, pip, curl and agent):
 2. warm: a new run on the same bucket: the node fetches that wheelhouse (one presigned GET,
    sha256-checked) and installs with no index.
 
-Printed per boot, from the node's bootstrap log (cloudtrain/bootlog.py): apt, venv, fetch, pip
+Printed per boot, from the node's bootstrap log (cloudtrain/state/bootlog.py): apt, venv, fetch, pip
 (the python phase's steps), bundle (fetch through the presigned URL, check, install the
 cloudtrain wheel), agent start (the `phase agent: starting` line to the agent's registration in
 the bucket, both to the second), and the whole boot (first log line to the registration).
@@ -65,7 +65,7 @@ def _first_line_at(log: str, prefix: str) -> float:
 
 def boot_figures(log: str, registered_at: float) -> dict[str, float]:
     """The phase figures of one boot from its bootstrap log and the agent's registration time."""
-    from cloudtrain import bootlog
+    from cloudtrain.state import bootlog
 
     parsed = bootlog.parse(log)
     steps = parsed.steps.get("python", {})
@@ -124,7 +124,7 @@ def table(cold: dict[str, float], warm: dict[str, float], n: int) -> str:
 
 def forget_wheelhouse(s3: Any, bucket: str) -> None:
     """Delete every wheelhouse from the bucket, so the next boot is cold again."""
-    from cloudtrain import wheelhouse
+    from cloudtrain.run import wheelhouse
 
     pages = s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=wheelhouse.ROOT)
     for page in pages:
@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     import boto3
 
-    from cloudtrain import wheelhouse
+    from cloudtrain.run import wheelhouse
     from tests.e2e.test_aws_in_a_box import _discover
     from tests.fakes.box_images import DEBIAN_12_AMI_PARAM
     from tests.fakes.debian_boot import DebianBootHarness

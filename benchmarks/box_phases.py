@@ -15,7 +15,7 @@ How: one run of the digits-multiworker example's own job.yaml (2 workers, `pytho
      its provisioning includes one failed zone.
 
 Prints one table, phase x (local, aws box, gcp box, azure box) in seconds (the breakdown of
-cloudtrain/trace_view.py: its phases add up to the traced wall time, the CLI's start to its
+cloudtrain/insight/trace_view.py: its phases add up to the traced wall time, the CLI's start to its
 teardown's end), with the CLI's wall time as seen from outside, the trace's coverage and the
 1-minute load average when each run ended; then one line per box stating its fakes' latency. A
 figure line per place and phase (`box_phases_<place>_<phase>_s value=...`, no target: these
@@ -42,7 +42,7 @@ from _common import EXAMPLES, REPO, bench_home, cloudtrain_run, cloudtrain_statu
 
 sys.path.insert(0, str(REPO))
 
-from cloudtrain.trace_view import PHASES
+from cloudtrain.insight.trace_view import PHASES
 from tests.e2e.phases_report import PHASES_ENV, SECTION, compact
 
 PLACES = ("local", "aws", "gcp", "azure")
@@ -60,7 +60,7 @@ def box_test(cloud: str) -> str:
 
 def run_local(tmp: Path) -> dict[str, Any]:
     """One local run of the job; its row as phases_report writes a box's. Blocks."""
-    from cloudtrain.runtypes import RunOptions
+    from cloudtrain.spec.runtypes import RunOptions
 
     spawned = time.time()
     _, data = cloudtrain_run(JOB, tmp / "local.log")

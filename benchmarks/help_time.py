@@ -6,7 +6,7 @@ from spawn to exit; report the median. Target <= 0.25 s. Runs use bytecode cachi
 shell does (the cache lives in the temp dir). The child's CPU time is printed too: unlike the
 wall time, it hardly moves when other work competes for the cores.
 
-Also, in a fresh interpreter: `import cloudtrain.cli` and list `sys.modules`, and run
+Also, in a fresh interpreter: `import cloudtrain.cli.main` and list `sys.modules`, and run
 `python -X importtime <console script> --help`; neither may load TensorFlow, tf-keras/keras,
 boto3/botocore, google.cloud/google.api_core or azure. The slowest imports are printed to show
 what the start-up time is made of, with a bare `python -c pass` as the floor.
@@ -57,11 +57,11 @@ def main() -> int:
         info(f"CPU time (user+sys) median {median(cpu):.3f} s")
         info(f"floor: `python -c pass` wall median {median(floor):.3f} s")
 
-        heavy_import = heavy_modules(modules_after_import("cloudtrain.cli"))
+        heavy_import = heavy_modules(modules_after_import("cloudtrain.cli.main"))
         heavy = sorted(
             set(heavy_import) | set(import_report([str(script), "--help"], env, "--help"))
         )
-        info(f"heavy modules loaded by `import cloudtrain.cli` / `--help`: {heavy or 'none'}")
+        info(f"heavy modules loaded by `import cloudtrain.cli.main` / `--help`: {heavy or 'none'}")
 
         ok = result("help_wall_s", median(walls), TARGET_S, n=len(walls))
         ok &= result("help_heavy_imports", len(heavy), 0, op="==", stat="count")

@@ -118,7 +118,7 @@ def _steady_polls(
 def new_design(store: Any, run: syn.SyntheticRun, meter: pm.HttpCalls, polls: int) -> PollFigures:
     """The current RunReader: a first poll (a watch starting on the run, untimed here), then
     steady polls."""
-    from cloudtrain.runstate import RunReader
+    from cloudtrain.state.runstate import RunReader
 
     reader = RunReader(store, run.run_id, nodes=run.shape.node_names())  # as the controller
     t0 = time.perf_counter()
@@ -151,7 +151,7 @@ def old_design(
 
 def logs_cli(run: syn.SyntheticRun, store_uri: str, region: str) -> float:
     """Seconds of `cloudtrain logs RUN` (the console script) on the run; checks its output."""
-    from cloudtrain.ledger import Ledger
+    from cloudtrain.state.ledger import Ledger
 
     ledger = Ledger()  # the temp CLOUDTRAIN_HOME's
     ledger.create_run(run.run_id, run.run_id, "aws", region, None, None, store_uri, None)

@@ -164,14 +164,14 @@ def old_runstate() -> types.ModuleType:
     """The RunReader module of commit OLD_COMMIT, loaded from `git show` (not kept in the tree).
     Raises CalledProcessError outside a git checkout."""
     text = subprocess.run(
-        ["git", "show", f"{OLD_COMMIT}:cloudtrain/runstate.py"],
+        ["git", "show", f"{OLD_COMMIT}:cloudtrain/state/runstate.py"],
         cwd=REPO,
         capture_output=True,
         text=True,
         check=True,
     ).stdout
     module = types.ModuleType("runstate_11bd739")
-    module.__file__ = f"git:{OLD_COMMIT}:cloudtrain/runstate.py"
+    module.__file__ = f"git:{OLD_COMMIT}:cloudtrain/state/runstate.py"
     import sys
 
     sys.modules[module.__name__] = module  # dataclasses resolve annotations through it

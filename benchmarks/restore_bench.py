@@ -40,7 +40,7 @@ def _sparse(path: Path, size: int) -> None:
 def bench(store: Any, gb: float, tmp: Path, beat_thread: bool = True, shards: int = 40) -> bool:
     """Upload, restore while polling, print the figures; returns whether the age goal holds."""
     from cloudtrain.jobs.agent import Agent
-    from cloudtrain.runstate import RunReader
+    from cloudtrain.state.runstate import RunReader
 
     size = int(gb * 1e9)
     free = shutil.disk_usage(tmp).free

@@ -132,7 +132,7 @@ def fault_fanout(n: int) -> float:
 
 def redact_lines() -> float:
     """Seconds for a Redactor of 50 secrets to redact 20,000 log lines."""
-    from cloudtrain.redact import Redactor
+    from cloudtrain.core.redact import Redactor
 
     redactor = Redactor([f"secret-value-{i:03d}" for i in range(50)])
     lines = [f"step {i}: loss=0.{i} acc=0.9 secret-value-{i % 60:03d}" for i in range(20_000)]

@@ -36,7 +36,8 @@ import traceback
 from pathlib import Path
 from typing import Any, TypeVar
 
-from cloudtrain.errors import CloudtrainError
+from cloudtrain.core.errors import CloudtrainError
+from cloudtrain.core.redact import Redactor
 from cloudtrain.jobs import horovod
 from cloudtrain.jobs import protocol as proto
 from cloudtrain.jobs import trace as tr
@@ -54,7 +55,6 @@ from cloudtrain.jobs.rendezvous import Rendezvous
 from cloudtrain.jobs.tf_config import build_tf_config, chief_task, needs_tf_config
 from cloudtrain.providers.base import node_name
 from cloudtrain.providers.change_wait import ChangeWaiter
-from cloudtrain.redact import Redactor
 
 __all__ = ["Agent", "LogPump", "NewAttempt", "StopRequested", "main"]
 D = TypeVar("D", bound=proto.Document)
@@ -169,7 +169,7 @@ class Agent(Beats, Checkpoints, NodeTrace, Rendezvous):
 
     def check_lease(self, now: float) -> None:
         """The chief writes control/orphaned, once per expired term, when the run's lease
-        (cloudtrain/lease.py) expired: nobody replaces lost nodes or enforces the budget (a
+        (cloudtrain/state/lease.py) expired: nobody replaces lost nodes or enforces the budget (a
         controller node died); `cloudtrain status` shows it and `cloudtrain attach` takes over.
         Training goes on either way. Best effort: a bucket hiccup waits for the next check."""
         try:

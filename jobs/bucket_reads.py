@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from cloudtrain.errors import NotFound, TooLarge
+from cloudtrain.core.errors import NotFound, TooLarge
 from cloudtrain.jobs.protocol_base import D, ProtocolError
 
 __all__ = [

@@ -29,7 +29,7 @@ from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any, TypeVar
 
-from cloudtrain.errors import TooLarge
+from cloudtrain.core.errors import TooLarge
 from cloudtrain.jobs import protocol as proto
 from cloudtrain.jobs.protocol import ClusterDoc
 from cloudtrain.providers.change_wait import ChangeWaiter

@@ -1,6 +1,6 @@
 """Read a node's log chunks by sequence number, in parallel rounds, never by listing logs/: what
 the node's agent (jobs/logpump.py, resuming a stream) and the controller's reader
-(cloudtrain/log_reader.py) share. Standard library only (node-side: Python 3.10+).
+(cloudtrain/state/log_reader.py) share. Standard library only (node-side: Python 3.10+).
 
 A node's stream is writable by any node of the run, so every GET is bounded: a chunk over its
 cap reads as one line saying it was skipped (warned about once per key), and a round asks for
@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from cloudtrain.errors import NotFound, TooLarge
+from cloudtrain.core.errors import NotFound, TooLarge
 from cloudtrain.jobs.bucket_reads import LOG_CHUNK_MAX_BYTES, LOG_ROUND_MAX_BYTES, Skips
 from cloudtrain.jobs.protocol import log_chunk_name
 

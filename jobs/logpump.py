@@ -15,6 +15,7 @@ import threading
 import time
 from typing import Any
 
+from cloudtrain.core.redact import Redactor
 from cloudtrain.jobs.bucket_reads import read_document
 from cloudtrain.jobs.log_chunks import SKIPS, get_chunks
 from cloudtrain.jobs.protocol import (
@@ -27,7 +28,6 @@ from cloudtrain.jobs.protocol import (
     logs_prefix,
     open_segment_body,
 )
-from cloudtrain.redact import Redactor
 
 # the output is untrusted: an epoch number longer than 9 digits is no epoch (int() of a 5000-digit
 # string raises ValueError on 3.11+), so the patterns take none

@@ -29,8 +29,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from cloudtrain.core.node_text import finite
 from cloudtrain.jobs import protocol as proto
-from cloudtrain.node_text import finite
 
 LOSSES_KEPT = 32  # the heartbeat's `losses`: the live view's sparkline
 # the stream's pace: its readers (the report) need no second-by-second chunks, and a PUT every

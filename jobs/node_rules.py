@@ -1,6 +1,6 @@
 """What a node cannot run: the rules for the strings a spec sends to its nodes. Stdlib only.
 
-The same functions run twice: at spec time (`cloudtrain/spec.py`, which adds `file:line: field`)
+The same functions run twice: at spec time (`cloudtrain/spec/job.py`, which adds `file:line: field`)
 and on the node just before exec (`jobs/agent.py`), so a value that arrives bad anyway becomes a
 failed status with a reason instead of an agent error on every attempt. Each function returns
 what is wrong in one line, or None; no message ever contains the value itself (it may be a

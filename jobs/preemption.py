@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from cloudtrain.errors import UsageError
+from cloudtrain.core.errors import UsageError
 from cloudtrain.providers.metadata import MetadataHttp, Notice, Probe, Unreachable
 from cloudtrain.providers.registry import info, info_for_uri, load, names
 

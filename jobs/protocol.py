@@ -76,7 +76,8 @@ RUNS_ROOT = "cloudtrain/runs/"
 CLUSTER_NAME = "cluster.json"  # the names inside the run's prefix that prose may mention too
 STOP_NAME = "control/stop"
 LEASE_NAME = "control/lease"
-KEY_NAME = "control/key"  # the run's key (cloudtrain/run_key.py): no node identity may read it
+# the run's key (cloudtrain/state/run_key.py): no node identity may read it
+KEY_NAME = "control/key"
 # the reason in the status of an agent that stopped because it found the stop key
 STOPPED_BY_CONTROL = STOP_NAME
 
@@ -108,12 +109,13 @@ def yield_key(run_id: str) -> str:
 
 
 def launch_key(run_id: str) -> str:
-    """control/launch.json: what a controller needs to adopt the run (cloudtrain/launch_doc.py)."""
+    """control/launch.json: what a controller needs to adopt the run
+    (cloudtrain/state/launch_doc.py)."""
     return run_prefix(run_id) + "control/launch.json"
 
 
 def journal_prefix(run_id: str) -> str:
-    """ledger/: the run's journal, one object per ledger write (cloudtrain/journal.py)."""
+    """ledger/: the run's journal, one object per ledger write (cloudtrain/state/journal.py)."""
     return run_prefix(run_id) + "ledger/"
 
 
@@ -455,7 +457,7 @@ class CheckpointsReady(Document):
 
 @dataclass(frozen=True, eq=False)
 class LeaseDoc(Document):
-    """control/lease: exactly one process controls a run (cloudtrain/lease.py). `term` only
+    """control/lease: exactly one process controls a run (cloudtrain/state/lease.py). `term` only
     grows: every takeover adds one, a renewal keeps it. `successor` names the owner a release
     hands the run to (the controller node); it may take the lease while the document is live."""
 

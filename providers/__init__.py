@@ -15,7 +15,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-from cloudtrain.errors import UsageError
+from cloudtrain.core.errors import UsageError
 from cloudtrain.providers.info import ProviderInfo
 from cloudtrain.providers.registry import (
     _EXTRA,  # noqa: F401  (tests register a provider through it)

@@ -8,10 +8,10 @@ from __future__ import annotations
 import ipaddress
 import os
 
-from cloudtrain.errors import ProviderError
+from cloudtrain.core.errors import ProviderError
 
 # deprecated: the option providers.<cloud>.ssh_cidr (job.yaml or config.yaml) replaces it; still
-# read when a provider is built without that option (`cloudtrain.provider_config` warns once)
+# read when a provider is built without that option (`cloudtrain.spec.provider_config` warns once)
 SSH_CIDR_ENV = "CLOUDTRAIN_SSH_CIDR"
 
 

@@ -2,7 +2,7 @@
 
 Every adapter (local.py, aws/, gcp/, azure/) implements exactly this, and so do the two wrappers
 the registry puts around each one it builds: the test-only fault injector (faults.py) and, outside
-it, the one retry layer (retrying.py). Adapters turn SDK exceptions into `cloudtrain.errors`
+it, the one retry layer (retrying.py). Adapters turn SDK exceptions into `cloudtrain.core.errors`
 types; nothing above this layer sees an SDK exception. Each method's docstring states whether it
 is idempotent and whether it blocks. Adding a cloud: follow the checklist in providers/README.md;
 the contract suite (tests/providers/) runs every check against every registered provider.
@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
-from cloudtrain.errors import TooLarge
+from cloudtrain.core.errors import TooLarge
 from cloudtrain.providers.parallel import Counter, first_error, parallel_map
 
 if TYPE_CHECKING:
@@ -61,10 +61,10 @@ class ProviderConfig:
     """What an adapter is built from. Credentials never appear here: SDKs use their own chains.
 
     `options` is the provider's typed options model (the pydantic model its INFO's `options`
-    names, e.g. GcpOptions), as `cloudtrain.provider_config.config_for` resolves it from job.yaml,
-    config.yaml and the deprecated variables; empty means every option's default (how the node
-    side builds a store: it has no pydantic). Adapters read it with `option(name)` and import no
-    options module, so this stays standard library only. A plain mapping is still accepted (an
+    names, e.g. GcpOptions), as `cloudtrain.spec.provider_config.config_for` resolves it from
+    job.yaml, config.yaml and the deprecated variables; empty means every option's default (how the
+    node side builds a store: it has no pydantic). Adapters read it with `option(name)` and import
+    no options module, so this stays standard library only. A plain mapping is still accepted (an
     older caller's, a test fixture's) and read the same way."""
 
     name: str
@@ -346,7 +346,7 @@ class Compute(ABC):
         finished, so the caller knows the full set that may exist (the ledger has them all).
         `on_created(name, start, end)` hears of each call as it returns ("<name> (failed)" for
         one that raised), from the fan-out's threads (the run's trace)."""
-        from cloudtrain.crashpoints import crash_point
+        from cloudtrain.core.crashpoints import crash_point
 
         if requests:
             self.prepare_nodes(run, requests)
@@ -380,7 +380,7 @@ class Compute(ABC):
         wait until they are gone. Idempotent. Retries nothing itself (see `create_nodes`). An
         adapter whose cloud deletes many nodes in one call may override this; the retry layer
         then retries that call as a whole."""
-        from cloudtrain.crashpoints import crash_point
+        from cloudtrain.core.crashpoints import crash_point
 
         done = Counter()
 

@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
-from cloudtrain.errors import NoCapacityError, TransientError, UsageError
+from cloudtrain.core.errors import NoCapacityError, TransientError, UsageError
 from cloudtrain.providers.base import (
     Compute,
     Node,

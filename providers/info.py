@@ -37,7 +37,7 @@ class ProviderInfo:
     inventory_scope: Literal["region", "account"] = "region"
     searched_by_cheapest: bool = False  # does `plan --provider cheapest` consider it
     catalog_zones: bool = True  # False: its catalog rows have no zones (a spec's zone is ignored)
-    # "module:function" of its catalog rules (stdlib only): see cloudtrain/catalog.py
+    # "module:function" of its catalog rules (stdlib only): see cloudtrain/catalog/offers.py
     catalog_rules: str | None = None
     display: str = ""  # how help text and reports name it ("AWS"); the name if empty
     # where its SDK's credential chain looks before any network (providers/credential_hints.py):

@@ -26,9 +26,9 @@ import threading
 import time
 from pathlib import Path
 
-from cloudtrain.errors import ProviderError
-from cloudtrain.paths import cloudtrain_home
-from cloudtrain.procid import environ_has, same_process, start_stamp
+from cloudtrain.core.errors import ProviderError
+from cloudtrain.core.paths import cloudtrain_home
+from cloudtrain.core.procid import environ_has, same_process, start_stamp
 from cloudtrain.providers import local_cgroups
 from cloudtrain.providers.base import (
     Compute,

@@ -7,7 +7,8 @@ inherits in its environment (`NODE_ENV`, with the node's folder in `CT_WORK`), f
 (`setsid`, a double fork); and its cgroup where one could be made (providers/local_cgroups.py).
 A process that both left the session AND cleared its environment (`setsid env -i ...`) can be
 found only through a cgroup: where none can be made (a laptop user without root or a delegated
-systemd cgroup), such a process outlives its node. Standard library only (and cloudtrain.errors).
+systemd cgroup), such a process outlives its node. Standard library only (and
+cloudtrain.core.errors).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from cloudtrain.errors import UsageError
+from cloudtrain.core.errors import UsageError
 
 # how often a kill looks whether the session is empty: an idle agent ends ~40 ms after SIGTERM,
 # which a 50 ms look rounded up to 50-100 ms per node (issue 20's teardown)

@@ -18,8 +18,8 @@ import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 
-from cloudtrain.crashpoints import crash_point
-from cloudtrain.errors import NotFound, PreconditionFailed, ProviderError, TooLarge
+from cloudtrain.core.crashpoints import crash_point
+from cloudtrain.core.errors import NotFound, PreconditionFailed, ProviderError, TooLarge
 from cloudtrain.providers.base import ObjectInfo, Resource
 from cloudtrain.providers.transfer import COPY_CHUNK, Progress, copy_file, report, sidecar_path
 from cloudtrain.providers.uri_rules import split_uri, uri_problem

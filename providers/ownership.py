@@ -8,7 +8,7 @@ Pure; standard library only.
 
 from __future__ import annotations
 
-from cloudtrain.errors import NotTheRuns
+from cloudtrain.core.errors import NotTheRuns
 from cloudtrain.providers.base import Resource
 
 

@@ -16,7 +16,7 @@ import importlib
 import importlib.util
 from typing import Any
 
-from cloudtrain.errors import UsageError
+from cloudtrain.core.errors import UsageError
 from cloudtrain.providers.info import ProviderInfo
 
 # The registered providers and the light module holding each one's `INFO` (a ProviderInfo), in

@@ -8,8 +8,8 @@ waits (a new IAM identity becoming visible, instances reaching `terminated`), ea
 in a comment where it is.
 
 Every operation has ONE stated deadline, in `DEADLINES_S` below. A call that raised a retryable
-error (`cloudtrain.errors.TransientError`: throttling, 5xx, a dropped connection) is called
-again with jittered backoff, at most `cloudtrain.retry.MAX_ATTEMPTS` times in all, stopping
+error (`cloudtrain.core.errors.TransientError`: throttling, 5xx, a dropped connection) is called
+again with jittered backoff, at most `cloudtrain.core.retry.MAX_ATTEMPTS` times in all, stopping
 before a sleep that would cross the deadline; then the last error propagates unchanged. Any
 other error (NotFound, NoCapacityError, QuotaError, access denied) propagates at once.
 
@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TypeVar
 
+from cloudtrain.core.retry import is_retryable, retrying
 from cloudtrain.providers.base import (
     Compute,
     Node,
@@ -40,7 +41,6 @@ from cloudtrain.providers.base import (
     Tagged,
     bound,
 )
-from cloudtrain.retry import is_retryable, retrying
 
 T = TypeVar("T")
 
@@ -278,7 +278,7 @@ class RetryingStore:
         every non-retryable error, is raised at once). Not idempotent: when a reply was lost,
         the retry finds the first try's own write and raises PreconditionFailed although the
         object now holds `data`. A caller must therefore treat PreconditionFailed as "read
-        again and decide" (get_tagged), never as "nothing was written" (cloudtrain/lease.py
+        again and decide" (get_tagged), never as "nothing was written" (cloudtrain/state/lease.py
         re-reads the lease and finds itself its owner). Blocks."""
         what = f"put {key} if " + ("absent" if tag is None else f"tag {tag}")
         return self._call("put_if", what, lambda: self.inner.put_if(key, data, tag))

@@ -30,7 +30,7 @@ from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any, Optional, TypeVar
 
-from cloudtrain.errors import PreconditionFailed, TransientError
+from cloudtrain.core.errors import PreconditionFailed, TransientError
 
 MiB = 1024 * 1024
 DEFAULT_PART_BYTES = 8 * MiB

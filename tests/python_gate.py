@@ -37,7 +37,7 @@ NODE_ENTRY_POINTS = (
     "cloudtrain.jobs.tf_config",
     # the controller node's process (issue 17), started by the startup script of a node of role
     # controller on the image's Python: the controller's whole watch loop runs on 3.10 there
-    "cloudtrain.controller_node",
+    "cloudtrain.managed.controller_node",
 )
 MIN_NODE_PYTHON = "3.10"
 # a dotted module name, or a "module:attr" reference (a ProviderInfo field: providers/info.py)

@@ -30,7 +30,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from cloudtrain.errors import CredentialsError, ProviderError
+from cloudtrain.core.errors import CredentialsError, ProviderError
 from cloudtrain.providers.account import (
     AccountProbe,
     ApiState,

@@ -15,7 +15,7 @@ import hashlib
 import json
 from typing import Any
 
-from cloudtrain.errors import ProviderError
+from cloudtrain.core.errors import ProviderError
 from cloudtrain.jobs.protocol import node_id
 from cloudtrain.providers.aws import network
 from cloudtrain.providers.aws.identity import controller_name, node_name

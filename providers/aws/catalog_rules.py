@@ -1,5 +1,5 @@
 """AWS's catalog rules (`INFO.catalog_rules`), read by the catalog build
-(`cloudtrain.catalog_build`). Standard library only, no SDK.
+(`cloudtrain.catalog.build`). Standard library only, no SDK.
 
 SUPPLEMENT_CSV: rows the reference file lacks, copied verbatim from the same upstream commit: CPU
 machines for `ps` nodes in zones that have GPU rows. Columns as in the build's source, `source`

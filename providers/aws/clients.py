@@ -1,5 +1,5 @@
 """boto3 sessions and clients for cloudtrain: the standard credential chain, the spec's region,
-and SDK-level retries kept short (cloudtrain's own policy in cloudtrain/retry.py decides).
+and SDK-level retries kept short (cloudtrain's own policy in cloudtrain/core/retry.py decides).
 
 boto3 honours AWS_ENDPOINT_URL (and AWS_ENDPOINT_URL_<SERVICE>) by itself: that is how the offline
 tests point every client, on the controller and on the nodes, at moto.

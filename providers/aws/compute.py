@@ -23,8 +23,8 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from cloudtrain.crashpoints import crash_point
-from cloudtrain.errors import NotFound, ProviderError, TransientError
+from cloudtrain.core.crashpoints import crash_point
+from cloudtrain.core.errors import NotFound, ProviderError, TransientError
 from cloudtrain.providers.aws import controller_identity, identity, network, node_policy
 from cloudtrain.providers.aws.bodies import (
     CONTROLLER_ROLE,

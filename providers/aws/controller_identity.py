@@ -9,7 +9,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from cloudtrain.errors import ProviderError
+from cloudtrain.core.errors import ProviderError
 from cloudtrain.jobs import protocol
 from cloudtrain.providers.aws.identity import (
     controller_name,

@@ -19,7 +19,7 @@ from botocore.exceptions import (
     PartialCredentialsError,
 )
 
-from cloudtrain.errors import (
+from cloudtrain.core.errors import (
     AlreadyExists,
     CloudtrainError,
     CredentialsError,

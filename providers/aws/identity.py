@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
-from cloudtrain.errors import ProviderError
+from cloudtrain.core.errors import ProviderError
 from cloudtrain.jobs.node_rights import chief_of
 from cloudtrain.providers.aws.errors import aws_errors
 from cloudtrain.providers.aws.network import TAG_RUN, call, resource_name, tag_dict, tag_list

@@ -27,7 +27,7 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Any
 
-from cloudtrain.errors import ProviderError
+from cloudtrain.core.errors import ProviderError
 from cloudtrain.providers.aws.network import call
 from cloudtrain.providers.images import ImageInfo, custom_image
 

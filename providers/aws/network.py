@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from botocore.exceptions import ClientError
 
-from cloudtrain.errors import ProviderError, TransientError
+from cloudtrain.core.errors import ProviderError, TransientError
 from cloudtrain.providers.access import SSH_CIDR_ENV as SSH_CIDR_ENV  # re-exported
 from cloudtrain.providers.access import check_port_range, ssh_cidr
 from cloudtrain.providers.aws.errors import aws_errors, error_code

@@ -12,7 +12,7 @@ import urllib.parse
 from collections.abc import Iterable
 from typing import Any
 
-from cloudtrain.errors import ProviderError
+from cloudtrain.core.errors import ProviderError
 from cloudtrain.jobs import node_rights, protocol
 from cloudtrain.jobs.node_rights import KeyRule
 

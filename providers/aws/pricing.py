@@ -33,8 +33,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from cloudtrain.catalog import Offer
-from cloudtrain.errors import ProviderError, UsageError
+from cloudtrain.catalog.offers import Offer
+from cloudtrain.core.errors import ProviderError, UsageError
 
 API = "AWS Price List Query API"
 PRICING_REGION = "us-east-1"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cloudtrain.errors import ProviderError
+from cloudtrain.core.errors import ProviderError
 from cloudtrain.providers.aws.clients import account_id, session
 from cloudtrain.providers.base import Provider, ProviderConfig
 

@@ -18,7 +18,7 @@ import contextlib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cloudtrain.errors import CloudtrainError, NotFound, TransientError
+from cloudtrain.core.errors import CloudtrainError, NotFound, TransientError
 from cloudtrain.providers import transfer
 from cloudtrain.providers.aws.errors import aws_errors
 from cloudtrain.providers.transfer import Part, Progress

@@ -1,7 +1,8 @@
 """S3 as a cloudtrain ObjectStore: `s3://bucket[/prefix]`, keys relative to the prefix.
 
 Every SDK call runs inside `aws_errors(...)`, which names the object and turns botocore exceptions
-into `cloudtrain.errors` types; nothing here catches a botocore exception. Large files go through
+into `cloudtrain.core.errors` types; nothing here catches a botocore exception. Large files go
+through
 s3_transfers.py (parallel multipart parts and ranged GETs, both resumable). Presigned URLs are
 SigV4, signed for the bucket's own region, and live at most an hour. Only the default bucket
 (`cloudtrain-...`) and buckets this class creates are configured (public access blocked,
@@ -18,8 +19,8 @@ from typing import Any
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from cloudtrain.crashpoints import crash_point
-from cloudtrain.errors import (
+from cloudtrain.core.crashpoints import crash_point
+from cloudtrain.core.errors import (
     CloudtrainError,
     NotFound,
     PreconditionFailed,

@@ -16,8 +16,8 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from cloudtrain.crashpoints import crash_point
-from cloudtrain.errors import NotFound
+from cloudtrain.core.crashpoints import crash_point
+from cloudtrain.core.errors import NotFound
 from cloudtrain.providers.azure.clients import ArmClients
 from cloudtrain.providers.azure.errors import azure_errors
 from cloudtrain.providers.azure.storage import BlobStore

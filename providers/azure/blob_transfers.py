@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from azure.core import MatchConditions
 from azure.storage.blob import BlobBlock, ContentSettings
 
-from cloudtrain.errors import NotFound, PreconditionFailed, ProviderError, TransientError
+from cloudtrain.core.errors import NotFound, PreconditionFailed, ProviderError, TransientError
 from cloudtrain.providers import transfer
 from cloudtrain.providers.azure.errors import azure_errors, error_codes
 from cloudtrain.providers.transfer import Part, Progress

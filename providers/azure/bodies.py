@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from cloudtrain.errors import ProviderError
+from cloudtrain.core.errors import ProviderError
 from cloudtrain.providers.access import check_port_range, ssh_cidr
 from cloudtrain.providers.azure.images import UBUNTU_2204, UBUNTU_2404, reference
 from cloudtrain.providers.base import NodeRequest, RunInfo, run_labels

@@ -1,8 +1,8 @@
-"""Azure's catalog rules (`INFO.catalog_rules`), read by `cloudtrain.pricing.retired`: machines
-Azure has retired, never in a catalog, bundled or refreshed. Standard library only, no SDK.
+"""Azure's catalog rules (`INFO.catalog_rules`), read by `cloudtrain.catalog.pricing.retired`:
+machines Azure has retired, never in a catalog, bundled or refreshed. Standard library only, no SDK.
 
 Each rule names its source. Azure prices every row as a whole VM and the source lacks none of its
-rows, so there is no `attach` or `SUPPLEMENT_CSV`. `build` (read by `cloudtrain.catalog_build`)
+rows, so there is no `attach` or `SUPPLEMENT_CSV`. `build` (read by `cloudtrain.catalog.build`)
 corrects the GPU count of the sizes whose upstream row is wrong (GPU_COUNT_FIXES).
 """
 

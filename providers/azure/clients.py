@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from cloudtrain.errors import ProviderError
+from cloudtrain.core.errors import ProviderError
 from cloudtrain.providers.azure.errors import azure_errors
 
 ENDPOINT_ENV = "CLOUDTRAIN_ARM_ENDPOINT"  # test-only: the ARM fake's endpoint

@@ -23,7 +23,7 @@ import urllib.request
 from datetime import datetime
 from typing import Any
 
-from cloudtrain.errors import NotFound, ProviderError
+from cloudtrain.core.errors import NotFound, ProviderError
 from cloudtrain.jobs import node_rights, protocol
 from cloudtrain.providers.azure import controller_identity, identity, network, node_role, owned
 from cloudtrain.providers.azure.account import (

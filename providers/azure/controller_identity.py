@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cloudtrain.errors import NotFound, ProviderError, TransientError
+from cloudtrain.core.errors import NotFound, ProviderError, TransientError
 from cloudtrain.providers.azure import node_role
 from cloudtrain.providers.azure.bodies import (
     STORAGE_BLOB_DATA_CONTRIBUTOR,

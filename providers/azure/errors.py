@@ -27,7 +27,7 @@ from typing import Any
 
 from azure.core import exceptions as core
 
-from cloudtrain.errors import (
+from cloudtrain.core.errors import (
     AlreadyExists,
     CloudtrainError,
     CredentialsError,

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from cloudtrain.errors import NotFound, ProviderError, TransientError
+from cloudtrain.core.errors import NotFound, ProviderError, TransientError
 from cloudtrain.jobs import node_rights, protocol
 from cloudtrain.providers.azure import node_role
 from cloudtrain.providers.azure.bodies import (

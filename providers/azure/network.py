@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from cloudtrain.errors import NotFound, ProviderError
+from cloudtrain.core.errors import NotFound, ProviderError
 from cloudtrain.providers.azure.clients import ArmClients
 from cloudtrain.providers.azure.errors import azure_errors
 from cloudtrain.providers.base import Resource, RunInfo, Tagged, run_labels

@@ -47,7 +47,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from cloudtrain.errors import ProviderError
+from cloudtrain.core.errors import ProviderError
 from cloudtrain.providers.azure.bodies import role_definition_id
 from cloudtrain.providers.azure.clients import ArmClients
 from cloudtrain.providers.azure.errors import azure_errors, error_codes

@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from cloudtrain.errors import NotFound
+from cloudtrain.core.errors import NotFound
 from cloudtrain.providers.azure import controller_identity as ctl
 from cloudtrain.providers.azure.bodies import STORAGE_BLOB_DATA_CONTRIBUTOR
 from cloudtrain.providers.azure.clients import ArmClients

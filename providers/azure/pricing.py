@@ -23,9 +23,9 @@ import urllib.parse
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from cloudtrain.catalog import Offer
-from cloudtrain.errors import ProviderError
-from cloudtrain.pricing.common import base_url, get_json
+from cloudtrain.catalog.offers import Offer
+from cloudtrain.catalog.pricing.common import base_url, get_json
+from cloudtrain.core.errors import ProviderError
 
 API = "Azure Retail Prices API"
 AZURE_URL_ENV = "CLOUDTRAIN_PRICING_AZURE_URL"  # test-only: the API's base URL (a fake)

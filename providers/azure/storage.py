@@ -2,7 +2,7 @@
 relative to the prefix.
 
 Every SDK call runs inside `azure_errors(...)`, which names the object and turns azure-core /
-azure-identity exceptions into `cloudtrain.errors` types; nothing above this module sees an SDK
+azure-identity exceptions into `cloudtrain.core.errors` types; nothing above this module sees an SDK
 exception. Nothing is logged, and no message carries an account key or a SAS signature.
 
 - Credentials: `AZURE_STORAGE_CONNECTION_STRING` when set (Azurite offline, or a user's own
@@ -47,7 +47,7 @@ from azure.storage.blob import (
     generate_blob_sas,
 )
 
-from cloudtrain.errors import (
+from cloudtrain.core.errors import (
     CredentialsError,
     NotFound,
     PreconditionFailed,

@@ -157,7 +157,7 @@ class GcpAccountProbe(AccountProbe):
     def apis(self) -> list[ApiState]:
         """Each of RUN_APIS, enabled or not, as Service Usage says; when Service Usage itself
         refuses, each API is reported not answered with its reason. Blocks."""
-        from cloudtrain.errors import ProviderError
+        from cloudtrain.core.errors import ProviderError
 
         project = self._auth().project
         base = (

@@ -1,7 +1,7 @@
 """GCP's catalog rules (`INFO.catalog_rules`): how its price rows become launchable offers.
 
-Read by the catalog (`cloudtrain.catalog`, when it loads) and by its build
-(`cloudtrain.catalog_build`).
+Read by the catalog (`cloudtrain.catalog.offers`, when it loads) and by its build
+(`cloudtrain.catalog.build`).
 Standard library only, no SDK: `cloudtrain plan` reads it.
 
 - GCP rows with an empty `instance_type` price a GPU alone. The catalog attaches such a GPU to the
@@ -22,7 +22,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-# cloudtrain.catalog's Offer: a provider imports nothing of the controller (pyproject's layers)
+# cloudtrain.catalog.offers's Offer: a provider imports nothing of the controller (pyproject's
+# layers)
 Offer = Any
 
 PROVIDER = "gcp"

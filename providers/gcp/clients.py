@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from cloudtrain.errors import ProviderError, TransientError
+from cloudtrain.core.errors import ProviderError, TransientError
 from cloudtrain.providers.gcp.errors import gcp_errors, operation_error
 
 ENDPOINT_ENV = "CLOUDTRAIN_GCE_ENDPOINT"

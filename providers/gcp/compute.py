@@ -18,7 +18,7 @@ import threading
 import time
 from typing import Any
 
-from cloudtrain.errors import NotFound, ProviderError, TransientError
+from cloudtrain.core.errors import NotFound, ProviderError, TransientError
 from cloudtrain.jobs import protocol
 from cloudtrain.providers.base import (
     Compute,

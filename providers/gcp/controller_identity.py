@@ -49,7 +49,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from cloudtrain.errors import NotFound, ProviderError, TransientError
+from cloudtrain.core.errors import NotFound, ProviderError, TransientError
 from cloudtrain.providers.base import Resource, Tagged
 from cloudtrain.providers.gcp import identity
 from cloudtrain.providers.gcp.errors import already_exists, error_codes

@@ -25,7 +25,7 @@ import requests
 from google.api_core import exceptions as api
 from google.auth import exceptions as auth
 
-from cloudtrain.errors import (
+from cloudtrain.core.errors import (
     AlreadyExists,
     CloudtrainError,
     CredentialsError,

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from google.api_core import exceptions as api
 
-from cloudtrain.errors import NotFound, TransientError
+from cloudtrain.core.errors import NotFound, TransientError
 from cloudtrain.providers import transfer
 from cloudtrain.providers.gcp.errors import gcp_errors
 from cloudtrain.providers.transfer import Part, Progress

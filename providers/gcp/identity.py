@@ -37,7 +37,7 @@ https://cloud.google.com/iam/docs/conditions-attribute-reference, "API attribute
 anonymous credentials, as CLOUDTRAIN_GCE_ENDPOINT does for Compute Engine. The bucket policy is
 read and written with google-cloud-storage, which honours STORAGE_EMULATOR_HOST itself.
 Every error is translated by `errors.translate`: 429/5xx become TransientError, which the
-callers (orchestrator, teardown, `create_nodes`) retry through `cloudtrain.retry`.
+callers (orchestrator, teardown, `create_nodes`) retry through `cloudtrain.core.retry`.
 """
 
 from __future__ import annotations
@@ -50,7 +50,8 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from cloudtrain.errors import NotFound, ProviderError, TransientError
+from cloudtrain.core.errors import NotFound, ProviderError, TransientError
+from cloudtrain.core.retry import retrying
 from cloudtrain.jobs import protocol
 from cloudtrain.providers.base import Resource, Tagged
 from cloudtrain.providers.gcp.clients import GcpAuth
@@ -62,7 +63,6 @@ from cloudtrain.providers.gcp.node_bindings import (  # noqa: F401 (the nodes' r
     OBJECT_VIEWER,
     node_bindings,
 )
-from cloudtrain.retry import retrying
 
 KIND_SERVICE_ACCOUNT = "service_account"
 IAM_ENDPOINT_ENV = "CLOUDTRAIN_IAM_ENDPOINT"

@@ -21,7 +21,7 @@ import os
 from datetime import datetime
 from typing import Any
 
-from cloudtrain.errors import NotFound, ProviderError
+from cloudtrain.core.errors import NotFound, ProviderError
 from cloudtrain.providers.access import check_port_range, ssh_cidr
 from cloudtrain.providers.base import Resource, RunInfo, Tagged
 from cloudtrain.providers.gcp.clients import (

@@ -54,7 +54,7 @@ OBJECT_VIEWER = "roles/storage.objectViewer"
 MAX_LOGICAL_OPERATORS = 12  # &&, || and ! in one IAM condition (IAM Conditions' limits)
 MAX_EXPRESSION = 12800  # characters of one condition expression (ibid.)
 LIST_PREFIX_ATTRIBUTE = "storage.googleapis.com/objectListPrefix"
-# the run's key (cloudtrain/run_key.py `key_object`, a controller module this layer may not
+# the run's key (cloudtrain/state/run_key.py `key_object`, a controller module this layer may not
 # import), relative to the run's prefix: no node may read it
 RUN_KEY_NAME = protocol.KEY_NAME
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from cloudtrain.errors import NotFound
+from cloudtrain.core.errors import NotFound
 from cloudtrain.providers.base import Resource
 from cloudtrain.providers.gcp import controller_identity, identity, network
 from cloudtrain.providers.gcp.clients import ComputeClients

@@ -34,9 +34,9 @@ import urllib.parse
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from cloudtrain.catalog import Offer, canonical_accelerator
-from cloudtrain.errors import CredentialsError, ProviderError, TransientError
-from cloudtrain.pricing.common import base_url, get_json
+from cloudtrain.catalog.offers import Offer, canonical_accelerator
+from cloudtrain.catalog.pricing.common import base_url, get_json
+from cloudtrain.core.errors import CredentialsError, ProviderError, TransientError
 from cloudtrain.providers.gcp.catalog_rules import N1_GPU_COUNTS
 
 API = "GCP Cloud Billing Catalog API"

@@ -12,7 +12,7 @@ import os
 import threading
 from typing import TYPE_CHECKING
 
-from cloudtrain.errors import ProviderError
+from cloudtrain.core.errors import ProviderError
 from cloudtrain.providers.base import Provider, ProviderConfig
 
 if TYPE_CHECKING:

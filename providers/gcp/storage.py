@@ -2,7 +2,7 @@
 prefix.
 
 Every SDK call runs inside `gcp_errors(...)`, which names the object and turns google-api-core /
-google-auth exceptions into `cloudtrain.errors` types; nothing above this module sees an SDK
+google-auth exceptions into `cloudtrain.core.errors` types; nothing above this module sees an SDK
 exception. Credentials come from the SDK's chain (Application Default Credentials); with
 `STORAGE_EMULATOR_HOST` set, google-cloud-storage talks to that endpoint with the
 environment's credentials when it has some (`environment_credentials`: a VM's own service
@@ -38,8 +38,8 @@ from google.cloud import storage
 from google.cloud.storage.constants import PUBLIC_ACCESS_PREVENTION_ENFORCED
 from google.cloud.storage.retry import DEFAULT_RETRY
 
-from cloudtrain.crashpoints import crash_point
-from cloudtrain.errors import (
+from cloudtrain.core.crashpoints import crash_point
+from cloudtrain.core.errors import (
     CredentialsError,
     NotFound,
     PreconditionFailed,

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cloudtrain.ledger import Ledger
 from cloudtrain.providers.local import session_pids
+from cloudtrain.state.ledger import Ledger
 from tests.fakes.moto_server import (  # noqa: F401 - fixtures for the cloud-in-a-box tests
     moto_public_images,
     moto_server,
@@ -79,7 +79,7 @@ class Env:
     def cli(self, *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
         """Run `cloudtrain ARGS` to completion."""
         return subprocess.run(
-            [sys.executable, "-m", "cloudtrain.cli", *args],
+            [sys.executable, "-m", "cloudtrain.cli.main", *args],
             env=self.env,
             capture_output=True,
             text=True,
@@ -91,7 +91,7 @@ class Env:
         cli.log, which `output` reads). No wait."""
         with open(log or self.home / "cli.log", "w") as out:  # the child keeps its own copy
             return subprocess.Popen(
-                [sys.executable, "-m", "cloudtrain.cli", *args],
+                [sys.executable, "-m", "cloudtrain.cli.main", *args],
                 env=self.env,
                 stdout=out,
                 stderr=subprocess.STDOUT,

@@ -106,7 +106,7 @@ class Cloud:
                 (home / shared).symlink_to(self.ct.home / shared)
         env = dict(self.ct.env, CLOUDTRAIN_HOME=str(home))
         return subprocess.run(
-            [sys.executable, "-m", "cloudtrain.cli", *args],
+            [sys.executable, "-m", "cloudtrain.cli.main", *args],
             env=env,
             capture_output=True,
             text=True,

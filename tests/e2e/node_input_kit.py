@@ -100,7 +100,7 @@ def _start(ct: Env, args: tuple[str, ...], out: int, err: int) -> subprocess.Pop
     """`cloudtrain ARGS` started in a session of its own (so a hung one is killed whole), its
     stdout and stderr to the descriptors `out` and `err`. No wait."""
     return subprocess.Popen(
-        [sys.executable, "-m", "cloudtrain.cli", *args],
+        [sys.executable, "-m", "cloudtrain.cli.main", *args],
         env=ct.env,
         stdin=subprocess.DEVNULL,
         stdout=out,

@@ -50,7 +50,7 @@ def with_signals(
 
 def cloudtrain(*args: str) -> list[str]:
     """The argv of `cloudtrain ARGS` run by this Python."""
-    return [sys.executable, "-m", "cloudtrain.cli", *args]
+    return [sys.executable, "-m", "cloudtrain.cli.main", *args]
 
 
 def start(

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from cloudtrain import api
-from cloudtrain.lease import TTL_ENV, Lease
-from cloudtrain.lease_holder import STOPPED_BY_DOWN
-from cloudtrain.runtypes import Outcome, RunResult
-from cloudtrain.teardown import request_stop
+from cloudtrain.run.lease_holder import STOPPED_BY_DOWN
+from cloudtrain.run.teardown import request_stop
+from cloudtrain.spec.runtypes import Outcome, RunResult
+from cloudtrain.state.lease import TTL_ENV, Lease
 from tests.e2e.conftest import Env, assert_clean
 
 pytestmark = pytest.mark.e2e

@@ -19,7 +19,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from cloudtrain.jobs import protocol
-from cloudtrain.journal import entry_key
+from cloudtrain.state.journal import entry_key
 from tests.e2e.test_aws_in_a_box import BUCKET, REGION, AwsBox, aws
 from tests.fakes.imds_credentials_aws import node_s3
 

@@ -26,14 +26,14 @@ from collections.abc import Iterator
 import pytest
 from azure.storage.blob import BlobServiceClient
 
-from cloudtrain import journal
-from cloudtrain.errors import CloudtrainError
+from cloudtrain.core.errors import CloudtrainError
 from cloudtrain.jobs import protocol as proto
 from cloudtrain.providers.azure import node_role
 from cloudtrain.providers.azure.compute import AzureCompute
 from cloudtrain.providers.azure.provider import AzureProvider
 from cloudtrain.providers.azure.storage import BlobStore
 from cloudtrain.providers.base import NodeRequest, ProviderConfig, RunInfo
+from cloudtrain.state import journal
 from tests.fakes.arm_testkit import ArmClients
 from tests.fakes.azure_cloud import AzureCloud, azure_cloud, azurite, azurite_session
 from tests.fakes.azure_imds_identity import TOKEN_PATH

@@ -17,7 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from cloudtrain.startup import TF_VERSION
+from cloudtrain.run.startup import TF_VERSION
 from tests.e2e.conftest import Env
 from tests.e2e.test_aws_in_a_box import REGION as AWS_REGION
 from tests.e2e.test_aws_in_a_box import AwsBox, aws

@@ -15,7 +15,7 @@ On-Demand G and VT instances" 8 vCPUs in us-east-1; GCP NVIDIA_T4_GPUS 2 in us-c
 GPUS_ALL_REGIONS 2), so `plan_for_account` keeps aws us-east-1 and the handover is for capacity
 only: every zone of us-east-1 is sold out (InsufficientInstanceCapacity).
 
-The path expected (cloudtrain/failover.py): the run is planned on aws us-east-1; every zone
+The path expected (cloudtrain/run/failover.py): the run is planned on aws us-east-1; every zone
 refuses (each tried once, `provisioning.create_in_some_zone`); failover records `aws us-east-1:
 capacity: ...`, deletes what the run made there (security group, node roles and profiles), and
 replans avoiding it. A capacity-failed place is tried again only when no other place is left in

@@ -2,7 +2,7 @@
 end within a bound (or say what they wait for while they wait).
 
 The states come from the real lifecycle: a controller SIGKILLed at a crash point
-(`cloudtrain.crashpoints`: before any cloud call, with its bucket half made, during training,
+(`cloudtrain.core.crashpoints`: before any cloud call, with its bucket half made, during training,
 half-way through teardown), a detached run, and a finished one. The job is tick.py (no
 TensorFlow): the point is the end of the commands, not the training.
 """
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from cloudtrain.crashpoints import CRASH_ENV
+from cloudtrain.core.crashpoints import CRASH_ENV
 from tests.e2e.conftest import Env
 
 pytestmark = pytest.mark.e2e
@@ -31,8 +31,8 @@ def _crash(ct: Env, name: str, point: str, epochs: int = 3, seconds: float = 0.2
     """`cloudtrain run` SIGKILLed at `point`; the run id it left in the ledger."""
     env = dict(ct.env, **{CRASH_ENV: point})
     proc = subprocess.run(
-        [sys.executable, "-m", "cloudtrain.cli", "run", str(ct.tick_job(name, epochs, seconds))],
-        env=env,
+        [sys.executable, "-m", "cloudtrain.cli.main", "run", str(ct.tick_job(name, epochs,
+        seconds))], env=env,
         capture_output=True,
         text=True,
         timeout=300,
@@ -136,11 +136,11 @@ def test_follow_says_what_it_waits_for_while_a_live_controller_tears_down(tmp_pa
     import io
     import threading
 
-    from cloudtrain.cli_runs import Follower
-    from cloudtrain.ledger import Ledger
+    from cloudtrain.cli.runs import Follower
     from cloudtrain.providers.base import ProviderConfig
     from cloudtrain.providers.local import LocalProvider
-    from cloudtrain.runstate import RunReader
+    from cloudtrain.state.ledger import Ledger
+    from cloudtrain.state.runstate import RunReader
 
     ledger = Ledger(tmp_path / "ledger.db")
     bucket = f"file://{tmp_path / 'bucket'}"

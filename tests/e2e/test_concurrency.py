@@ -13,12 +13,12 @@ import time
 
 import pytest
 
-from cloudtrain.ledger import Ledger
+from cloudtrain.state.ledger import Ledger
 from tests.e2e.conftest import Env
 
 pytestmark = pytest.mark.e2e
 
-# what `cloudtrain run` exits with for each outcome (cloudtrain.cli.OUTCOME_EXIT)
+# what `cloudtrain run` exits with for each outcome (cloudtrain.cli.main.OUTCOME_EXIT)
 EXIT = {"succeeded": 0, "failed": 3, "interrupted": 130, "crashed": 1}
 
 

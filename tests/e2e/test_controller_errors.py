@@ -17,15 +17,15 @@ from typing import Any
 import pytest
 import yaml
 
-from cloudtrain.catalog import Catalog
-from cloudtrain.ledger import Ledger
-from cloudtrain.orchestrator import Orchestrator
-from cloudtrain.plan import make_plan
+from cloudtrain.catalog.offers import Catalog
+from cloudtrain.plan.planner import make_plan
 from cloudtrain.providers.base import Compute, Node
 from cloudtrain.providers.faults import FaultPlan, FaultyCompute
 from cloudtrain.providers.local import LocalProvider
-from cloudtrain.runtypes import Observer, RunOptions, RunResult
-from cloudtrain.spec import load_spec
+from cloudtrain.run.orchestrator import Orchestrator
+from cloudtrain.spec.job import load_spec
+from cloudtrain.spec.runtypes import Observer, RunOptions, RunResult
+from cloudtrain.state.ledger import Ledger
 from tests.e2e.conftest import EXAMPLES, Env
 from tests.e2e.nothing_created import home_processes
 from tests.unit.security_kit import QuietObserver

@@ -2,7 +2,7 @@
 leave nothing of the run: no node, security group / firewall / NSG, role / profile / service
 account (and its bucket binding), resource group or role assignment, and no node process.
 
-The points are `cloudtrain.crashpoints.POINTS` (the run dies by its own SIGKILL when
+The points are `cloudtrain.core.crashpoints.POINTS` (the run dies by its own SIGKILL when
 $CLOUDTRAIN_CRASH_AT names the point it reaches). Three need a situation first:
 - `rendezvous`: worker-1 is slow to boot (the harness holds its VM; on local its session is
   stopped), so worker-0 waits for it and the controller sees it waiting;
@@ -39,10 +39,10 @@ from typing import Any
 import pytest
 import yaml
 
-from cloudtrain.crashpoints import CRASH_ENV, POINTS
-from cloudtrain.ledger import Ledger
+from cloudtrain.core.crashpoints import CRASH_ENV, POINTS
 from cloudtrain.providers.aws.network import TAG_RUN
 from cloudtrain.providers.local import session_pids
+from cloudtrain.state.ledger import Ledger
 from tests.e2e import reliability_report, signals_kit
 from tests.e2e.conftest import EXAMPLES, Env
 from tests.e2e.test_aws_in_a_box import AwsBox, aws
@@ -236,7 +236,7 @@ def crash_then_down(world: World, point: str, *, ledgerless: bool = False) -> li
             path.unlink()
         down_args += world.run_args()
     down = subprocess.run(
-        [sys.executable, "-m", "cloudtrain.cli", *down_args],
+        [sys.executable, "-m", "cloudtrain.cli.main", *down_args],
         env=ct.env,
         capture_output=True,
         text=True,

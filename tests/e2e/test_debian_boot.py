@@ -25,8 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from cloudtrain import wheelhouse
-from cloudtrain.startup import TF_KERAS_VERSION, TF_VERSION
+from cloudtrain.run import wheelhouse
+from cloudtrain.run.startup import TF_KERAS_VERSION, TF_VERSION
 from tests.e2e.conftest import Env
 from tests.e2e.test_aws_in_a_box import REGION, AwsBox, _discover
 from tests.fakes.boot_harness import Vm

@@ -17,19 +17,19 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cloudtrain import retry
-from cloudtrain.catalog import Catalog
-from cloudtrain.errors import TransientError
-from cloudtrain.ledger import Ledger
-from cloudtrain.orchestrator import Orchestrator
-from cloudtrain.plan import make_plan
+from cloudtrain.catalog.offers import Catalog
+from cloudtrain.core import retry
+from cloudtrain.core.errors import TransientError
+from cloudtrain.plan.planner import make_plan
 from cloudtrain.providers.aws.network import TAG_RUN
 from cloudtrain.providers.base import Compute, Node, NodeRequest, RunInfo, node_name
 from cloudtrain.providers.faults import THROTTLED, FaultPlan, FaultyCompute, wrap
 from cloudtrain.providers.local import LocalProvider
 from cloudtrain.providers.retrying import wrap_provider
-from cloudtrain.runtypes import RunOptions
-from cloudtrain.spec import load_spec
+from cloudtrain.run.orchestrator import Orchestrator
+from cloudtrain.spec.job import load_spec
+from cloudtrain.spec.runtypes import RunOptions
+from cloudtrain.state.ledger import Ledger
 from tests.e2e import reliability_report
 from tests.e2e.conftest import EXAMPLES, Env
 from tests.e2e.nothing_created import home_processes

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from cloudtrain.report_html import PLOT_IDS
+from cloudtrain.insight.report_html import PLOT_IDS
 from tests.e2e.browser_kit import plot_areas
 from tests.e2e.conftest import Env, assert_clean
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cloudtrain.procid import stat_fields
+from cloudtrain.core.procid import stat_fields
 from tests.e2e.conftest import Env
 
 pytestmark = pytest.mark.e2e

@@ -36,8 +36,8 @@ from typing import Any
 
 import pytest
 
-from cloudtrain.bundle import build_wheel
 from cloudtrain.providers.local import session_pids
+from cloudtrain.run.bundle import build_wheel
 from tests.e2e.managed_kit import (
     LEASE_TTL_S,
     Cloud,
@@ -292,7 +292,8 @@ def _epoch_of(console: str) -> int:
 
 
 def _wait_controlling(cloud: Cloud, run_id: str, inventory: Inventory) -> None:
-    """Until the controller node says it controls the run (cloudtrain/controller_node.py)."""
+    """Until the controller node says it controls the run
+    (cloudtrain/managed/controller_node.py)."""
     controller = controller_of(run_id)
     wait_until(
         "the controller node controlling the run",

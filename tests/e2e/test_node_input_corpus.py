@@ -33,9 +33,9 @@ from pathlib import Path
 
 import pytest
 
+from cloudtrain.core.procid import stat_fields
 from cloudtrain.jobs.protocol import journal_prefix
-from cloudtrain.journal import entry_key
-from cloudtrain.procid import stat_fields
+from cloudtrain.state.journal import entry_key
 from tests.e2e.conftest import Env, assert_clean
 from tests.e2e.node_input_kit import (
     BOUND_S,

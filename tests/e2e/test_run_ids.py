@@ -28,7 +28,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cloudtrain.ledger import Ledger
+from cloudtrain.state.ledger import Ledger
 
 pytestmark = pytest.mark.e2e
 
@@ -230,7 +230,7 @@ def _tree(root: Path) -> set[str]:
 DRIVER = r"""
 import io, json, sys, traceback
 from contextlib import redirect_stderr, redirect_stdout
-from cloudtrain.cli import main
+from cloudtrain.cli.main import main
 results = []
 for argv in json.load(sys.stdin):
     out, err = io.StringIO(), io.StringIO()
@@ -251,7 +251,7 @@ json.dump(results, sys.stdout)
 
 
 def _drive(env: dict[str, str], cases: list[list[str]]) -> list[list[object]]:
-    """Run `cloudtrain.cli.main` (the console script's entry point) once per argv, in one
+    """Run `cloudtrain.cli.main.main` (the console script's entry point) once per argv, in one
     process (hundreds of Python start-ups would take minutes); each one's exit and output."""
     proc = subprocess.run(
         [sys.executable, "-c", DRIVER],
@@ -339,12 +339,12 @@ def test_generated_ids_with_a_foreign_character_are_refused(
 def test_the_real_console_script_refuses_a_traversal_in_one_line(
     world: tuple[dict[str, str], Recorder, subprocess.Popen[bytes]], tmp_path: Path
 ) -> None:
-    """The driver above calls `main()`; this is the same through `python -m cloudtrain.cli`."""
+    """The driver above calls `main()`; this is the same through `python -m cloudtrain.cli.main`."""
     env, recorder, sentinel = world
     before = _tree(tmp_path)
     for argv in (["down", "../../x", "--provider", "local"], ["logs", "--follow", "../x"]):
         proc = subprocess.run(
-            [sys.executable, "-m", "cloudtrain.cli", *argv],
+            [sys.executable, "-m", "cloudtrain.cli.main", *argv],
             env=env,
             capture_output=True,
             text=True,
@@ -360,7 +360,8 @@ def test_the_real_console_script_refuses_a_traversal_in_one_line(
 
 def test_argv_cannot_carry_a_nul() -> None:
     with pytest.raises(ValueError, match="null byte"):
-        subprocess.run([sys.executable, "-m", "cloudtrain.cli", "status", "a\x00b"], timeout=60)
+        subprocess.run([sys.executable, "-m", "cloudtrain.cli.main", "status", "a\x00b"],
+        timeout=60)
 
 
 @pytest.mark.parametrize("provider", CLOUDS)
@@ -372,7 +373,7 @@ def test_control_a_valid_id_does_reach_the_recorder(
     region = {"aws": "us-east-1", "gcp": "us-central1", "azure": "eastus"}[provider]
     argv = ["down", "ghost-abcdef", "-p", provider, "--region", region]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "cloudtrain.cli", *argv],
+        [sys.executable, "-m", "cloudtrain.cli.main", *argv],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

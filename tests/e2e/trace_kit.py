@@ -7,10 +7,10 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
+from cloudtrain.insight.trace_view import PHASES, coverage, nesting_problems
 from cloudtrain.jobs import trace as tr
 from cloudtrain.jobs.trace import Span
 from cloudtrain.providers.base import node_name
-from cloudtrain.trace_view import PHASES, coverage, nesting_problems
 from tests.e2e.conftest import Env
 
 CONTROLLER_PHASES = [tr.STARTUP, tr.BUNDLE, tr.BUCKET, tr.PROVISION, tr.CREATE, tr.WATCH]

@@ -30,11 +30,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import cloudtrain
-from cloudtrain.bundle import Bundle, build_bundle
-from cloudtrain.errors import NotFound
+from cloudtrain.core.errors import NotFound
 from cloudtrain.providers.base import StartupBlocks
 from cloudtrain.providers.local import LocalStore
-from cloudtrain.startup import StartupParams, WheelhouseOffer, render_startup
+from cloudtrain.run.bundle import Bundle, build_bundle
+from cloudtrain.run.startup import StartupParams, WheelhouseOffer, render_startup
 
 OS_RELEASES = {
     "ubuntu-22.04": 'PRETTY_NAME="Ubuntu 22.04.5 LTS"\nID=ubuntu\nVERSION_ID="22.04"\n',

@@ -40,7 +40,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from cloudtrain.startup import TF_KERAS_VERSION, TF_VERSION
+from cloudtrain.run.startup import TF_KERAS_VERSION, TF_VERSION
 
 ROOT = Path(__file__).resolve().parents[2]
 CACHE = Path(os.environ.get("CLOUDTRAIN_BOX_CACHE", "~/.cache/cloudtrain-box")).expanduser()

@@ -4,7 +4,7 @@ It sits below wrappers under test (e.g. `providers.faults`) and keeps exact book
 every method call that reached it and `creations` how many times each node name was really made,
 so tests can prove that a retried create did not make a duplicate.
 
-For failover (cloudtrain/failover.py) a compute can be scripted as a region of a new account:
+For failover (cloudtrain/run/failover.py) a compute can be scripted as a region of a new account:
 zones (`zone_names`), how many more nodes fit in a zone (`capacity`, and `spot_capacity` for spot
 nodes only: NoCapacityError naming the zone once it is out), and how many nodes the region's
 quota allows (`quota`: QuotaError past it). `MemoryClouds` builds one provider per (cloud,
@@ -20,7 +20,13 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
-from cloudtrain.errors import NoCapacityError, NotFound, PreconditionFailed, QuotaError, TooLarge
+from cloudtrain.core.errors import (
+    NoCapacityError,
+    NotFound,
+    PreconditionFailed,
+    QuotaError,
+    TooLarge,
+)
 from cloudtrain.providers.base import (
     Compute,
     Node,

@@ -1,6 +1,6 @@
 """A scripted AccountProbe: a TEST FIXTURE at the provider boundary, not a cloud.
 
-The controller's account logic (cloudtrain/account_check.py, account_plan.py, api_check.py) is
+The controller's account logic (cloudtrain/plan/account_check.py, account_plan.py, api_check.py) is
 tested against it for its decisions: which regions a plan skips, in which order, with which words.
 Each cloud's own probe is tested with its real SDK against that cloud's box
 (tests/fakes/*_account*.py). `asked` records every question, so a test can show what was not
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from cloudtrain.errors import CredentialsError, ProviderError
+from cloudtrain.core.errors import CredentialsError, ProviderError
 from cloudtrain.providers.account import (
     AccountProbe,
     ApiState,

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from cloudtrain.errors import NotFound, TooLarge
+from cloudtrain.core.errors import NotFound, TooLarge
 from cloudtrain.providers.base import (
     ALIVE_STATES,
     Compute,

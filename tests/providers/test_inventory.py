@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from cloudtrain.providers.base import ProviderConfig, RunInfo, Tagged
-from cloudtrain.teardown import teardown
+from cloudtrain.run.teardown import teardown
 from tests.providers.test_contract import requests_for, run_info
 
 if TYPE_CHECKING:

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from cloudtrain.errors import CloudtrainError, UsageError
+from cloudtrain.core.errors import CloudtrainError, UsageError
 from cloudtrain.providers import transfer
 from cloudtrain.providers.faults import FaultPlan, wrap
 from tests.fakes.azurite import azurite, azurite_session

@@ -34,10 +34,10 @@ from typing import Any
 
 import pytest
 
-from cloudtrain.bundle import Bundle, build_bundle
 from cloudtrain.jobs.agent import Agent
 from cloudtrain.jobs.protocol import ClusterDoc, run_prefix
 from cloudtrain.providers.local import LocalStore
+from cloudtrain.run.bundle import Bundle, build_bundle
 from tests.unit.bundle_node import unpack_like_the_node
 
 RUN_ID = "run-test"

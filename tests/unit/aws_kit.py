@@ -26,7 +26,7 @@ moto = pytest.importorskip("moto")
 
 from botocore.exceptions import ClientError  # noqa: E402
 
-from cloudtrain import retry  # noqa: E402
+from cloudtrain.core import retry  # noqa: E402
 from cloudtrain.providers.aws import compute as compute_mod  # noqa: E402
 from cloudtrain.providers.aws import images, network, zones  # noqa: E402
 from cloudtrain.providers.aws.compute import AwsCompute  # noqa: E402

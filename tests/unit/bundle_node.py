@@ -13,7 +13,7 @@ import subprocess
 from importlib import resources
 from pathlib import Path
 
-from cloudtrain.bundle import Bundle
+from cloudtrain.run.bundle import Bundle
 
 FIRST, LAST = "sha256sum -c", "tar -xzf bundle.tar.gz"
 

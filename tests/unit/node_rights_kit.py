@@ -12,8 +12,8 @@ notice and the restore marker.
 
 from __future__ import annotations
 
-from cloudtrain import journal, run_key
 from cloudtrain.jobs import protocol as p
+from cloudtrain.state import journal, run_key
 
 NODE, PEER, CHIEF = p.node_id("worker", 1), p.node_id("worker", 0), p.node_id("chief", 0)
 TENTH = p.node_id("worker", 10)  # NODE's id is a prefix of its id

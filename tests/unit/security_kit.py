@@ -206,7 +206,7 @@ def cloudtrain(*args: str) -> str:
     """`cloudtrain ARGS` in process; its stdout and stderr. Fails the test on a non-zero exit."""
     from typer.testing import CliRunner
 
-    from cloudtrain.cli import app
+    from cloudtrain.cli.main import app
 
     result = CliRunner().invoke(app, list(args), catch_exceptions=False)
     output = result.stdout + (result.stderr if result.stderr_bytes is not None else "")
@@ -236,7 +236,7 @@ def run_detached(home: Path, job: Path) -> CliRun:
 
 
 # the presigned URLs a script may carry beyond the bundle's and the log's: the wheelhouse's GET
-# (warm) or its two PUTs (the cold node that publishes it), cloudtrain/wheelhouse.py
+# (warm) or its two PUTs (the cold node that publishes it), cloudtrain/run/wheelhouse.py
 OPTIONAL_URLS = ("CT_WHEELHOUSE_URL", "CT_WHEELHOUSE_PUT_URL", "CT_WHEELHOUSE_MANIFEST_PUT_URL")
 
 
@@ -296,12 +296,12 @@ def render_requests(job: Path, provider: Any, home: Path, store: Any = None) -> 
     """The NodeRequests (startup script included) `Orchestrator.node_request` renders for every node
     of the job's plan on `provider`, with `store` (default: the provider's) presigning the URLs.
     Creates nothing in the cloud."""
-    from cloudtrain.bundle import build_bundle
-    from cloudtrain.catalog import Catalog
-    from cloudtrain.ledger import Ledger
-    from cloudtrain.orchestrator import Orchestrator
-    from cloudtrain.plan import make_plan
-    from cloudtrain.spec import load_spec
+    from cloudtrain.catalog.offers import Catalog
+    from cloudtrain.plan.planner import make_plan
+    from cloudtrain.run.bundle import build_bundle
+    from cloudtrain.run.orchestrator import Orchestrator
+    from cloudtrain.spec.job import load_spec
+    from cloudtrain.state.ledger import Ledger
 
     spec = load_spec(job)
     plan = make_plan(spec, Catalog.bundled())

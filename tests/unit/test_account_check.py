@@ -10,16 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from cloudtrain.account_check import Candidate, check_cloud, needs_of, rights_error
-from cloudtrain.account_plan import not_looked_note, plan_for_account
-from cloudtrain.api_check import CheckReport
-from cloudtrain.catalog import Catalog, Offer
-from cloudtrain.cli_check import report_lines
-from cloudtrain.errors import PlanError, RightsMissing
-from cloudtrain.plan import make_plan
+from cloudtrain.api.check import CheckReport
+from cloudtrain.catalog.offers import Catalog, Offer
+from cloudtrain.cli.check import report_lines
+from cloudtrain.core.errors import PlanError, RightsMissing
+from cloudtrain.plan.account_check import Candidate, check_cloud, needs_of, rights_error
+from cloudtrain.plan.account_plan import not_looked_note, plan_for_account
+from cloudtrain.plan.planner import make_plan
 from cloudtrain.providers.credential_hints import visible
 from cloudtrain.providers.registry import info
-from cloudtrain.spec import load_spec
+from cloudtrain.spec.job import load_spec
 from tests.fakes.scripted_account import ScriptedProbe
 
 
@@ -58,7 +58,7 @@ def spec(tmp_path: Path):  # type: ignore[no-untyped-def]
 
 
 def _candidates(spec) -> list[Candidate]:  # type: ignore[no-untyped-def]
-    from cloudtrain.account_check import candidates
+    from cloudtrain.plan.account_check import candidates
 
     return list(candidates(spec, CATALOG, 12))
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from cloudtrain.bundle import Bundle
 from cloudtrain.jobs.agent import main
 from cloudtrain.providers.local import LocalStore
+from cloudtrain.run.bundle import Bundle
 from tests.unit.agent_kit import (  # noqa: F401 - the agent tests' fixtures, shared
     HANG_S,
     PREFIX,

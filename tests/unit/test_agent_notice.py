@@ -12,7 +12,7 @@ import pytest
 from cloudtrain.jobs.agent import Agent
 from cloudtrain.jobs.preemption import PreemptionWatcher
 from cloudtrain.providers.local import LocalStore
-from cloudtrain.runstate import RunReader
+from cloudtrain.state.runstate import RunReader
 from tests.fakes.metadata_server import MetadataServer
 from tests.unit.agent_kit import PREFIX, RUN_ID, bucket_files, make_agent, read_logs
 

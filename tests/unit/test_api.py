@@ -1,5 +1,5 @@
 """cloudtrain.api as a library user meets it: typed results, nothing printed, the errors of
-cloudtrain.errors (never SystemExit), and stop signals that degrade off the main thread.
+cloudtrain.core.errors (never SystemExit), and stop signals that degrade off the main thread.
 A whole local run through the API: tests/e2e/test_api_run.py."""
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 
 from cloudtrain import api
-from cloudtrain.errors import SpecError, UsageError
-from cloudtrain.ledger import Ledger
-from cloudtrain.plan import Plan
+from cloudtrain.core.errors import SpecError, UsageError
+from cloudtrain.plan.planner import Plan
 from cloudtrain.providers.base import Resource
-from cloudtrain.stop_signals import StopSignals
+from cloudtrain.run.stop_signals import StopSignals
+from cloudtrain.state.ledger import Ledger
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "jobs" / "examples"
 RUN = "demo-abc123"
@@ -64,7 +64,7 @@ def test_the_api_loads_no_cli_no_tensorflow_and_no_cloud_sdk(tmp_path: Path) -> 
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
     )
     assert proc.returncode == 0, proc.stderr
-    heavy = ("typer", "rich", "click", "cloudtrain.cli", "cloudtrain.ui", "tensorflow", "boto3")
+    heavy = ("typer", "rich", "click", "cloudtrain.cli", "tensorflow", "boto3")
     heavy += ("botocore", "google.cloud", "azure")
     assert [m for m in json.loads(proc.stdout) if m.startswith(heavy)] == []
 
@@ -188,7 +188,7 @@ def test_stop_signals_off_the_main_thread_degrade_and_say_so(
         except BaseException as exc:  # the test reports what escaped
             found.append(exc)
 
-    with caplog.at_level(logging.WARNING, logger="cloudtrain.stop_signals"):
+    with caplog.at_level(logging.WARNING, logger="cloudtrain.run.stop_signals"):
         thread = threading.Thread(target=body)
         thread.start()
         thread.join()
@@ -213,7 +213,7 @@ def test_stop_signals_degrade_when_python_refuses_the_handler(
         except BaseException as exc:  # the test reports what escaped
             found.append(exc)
 
-    with caplog.at_level(logging.WARNING, logger="cloudtrain.stop_signals"):
+    with caplog.at_level(logging.WARNING, logger="cloudtrain.run.stop_signals"):
         thread = threading.Thread(target=body)
         thread.start()
         thread.join()

@@ -9,7 +9,7 @@ import sys
 import pytest
 from botocore.exceptions import ClientError
 
-from cloudtrain.errors import CredentialsError, QuotaError
+from cloudtrain.core.errors import CredentialsError, QuotaError
 from cloudtrain.providers.aws.account import (
     DESCRIBES,
     SETUP_RIGHTS,

@@ -18,7 +18,7 @@ pytest.importorskip("moto")
 import boto3
 from botocore.exceptions import ClientError
 
-from cloudtrain.errors import CredentialsError, NoCapacityError, QuotaError
+from cloudtrain.core.errors import CredentialsError, NoCapacityError, QuotaError
 from cloudtrain.providers.account import QuotaNeed
 from cloudtrain.providers.aws.account import AwsAccountProbe, run_rights
 from cloudtrain.providers.aws.compute import AwsCompute

@@ -27,14 +27,14 @@ pytest.importorskip("moto")
 from botocore.awsrequest import AWSResponse
 from botocore.exceptions import ClientError
 
-from cloudtrain.errors import NotTheRuns, ProviderError, TransientError
+from cloudtrain.core.errors import NotTheRuns, ProviderError, TransientError
 from cloudtrain.providers.aws import images, network
 from cloudtrain.providers.aws.bodies import client_token, user_data
 from cloudtrain.providers.aws.compute import AwsCompute
 from cloudtrain.providers.aws.identity import node_name, node_path
 from cloudtrain.providers.aws.node_policy import parse_s3_uri, s3_policy
 from cloudtrain.providers.base import Resource, RunInfo
-from cloudtrain.startup import StartupParams, render_startup
+from cloudtrain.run.startup import StartupParams, render_startup
 from tests.fakes.shell import require_tool
 from tests.unit.aws_kit import (
     REGION,
@@ -391,7 +391,7 @@ def test_resource_kinds_of_other_providers_are_ignored(ct: AwsCompute) -> None:
 
 
 def test_image_names_resolve_through_public_parameters() -> None:
-    from cloudtrain.errors import ProviderError
+    from cloudtrain.core.errors import ProviderError
 
     aliases = images.IMAGE_ALIASES
     assert set(aliases) >= {"dlami", "ubuntu-22.04", "ubuntu-24.04"}

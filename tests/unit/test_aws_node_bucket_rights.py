@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from cloudtrain import run_key
 from cloudtrain.jobs import protocol as p
 from cloudtrain.providers.aws.identity import node_name
+from cloudtrain.state import run_key
 from tests.fakes.iam_policy_eval import decide
 from tests.unit import security_kit as kit
 from tests.unit.aws_kit import RUN, STORE, aws, ct, policy_doc, run_info

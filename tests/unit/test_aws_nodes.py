@@ -25,7 +25,7 @@ pytest.importorskip("moto")
 from botocore.awsrequest import AWSResponse
 from botocore.exceptions import ClientError
 
-from cloudtrain.errors import (
+from cloudtrain.core.errors import (
     NoCapacityError,
     ProviderError,
     QuotaError,

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from cloudtrain.errors import CredentialsError, NotFound, ProviderError
+from cloudtrain.core.errors import CredentialsError, NotFound, ProviderError
 from cloudtrain.providers.base import ObjectStore, Resource
 from tests.fakes.moto_server import clear_aws_caches, moto_server, moto_server_session
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from cloudtrain.errors import ProviderError
+from cloudtrain.core.errors import ProviderError
 from cloudtrain.providers.account import QuotaNeed
 from cloudtrain.providers.azure import storage
 from cloudtrain.providers.azure.account_probe import AzureAccountProbe, token_claims

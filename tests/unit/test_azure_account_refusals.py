@@ -18,7 +18,7 @@ from dataclasses import replace
 import pytest
 from azure.core.exceptions import HttpResponseError
 
-from cloudtrain.errors import CredentialsError, NoCapacityError, QuotaError
+from cloudtrain.core.errors import CredentialsError, NoCapacityError, QuotaError
 from cloudtrain.providers.azure.compute import AzureCompute
 from cloudtrain.providers.azure.errors import error_codes
 from cloudtrain.providers.azure.provider import AzureProvider

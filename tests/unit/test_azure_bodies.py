@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from cloudtrain.errors import ProviderError
+from cloudtrain.core.errors import ProviderError
 from cloudtrain.providers.azure.bodies import (
     ADMIN_USER,
     CUSTOM_DATA_MAX,

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from cloudtrain.errors import NoCapacityError, ProviderError, QuotaError
+from cloudtrain.core.errors import NoCapacityError, ProviderError, QuotaError
 from cloudtrain.providers.azure import node_role
 from cloudtrain.providers.azure.bodies import (
     VIRTUAL_MACHINE_CONTRIBUTOR,
@@ -25,7 +25,7 @@ from cloudtrain.providers.azure.provider import AzureProvider
 from cloudtrain.providers.azure.startup import startup_blocks
 from cloudtrain.providers.base import NodeRequest, ProviderConfig, RunInfo
 from cloudtrain.providers.retrying import RetryingCompute
-from cloudtrain.startup import StartupParams, render_startup
+from cloudtrain.run.startup import StartupParams, render_startup
 from tests.fakes.azure_cloud import AzureCloud, azure_cloud, azurite, azurite_session
 from tests.fakes.shell import check_script, run_with_curl_shim
 

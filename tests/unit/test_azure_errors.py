@@ -25,7 +25,7 @@ from azure.identity import EnvironmentCredential
 from azure.mgmt.compute import ComputeManagementClient
 from azure.storage.blob import BlobServiceClient
 
-from cloudtrain.errors import (
+from cloudtrain.core.errors import (
     AlreadyExists,
     CredentialsError,
     NoCapacityError,

@@ -19,12 +19,12 @@ from typing import Any
 
 import pytest
 
-from cloudtrain import run_key
-from cloudtrain.errors import ProviderError
+from cloudtrain.core.errors import ProviderError
 from cloudtrain.jobs import protocol as proto
 from cloudtrain.providers.azure import identity, node_role
 from cloudtrain.providers.azure.compute import AzureCompute
 from cloudtrain.providers.base import NodeRequest
+from cloudtrain.state import run_key
 from tests.fakes.arm_conditions import BLOBS, ConditionError, Request, evaluate, like, parse
 from tests.fakes.azure_cloud import AzureCloud, azure_cloud, azurite, azurite_session
 from tests.unit.node_rights_kit import NODES, node_rights, other_runs

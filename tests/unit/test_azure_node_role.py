@@ -17,7 +17,7 @@ from collections.abc import Iterator
 import pytest
 from azure.core.exceptions import HttpResponseError
 
-from cloudtrain.errors import TransientError
+from cloudtrain.core.errors import TransientError
 from cloudtrain.providers.azure import identity, node_role
 from cloudtrain.providers.azure.bodies import STORAGE_BLOB_DATA_CONTRIBUTOR
 from cloudtrain.providers.azure.compute import AzureCompute

@@ -25,7 +25,7 @@ pytest.importorskip("azure.storage.blob")
 from azure.core.exceptions import ResourceNotFoundError
 from azure.storage.blob import BlobServiceClient, ContainerClient
 
-from cloudtrain.errors import CredentialsError, NotFound, ProviderError, TransientError
+from cloudtrain.core.errors import CredentialsError, NotFound, ProviderError, TransientError
 from cloudtrain.providers.azure import storage as azstorage
 from cloudtrain.providers.azure.storage import BLOB_TYPE_HEADER, BlobStore
 from cloudtrain.providers.base import ObjectStore, Resource

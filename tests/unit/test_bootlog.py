@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cloudtrain.bootlog import durations_text, parse
 from cloudtrain.jobs.protocol import run_prefix
 from cloudtrain.providers.local import LocalStore
-from cloudtrain.runstate import RunReader
+from cloudtrain.state.bootlog import durations_text, parse
+from cloudtrain.state.runstate import RunReader
 
 LOG = """\
 2026-11-21T08:00:00Z cloudtrain-bootstrap[worker-0]: start (deadline 2026-11-21T09:00:00Z)

@@ -22,15 +22,15 @@ from pathlib import Path
 
 import pytest
 
-from cloudtrain.bootlog import parse
-from cloudtrain.bundle import Bundle
 from cloudtrain.providers.aws.compute import AwsCompute
 from cloudtrain.providers.azure.startup import startup_blocks as azure_blocks
 from cloudtrain.providers.base import NodeRequest, RunInfo, StartupBlocks
 from cloudtrain.providers.gcp.clients import GcpAuth
 from cloudtrain.providers.gcp.compute import GcpCompute
 from cloudtrain.providers.local import LocalCompute
-from cloudtrain.startup import NVIDIA_BRANCH, TF_VERSION, StartupParams, render_startup
+from cloudtrain.run.bundle import Bundle
+from cloudtrain.run.startup import NVIDIA_BRANCH, TF_VERSION, StartupParams, render_startup
+from cloudtrain.state.bootlog import parse
 from tests.fakes.bootstrap_shims import Boot, FakeNode, Machine, make_bundle
 from tests.fakes.shell import require_tool
 

@@ -13,8 +13,8 @@ import pytest
 
 from cloudtrain.jobs import protocol
 from cloudtrain.jobs.bucket_reads import LOG_CHUNK_MAX_BYTES
-from cloudtrain.log_reader import NodeCursor, read_new
-from cloudtrain.runstate import RunReader
+from cloudtrain.state.log_reader import NodeCursor, read_new
+from cloudtrain.state.runstate import RunReader
 from tests.fakes.memory_provider import MemoryProvider, MemoryStore
 from tests.unit.test_report import RUN_ID as REPORT_RUN
 from tests.unit.test_report import collect_run, write_run
@@ -121,7 +121,7 @@ def test_the_report_skips_hostile_documents(
 def test_a_poll_takes_at_most_its_log_budget_per_node_and_the_next_goes_on() -> None:
     """A node that announces 40 chunks of 400 KiB (16 MB) is read over several polls, each
     taking at most POLL_LOG_BYTES of its stream (plus the chunk that crossed it), in order."""
-    from cloudtrain.runstate import POLL_LOG_BYTES
+    from cloudtrain.state.runstate import POLL_LOG_BYTES
 
     store = _store()
     prefix = protocol.logs_prefix(RUN, "chief-0")
@@ -145,8 +145,8 @@ def test_a_poll_takes_at_most_its_log_budget_per_node_and_the_next_goes_on() -> 
 def test_logs_of_a_run_reads_the_whole_stream_past_the_poll_budget(tmp_path: Path) -> None:
     """`cloudtrain logs RUN` (no --follow) polls until the stream is read, not once: each poll
     takes at most POLL_LOG_BYTES of a node's stream."""
-    from cloudtrain.api_logs import LogStream
-    from cloudtrain.ledger import Ledger
+    from cloudtrain.api.log_stream import LogStream
+    from cloudtrain.state.ledger import Ledger
 
     provider = MemoryProvider()
     store = provider.store("mem://ct-logs")
@@ -169,8 +169,8 @@ def test_logs_of_a_run_reads_the_whole_stream_past_the_poll_budget(tmp_path: Pat
 def test_status_reads_a_node_trace_bounded() -> None:
     """`status` and the summary read each node's trace (run_trace.read_node_traces): one over
     TRACE_MAX_BYTES is not pulled into memory, and is no spans."""
+    from cloudtrain.insight.run_trace import read_node_traces
     from cloudtrain.jobs.bucket_reads import TRACE_MAX_BYTES
-    from cloudtrain.run_trace import read_node_traces
 
     store = _store()
     store.put(protocol.trace_key(RUN, "chief-0"), b" " * (TRACE_MAX_BYTES + 1))

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from cloudtrain.errors import NotFound, ProviderError, TooLarge
+from cloudtrain.core.errors import NotFound, ProviderError, TooLarge
 from cloudtrain.providers.base import ObjectStore
 from cloudtrain.providers.faults import FaultyStore, _Injector
 from cloudtrain.providers.local import LocalStore

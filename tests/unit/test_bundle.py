@@ -1,4 +1,4 @@
-"""The code bundle (cloudtrain/bundle.py): determinism, layout, exclusions, symlinks, the wheel.
+"""The code bundle (cloudtrain/run/bundle.py): determinism, layout, exclusions, symlinks, the wheel.
 
 The bundle is content-addressed, so these tests pin what makes its sha256 change (the bytes of the
 workdir) and what must not (mtimes, build folder). The wheel inside it is checked as a wheel: a
@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 
 import cloudtrain
-from cloudtrain.bundle import KEEP_WHEELS, Bundle, build_bundle, build_wheel
-from cloudtrain.errors import SpecError
+from cloudtrain.core.errors import SpecError
+from cloudtrain.run.bundle import KEEP_WHEELS, Bundle, build_bundle, build_wheel
 
 WHEEL_NAME = f"cloudtrain-{cloudtrain.__version__}-py3-none-any.whl"
 DIST_INFO = f"cloudtrain-{cloudtrain.__version__}.dist-info"

@@ -1,4 +1,4 @@
-"""Hostile workdirs for the bundler (cloudtrain/bundle.py): what a node must never get.
+"""Hostile workdirs for the bundler (cloudtrain/run/bundle.py): what a node must never get.
 
 Each refusal is one SpecError line naming the workdir's field and the offending file, raised
 before anything is written (the bundles folder does not even exist afterwards), and never a hang:
@@ -23,8 +23,10 @@ from typing import Any, TypeVar
 
 import pytest
 
-import cloudtrain.bundle
-from cloudtrain.bundle import (
+import cloudtrain.run.bundle
+from cloudtrain.core.errors import SpecError
+from cloudtrain.core.paths import HOME_ENV, cloudtrain_home
+from cloudtrain.run.bundle import (
     CHUNK,
     MAX_BUNDLE_BYTES,
     WHEEL_CACHE,
@@ -33,9 +35,7 @@ from cloudtrain.bundle import (
     build_spec_bundle,
     workdir_field,
 )
-from cloudtrain.errors import SpecError
-from cloudtrain.paths import HOME_ENV, cloudtrain_home
-from cloudtrain.spec import load_spec
+from cloudtrain.spec.job import load_spec
 from tests.unit.bundle_node import unpack_like_the_node
 
 T = TypeVar("T")
@@ -367,7 +367,7 @@ def test_a_workdir_over_the_ceiling_is_refused_before_a_byte_is_read(tmp_path: P
 def test_a_workdir_with_too_many_files_is_refused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(cloudtrain.bundle, "MAX_BUNDLE_FILES", 3)
+    monkeypatch.setattr(cloudtrain.run.bundle, "MAX_BUNDLE_FILES", 3)
     wd = job(tmp_path, {f"f{i}.py": "" for i in range(3)})
     assert finishes(build_bundle, wd, tmp_path / "ok").files == 3
     (wd / "f3.py").write_text("")
@@ -485,7 +485,7 @@ def test_builds_in_two_processes_at_once_each_end_with_a_whole_bundle(tmp_path: 
         """
         import os, sys, time
         from pathlib import Path
-        from cloudtrain.bundle import build_bundle
+        from cloudtrain.run.bundle import build_bundle
         while not os.path.exists(sys.argv[3]):
             time.sleep(0.001)
         for _ in range(5):

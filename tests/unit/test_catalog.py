@@ -1,4 +1,5 @@
-"""Unit tests for cloudtrain.catalog (lookups, GCP GPU attach, overrides) and catalog_build."""
+"""Unit tests for cloudtrain.catalog.offers (lookups, GCP GPU attach, overrides) and
+catalog_build."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from cloudtrain import catalog_build
-from cloudtrain.catalog import (
+from cloudtrain.catalog import build as catalog_build
+from cloudtrain.catalog.offers import (
     LOCAL_PRICE_ENV,
     Catalog,
     Offer,
@@ -18,7 +19,7 @@ from cloudtrain.catalog import (
     parse_accelerator,
     read_offers,
 )
-from cloudtrain.errors import PlanError
+from cloudtrain.core.errors import PlanError
 from cloudtrain.providers.gcp.catalog_rules import GPU_HOST as GCP_GPU_HOST
 
 HEADER = ",".join(catalog_build.HEADER)

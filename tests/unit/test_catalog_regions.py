@@ -11,9 +11,9 @@ import json
 
 from typer.testing import CliRunner
 
-from cloudtrain import catalog_build
-from cloudtrain.catalog import Catalog
-from cloudtrain.cli import app
+from cloudtrain.catalog import build as catalog_build
+from cloudtrain.catalog.offers import Catalog
+from cloudtrain.cli.main import app
 from cloudtrain.providers.azure import catalog_rules as azure_rules
 from tests.unit.test_catalog_small_cpu import _isolated_home  # noqa: F401 (autouse: no overrides)
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from cloudtrain import catalog_build
-from cloudtrain.catalog import LOCAL_PRICE_ENV, Catalog
-from cloudtrain.controller_offer import MIN_MEMORY_GB, controller_offer
+from cloudtrain.catalog import build as catalog_build
+from cloudtrain.catalog.offers import LOCAL_PRICE_ENV, Catalog
+from cloudtrain.managed.controller_offer import MIN_MEMORY_GB, controller_offer
 
 CLOUDS = ("aws", "gcp", "azure")
 # the controller's machine per cloud, and the most it may cost per hour anywhere in the catalog
@@ -99,7 +99,7 @@ def test_a_source_row_wins_over_a_small_cpu_row_for_the_same_offer() -> None:
 def test_a_gpu_job_never_gets_a_small_cpu_machine_for_its_gpu_roles() -> None:
     from types import SimpleNamespace
 
-    from cloudtrain.plan import make_plan
+    from cloudtrain.plan.planner import make_plan
 
     small = {r["instance_type"] for r in _small_rows()}
     cat = Catalog.bundled()

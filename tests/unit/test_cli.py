@@ -30,7 +30,7 @@ def cli(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, CLOUDTRAIN_HOME=str(home), COLUMNS="200")
     env.pop("CLOUDTRAIN_FAULTS", None)
     return subprocess.run(
-        [sys.executable, "-m", "cloudtrain.cli", *args],
+        [sys.executable, "-m", "cloudtrain.cli.main", *args],
         env=env,
         capture_output=True,
         text=True,
@@ -39,13 +39,13 @@ def cli(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def heavy_modules(home: Path, *args: str, expect: str, of: tuple[str, ...] = HEAVY) -> list[str]:
-    """Modules from HEAVY (or `of`) that running the CLI (`cloudtrain.cli.main`, as the console
+    """Modules from HEAVY (or `of`) that running the CLI (`cloudtrain.cli.main.main`, as the console
     script does) with `args` imports. Asserts the command succeeded, exit 0 with `expect` in its
     output: a command that crashes early imports little, so its import list proves nothing."""
     report = home / "modules.json"
     code = (
         "import json, sys\n"
-        "from cloudtrain.cli import main\n"
+        "from cloudtrain.cli.main import main\n"
         f"sys.argv = ['cloudtrain', *{list(args)!r}]\n"
         "status = 0\n"
         "try:\n    main()\nexcept SystemExit as exc:\n    status = exc.code or 0\n"
@@ -97,8 +97,8 @@ def test_light_paths_import_no_tensorflow_or_cloud_sdk(
 
 
 def test_commands_of_other_modules_load_only_when_asked_for(tmp_path: Path) -> None:
-    lazy = ("cloudtrain.cli_scale", "cloudtrain.cli_tensorboard", "cloudtrain.cli_report")
-    lazy += ("cloudtrain.catalog_cli",)
+    lazy = ("cloudtrain.cli.scale", "cloudtrain.cli.tensorboard", "cloudtrain.cli.report")
+    lazy += ("cloudtrain.cli.catalog",)
     assert heavy_modules(tmp_path, "schema", expect='"additionalProperties"', of=lazy) == []
     listed = cli(tmp_path, "--help").stdout  # every command, with its own help line
     for line in (

@@ -3,7 +3,7 @@ wrote: its text reaches a terminal as text (no markup, no escape sequence), `log
 pipe get the lines as the node printed them, and `--json` is valid JSON whatever the numbers.
 
 The run is real as far as the CLI can tell: a ledger row in $CLOUDTRAIN_HOME and the node's
-documents and log chunk in a local (file://) bucket, read by `python -m cloudtrain.cli` in a
+documents and log chunk in a local (file://) bucket, read by `python -m cloudtrain.cli.main` in a
 subprocess, on a pseudo-terminal where the test is about a terminal."""
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 
 from cloudtrain.jobs import protocol
-from cloudtrain.ledger import Ledger
 from cloudtrain.providers import open_store
 from cloudtrain.providers.base import Resource
+from cloudtrain.state.ledger import Ledger
 from tests.fakes.terminal import read_until_closed
 
 RUN = "hostile-abcdef"
@@ -73,7 +73,7 @@ def env(home: Path) -> dict[str, str]:
 
 def piped(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "cloudtrain.cli", *args],
+        [sys.executable, "-m", "cloudtrain.cli.main", *args],
         env=env(home),
         capture_output=True,
         text=True,
@@ -86,7 +86,7 @@ def on_terminal(home: Path, *args: str) -> tuple[int, str]:
     terminal received."""
     leader, follower = pty.openpty()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "cloudtrain.cli", *args],
+        [sys.executable, "-m", "cloudtrain.cli.main", *args],
         env=env(home),
         stdin=subprocess.DEVNULL,
         stdout=follower,
@@ -162,7 +162,7 @@ def test_status_json_is_valid_json_whatever_the_numbers(tmp_path: Path) -> None:
     "value", [math.nan, math.inf, -math.inf, {"a": [math.nan, (1, math.inf)]}, 10**400]
 )
 def test_emit_json_writes_strict_json(value: object, capsys: pytest.CaptureFixture[str]) -> None:
-    from cloudtrain.cli_common import emit_json
+    from cloudtrain.cli.common import emit_json
 
     emit_json({"value": value, "ok": 1.5})
     data = _strict(capsys.readouterr().out)

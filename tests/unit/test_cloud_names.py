@@ -27,7 +27,7 @@ SKIPPED_DIRS = {
 # (file, literal text it may contain): why. Nothing else may name a cloud.
 ALLOWED: dict[tuple[str, str], str] = {
     (
-        "cloudtrain/cli.py",
+        "cloudtrain/cli/main.py",
         "Run a TensorFlow training job on the cheapest GPU VMs of AWS, GCP, Azure or this ",
     ): "the product's one-line description in `cloudtrain --help` (prose, like the README)",
 }

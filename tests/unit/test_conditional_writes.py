@@ -1,5 +1,5 @@
 """Conditional writes (ObjectStore.get_tagged / put_if), the ground the run's control lease stands
-on (cloudtrain/lease.py): one suite over every store, each against its fake (local folder, the
+on (cloudtrain/state/lease.py): one suite over every store, each against its fake (local folder, the
 memory fixture, S3 on moto's server, GCS on gcp-storage-emulator with tests/fakes/gcs_emulator.py's
 precondition checks, Azure on Azurite), then the two wrappers (RetryingStore, FaultyStore), and
 the error mappings the fakes cannot produce (S3's 409 ConditionalRequestConflict).
@@ -28,8 +28,8 @@ from typing import Any
 
 import pytest
 
-from cloudtrain import retry
-from cloudtrain.errors import NotFound, PreconditionFailed, TransientError
+from cloudtrain.core import retry
+from cloudtrain.core.errors import NotFound, PreconditionFailed, TransientError
 from cloudtrain.providers.base import ObjectStore
 from cloudtrain.providers.faults import FaultPlan, wrap
 from cloudtrain.providers.local import LocalStore

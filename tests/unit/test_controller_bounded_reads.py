@@ -15,8 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from cloudtrain import adopt, launch_doc, run_key, teardown, wheelhouse
-from cloudtrain.errors import UsageError
+from cloudtrain.core.errors import UsageError
 from cloudtrain.jobs import protocol as proto
 from cloudtrain.jobs.bucket_reads import (
     JOURNAL_ENTRY_MAX_BYTES,
@@ -25,10 +24,13 @@ from cloudtrain.jobs.bucket_reads import (
     WHEELHOUSE_MANIFEST_MAX_BYTES,
     Skips,
 )
-from cloudtrain.journal import entry_key, import_journal
-from cloudtrain.ledger import Ledger
-from cloudtrain.teardown import scrub_secrets
-from cloudtrain.wheelhouse import manifest_key, read_manifest, stack_pins, tag, tar_key
+from cloudtrain.managed import adopt
+from cloudtrain.run import teardown, wheelhouse
+from cloudtrain.run.teardown import scrub_secrets
+from cloudtrain.run.wheelhouse import manifest_key, read_manifest, stack_pins, tag, tar_key
+from cloudtrain.state import launch_doc, run_key
+from cloudtrain.state.journal import entry_key, import_journal
+from cloudtrain.state.ledger import Ledger
 from tests.fakes.memory_provider import MemoryProvider
 from tests.unit.bounded_kit import DEEP, Recording, huge
 from tests.unit.test_forged_journal import RUN, laptop_run

@@ -188,7 +188,7 @@ def test_teardown_finds_and_deletes_every_controller_resource(ct: Any) -> None:
 def test_controller_identity_needs_the_node_role_first(ct: Any) -> None:
     import pytest
 
-    from cloudtrain.errors import ProviderError
+    from cloudtrain.core.errors import ProviderError
 
     with pytest.raises(ProviderError, match="ensure_network"):
         ct.ensure_controller_identity(run_info())

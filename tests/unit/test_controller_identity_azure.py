@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from cloudtrain.errors import ProviderError
+from cloudtrain.core.errors import ProviderError
 from cloudtrain.providers.azure import controller_identity as ctl
 from cloudtrain.providers.azure import node_role
 from cloudtrain.providers.azure.bodies import (

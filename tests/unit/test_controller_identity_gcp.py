@@ -19,7 +19,7 @@ import pytest
 
 pytest.importorskip("google.cloud.compute_v1")
 
-from cloudtrain.errors import ProviderError
+from cloudtrain.core.errors import ProviderError
 from cloudtrain.providers.base import NodeRequest, ProviderConfig, RunInfo
 from cloudtrain.providers.gcp import controller_identity as ctl
 from cloudtrain.providers.gcp import identity
@@ -38,7 +38,7 @@ OTHER = "digits-20250101-def456"
 @pytest.fixture
 def provider(gcp_cloud: GcpCloud, monkeypatch: pytest.MonkeyPatch) -> GcpProvider:
     monkeypatch.delenv("CLOUDTRAIN_SSH_CIDR", raising=False)
-    monkeypatch.setattr("cloudtrain.retry.backoff_s", lambda *a, **k: 0.01)
+    monkeypatch.setattr("cloudtrain.core.retry.backoff_s", lambda *a, **k: 0.01)
     gcp_cloud.gce.operation_polls_to_done = 0
     gcp_cloud.gce.require_known_service_accounts = True
     made = GcpProvider(ProviderConfig(name="gcp", region=REGION, zone=ZONE))

@@ -1,4 +1,4 @@
-"""cloudtrain.controller_offer: the controller node's machine (issue 17).
+"""cloudtrain.managed.controller_offer: the controller node's machine (issue 17).
 
 The cheapest on-demand CPU-only offer with >= 2 GB in the run's region, from the catalog the
 planner reads (bundled, or $CLOUDTRAIN_HOME/catalog/<provider>.csv), never a GPU machine, never a
@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from cloudtrain import catalog_build
-from cloudtrain.catalog import LOCAL_PRICE_ENV, Catalog
-from cloudtrain.controller_offer import MIN_MEMORY_GB, ControllerOffer, controller_offer
-from cloudtrain.errors import PlanError
+from cloudtrain.catalog import build as catalog_build
+from cloudtrain.catalog.offers import LOCAL_PRICE_ENV, Catalog
+from cloudtrain.core.errors import PlanError
+from cloudtrain.managed.controller_offer import MIN_MEMORY_GB, ControllerOffer, controller_offer
 
 HEADER = ",".join(catalog_build.HEADER)
 
@@ -114,7 +114,7 @@ def test_local_is_fixed_and_free() -> None:
 
 def test_import_stays_light() -> None:
     code = (
-        "import sys, cloudtrain.controller_offer as m\n"
+        "import sys, cloudtrain.managed.controller_offer as m\n"
         "m.controller_offer('aws', 'us-east-1')\n"
         "bad = [n for n in sys.modules if n.split('.')[0] in "
         "('boto3', 'botocore', 'google', 'azure', 'tensorflow', 'pydantic')]\n"

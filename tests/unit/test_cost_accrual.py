@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from cloudtrain.ledger import Ledger
 from cloudtrain.providers.base import NodeRequest, Resource, RunInfo
 from cloudtrain.providers.faults import FaultPlan, wrap
 from cloudtrain.providers.retrying import wrap_provider
-from cloudtrain.teardown import teardown
+from cloudtrain.run.teardown import teardown
+from cloudtrain.state.ledger import Ledger
 from tests.fakes.memory_provider import MemoryProvider
 
 RUN = "acc-abc123"

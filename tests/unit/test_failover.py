@@ -1,4 +1,4 @@
-"""Failover across regions and clouds (cloudtrain/failover.py) with the real Orchestrator over
+"""Failover across regions and clouds (cloudtrain/run/failover.py) with the real Orchestrator over
 memory providers posing as clouds (tests/fakes/memory_provider.py `MemoryClouds`): each region
 is scripted as a new account is (zones, capacity per zone, spot capacity, a quota), the plans
 come from the test's own small catalog, and a node's "agent" is a hook that reports the chief
@@ -14,16 +14,16 @@ from typing import Any
 import pytest
 import yaml
 
-from cloudtrain.catalog import Catalog
-from cloudtrain.failover import Places, Route, places_for
+from cloudtrain.catalog.offers import Catalog
 from cloudtrain.jobs.protocol import NodeState, NodeStatus, run_prefix, status_key
-from cloudtrain.ledger import Ledger
-from cloudtrain.orchestrator import Orchestrator
-from cloudtrain.plan import Plan, make_plan, on_demand_spec
+from cloudtrain.plan.planner import Plan, make_plan, on_demand_spec
 from cloudtrain.providers.base import Node, RunInfo
-from cloudtrain.runtypes import RunOptions
-from cloudtrain.spec import load_spec
-from cloudtrain.teardown import teardown
+from cloudtrain.run.failover import Places, Route, places_for
+from cloudtrain.run.orchestrator import Orchestrator
+from cloudtrain.run.teardown import teardown
+from cloudtrain.spec.job import load_spec
+from cloudtrain.spec.runtypes import RunOptions
+from cloudtrain.state.ledger import Ledger
 from tests.fakes.memory_provider import MemoryClouds
 from tests.unit.security_kit import QuietObserver
 from tests.unit.test_plan import row
@@ -289,7 +289,7 @@ def test_places_for_keeps_avoiding_what_the_plan_avoided(tmp_path: Path) -> None
 def test_the_summary_shows_the_path(world: World, tmp_path: Path) -> None:
     from rich.console import Console
 
-    from cloudtrain.ui import summary
+    from cloudtrain.cli.ui import summary
 
     world.clouds.compute("aws", "reg-a").quota = 0
     _, result = world.run(job(tmp_path))

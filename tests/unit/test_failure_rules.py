@@ -10,20 +10,20 @@ from pathlib import Path
 
 import pytest
 
-from cloudtrain import bootlog
-from cloudtrain.errors import SpecError
-from cloudtrain.failures import NodeFailure, describe, not_retried, read_reports
+from cloudtrain.core.errors import SpecError
+from cloudtrain.core.redact import Redactor
 from cloudtrain.jobs.protocol import run_prefix
 from cloudtrain.providers.local import LocalStore
-from cloudtrain.redact import Redactor
-from cloudtrain.runrules import (
+from cloudtrain.spec.job import json_schema, load_spec_text
+from cloudtrain.spec.runrules import (
     Verdict,
     agent_exit_verdict,
     judge_attempt,
     status_verdict,
 )
-from cloudtrain.runstate import RunReader, archive_bootstrap_log
-from cloudtrain.spec import json_schema, load_spec_text
+from cloudtrain.state import bootlog
+from cloudtrain.state.failures import NodeFailure, describe, not_retried, read_reports
+from cloudtrain.state.runstate import RunReader, archive_bootstrap_log
 
 RUN = "rules-run"
 PREFIX = run_prefix(RUN)
@@ -148,7 +148,7 @@ CRASHED_AGENT = (
     "=== cloudtrain attempt 1 (worker-0) ===",
     "Traceback (most recent call last):",
     '  File "/opt/cloudtrain/venv/lib/python3.10/site-packages/cloudtrain/jobs/agent.py"',
-    "ModuleNotFoundError: No module named 'cloudtrain.redact'",
+    "ModuleNotFoundError: No module named 'cloudtrain.core.redact'",
     "@phase agent: exited with 1 in 0s",
     "@durations driver=0s python=1s bundle=2s agent=0s",
 )
@@ -157,7 +157,7 @@ CRASHED_AGENT = (
 def test_bootlog_reads_the_agents_exit_and_the_lines_before_it() -> None:
     info = bootlog.parse(boot_log("worker-0", *CRASHED_AGENT).decode())
     assert info.agent_exit == 1
-    assert info.tail[-1] == "ModuleNotFoundError: No module named 'cloudtrain.redact'"
+    assert info.tail[-1] == "ModuleNotFoundError: No module named 'cloudtrain.core.redact'"
     assert info.tail[0] == "=== cloudtrain attempt 1 (worker-0) ==="
     assert info.phase == "agent: exited with 1 in 0s"
     still = bootlog.parse(boot_log("worker-0", "@phase agent: starting").decode())
@@ -185,7 +185,7 @@ def test_reports_of_the_attempt_from_statuses_and_agent_exits(store: LocalStore)
     )
     chief = reports.failed["chief-0"]
     assert chief.reason == "its agent exited with code 1"
-    assert chief.tail[-1] == "ModuleNotFoundError: No module named 'cloudtrain.redact'"
+    assert chief.tail[-1] == "ModuleNotFoundError: No module named 'cloudtrain.core.redact'"
 
 
 def test_a_status_report_wins_over_the_agents_exit(store: LocalStore) -> None:

@@ -8,14 +8,14 @@ from types import SimpleNamespace
 
 import pytest
 
-from cloudtrain import retry
-from cloudtrain.errors import NoCapacityError, TransientError, UsageError
+from cloudtrain.core import retry
+from cloudtrain.core.errors import NoCapacityError, TransientError, UsageError
+from cloudtrain.core.retry import retrying
 from cloudtrain.providers import faults
 from cloudtrain.providers.base import Node, NodeRequest, RunInfo
 from cloudtrain.providers.faults import FaultPlan, FaultyCompute, FaultyProvider, FaultyStore, wrap
 from cloudtrain.providers.parallel import parallel_map
 from cloudtrain.providers.retrying import RetryingCompute, RetryingProvider, wrap_provider
-from cloudtrain.retry import retrying
 from tests.fakes.memory_provider import MemoryProvider
 
 RUN = RunInfo(run_id="r1", region="mem-1", zone="zone-a", port_range=(2222, 2230))

@@ -39,10 +39,10 @@ def setup_run(home: Path) -> tuple[Any, Any]:
     """The laptop's run on AWS: its identity and group made, its journal in the bucket; and two
     roles of the account that are not the run's: an untagged `prod-admin`, and another run's
     `cloudtrain-cifar-3d4e5f` (tagged with that run). Returns (provider, laptop ledger)."""
-    from cloudtrain.journal import Journal
-    from cloudtrain.ledger import Ledger
     from cloudtrain.providers import get_provider
     from cloudtrain.providers.base import ProviderConfig, RunInfo
+    from cloudtrain.state.journal import Journal
+    from cloudtrain.state.ledger import Ledger
 
     prov = get_provider("aws", ProviderConfig("aws", region=REGION))
     store = prov.store(STORE)
@@ -70,7 +70,7 @@ def setup_run(home: Path) -> tuple[Any, Any]:
 
 def forged_role(name: str, seq: int) -> tuple[str, bytes]:
     from cloudtrain.jobs.protocol import journal_prefix
-    from cloudtrain.journal import entry_key
+    from cloudtrain.state.journal import entry_key
 
     entry = {
         "op": "record_intent",
@@ -107,7 +107,7 @@ def test_down_from_a_fresh_machine_leaves_a_role_a_node_named_in_the_journal(
 
 def test_teardown_refuses_a_foreign_name_its_ledger_holds(aws: None, tmp_path: Path) -> None:
     from cloudtrain.providers.base import Resource
-    from cloudtrain.teardown import teardown
+    from cloudtrain.run.teardown import teardown
 
     prov, led = setup_run(tmp_path / "laptop")
     led.journal_to(RUN, None)

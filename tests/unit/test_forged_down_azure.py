@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from cloudtrain.errors import NotTheRuns
+from cloudtrain.core.errors import NotTheRuns
 from cloudtrain.providers.azure import controller_identity as ctl
 from cloudtrain.providers.azure.account import default_container_scope, run_container
 from cloudtrain.providers.azure.compute import AzureCompute
@@ -67,8 +67,8 @@ def owner_at_subscription(compute: AzureCompute) -> str:
 def test_teardown_leaves_foreign_groups_and_assignments_its_ledger_names(
     provider: AzureProvider, azure_cloud: AzureCloud, tmp_path: Path
 ) -> None:
-    from cloudtrain.ledger import Ledger
-    from cloudtrain.teardown import teardown
+    from cloudtrain.run.teardown import teardown
+    from cloudtrain.state.ledger import Ledger
 
     compute = provider.compute
     assert isinstance(compute, AzureCompute)

@@ -15,7 +15,7 @@ import pytest
 
 pytest.importorskip("google.cloud.compute_v1")
 
-from cloudtrain.errors import NotTheRuns
+from cloudtrain.core.errors import NotTheRuns
 from cloudtrain.providers.base import Resource
 from cloudtrain.providers.gcp import controller_identity, identity
 from cloudtrain.providers.gcp.network import network_url, run_tag
@@ -69,8 +69,8 @@ def res(kind: str, name: str) -> Resource:
 def test_teardown_leaves_foreign_rules_and_accounts_its_ledger_names(
     provider: GcpProvider, gcp_cloud: GcpCloud, tmp_path: Path
 ) -> None:
-    from cloudtrain.ledger import Ledger
-    from cloudtrain.teardown import teardown
+    from cloudtrain.run.teardown import teardown
+    from cloudtrain.state.ledger import Ledger
 
     compute = provider.compute
     own = compute.ensure_network(run_info())

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from cloudtrain.jobs.protocol import journal_prefix
-from cloudtrain.journal import Journal, entry_key, import_journal
-from cloudtrain.ledger import Ledger
 from cloudtrain.providers.base import Resource
 from cloudtrain.providers.local import LocalStore
+from cloudtrain.state.journal import Journal, entry_key, import_journal
+from cloudtrain.state.ledger import Ledger
 
 RUN = "mnist-0a1b2c"
 
@@ -87,7 +87,7 @@ def test_a_node_forged_journal_entry_is_not_replayed(tmp_path: Path) -> None:
 
 
 def test_the_laptop_keeps_its_key_when_a_node_replaces_control_key(tmp_path: Path) -> None:
-    from cloudtrain import run_key
+    from cloudtrain.state import run_key
 
     store = LocalStore((tmp_path / "bucket").as_uri())
     laptop = laptop_run(tmp_path, store)
@@ -128,7 +128,7 @@ def test_the_ledger_file_and_its_key_are_the_users_alone(tmp_path: Path) -> None
 
 
 def test_a_yield_is_signed_and_bound_to_the_term(tmp_path: Path) -> None:
-    from cloudtrain import run_key
+    from cloudtrain.state import run_key
 
     key, other = run_key.generate(), run_key.generate()
     body = run_key.yield_body(key, RUN, "attach:host:1", 3)
@@ -144,10 +144,10 @@ def test_a_yield_is_signed_and_bound_to_the_term(tmp_path: Path) -> None:
 
 
 def test_a_launch_doc_a_node_rewrote_is_refused(tmp_path: Path) -> None:
-    from cloudtrain import launch_doc, run_key
-    from cloudtrain.errors import UsageError
+    from cloudtrain.core.errors import UsageError
     from cloudtrain.jobs.protocol import launch_key
-    from cloudtrain.launch_doc import LaunchDoc
+    from cloudtrain.state import launch_doc, run_key
+    from cloudtrain.state.launch_doc import LaunchDoc
 
     store = LocalStore((tmp_path / "bucket").as_uri())
     key = run_key.generate()

@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from cloudtrain import gc
-from cloudtrain.catalog import Catalog, Offer
-from cloudtrain.errors import ProviderError, TransientError, UsageError
-from cloudtrain.ledger import Ledger, RunRecord
+from cloudtrain.catalog.offers import Catalog, Offer
+from cloudtrain.core.errors import ProviderError, TransientError, UsageError
 from cloudtrain.providers.base import NodeRequest, ProviderConfig, RunInfo, Tagged
 from cloudtrain.providers.faults import FaultPlan, FaultyCompute
+from cloudtrain.run import gc
+from cloudtrain.state.ledger import Ledger, RunRecord
 from tests.fakes.memory_provider import MemoryProvider
 from tests.unit.test_cli import cli
 
@@ -316,7 +316,7 @@ def test_gc_without_a_provider_or_runs_is_a_one_line_error(tmp_path: Path) -> No
 @pytest.mark.parametrize("args", [("gc", "--help"), ("gc", "--provider", "local")])
 def test_gc_on_local_imports_no_cloud_sdk(tmp_path: Path, args: tuple[str, ...]) -> None:
     code = (
-        "import sys; from cloudtrain.cli import app\n"
+        "import sys; from cloudtrain.cli.main import app\n"
         f"try:\n    app({list(args)!r})\nexcept SystemExit:\n    pass\n"
         "print('\\n'.join(sorted(sys.modules)))"
     )
@@ -324,5 +324,5 @@ def test_gc_on_local_imports_no_cloud_sdk(tmp_path: Path, args: tuple[str, ...])
     out = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
     ).stdout
-    assert "cloudtrain.gc" in out or args[-1] == "--help"
+    assert "cloudtrain.run.gc" in out or args[-1] == "--help"
     assert [m for m in out.splitlines() if m.startswith(HEAVY)] == []

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 import requests
 
-from cloudtrain.errors import CredentialsError, NoCapacityError, ProviderError, QuotaError
+from cloudtrain.core.errors import CredentialsError, NoCapacityError, ProviderError, QuotaError
 from cloudtrain.providers.account import QuotaNeed
 from cloudtrain.providers.base import NodeRequest, ProviderConfig, RunInfo
 from cloudtrain.providers.gcp.account import RUN_APIS, GcpAccountProbe

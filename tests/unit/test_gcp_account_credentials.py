@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from cloudtrain.errors import CredentialsError
+from cloudtrain.core.errors import CredentialsError
 from cloudtrain.providers.gcp.account import GcpAccountProbe
 
 PROJECT = "ct-creds-project"

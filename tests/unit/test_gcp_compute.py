@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from cloudtrain.errors import CredentialsError, NoCapacityError, ProviderError, QuotaError
+from cloudtrain.core.errors import CredentialsError, NoCapacityError, ProviderError, QuotaError
 from cloudtrain.providers.base import NodeRequest, ProviderConfig, RunInfo
 from cloudtrain.providers.gcp.bodies import STORAGE_RW_SCOPE, instance_body
 from cloudtrain.providers.gcp.compute import GcpCompute
@@ -24,7 +24,7 @@ from cloudtrain.providers.gcp.images import DLVM_2204, image_for
 from cloudtrain.providers.gcp.network import firewall_bodies
 from cloudtrain.providers.gcp.provider import GcpProvider
 from cloudtrain.providers.retrying import RetryingCompute
-from cloudtrain.startup import StartupParams, render_startup
+from cloudtrain.run.startup import StartupParams, render_startup
 from tests.fakes.gce_fake import GceFake, gce_fake
 from tests.fakes.shell import check_script, run_with_curl_shim
 

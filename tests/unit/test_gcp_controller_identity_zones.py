@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from cloudtrain.errors import ProviderError
+from cloudtrain.core.errors import ProviderError
 from cloudtrain.providers.gcp import controller_identity as ctl
 from tests.unit import authz_reference_gcp as ref
 

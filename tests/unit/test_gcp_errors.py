@@ -15,7 +15,7 @@ from google.api_core import exceptions as api
 from google.auth import exceptions as auth
 from google.cloud.storage.exceptions import DataCorruption, InvalidResponse
 
-from cloudtrain.errors import (
+from cloudtrain.core.errors import (
     AlreadyExists,
     CredentialsError,
     NoCapacityError,

@@ -21,12 +21,12 @@ import pytest
 
 pytest.importorskip("google.cloud.compute_v1")
 
-from cloudtrain.errors import ProviderError, TransientError
+from cloudtrain.core.errors import ProviderError, TransientError
 from cloudtrain.providers.base import NodeRequest, ProviderConfig, RunInfo, Tagged
 from cloudtrain.providers.gcp import identity
 from cloudtrain.providers.gcp.compute import GcpCompute
 from cloudtrain.providers.gcp.provider import GcpProvider
-from cloudtrain.teardown import teardown
+from cloudtrain.run.teardown import teardown
 from tests.fakes.gcp_cloud import GcpCloud, gcp_cloud, gcs_emulator, gcs_emulator_session
 
 __all__ = ["gcp_cloud", "gcs_emulator", "gcs_emulator_session"]  # fixtures, for pytest
@@ -40,7 +40,7 @@ RUN = "digits-multiworker-20250101-abc123"
 @pytest.fixture
 def provider(gcp_cloud: GcpCloud, monkeypatch: pytest.MonkeyPatch) -> GcpProvider:
     monkeypatch.delenv("CLOUDTRAIN_SSH_CIDR", raising=False)
-    monkeypatch.setattr("cloudtrain.retry.backoff_s", lambda *a, **k: 0.01)
+    monkeypatch.setattr("cloudtrain.core.retry.backoff_s", lambda *a, **k: 0.01)
     gcp_cloud.gce.operation_polls_to_done = 0
     made = GcpProvider(ProviderConfig(name="gcp", region=REGION, zone=ZONE))
     made.store(STORE).ensure_bucket()

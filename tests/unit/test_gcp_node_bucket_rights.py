@@ -19,10 +19,10 @@ import pytest
 
 pytest.importorskip("google.cloud.compute_v1")
 
-from cloudtrain import run_key
 from cloudtrain.jobs import protocol as proto
 from cloudtrain.providers.gcp import identity
 from cloudtrain.providers.gcp.provider import GcpProvider
+from cloudtrain.state import run_key
 from tests.fakes import gcs_iam_conditions as iam
 from tests.fakes.gcp_cloud import GcpCloud, gcp_cloud, gcs_emulator, gcs_emulator_session
 from tests.unit import node_rights_kit as kit

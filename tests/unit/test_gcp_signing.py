@@ -22,7 +22,7 @@ pytest.importorskip("google.cloud.storage")
 from google.auth import exceptions as auth
 from google.auth.credentials import AnonymousCredentials
 
-from cloudtrain.errors import CredentialsError
+from cloudtrain.core.errors import CredentialsError
 from cloudtrain.providers.gcp.storage import GcsStore
 from tests.fakes.gcs_emulator import GcsEmulator, gcs_emulator, gcs_emulator_session
 from tests.fakes.shell import require_tool

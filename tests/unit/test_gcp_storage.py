@@ -24,7 +24,7 @@ pytest.importorskip("google.cloud.storage")
 from google.api_core import exceptions as api
 from google.cloud import storage
 
-from cloudtrain.errors import (
+from cloudtrain.core.errors import (
     CredentialsError,
     NotFound,
     ProviderError,

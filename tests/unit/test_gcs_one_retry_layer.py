@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip("google.cloud.storage")
 
-from cloudtrain.errors import TransientError
+from cloudtrain.core.errors import TransientError
 from cloudtrain.providers.gcp.storage import EMULATOR_ENV, GcsStore
 
 

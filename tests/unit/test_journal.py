@@ -1,5 +1,5 @@
-"""The run's journal in its bucket (cloudtrain/journal.py): a ledger mirrors its writes of a run,
-one new object each; any other ledger replays them with their original times, idempotently;
+"""The run's journal in its bucket (cloudtrain/state/journal.py): a ledger mirrors its writes of a
+run, one new object each; any other ledger replays them with their original times, idempotently;
 `status`, `logs` and the journal's own import work from a fresh CLOUDTRAIN_HOME given the run id
 and the provider. Against the local store and S3 (moto's server, the real boto3). Runs on the
 node Pythons too (the controller node imports journals): no TensorFlow here.
@@ -15,10 +15,12 @@ from typing import Any
 
 import pytest
 
-from cloudtrain import run_key
-from cloudtrain.errors import LedgerError, NotFound
+from cloudtrain.core.errors import LedgerError, NotFound
 from cloudtrain.jobs.protocol import journal_prefix
-from cloudtrain.journal import (
+from cloudtrain.providers.base import ObjectStore, Resource
+from cloudtrain.providers.local import LocalStore
+from cloudtrain.state import run_key
+from cloudtrain.state.journal import (
     KEY_RE,
     Journal,
     _window,
@@ -26,9 +28,7 @@ from cloudtrain.journal import (
     key_time_ns,
     writer_id,
 )
-from cloudtrain.ledger import JOURNAL_OPS, Ledger
-from cloudtrain.providers.base import ObjectStore, Resource
-from cloudtrain.providers.local import LocalStore
+from cloudtrain.state.ledger import JOURNAL_OPS, Ledger
 from tests.fakes.moto_server import moto_available
 
 RUN = "mnist-0a1b2c"
@@ -106,7 +106,7 @@ def run_steps(
         step(1010.0 + i, lambda r=res, p=price: led.record_intent(r, price_hourly=p))
         step(1020.0 + i, lambda i=i: led.mark_created(run_id, "node", f"worker-{i}", f"i-{i}"))
     step(1030.0, lambda: led.set_status(run_id, "running"))
-    # failover moved it (cloudtrain/failover.py): the row names the new place
+    # failover moved it (cloudtrain/run/failover.py): the row names the new place
     step(1031.0, lambda: led.move_run(run_id, provider, "us-west-2", "w-a", bucket, "{}", "p-2"))
     step(1040.0, lambda: led.event(run_id, "preempted", "worker-1 was preempted"))
     step(1041.0, lambda: led.mark_failed(run_id, "node", "worker-1"))
@@ -165,7 +165,7 @@ def test_every_write_is_one_new_object_with_its_op_time_and_arguments(
     first = found[0][1]
     assert first["at"] == 1000.0 and first["run_id"] == RUN and first["plan_json"] == '{"n":2}'
     intent = found[4][1]
-    assert len(intent.pop("mac")) == 64  # signed with the run's key (cloudtrain/run_key.py)
+    assert len(intent.pop("mac")) == 64  # signed with the run's key (cloudtrain/state/run_key.py)
     assert intent == {
         "op": "record_intent",
         "at": 1010.0,
@@ -350,7 +350,7 @@ def test_an_old_ledger_file_gains_the_journal_table(tmp_path: Path) -> None:
         conn.execute("DROP TABLE journal_applied")
         conn.execute("PRAGMA user_version = 3")
     led = Ledger(path)
-    assert led.schema_version() == 5  # and the run keys' table (cloudtrain/run_key.py)
+    assert led.schema_version() == 5  # and the run keys' table (cloudtrain/state/run_key.py)
     assert led.journal_keys(RUN) == set() and led.last_journal_key(RUN) is None
     assert led.run_key(RUN) is None
 
@@ -383,8 +383,8 @@ def local_run(first: Path, bucket: Path, run_id: str = RUN) -> Ledger:
 def test_sync_run_builds_the_record_from_the_journal_then_reads_only_what_is_new(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from cloudtrain.api_journal import sync_run
-    from cloudtrain.errors import UsageError
+    from cloudtrain.core.errors import UsageError
+    from cloudtrain.run.journal_sync import sync_run
 
     first, fresh, bucket = shared_homes(tmp_path)
     writer = local_run(first, bucket)
@@ -411,8 +411,8 @@ def test_sync_run_builds_the_record_from_the_journal_then_reads_only_what_is_new
 def test_a_bucket_that_cannot_be_read_is_a_warning_for_a_ledger_that_has_the_run(
     tmp_path: Path, moto_server: Any
 ) -> None:
-    from cloudtrain.journal import try_import
     from cloudtrain.providers.aws.storage import S3Store
+    from cloudtrain.state.journal import try_import
 
     led = Ledger(tmp_path / "l.db")
     said: list[str] = []
@@ -430,10 +430,10 @@ def test_logs_follow_ends_when_the_journal_says_the_run_is_done(
     follow): the follow takes in the run's outcome from its journal."""
     import threading
 
-    from cloudtrain import api_logs
-    from cloudtrain.api_logs import LogStream
+    from cloudtrain.api import log_stream as api_logs
+    from cloudtrain.api.log_stream import LogStream
     from cloudtrain.providers.local import LocalProvider
-    from cloudtrain.runstate import RunReader
+    from cloudtrain.state.runstate import RunReader
 
     store = LocalStore((tmp_path / "bucket").as_uri())
     writer = Ledger(tmp_path / "writer.db", clock=Clock(1.0))

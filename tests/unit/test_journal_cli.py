@@ -1,6 +1,6 @@
 """`cloudtrain status`, `logs` from a fresh CLOUDTRAIN_HOME, from the run's journal in its bucket
-(cloudtrain/journal.py): the command line of what tests/unit/test_journal.py checks through the
-API. Controller-side (the CLI needs Python 3.11): not among the node-side tests.
+(cloudtrain/state/journal.py): the command line of what tests/unit/test_journal.py checks through
+the API. Controller-side (the CLI needs Python 3.11): not among the node-side tests.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ def cli(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, CLOUDTRAIN_HOME=str(home), COLUMNS="200")
     env.pop("CLOUDTRAIN_FAULTS", None)
     return subprocess.run(
-        [sys.executable, "-m", "cloudtrain.cli", *args],
+        [sys.executable, "-m", "cloudtrain.cli.main", *args],
         env=env,
         capture_output=True,
         text=True,

@@ -1,5 +1,5 @@
-"""control/launch.json (cloudtrain/launch_doc.py): what a controller needs to adopt a run, with no
-secret in it, and the spec rebuilt from it with the env the run's cluster.json carries."""
+"""control/launch.json (cloudtrain/state/launch_doc.py): what a controller needs to adopt a run,
+with no secret in it, and the spec rebuilt from it with the env the run's cluster.json carries."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from cloudtrain.errors import UsageError
+from cloudtrain.core.errors import UsageError
 from cloudtrain.jobs.protocol import ClusterDoc
-from cloudtrain.launch_doc import LaunchDoc, read, write
 from cloudtrain.providers.local import LocalStore
-from cloudtrain.run_key import generate
-from cloudtrain.runtypes import RunOptions
-from cloudtrain.spec import load_spec_text
+from cloudtrain.spec.job import load_spec_text
+from cloudtrain.spec.runtypes import RunOptions
+from cloudtrain.state.launch_doc import LaunchDoc, read, write
+from cloudtrain.state.run_key import generate
 
 SPEC = """\
 name: adopt-me
@@ -68,5 +68,5 @@ def test_a_run_without_a_launch_document_is_a_clear_error(tmp_path: Path) -> Non
     spec = load_spec_text(SPEC, "job.yaml", base_dir=tmp_path)
     doc = LaunchDoc.of(spec, "r-1", RunOptions(), 1.0, "cd" * 32, store.uri)
     key = generate()
-    write(store, doc, key)  # signed with the run's key (cloudtrain/run_key.py)
+    write(store, doc, key)  # signed with the run's key (cloudtrain/state/run_key.py)
     assert read(store, "r-1", key) == doc

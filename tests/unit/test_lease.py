@@ -1,4 +1,5 @@
-"""The run's control lease (cloudtrain/lease.py) and fencing (cloudtrain/fencing.py), on the
+"""The run's control lease (cloudtrain/state/lease.py) and fencing (cloudtrain/state/fencing.py),
+on the
 local store (a real folder bucket, lock + atomic rename) and, for the race of a paused process,
 under the faults wrapper's store latency. The conditional writes of the cloud stores are
 tests/unit/test_conditional_writes.py's."""
@@ -12,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from cloudtrain import run_key
-from cloudtrain.errors import LeaseHeld, LeaseLost
-from cloudtrain.fencing import FencedCompute
+from cloudtrain.core.errors import LeaseHeld, LeaseLost
 from cloudtrain.jobs import protocol
-from cloudtrain.lease import Lease, LeaseKeeper, read_lease
 from cloudtrain.providers.base import NodeRequest, ObjectStore, RunInfo
 from cloudtrain.providers.faults import FaultyStore, _Injector
 from cloudtrain.providers.local import LocalStore
+from cloudtrain.state import run_key
+from cloudtrain.state.fencing import FencedCompute
+from cloudtrain.state.lease import Lease, LeaseKeeper, read_lease
 from tests.fakes.memory_provider import MemoryCompute
 from tests.unit.bounded_kit import MIB, Recording, huge
 

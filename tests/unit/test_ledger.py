@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from cloudtrain import paths
-from cloudtrain.errors import LedgerError, UsageError
-from cloudtrain.ledger import SCHEMA_VERSION, Ledger
+from cloudtrain.core import paths
+from cloudtrain.core.errors import LedgerError, UsageError
 from cloudtrain.providers.base import Resource
+from cloudtrain.state.ledger import SCHEMA_VERSION, Ledger
 
 
 class FakeClock:

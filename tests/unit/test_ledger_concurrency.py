@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from cloudtrain.ledger import SCHEMA_VERSION, Ledger
-from cloudtrain.procid import controller
+from cloudtrain.core.procid import controller
 from cloudtrain.providers.base import Resource
+from cloudtrain.state.ledger import SCHEMA_VERSION, Ledger
 
 WRITERS = 8
 RUNS_EACH = 15

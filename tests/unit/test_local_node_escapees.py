@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from cloudtrain.procid import environ_has, stat_fields
+from cloudtrain.core.procid import environ_has, stat_fields
 from cloudtrain.providers import local_cgroups
 from cloudtrain.providers.base import NodeRequest, RunInfo
 from cloudtrain.providers.local import WORK_ENV, LocalCompute

@@ -9,7 +9,7 @@ import socket
 
 import pytest
 
-from cloudtrain.errors import UsageError
+from cloudtrain.core.errors import UsageError
 from cloudtrain.providers import local_sessions
 from cloudtrain.providers.local import EPHEMERAL_RANGE, LOW_PORT, free_port
 from cloudtrain.providers.local_sessions import PORTS_ENV

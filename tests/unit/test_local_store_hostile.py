@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from cloudtrain.errors import NotFound, ProviderError
+from cloudtrain.core.errors import NotFound, ProviderError
 from cloudtrain.providers.local import LocalStore
 
 

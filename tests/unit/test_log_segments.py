@@ -1,5 +1,5 @@
 """A node's log stream rolled into segments (jobs/logpump.py) and read back by seq
-(cloudtrain/log_reader.py), never by listing logs/.
+(cloudtrain/state/log_reader.py), never by listing logs/.
 
 The stream is written by a real LogPump and read by the real read_new, on the real S3Store
 against moto's S3 server where the calls are counted (a subclass of S3Store that counts each
@@ -16,12 +16,12 @@ from typing import Any
 
 import pytest
 
-from cloudtrain.errors import NotFound, TransientError
+from cloudtrain.core.errors import NotFound, TransientError
 from cloudtrain.jobs import protocol as proto
 from cloudtrain.jobs.log_chunks import PARALLEL_GETS
 from cloudtrain.jobs.logpump import LogPump
-from cloudtrain.log_reader import CATCH_UP, UNKNOWN, NodeCursor, read_new
 from cloudtrain.providers.local import LocalStore
+from cloudtrain.state.log_reader import CATCH_UP, UNKNOWN, NodeCursor, read_new
 from tests.fakes.moto_server import moto_server, moto_server_session
 
 __all__ = ["moto_server", "moto_server_session"]  # fixtures used by this module

@@ -1,4 +1,5 @@
-"""cloudtrain.node_text: untrusted text as displayable text, numbers as short finite figures."""
+"""cloudtrain.core.node_text: untrusted text as displayable text, numbers as short finite
+figures."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cloudtrain.node_text import ELLIPSIS, figure, finite, shown, shown_lines, whole
+from cloudtrain.core.node_text import ELLIPSIS, figure, finite, shown, shown_lines, whole
 
 UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 

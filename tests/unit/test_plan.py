@@ -1,4 +1,4 @@
-"""Unit tests for cloudtrain.plan: the planner's choices checked against brute force."""
+"""Unit tests for cloudtrain.plan.planner: the planner's choices checked against brute force."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from cloudtrain.catalog import LOCAL_PRICE_ENV, Catalog, Offer
-from cloudtrain.errors import PlanError
-from cloudtrain.plan import LOCAL_GPU_NOTE, Plan, make_plan
+from cloudtrain.catalog.offers import LOCAL_PRICE_ENV, Catalog, Offer
+from cloudtrain.core.errors import PlanError
+from cloudtrain.plan.planner import LOCAL_GPU_NOTE, Plan, make_plan
 from cloudtrain.providers.gcp.catalog_rules import GPU_HOST as GCP_GPU_HOST
 
 GPU_ROLES = ("chief", "worker", "evaluator")
@@ -66,7 +66,7 @@ def make_spec(
     max_hours: float = 2.0,
     max_cost_usd: float | None = None,
 ) -> Any:
-    """A stand-in for cloudtrain.spec's job spec with only the attributes the planner reads."""
+    """A stand-in for cloudtrain.spec.job's job spec with only the attributes the planner reads."""
     role_counts = roles if roles is not None else {"chief": 1, "worker": 2, "ps": 1}
     cluster = SimpleNamespace(
         strategy="parameter_server",

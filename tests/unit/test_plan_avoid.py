@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from cloudtrain.catalog import Catalog
-from cloudtrain.errors import PlanError
-from cloudtrain.plan import Plan, make_plan, on_demand_spec, placements
+from cloudtrain.catalog.offers import Catalog
+from cloudtrain.core.errors import PlanError
+from cloudtrain.plan.planner import Plan, make_plan, on_demand_spec, placements
 from tests.unit.test_plan import make_spec, row
 
 ROWS = [  # V100 x1 and a CPU machine per region; cheapest first: a, b, c on aws, then gcp's g

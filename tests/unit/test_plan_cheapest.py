@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from cloudtrain.catalog import Catalog, Offer
-from cloudtrain.errors import PlanError
-from cloudtrain.plan import CLOUDS, Plan, make_plan
+from cloudtrain.catalog.offers import Catalog, Offer
+from cloudtrain.core.errors import PlanError
+from cloudtrain.plan.planner import CLOUDS, Plan, make_plan
 from cloudtrain.providers.gcp.catalog_rules import GPU_HOST as GCP_GPU_HOST
 from cloudtrain.providers.gcp.catalog_rules import N1_GPU_COUNTS
 from tests.unit.test_cli import cli, heavy_modules

@@ -9,9 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from cloudtrain.catalog import Catalog
-from cloudtrain.plan import make_plan
-from cloudtrain.spec import load_spec, load_spec_text
+from cloudtrain.catalog.offers import Catalog
+from cloudtrain.plan.planner import make_plan
+from cloudtrain.spec.job import load_spec, load_spec_text
 
 HEAD = "name: place\nentrypoint: python train.py\n"
 REGION_NOTE = "region ignored by provider local: local nodes run on this machine"
@@ -39,7 +39,7 @@ def test_cloudtrain_plan_prints_the_note_for_region_on_local(tmp_path: Path) -> 
     env = {**os.environ, "CLOUDTRAIN_HOME": str(tmp_path / "home"), "COLUMNS": "200"}
     args = ["plan", str(tmp_path / "job.yaml"), "--region", "us-east-1"]
     proc = subprocess.run(
-        [sys.executable, "-m", "cloudtrain.cli", *args],
+        [sys.executable, "-m", "cloudtrain.cli.main", *args],
         capture_output=True,
         text=True,
         env=env,

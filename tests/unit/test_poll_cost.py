@@ -19,7 +19,7 @@ from typing import Any
 
 from cloudtrain.jobs import protocol as proto
 from cloudtrain.providers import open_store
-from cloudtrain.runstate import RunReader
+from cloudtrain.state.runstate import RunReader
 from tests.fakes.gcs_emulator import (  # noqa: F401
     GcsEmulator,
     gcs_emulator,
@@ -119,7 +119,7 @@ def test_logs_follow_and_status_of_an_old_run_print_its_lines_in_order(
     import subprocess
     import sysconfig
 
-    from cloudtrain.ledger import Ledger
+    from cloudtrain.state.ledger import Ledger
 
     monkeypatch.setenv("CLOUDTRAIN_HOME", str(tmp_path / "home"))
     store = open_store(f"s3://{BUCKET}")

@@ -15,8 +15,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from cloudtrain.catalog_cli import catalog_app
-from cloudtrain.errors import PlanError, UsageError
+from cloudtrain.cli.catalog import catalog_app
+from cloudtrain.core.errors import PlanError, UsageError
 from tests.unit.test_pricing_http import FakePriceApis, serve_fakes
 
 
@@ -127,9 +127,9 @@ def test_refresh_errors_propagate_and_write_nothing(price_apis: FakePriceApis) -
 
 def test_importing_the_cli_module_loads_no_cloud_sdk() -> None:
     code = (
-        "import sys, cloudtrain.catalog_cli, cloudtrain.pricing\n"
+        "import sys, cloudtrain.cli.catalog, cloudtrain.catalog.pricing\n"
         "heavy = ('boto3', 'botocore', 'google', 'azure', 'tensorflow', 'rich.table')\n"
-        "loaded = callable(cloudtrain.catalog_cli.catalog_app)\n"
+        "loaded = callable(cloudtrain.cli.catalog.catalog_app)\n"
         "print(loaded, [m for m in sys.modules if m.startswith(heavy)])"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

@@ -1,5 +1,6 @@
 """A local HTTP fake of the three price APIs, serving the recorded responses in
-tests/fixtures/pricing/, and the tests of the shared HTTP helper (`cloudtrain.pricing.common`).
+tests/fixtures/pricing/, and the tests of the shared HTTP helper
+(`cloudtrain.catalog.pricing.common`).
 
 The fake answers, on one port:
 - AWS Price List Query API: POST / with `X-Amz-Target: AWSPriceListService.GetProducts` (JSON 1.1).
@@ -26,9 +27,9 @@ from typing import Any
 
 import pytest
 
-from cloudtrain import retry
-from cloudtrain.errors import CredentialsError, ProviderError, TransientError
-from cloudtrain.pricing import common
+from cloudtrain.catalog.pricing import common
+from cloudtrain.core import retry
+from cloudtrain.core.errors import CredentialsError, ProviderError, TransientError
 from cloudtrain.providers.gcp import pricing as gcp_pricing
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "pricing"

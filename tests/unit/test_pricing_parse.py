@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from cloudtrain.pricing.common import bundled_offers
+from cloudtrain.catalog.pricing.common import bundled_offers
 from cloudtrain.providers.aws import pricing as aws
 from cloudtrain.providers.azure import pricing as azure
 from cloudtrain.providers.gcp import pricing as gcp

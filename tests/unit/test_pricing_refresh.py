@@ -1,4 +1,5 @@
-"""`cloudtrain.pricing.refresh` end to end against the local fake of the three price APIs (boto3
+"""`cloudtrain.catalog.pricing.refresh` end to end against the local fake of the three price APIs
+(boto3
 goes to it through AWS_ENDPOINT_URL_PRICING): the user catalog it writes overrides the bundled one,
 and nothing is written when a fetch fails."""
 
@@ -14,16 +15,16 @@ from pathlib import Path
 
 import pytest
 
-from cloudtrain import catalog_build
-from cloudtrain.catalog import Catalog
-from cloudtrain.errors import (
+from cloudtrain.catalog import build as catalog_build
+from cloudtrain.catalog.offers import Catalog
+from cloudtrain.catalog.pricing import refresh, refresh_result
+from cloudtrain.core.errors import (
     CloudtrainError,
     CredentialsError,
     ProviderError,
     TransientError,
     UsageError,
 )
-from cloudtrain.pricing import refresh, refresh_result
 from tests.unit.test_pricing_http import FakePriceApis, serve_fakes
 
 

@@ -13,17 +13,17 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from cloudtrain import provider_config
-from cloudtrain.catalog import Catalog
-from cloudtrain.cli import app
-from cloudtrain.errors import SpecError
-from cloudtrain.ledger import RunRecord
-from cloudtrain.plan import Plan, make_plan
-from cloudtrain.provider_config import config_for, config_for_record
+from cloudtrain.catalog.offers import Catalog
+from cloudtrain.cli.main import app
+from cloudtrain.core.errors import SpecError
+from cloudtrain.plan.planner import Plan, make_plan
 from cloudtrain.providers.base import ProviderConfig, RunInfo
 from cloudtrain.providers.gcp.options import GcpOptions
 from cloudtrain.providers.gcp.provider import GcpProvider
-from cloudtrain.spec import json_schema, load_spec
+from cloudtrain.spec import provider_config
+from cloudtrain.spec.job import json_schema, load_spec
+from cloudtrain.spec.provider_config import config_for, config_for_record
+from cloudtrain.state.ledger import RunRecord
 from tests.fakes.gce_fake import GceFake, gce_fake
 
 __all__ = ["gce_fake"]  # fixture, for pytest

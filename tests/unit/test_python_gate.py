@@ -29,15 +29,15 @@ def test_the_closure_reaches_what_the_node_runs() -> None:
         "providers/gcp/storage.py",
         "providers/azure/storage.py",
         "providers/local.py",
-        "cloudtrain/redact.py",
+        "cloudtrain/core/redact.py",
     ):
         assert expected in files
     # the controller node (issue 17) runs the watch loop on the image's Python ...
-    assert "cloudtrain/orchestrator.py" in files
-    assert "cloudtrain/controller_node.py" in files
+    assert "cloudtrain/run/orchestrator.py" in files
+    assert "cloudtrain/managed/controller_node.py" in files
     # ... but the command line and its views run on the user's machine only: they may use 3.11
-    assert "cloudtrain/cli.py" not in files
-    assert "cloudtrain/ui.py" not in files
+    assert "cloudtrain/cli/main.py" not in files
+    assert "cloudtrain/cli/ui.py" not in files
 
 
 def test_node_side_code_runs_on_python_3_10() -> None:
@@ -56,7 +56,7 @@ def test_the_gate_catches_a_planted_construct(tmp_path: Path, name: str) -> None
 def test_the_wheel_refuses_what_the_bootstrap_refuses() -> None:
     import tomllib
 
-    from cloudtrain.startup import NODE_MIN_PYTHON
+    from cloudtrain.run.startup import NODE_MIN_PYTHON
 
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     floor = ".".join(map(str, NODE_MIN_PYTHON))
@@ -65,7 +65,7 @@ def test_the_wheel_refuses_what_the_bootstrap_refuses() -> None:
 
 
 def test_the_controller_refuses_the_nodes_oldest_python_in_one_line() -> None:
-    from cloudtrain.cli import controller_python_error
+    from cloudtrain.cli.main import controller_python_error
 
     assert controller_python_error((3, 11, 7)) is None
     assert controller_python_error((3, 12, 1)) is None

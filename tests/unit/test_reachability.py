@@ -22,11 +22,11 @@ from pathlib import Path
 
 import pytest
 
-from cloudtrain.failures import NodeFailure, describe, not_retried, read_reports, repeats
 from cloudtrain.jobs import reachability as reach
 from cloudtrain.providers.local import LocalStore
-from cloudtrain.runrules import status_verdict
-from cloudtrain.runstate import RunReader
+from cloudtrain.spec.runrules import status_verdict
+from cloudtrain.state.failures import NodeFailure, describe, not_retried, read_reports, repeats
+from cloudtrain.state.runstate import RunReader
 from tests.fakes.netns import ETC_NETNS, Host, Network
 from tests.unit.agent_kit import (
     HANG_S,

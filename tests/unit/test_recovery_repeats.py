@@ -7,10 +7,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from cloudtrain.failures import NodeFailure
 from cloudtrain.jobs.reachability import HINT
-from cloudtrain.recovery import Recovery, Stop
-from cloudtrain.runtypes import Outcome
+from cloudtrain.run.recovery import Recovery, Stop
+from cloudtrain.spec.runtypes import Outcome
+from cloudtrain.state.failures import NodeFailure
 
 
 class _Recovery(Recovery):

@@ -1,4 +1,4 @@
-"""Tests of cloudtrain.redact and of its use in the agent's LogPump: secrets become `***`."""
+"""Tests of cloudtrain.core.redact and of its use in the agent's LogPump: secrets become `***`."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from cloudtrain.core.redact import MASK, MIN_LENGTH, Redactor
 from cloudtrain.jobs.agent import LogPump
-from cloudtrain.redact import MASK, MIN_LENGTH, Redactor
 
 TOKEN = "hf_abcdefghijklmnop"
 
@@ -76,7 +76,7 @@ def test_many_lines_and_secrets() -> None:
 
 def test_stdlib_only() -> None:
     code = (
-        "import sys, cloudtrain.redact\n"
+        "import sys, cloudtrain.core.redact\n"
         "print(sorted(m for m in ('pydantic', 'yaml', 'jinja2') if m in sys.modules))"
     )
     result = subprocess.run(

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from cloudtrain import providers
-from cloudtrain.errors import UsageError
+from cloudtrain.core.errors import UsageError
 from cloudtrain.providers.info import ProviderInfo
 
 

@@ -1,5 +1,5 @@
-"""`cloudtrain report`: what it reads of a run (cloudtrain/report_data.py), the page it draws
-(cloudtrain/report_html.py) and the command (cloudtrain/cli_report.py).
+"""`cloudtrain report`: what it reads of a run (cloudtrain/insight/report_data.py), the page it
+draws (cloudtrain/insight/report_html.py) and the command (cloudtrain/cli/report.py).
 
 The run is written as a run writes it: the plan from the example job's spec (`api.plan`), the
 ledger's rows through `Ledger` (its clock set, so every time is known), the bucket's documents
@@ -24,6 +24,10 @@ from typing import Any
 import pytest
 
 from cloudtrain import api
+from cloudtrain.insight.report_data import ReportData, collect
+from cloudtrain.insight.report_html import INSTALL_HINT, PLOT_IDS, render
+from cloudtrain.insight.report_timeline import lanes
+from cloudtrain.insight.trace_view import SPAN_EVENT
 from cloudtrain.jobs import trace as tr
 from cloudtrain.jobs.protocol import (
     NodeStatus,
@@ -35,13 +39,9 @@ from cloudtrain.jobs.protocol import (
     status_key,
     trace_key,
 )
-from cloudtrain.ledger import Ledger
 from cloudtrain.providers.base import Resource, node_name
 from cloudtrain.providers.local import LocalStore
-from cloudtrain.report_data import ReportData, collect
-from cloudtrain.report_html import INSTALL_HINT, PLOT_IDS, render
-from cloudtrain.report_timeline import lanes
-from cloudtrain.trace_view import SPAN_EVENT
+from cloudtrain.state.ledger import Ledger
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "jobs" / "examples" / "digits-multiworker"
 RUN_ID = "digits-multiworker-abc123"
@@ -450,7 +450,7 @@ def run_cli(
 ) -> tuple[int, str, str]:
     """`cloudtrain ARGS` through the console script's entry point, in this process: (exit code,
     stdout, stderr)."""
-    from cloudtrain.cli import main
+    from cloudtrain.cli.main import main
 
     monkeypatch.setattr(sys, "argv", ["cloudtrain", *args])
     with pytest.raises(SystemExit) as exited:

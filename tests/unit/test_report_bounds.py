@@ -11,12 +11,12 @@ from types import SimpleNamespace
 
 import pytest
 
+from cloudtrain.insight.report_data import MAX_SPANS_PER_NODE
+from cloudtrain.insight.report_timeline import MAX_LEGEND, draw, lanes
+from cloudtrain.insight.trace_view import SPAN_EVENT, controller_spans
 from cloudtrain.jobs import trace as tr
 from cloudtrain.jobs.protocol import trace_key
 from cloudtrain.providers.local import LocalStore
-from cloudtrain.report_data import MAX_SPANS_PER_NODE
-from cloudtrain.report_timeline import MAX_LEGEND, draw, lanes
-from cloudtrain.trace_view import SPAN_EVENT, controller_spans
 from tests.unit.test_report import RUN_ID, T0, collect_run, write_run
 
 pytest.importorskip("matplotlib")
@@ -71,7 +71,7 @@ def test_a_plot_legend_of_a_hundred_nodes_is_capped() -> None:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    from cloudtrain.report_timeline import legend
+    from cloudtrain.insight.report_timeline import legend
 
     fig = Figure()
     FigureCanvasAgg(fig)
@@ -87,8 +87,8 @@ def test_a_plot_legend_of_a_hundred_nodes_is_capped() -> None:
 def test_nodes_only_the_bucket_names_are_cut_at_the_cap(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from cloudtrain.insight.report_data import MAX_NODES
     from cloudtrain.jobs.protocol import NodeStatus, status_key
-    from cloudtrain.report_data import MAX_NODES
 
     ledger = write_run(tmp_path, monkeypatch)
     store = LocalStore((tmp_path / "bucket").as_uri())

@@ -6,9 +6,9 @@ import time
 
 import pytest
 
-from cloudtrain import retry
-from cloudtrain.errors import NoCapacityError, ProviderError, QuotaError, TransientError
-from cloudtrain.retry import backoff_s, is_retryable, retry_transient, retrying
+from cloudtrain.core import retry
+from cloudtrain.core.errors import NoCapacityError, ProviderError, QuotaError, TransientError
+from cloudtrain.core.retry import backoff_s, is_retryable, retry_transient, retrying
 
 
 @pytest.fixture(autouse=True)

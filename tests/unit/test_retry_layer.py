@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from cloudtrain import retry
-from cloudtrain.errors import TransientError
+from cloudtrain.core import retry
+from cloudtrain.core.errors import TransientError
 from cloudtrain.providers import faults, get_provider, open_store
 from cloudtrain.providers.base import Node, NodeRequest, Provider, Resource, RunInfo
 from cloudtrain.providers.faults import FaultPlan, FaultyProvider, FaultyStore

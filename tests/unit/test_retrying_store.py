@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from cloudtrain import retry
-from cloudtrain.crashpoints import CRASH_ENV, POINTS, crash_point
-from cloudtrain.errors import NotFound
+from cloudtrain.core import retry
+from cloudtrain.core.crashpoints import CRASH_ENV, POINTS, crash_point
+from cloudtrain.core.errors import NotFound
 from cloudtrain.providers.faults import FaultPlan, wrap
 from cloudtrain.providers.retrying import RetryingStore
 from tests.fakes.memory_provider import MemoryProvider
@@ -49,7 +49,8 @@ def test_crash_points_are_named_and_fire_only_when_asked(tmp_path: Path) -> None
         crash_point("no-such-point")
     crash_point("bundle")  # not asked: returns
     assert len(POINTS) >= 12
-    code = "from cloudtrain.crashpoints import crash_point; crash_point('bundle'); print('alive')"
+    code = "from cloudtrain.core.crashpoints import crash_point; "
+    code += "crash_point('bundle'); print('alive')"
     proc = subprocess.run(
         [sys.executable, "-c", code], env={CRASH_ENV: "bundle"}, capture_output=True, text=True
     )

@@ -20,12 +20,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cloudtrain.errors import ProviderError, UsageError
-from cloudtrain.ledger import Ledger
+from cloudtrain.core.errors import ProviderError, UsageError
 from cloudtrain.providers.base import Node, NodeRequest, RunInfo
 from cloudtrain.providers.local import LocalCompute, session_pids
-from cloudtrain.runrules import RUN_REF_MAX, check_run_ref, is_run_id, new_run_id
-from cloudtrain.teardown import teardown
+from cloudtrain.run.teardown import teardown
+from cloudtrain.spec.runrules import RUN_REF_MAX, check_run_ref, is_run_id, new_run_id
+from cloudtrain.state.ledger import Ledger
 
 # the job name rule of spec.py (`name:`): what new_run_id is given
 NAMES = st.from_regex(r"[a-z][a-z0-9-]{0,28}[a-z0-9]|[a-z]", fullmatch=True)

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from cloudtrain.errors import UsageError
-from cloudtrain.runtypes import HEARTBEAT_TIMEOUT_ENV, RunOptions
+from cloudtrain.core.errors import UsageError
+from cloudtrain.spec.runtypes import HEARTBEAT_TIMEOUT_ENV, RunOptions
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "jobs" / "examples" / "digits-multiworker"
 
@@ -45,7 +45,7 @@ def test_run_refuses_a_bad_value_in_one_line_before_anything_exists(tmp_path: Pa
     home = tmp_path / "home"
     env = dict(os.environ, CLOUDTRAIN_HOME=str(home), **{HEARTBEAT_TIMEOUT_ENV: "soon"})
     proc = subprocess.run(
-        [sys.executable, "-m", "cloudtrain.cli", "run", str(EXAMPLE / "job.yaml")],
+        [sys.executable, "-m", "cloudtrain.cli.main", "run", str(EXAMPLE / "job.yaml")],
         env=env,
         capture_output=True,
         text=True,

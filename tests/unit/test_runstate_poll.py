@@ -13,7 +13,7 @@ from cloudtrain.jobs import protocol
 from cloudtrain.jobs.logpump import LogPump
 from cloudtrain.providers.base import ObjectInfo
 from cloudtrain.providers.local import LocalStore
-from cloudtrain.runstate import RunReader
+from cloudtrain.state.runstate import RunReader
 
 RUN = "longrun-abc123"
 

@@ -13,11 +13,7 @@ import yaml
 from rich.console import Console
 from typer.testing import CliRunner
 
-from cloudtrain.cli import app
-from cloudtrain.cli_scale import render
-from cloudtrain.errors import UsageError
-from cloudtrain.jobs.protocol import MAX_STEPS_ENV
-from cloudtrain.scale import (
+from cloudtrain.api.scale import (
     CHEAPEST,
     FASTEST,
     Measurement,
@@ -26,8 +22,12 @@ from cloudtrain.scale import (
     sized_spec,
     table,
 )
-from cloudtrain.spec import load_spec
-from cloudtrain.throughput import throughput
+from cloudtrain.cli.main import app
+from cloudtrain.cli.scale import render
+from cloudtrain.core.errors import UsageError
+from cloudtrain.insight.throughput import throughput
+from cloudtrain.jobs.protocol import MAX_STEPS_ENV
+from cloudtrain.spec.job import load_spec
 from tests.e2e.nothing_created import assert_nothing_created, snapshot
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "jobs" / "examples"

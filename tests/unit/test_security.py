@@ -96,7 +96,7 @@ def test_local_nodes_open_nothing_beyond_loopback(controller: Path) -> None:
 
 
 def test_inline_secret_stays_out_of_the_bundle(controller: Path) -> None:
-    from cloudtrain.bundle import build_bundle
+    from cloudtrain.run.bundle import build_bundle
 
     job = kit.write_job(controller / "job", kit.spec_text("local", None))
     bundle = build_bundle(job.parent, controller / "bundles", leave_out=[job])  # as a run does
@@ -110,7 +110,7 @@ def test_inline_secret_stays_out_of_the_bundle(controller: Path) -> None:
 
 
 def test_from_env_secret_never_enters_the_bundle(controller: Path) -> None:
-    from cloudtrain.bundle import build_bundle
+    from cloudtrain.run.bundle import build_bundle
 
     job = kit.write_job(controller / "job", kit.spec_text("local", None))
     bundle = build_bundle(job.parent, controller / "bundles")
@@ -170,10 +170,10 @@ def test_local_run_redacts_secrets_everywhere(controller: Path) -> None:
 def test_plan_table_and_json_show_no_secret(controller: Path) -> None:
     from rich.console import Console
 
-    from cloudtrain.catalog import Catalog
-    from cloudtrain.plan import make_plan
-    from cloudtrain.spec import load_spec
-    from cloudtrain.ui import plan_table
+    from cloudtrain.catalog.offers import Catalog
+    from cloudtrain.cli.ui import plan_table
+    from cloudtrain.plan.planner import make_plan
+    from cloudtrain.spec.job import load_spec
 
     job = kit.write_job(controller / "job", kit.spec_text("local", None))
     plan = make_plan(load_spec(job), Catalog.bundled())

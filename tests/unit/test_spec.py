@@ -1,4 +1,4 @@
-"""Tests of cloudtrain.spec: every bad spec names its file, line and field; good specs load."""
+"""Tests of cloudtrain.spec.job: every bad spec names its file, line and field; good specs load."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from cloudtrain.errors import SpecError
-from cloudtrain.spec import ClusterSpec, JobSpec, json_schema, load_spec, load_spec_text
+from cloudtrain.core.errors import SpecError
+from cloudtrain.spec.job import ClusterSpec, JobSpec, json_schema, load_spec, load_spec_text
 
 MWM, PS = "multi_worker_mirrored", "parameter_server"
 HEAD = "name: job\nentrypoint: python train.py\n"  # lines 1-2 of most cases below
@@ -539,11 +539,11 @@ def test_import_is_light() -> None:
     """Importing the spec module loads pydantic and yaml but no heavy module. The child must
     exit 0 and print its `loaded` line: a crashing import would load nothing heavy either."""
     code = (
-        "import sys, cloudtrain.spec\n"
+        "import sys, cloudtrain.spec.job\n"
         "heavy = [m for m in ('tensorflow', 'boto3', 'google.cloud', 'azure', 'rich', 'typer')"
         " if m in sys.modules]\n"
         "print('loaded', 'pydantic' in sys.modules, 'yaml' in sys.modules, "
-        "callable(cloudtrain.spec.load_spec))\n"
+        "callable(cloudtrain.spec.job.load_spec))\n"
         "print('heavy', *heavy)\n"
     )
     result = subprocess.run(

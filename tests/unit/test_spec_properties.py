@@ -13,12 +13,13 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cloudtrain.errors import SpecError
+from cloudtrain.core.errors import SpecError
 from cloudtrain.jobs.node_rules import env_entry_problem, text_problem
-from cloudtrain.spec import JobSpec, load_spec_text
+from cloudtrain.spec.job import JobSpec, load_spec_text
 
 ERROR_LINE = re.compile(r"^job\.yaml:\d+: \S")
-# YAML 1.2 core schema (what the spec reads), written out independently of cloudtrain.spec_yaml
+# YAML 1.2 core schema (what the spec reads), written out independently of
+# cloudtrain.spec.yaml_source
 FLOAT_12 = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?")
 INT_12 = re.compile(r"[-+]?(0|[1-9][0-9]*)")
 EDGE_FORMS = [

@@ -1,4 +1,4 @@
-"""Tests of secret env values in the job spec (cloudtrain.spec.EnvVar): `{from_env: NAME}` read
+"""Tests of secret env values in the job spec (cloudtrain.spec.job.EnvVar): `{from_env: NAME}` read
 from the controller's environment at load time, `{value: ...}`, `secret: true`; the resolved
 values, the secrets for redaction, and no value in any repr, dump or error message."""
 
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from cloudtrain.errors import SpecError
-from cloudtrain.spec import json_schema, load_spec
+from cloudtrain.core.errors import SpecError
+from cloudtrain.spec.job import json_schema, load_spec
 from tests.unit.test_spec import HEAD, load_error, write
 
 SECRET = "wandb-0123456789abcdef"

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from cloudtrain.catalog import Catalog
-from cloudtrain.errors import SpecError
-from cloudtrain.plan import make_plan
-from cloudtrain.spec import load_spec_text
+from cloudtrain.catalog.offers import Catalog
+from cloudtrain.core.errors import SpecError
+from cloudtrain.plan.planner import make_plan
+from cloudtrain.spec.job import load_spec_text
 
 HEAD = "name: job\nentrypoint: python train.py\n"  # lines 1-2
 

@@ -1,4 +1,5 @@
-"""The node bootstrap script (cloudtrain/startup.py + jobs/startup.sh.j2): rendering and running it.
+"""The node bootstrap script (cloudtrain/run/startup.py + jobs/startup.sh.j2): rendering and
+running it.
 
 Rendering is compared byte for byte with golden files under `tests/golden/startup/`, one per
 variant (a local-like node, a cloud GPU worker, a cloud CPU parameter server). After an intended
@@ -34,12 +35,12 @@ from pathlib import Path
 import pytest
 
 import cloudtrain
-from cloudtrain.bootlog import parse
-from cloudtrain.bundle import build_bundle
-from cloudtrain.errors import NotFound
+from cloudtrain.core.errors import NotFound
 from cloudtrain.providers.base import NodeRequest, RunInfo, StartupBlocks, node_name
 from cloudtrain.providers.local import LocalCompute, LocalStore, session_pids
-from cloudtrain.startup import TF_KERAS_VERSION, TF_VERSION, StartupParams, render_startup
+from cloudtrain.run.bundle import build_bundle
+from cloudtrain.run.startup import TF_KERAS_VERSION, TF_VERSION, StartupParams, render_startup
+from cloudtrain.state.bootlog import parse
 from tests.fakes.shell import require_tool
 
 GOLDEN_DIR = Path(__file__).resolve().parents[1] / "golden" / "startup"

@@ -8,9 +8,9 @@ import dataclasses
 import socket
 from pathlib import Path
 
-from cloudtrain.api_types import RunStatus
-from cloudtrain.ledger import Ledger
-from cloudtrain.procid import controller
+from cloudtrain.api.results import RunStatus
+from cloudtrain.core.procid import controller
+from cloudtrain.state.ledger import Ledger
 
 NOW = 1_800_000_000.0
 

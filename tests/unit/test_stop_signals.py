@@ -1,5 +1,5 @@
-"""The stop signals in-process (cloudtrain.stop_signals) and output that survives a vanished
-terminal (cloudtrain.ui.ConsoleObserver). The whole controller under real signals:
+"""The stop signals in-process (cloudtrain.run.stop_signals) and output that survives a vanished
+terminal (cloudtrain.cli.ui.ConsoleObserver). The whole controller under real signals:
 tests/e2e/test_signals.py."""
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from cloudtrain.runtypes import NodeView, RunView
-from cloudtrain.stop_signals import STOP_SIGNALS, StopSignal, StopSignals, signals_deferred
-from cloudtrain.stop_signals import stop_detail as detail_of
-from cloudtrain.ui import ConsoleObserver
+from cloudtrain.cli.ui import ConsoleObserver
+from cloudtrain.run.stop_signals import STOP_SIGNALS, StopSignal, StopSignals, signals_deferred
+from cloudtrain.run.stop_signals import stop_detail as detail_of
+from cloudtrain.spec.runtypes import NodeView, RunView
 
 EXPECTED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # written out: not the module's list
 ESCAPED: list[int] = []  # signals that reached the handler in place before StopSignals

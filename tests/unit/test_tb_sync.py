@@ -1,5 +1,5 @@
-"""`cloudtrain tensorboard RUN` (cloudtrain/tb_sync.py, cloudtrain/cli_tensorboard.py): a run's
-TensorBoard event files, written by a real fit through `runtime.callbacks()`, mirrored from a
+"""`cloudtrain tensorboard RUN` (cloudtrain/insight/tb_sync.py, cloudtrain/cli/tensorboard.py): a
+run's TensorBoard event files, written by a real fit through `runtime.callbacks()`, mirrored from a
 real store into the local cache, incrementally and refusing keys that would leave it; then
 served by a real TensorBoard whose scalars API must answer the fit's epoch losses, while the run
 is live and after it ended.
@@ -142,11 +142,11 @@ def test_sync_is_incremental_and_refuses_keys_outside_the_cache(
     import boto3
     from typer.testing import CliRunner
 
-    from cloudtrain.cli import app
+    from cloudtrain.cli.main import app
+    from cloudtrain.insight.tb_sync import TbMirror, cache_dir
     from cloudtrain.jobs.protocol import tensorboard_prefix
-    from cloudtrain.ledger import Ledger
     from cloudtrain.providers.aws.storage import S3Store
-    from cloudtrain.tb_sync import TbMirror, cache_dir
+    from cloudtrain.state.ledger import Ledger
 
     home = tmp_path / "home"
     monkeypatch.setenv("CLOUDTRAIN_HOME", str(home))
@@ -207,8 +207,8 @@ def test_sync_is_incremental_and_refuses_keys_outside_the_cache(
 def test_missing_tensorboard_is_a_usage_error_naming_the_extra(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    from cloudtrain.cli_tensorboard import tensorboard
-    from cloudtrain.errors import UsageError
+    from cloudtrain.cli.tensorboard import tensorboard
+    from cloudtrain.core.errors import UsageError
 
     monkeypatch.setenv("CLOUDTRAIN_HOME", str(tmp_path))
     monkeypatch.setitem(sys.modules, "tensorboard", None)  # `import tensorboard` fails
@@ -302,8 +302,8 @@ def test_serves_the_scalars_of_a_live_run_then_of_the_ended_run_until_sigterm(
 ) -> None:
     pytest.importorskip("tensorboard")
     from cloudtrain.jobs.protocol import tensorboard_prefix
-    from cloudtrain.ledger import Ledger
     from cloudtrain.providers.local import LocalStore
+    from cloudtrain.state.ledger import Ledger
 
     home = tmp_path / "home"
     bucket = LocalStore((home / "buckets" / "local").as_uri())
@@ -313,7 +313,7 @@ def test_serves_the_scalars_of_a_live_run_then_of_the_ended_run_until_sigterm(
     ledger.set_status(RUN, "running")
     env = dict(os.environ, CLOUDTRAIN_HOME=str(home), COLUMNS="200")
     env.pop("CLOUDTRAIN_FAULTS", None)
-    cmd = [sys.executable, "-m", "cloudtrain.cli", "tensorboard", RUN, "--port", "0"]
+    cmd = [sys.executable, "-m", "cloudtrain.cli.main", "tensorboard", RUN, "--port", "0"]
     proc = subprocess.Popen(
         [*cmd, "--every", "0.5"],
         env=env,

@@ -1,5 +1,5 @@
-"""cloudtrain/throughput.py: the run's figures from its heartbeats, and how the live view, the
-summary and `status --json` show them."""
+"""cloudtrain/insight/throughput.py: the run's figures from its heartbeats, and how the live view,
+the summary and `status --json` show them."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from rich.console import Console
 
+from cloudtrain.cli.ui import node_table, summary
+from cloudtrain.insight.throughput import of_attempt, sparkline, throughput
 from cloudtrain.jobs.protocol import Heartbeat
-from cloudtrain.runtypes import NodeView, Outcome, RunResult, RunView
-from cloudtrain.throughput import of_attempt, sparkline, throughput
-from cloudtrain.ui import node_table, summary
+from cloudtrain.spec.runtypes import NodeView, Outcome, RunResult, RunView
 
 
 def beat(attempt: int = 1, **metrics: Any) -> Heartbeat:

@@ -1,14 +1,12 @@
-"""cloudtrain/trace_view.py: the breakdown that tiles a run, its coverage and the nesting check,
-on span sets made the way the controller and the agents make them (jobs/trace.py's Tracer and
+"""cloudtrain/insight/trace_view.py: the breakdown that tiles a run, its coverage and the nesting
+check, on span sets made the way the controller and the agents make them (jobs/trace.py's Tracer and
 PhaseClock)."""
 
 from __future__ import annotations
 
 import pytest
 
-from cloudtrain.jobs import trace as tr
-from cloudtrain.jobs.trace import PhaseClock, Span, Tracer
-from cloudtrain.trace_view import (
+from cloudtrain.insight.trace_view import (
     PHASES,
     breakdown,
     coverage,
@@ -16,6 +14,8 @@ from cloudtrain.trace_view import (
     summary_line,
     to_json,
 )
+from cloudtrain.jobs import trace as tr
+from cloudtrain.jobs.trace import PhaseClock, Span, Tracer
 
 
 def _run(t0: float = 1000.0) -> list[Span]:

@@ -1,4 +1,4 @@
-"""The controller's side of the wheelhouse (cloudtrain/wheelhouse.py) against a real store.
+"""The controller's side of the wheelhouse (cloudtrain/run/wheelhouse.py) against a real store.
 
 The planner reads manifests from a LocalStore bucket (a folder) and presigns file:// URLs that
 curl reads and writes, as the node's script does; the tag's hash is checked against what bash's
@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from cloudtrain.errors import UsageError
+from cloudtrain.core.errors import UsageError
 from cloudtrain.providers.base import NodeRequest
 from cloudtrain.providers.local import LocalStore
-from cloudtrain.startup import TF_KERAS_VERSION, TF_VERSION
-from cloudtrain.wheelhouse import (
+from cloudtrain.run.startup import TF_KERAS_VERSION, TF_VERSION
+from cloudtrain.run.wheelhouse import (
     TAG_ENV,
     WheelhousePlanner,
     image_python,
@@ -238,7 +238,7 @@ def test_on_s3_under_a_prefix(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_a_store_that_cannot_be_read_offers_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     """The wheelhouse is an optimisation: a bucket the controller cannot read (here nothing
     listens at its endpoint) makes the node install from the index, never fails the run."""
-    from cloudtrain.errors import CloudtrainError
+    from cloudtrain.core.errors import CloudtrainError
     from cloudtrain.providers.aws.storage import S3Store
 
     for key, value in {"AWS_ACCESS_KEY_ID": "t", "AWS_SECRET_ACCESS_KEY": "t"}.items():

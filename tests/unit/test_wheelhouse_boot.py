@@ -1,5 +1,5 @@
 """The script's side of the wheelhouse (jobs/wheelhouse.sh.j2) under FakeNode's shims, with offers
-made by the real controller code (cloudtrain/wheelhouse.py) on the node's bucket (a LocalStore).
+made by the real controller code (cloudtrain/run/wheelhouse.py) on the node's bucket (a LocalStore).
 
 Real: bash, curl on file:// URLs (the fetch, and the publishing PUTs), sha256sum, tar. Shimmed:
 apt-get, and the venv's pip (`pip wheel -w DIR` writes two fake wheels; `pip install --no-index
@@ -17,12 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from cloudtrain.bootlog import parse
-from cloudtrain.bundle import Bundle
 from cloudtrain.providers.aws.compute import AwsCompute
 from cloudtrain.providers.base import NodeRequest, RunInfo
-from cloudtrain.startup import TF_KERAS_VERSION, TF_VERSION, WheelhouseOffer
-from cloudtrain.wheelhouse import (
+from cloudtrain.run.bundle import Bundle
+from cloudtrain.run.startup import TF_KERAS_VERSION, TF_VERSION, WheelhouseOffer
+from cloudtrain.run.wheelhouse import (
     WheelhousePlanner,
     manifest_key,
     read_manifest,
@@ -30,6 +29,7 @@ from cloudtrain.wheelhouse import (
     tag,
     tar_key,
 )
+from cloudtrain.state.bootlog import parse
 from tests.fakes.bootstrap_shims import Boot, FakeNode, Machine, make_bundle
 
 RUN = RunInfo("shim-run", "us-east-1", None, (2222, 2230))
@@ -184,7 +184,7 @@ def test_a_publish_that_cannot_upload_is_said_and_the_boot_goes_on(
 
 
 def test_steps_and_wheelhouse_lines_leave_phase_and_durations_as_they_were() -> None:
-    from cloudtrain.bootlog import durations_text
+    from cloudtrain.state.bootlog import durations_text
 
     head = "2026-11-25T10:00:00Z cloudtrain-bootstrap[worker-0]: "
     log = "".join(

@@ -12,7 +12,7 @@
 # before the agent starts, on failure, before a reboot, when an install or a wait begins, at the
 # end of a phase that did real work (>= 1 s, an install or a wait, a resumed boot) and when the
 # agent exits; a ready image's quick phases (well under a second) are one upload, not four. The
-# controller parses these lines (cloudtrain/bootlog.py), each
+# controller parses these lines (cloudtrain/state/bootlog.py), each
 # `<UTC time> cloudtrain-bootstrap[<role>-<index>]: <text>`:
 #   phase <name>: <state>          a phase's progress; <name> is driver|python|bundle|agent, e.g.
 #                                  `phase python: installing tensorflow[and-cuda]==2.21.0`
@@ -32,7 +32,7 @@
 #   wheelhouse: <state>            the background publisher's outcome (after the python phase)
 # Provider blocks may also write `<name>: <state>` and `WARNING: <text>` lines.
 #
-# The wheelhouse (cloudtrain/wheelhouse.py; ARCHITECTURE.md, "The bucket"): on a bare image the
+# The wheelhouse (cloudtrain/run/wheelhouse.py; ARCHITECTURE.md, "The bucket"): on a bare image the
 # controller may offer the pinned stack's wheels, kept in the bucket under
 # cloudtrain/wheelhouse/<tag>/ (wheels.tar, then manifest.json), tag = py<X.Y>-<uname -m>-<first
 # 12 hex of the sha256 of the pins, one a line>. The script computes its own tag and uses an offer

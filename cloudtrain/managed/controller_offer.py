@@ -1,0 +1,77 @@
+"""The controller node's machine: the cheapest on-demand CPU-only offer with >= 2 GB (issue 17).
+
+`controller_offer(provider, region)` reads the same price catalog the planner prices nodes from
+(`Catalog.bundled()`: the bundled CSVs, or `$CLOUDTRAIN_HOME/catalog/<provider>.csv`). The
+controller runs only cloudtrain's watch loop (no TensorFlow), so it needs no accelerator and
+little memory; 2 GB leaves room for Python, the cloud SDKs and the OS. It is never spot: a
+preempted controller would lose nothing but time, but nothing would replace it until the lease
+expires. Stdlib only (the catalog module), so planning stays fast: no cloud SDK, no TensorFlow.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cloudtrain.catalog.offers import Catalog, Offer
+from cloudtrain.core.errors import PlanError
+
+MIN_MEMORY_GB = 2.0
+LOCAL = "local"
+
+
+@dataclass(frozen=True)
+class ControllerOffer:
+    """The controller node's machine type and its on-demand $/h."""
+
+    instance_type: str
+    hourly_usd: float
+    memory_gb: float | None
+    vcpus: float | None
+
+
+LOCAL_OFFER = ControllerOffer(instance_type=LOCAL, hourly_usd=0.0, memory_gb=None, vcpus=None)
+
+
+def _fits(offer: Offer) -> bool:
+    """CPU-only (no accelerator, not a GPU-priced row) with a known memory of >= 2 GB."""
+    return (
+        not offer.accelerator
+        and offer.accelerator_count == 0
+        and not offer.gpu_only
+        and offer.memory_gib is not None
+        and offer.memory_gib >= MIN_MEMORY_GB
+    )
+
+
+def controller_offer(
+    provider_name: str, region: str | None, catalog: Catalog | None = None
+) -> ControllerOffer:
+    """The cheapest on-demand CPU-only offer of `provider_name` in `region` with at least 2 GB of
+    memory (ties: the catalog's order). `local`: a fixed offer (this machine, $0/h). `region`
+    None: any region of the provider. `catalog`: the planner's (default `Catalog.bundled()`,
+    which reads the catalog files). Raises PlanError naming the provider and region when there
+    is none. Pure but for that read; never imports a cloud SDK."""
+    if provider_name == LOCAL:
+        return LOCAL_OFFER
+    catalog = catalog if catalog is not None else Catalog.bundled()
+    # on-demand prices only (spot=False), CPU-only rows only: as the planner prices `ps`
+    offers = [
+        o
+        for o in catalog.offers(provider_name, region=region, spot=False, cpu_only=True)
+        if _fits(o)
+    ]
+    if not offers:
+        where = f" in region {region}" if region else ""
+        raise PlanError(
+            f"no CPU-only {provider_name} machine with at least {MIN_MEMORY_GB:g} GB of memory"
+            f"{where} in the price catalog, for the run's controller node",
+            hint="pick another region, add such a machine to "
+            f"$CLOUDTRAIN_HOME/catalog/{provider_name}.csv, or run with --detach --no-controller",
+        )
+    best = offers[0]  # catalog.offers sorts cheapest first
+    return ControllerOffer(
+        instance_type=best.instance_type,
+        hourly_usd=best.price_hourly,
+        memory_gb=best.memory_gib,
+        vcpus=best.vcpus,
+    )

@@ -1,0 +1,178 @@
+"""How a run recovers, or ends, when nodes are lost or fail: the orchestrator's side of the
+rules in `runrules` (which nodes are lost, which failed, what a restart or a retry re-creates).
+
+A mixin of `Orchestrator`, which owns the state it reads (spec, plan, provider, ledger, store,
+attempt and the counters) and the calls it makes (`create_nodes`, `_write_cluster`,
+`_list_nodes`). Every method blocks on the cloud or the bucket; those that end the run raise
+`Stop`.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from cloudtrain.core.redact import Redactor
+from cloudtrain.jobs.protocol import node_id
+from cloudtrain.providers.base import Node, node_name
+from cloudtrain.spec.runrules import Verdict, node_lost
+from cloudtrain.spec.runtypes import Outcome
+from cloudtrain.state.failures import NodeFailure, describe, not_retried, repeats
+from cloudtrain.state.runstate import Snapshot, archive_bootstrap_log
+
+if TYPE_CHECKING:
+    from cloudtrain.plan.planner import NodePlan, Plan
+    from cloudtrain.providers.base import ObjectStore, Provider
+    from cloudtrain.spec.job import JobSpec
+    from cloudtrain.spec.runtypes import Observer, RunOptions, RunView
+    from cloudtrain.state.ledger import Ledger
+
+
+class Stop(Exception):
+    """End the watch with an outcome (Outcome.FAILED, Outcome.DEADLINE, ...) and its detail."""
+
+    def __init__(self, outcome: Outcome, detail: str) -> None:
+        super().__init__(detail)
+        self.outcome, self.detail = Outcome(outcome), detail
+
+
+class Recovery:
+    """Lost nodes restart the attempt; failed nodes end the run or, within
+    max_restarts_on_errors, retry it."""
+
+    spec: JobSpec
+    plan: Plan
+    provider: Provider
+    ledger: Ledger
+    observer: Observer
+    options: RunOptions
+    store: ObjectStore
+    run_id: str
+    attempt: int
+    restarts: int  # of lost nodes (max_restarts)
+    error_retries: int  # of failed nodes (max_restarts_on_errors)
+    view: RunView
+    job_end: float | None
+
+    def create_nodes(self, nodes: list[NodePlan]) -> None:
+        raise NotImplementedError
+
+    def _write_cluster(self) -> None:
+        raise NotImplementedError
+
+    def _list_nodes(self) -> list[Node]:
+        raise NotImplementedError
+
+    def _noticed(self, snap: Snapshot) -> list[str]:
+        """Nodes whose agent reported a preemption notice in this attempt: replaced at once,
+        not when the cloud finally reports them gone."""
+        noticed = [k for k, v in snap.notices.items() if v.attempt == self.attempt]
+        for short in noticed:
+            self.observer.event(f"{short}: preemption notice from the cloud")
+        return sorted(noticed)
+
+    def _lost_nodes(self, snap: Snapshot, attempt_started: float) -> list[str]:
+        """Nodes gone from the cloud, preempted, silent past the heartbeat timeout, or never
+        booted within the boot timeout."""
+        opts = self.options
+        listed = self._list_nodes()
+        live = {n.name: n for n in listed}
+        lost = []
+        now = time.time()
+        for nv in self.view.nodes:
+            short = node_id(nv.role, nv.index)
+            node = live.get(nv.name)
+            nv.cloud_state = node.state if node else "missing"
+            beat = snap.heartbeats.get(short)
+            beat_time = beat.time if beat else None
+            if node_lost(node is not None and node.alive, beat_time, attempt_started, now, opts):
+                lost.append(short)
+        return lost
+
+    def _heard(self, snap: Snapshot) -> dict[str, float]:
+        """When this controller last read a new heartbeat of each node beating in this
+        attempt (judge_attempt's `heard`)."""
+        return {
+            node: snap.heartbeat_seen[node]
+            for node, beat in snap.heartbeats.items()
+            if beat.attempt == self.attempt and node in snap.heartbeat_seen
+        }
+
+    def _check_bootstrap(self, snap: Snapshot) -> None:
+        """A node whose startup script failed is not restarted (it would fail the same way):
+        the run ends at once with the script's own reason. Raises Stop."""
+        for short, reason in sorted(snap.bootstrap_failures.items()):
+            self.job_end = time.time()
+            raise Stop(
+                Outcome.FAILED,
+                f"{short} failed to bootstrap: {reason} "
+                f"(`cloudtrain logs {self.run_id} --bootstrap` has the whole log)",
+            )
+
+    def _after_failure(self, failures: list[NodeFailure]) -> None:
+        """Nodes failed on their own (runrules.judge_attempt): a new attempt while
+        `max_restarts_on_errors` allows (the failed nodes' agents follow it; a node that is
+        gone, as a crashed agent's is, is created again), else the run ends; a failure that
+        would repeat (failures.repeats: the firewall) ends it at once. Raises Stop."""
+        told = describe(failures, Redactor(self.spec.secret_values()))
+        allowed = self.spec.max_restarts_on_errors
+        if self.error_retries >= allowed or any(repeats(f) for f in failures):
+            self.job_end = time.time()
+            self.observer.event(f"{told.splitlines()[0]}; ending the run")
+            raise Stop(Outcome.FAILED, f"{told}\n{not_retried(allowed, self.run_id, failures)}")
+        self.error_retries += 1
+        what = ", ".join(f.node for f in failures)
+        self.attempt += 1
+        self.observer.event(
+            f"{told.splitlines()[0]}; retry {self.error_retries}/{allowed} "
+            f"(max_restarts_on_errors): attempt {self.attempt}"
+        )
+        live = {n.name for n in self._list_nodes() if n.alive}
+        dead = [node_id(n.role, n.index) for n in self.plan.nodes if self._name(n) not in live]
+        self._next_attempt("retry", what, dead, detail=f"{what} failed")
+
+    def _restart(self, verdict: Verdict, recreate: list[str]) -> None:
+        """Recreate lost nodes and move every agent to the next attempt (they resume from
+        `checkpoints/`). Raises Stop when max_restarts is used up."""
+        self.restarts += 1
+        what = ", ".join(verdict.lost)
+        if self.restarts > self.spec.max_restarts:
+            self.job_end = time.time()
+            raise Stop(
+                Outcome.FAILED, f"{what} lost again after {self.spec.max_restarts} restart(s)"
+            )
+        self.attempt += 1
+        with_it = f" ({', '.join(verdict.failed)} failed with it)" if verdict.failed else ""
+        self.observer.event(
+            f"{what} lost{with_it}; restart {self.restarts}/{self.spec.max_restarts}: "
+            f"attempt {self.attempt}"
+        )
+        self._next_attempt("restart", what, recreate)
+
+    def _next_attempt(
+        self, kind: str, what: str, recreate: list[str], detail: str | None = None
+    ) -> None:
+        """Record `kind` ("restart", "retry") of attempt `self.attempt` (with `detail`, else
+        `what`), move every agent to it (they resume from `checkpoints/`), and create the
+        `recreate` nodes again. Blocks."""
+        self.ledger.event(self.run_id, kind, f"attempt {self.attempt}: {detail or what}")
+        self._write_cluster()
+        self._recreate(recreate)
+        self.view.attempt = self.attempt
+
+    def _name(self, node: NodePlan) -> str:
+        return node_name(self.run_id, node.role, node.index)
+
+    def _recreate(self, shorts: list[str]) -> None:
+        """Delete these nodes (e.g. "worker-1") and create them again, each bootstrap log
+        archived first (`archive_bootstrap_log`). Blocks until the create calls return."""
+        if not shorts:
+            return
+        by_short = {node_id(n.role, n.index): n for n in self.plan.nodes}
+        names = [self._name(by_short[s]) for s in shorts]
+        self.provider.compute.delete_nodes(self.run_id, names)  # retried by the provider
+        for name in names:
+            self.ledger.mark_deleted(self.run_id, "node", name)
+        for short in shorts:  # the old log must not speak for the new node
+            archive_bootstrap_log(self.store, self.run_id, short, self.attempt - 1)
+        self.create_nodes([by_short[s] for s in shorts])

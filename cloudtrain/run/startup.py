@@ -1,0 +1,110 @@
+"""Render `jobs/startup.sh.j2` (with `jobs/wheelhouse.sh.j2`), the one bootstrap script every node
+runs, for one node.
+
+Pure: no I/O besides reading the template. Values are shell-quoted by the `q` filter, so nothing in
+a spec can inject shell. Secrets never go in: the script carries only URLs that expire and names.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
+
+from cloudtrain.providers.base import StartupBlocks
+
+_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+TF_VERSION = "2.21.0"
+TF_KERAS_VERSION = "2.21.0"
+# The NVIDIA driver branch the script installs where no driver works (Ubuntu's
+# nvidia-driver-580-server, NVIDIA's cuda-drivers-580 on Debian 12); why 580: the template says.
+NVIDIA_BRANCH = "580"
+# The oldest Python a node runs on: the images' (Ubuntu 22.04: 3.10). pyproject's requires-python
+# says the same, so pip refuses the wheel on anything older; the script says so first, clearly.
+NODE_MIN_PYTHON = (3, 10)
+
+
+@dataclass(frozen=True)
+class WheelhouseOffer:
+    """What the controller offers a node's python phase (cloudtrain/run/wheelhouse.py): "warm" (the
+    presigned GET `url` of the tag's wheels.tar and its `sha256`, from the manifest) or "cold"
+    (build the wheelhouse and publish it: presigned PUT URLs of the tar and the manifest). The
+    script uses it only when `tag` is its own platform's; an empty mode offers nothing."""
+
+    mode: str = ""  # "warm", "cold" or ""
+    tag: str = ""  # py<X.Y>-<uname -m>-<pins hash>
+    url: str = ""
+    sha256: str = ""
+    put_url: str = ""
+    manifest_put_url: str = ""
+
+
+@dataclass(frozen=True)
+class StartupParams:
+    """Everything one node's script needs."""
+
+    run_id: str
+    role: str
+    index: int
+    node_name: str
+    store_uri: str
+    bundle_url: str
+    bundle_sha256: str
+    log_put_url: str
+    version: str
+    deadline_epoch: int
+    gpu_count: int = 0
+    pip_extra: str = ""
+    env: Mapping[str, str] = field(default_factory=dict)
+    # strategy: horovod: fail at bootstrap unless `import horovod.tensorflow` works
+    require_horovod: bool = False
+    # the wheelhouse of the pinned stack (bare images only), or None: install from the index
+    wheelhouse: WheelhouseOffer | None = None
+
+
+def quote(value: object) -> str:
+    """Single-quote for bash, always (a bare word like `ps` reads as a command to shellcheck)."""
+    return "'" + str(value).replace("'", "'\"'\"'") + "'"
+
+
+@lru_cache(maxsize=1)
+def _template():  # type: ignore[no-untyped-def]
+    import jinja2
+
+    def load(name: str) -> str:  # the templates are package data of cloudtrain.jobs
+        return resources.files("cloudtrain.jobs").joinpath(name).read_text()
+
+    env = jinja2.Environment(
+        loader=jinja2.FunctionLoader(load),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+    env.filters["q"] = quote
+    env.filters["oneline"] = lambda v: " ".join(str(v).split())
+    # startup.sh.j2 includes wheelhouse.sh.j2 (the python phase's wheelhouse functions)
+    return env.get_template("startup.sh.j2")
+
+
+def render_startup(params: StartupParams, blocks: StartupBlocks) -> str:
+    """The bash script for one node. Deterministic for the same inputs. Raises ValueError for
+    an environment variable name that is not a shell identifier."""
+    env = {**dict(blocks.env), **dict(params.env)}
+    bad = [key for key in env if not _ENV_KEY.match(key)]
+    if bad:
+        raise ValueError(f"invalid environment variable name(s): {', '.join(map(repr, bad))}")
+    values = {
+        **dataclasses.asdict(params),
+        **dataclasses.asdict(blocks),
+        "tf_version": TF_VERSION,
+        "tf_keras_version": TF_KERAS_VERSION,
+        "nvidia_branch": NVIDIA_BRANCH,
+        "min_python": ".".join(map(str, NODE_MIN_PYTHON)),
+        "power_off": blocks.power_off or ":",
+        "env": env,
+        "wheelhouse": dataclasses.asdict(params.wheelhouse or WheelhouseOffer()),
+    }
+    return str(_template().render(**values))

@@ -1,0 +1,287 @@
+"""The typed configuration a run's provider is built with, and where each option came from.
+
+A provider's options (its `providers.<name>` model, e.g. providers/gcp/options.py) are taken, per
+field, from the first of:
+1. job.yaml's `providers.<name>` section (its account field also from the top-level alias,
+   `project:` / `subscription:`);
+2. `$CLOUDTRAIN_HOME/config.yaml`'s `providers.<name>` section (defaults across jobs);
+3. the field's deprecated `CLOUDTRAIN_*` variable (the model's ENV_FALLBACKS), with one warning
+   line per variable and process;
+4. the model's default.
+
+Layers 2 and 3 are read when the spec is validated (`outside_layers`, like an env entry's
+`from_env`), so `make_plan` stays pure and the plan shows exactly what the run will use. The plan
+records each option's value and source (`Plan.provider_options`, stored in the ledger's plan
+JSON), and `config_for_record` rebuilds the same config for `down`/`status`. No option is a
+secret. Controller side only (pydantic); the node side builds providers with no options.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from cloudtrain.core.paths import cloudtrain_home
+from cloudtrain.providers.base import ProviderConfig
+from cloudtrain.spec.error_lines import spec_error
+from cloudtrain.spec.provider_sections import (
+    SECTION,
+    account_field,
+    model_at_section,
+    options_model,
+    section_model,
+)
+from cloudtrain.spec.yaml_source import Loc, parse_yaml, read_spec_file
+
+if TYPE_CHECKING:
+    from cloudtrain.plan.planner import Plan
+    from cloudtrain.spec.job import JobSpec
+    from cloudtrain.state.ledger import RunRecord
+
+CONFIG_FILE = "config.yaml"
+JOB, CONFIG, ENV, DEFAULT = "job.yaml", "config.yaml", "env (deprecated)", "default"
+Warn = Callable[[str], None]
+
+__all__ = [
+    "CONFIG_FILE",
+    "OptionSource",
+    "OutsideLayers",
+    "Resolved",
+    "config_for",
+    "config_for_provider",
+    "config_for_record",
+    "deprecation_lines",
+    "load_user_config",
+    "outside_layers",
+    "resolve",
+]
+
+
+@dataclass(frozen=True)
+class OptionSource:
+    """Where one option's value came from: `kind` is job.yaml, config.yaml, env (deprecated) or
+    default; `where` is `FILE:LINE` (a file) or `$VAR` (the environment), else empty."""
+
+    kind: str
+    where: str = ""
+
+
+@dataclass(frozen=True)
+class OutsideLayers:
+    """What the environment of this process adds to a spec: config.yaml's `providers:` section
+    (validated, with its file and key lines) and the deprecated variables that were set."""
+
+    config: Any = None  # the config file's providers section (section_model()), or None
+    config_path: str = ""
+    config_lines: Mapping[Loc, int] = field(default_factory=dict)
+    env: Mapping[str, str] = field(default_factory=dict)  # deprecated variable -> its value
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A provider's options in effect (`options`, its typed model) and each field's source."""
+
+    provider: str
+    options: BaseModel
+    sources: Mapping[str, OptionSource]
+
+    def shown(self) -> list[dict[str, Any]]:
+        """Every option as `{name, value, source, where}`, in the model's field order (what
+        `plan` shows and the ledger's plan JSON keeps). Pure."""
+        return [
+            {"name": name, "value": getattr(self.options, name), **_src(self.sources[name])}
+            for name in type(self.options).model_fields
+        ]
+
+
+def _src(source: OptionSource) -> dict[str, str]:
+    return {"source": source.kind, "where": source.where}
+
+
+class _ConfigFile(BaseModel):
+    """The schema of `$CLOUDTRAIN_HOME/config.yaml`: only a `providers:` section, as in job.yaml."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    providers: section_model() = Field(default_factory=section_model())  # type: ignore[valid-type]
+
+
+def user_config_path() -> Path:
+    """`$CLOUDTRAIN_HOME/config.yaml` (it may not exist). Pure."""
+    return cloudtrain_home() / CONFIG_FILE
+
+
+def load_user_config(path: Path | None = None) -> tuple[Any, dict[Loc, int], str]:
+    """The `providers:` section of config.yaml (None when the file does not exist), its key
+    lines (paths start with `providers`) and its name. Raises SpecError naming the file and line
+    (`FILE:LINE: providers.gcp.network: problem`) for a bad file."""
+    file = path or user_config_path()
+    shown = str(file)
+    if not file.exists():
+        return None, {}, shown
+    data, lines, written = parse_yaml(read_spec_file(file), shown)
+    try:
+        parsed = _ConfigFile.model_validate(data)
+    except ValidationError as exc:
+        raise spec_error(exc, shown, lines, written, frozenset(), _config_model_at) from exc
+    return parsed.providers, lines, shown
+
+
+def _config_model_at(loc: Loc) -> type[BaseModel]:
+    return model_at_section(loc) if len(loc) > 1 and loc[0] == SECTION else _ConfigFile
+
+
+def outside_layers(environ: Mapping[str, str] | None = None) -> OutsideLayers:
+    """config.yaml's section and the deprecated variables set in `environ` (default: this
+    process's environment). Reads the file; raises SpecError for a bad config.yaml."""
+    env = os.environ if environ is None else environ
+    config, lines, path = load_user_config()
+    names = {var for n in _names() for var in options_model(n).ENV_FALLBACKS.values()}
+    found = {var: env[var].strip() for var in sorted(names) if env.get(var, "").strip()}
+    return OutsideLayers(config, path, lines, found)
+
+
+def _names() -> tuple[str, ...]:
+    from cloudtrain import providers as registry
+
+    return registry.names()
+
+
+def resolve(spec: JobSpec | None, provider: str, layers: OutsideLayers | None = None) -> Resolved:
+    """The options of `provider` in effect for `spec` (None: no job.yaml, as for an old ledger
+    run), layer by layer (see the module doc). An invalid deprecated variable is skipped here
+    (the adapter reports it as before, when it needs it). Pure given `layers` (default: those
+    the spec captured when validated, else none)."""
+    model = options_model(provider)
+    if layers is None:
+        layers = getattr(spec, "outside", None) or OutsideLayers()
+    section_of = getattr(spec, "provider_section", None)  # a stand-in spec may lack it
+    job = section_of(provider) if section_of is not None else None
+    conf = getattr(layers.config, provider, None) if layers.config is not None else None
+    alias = account_field(provider)
+    values: dict[str, Any] = {}
+    sources: dict[str, OptionSource] = {}
+    for name in model.model_fields:
+        if job is not None and name in job.model_fields_set:
+            values[name] = getattr(job, name)
+            sources[name] = OptionSource(JOB, _where(spec, (SECTION, provider, name)))
+        elif spec is not None and name == alias and getattr(spec, name, None) is not None:
+            values[name] = getattr(spec, name)
+            sources[name] = OptionSource(JOB, _where(spec, (name,)))
+        elif conf is not None and name in conf.model_fields_set:
+            values[name] = getattr(conf, name)
+            line = layers.config_lines.get((SECTION, provider, name))
+            sources[name] = OptionSource(CONFIG, f"{layers.config_path}:{line}" if line else "")
+        elif _env_ok(model, name, layers.env.get(model.ENV_FALLBACKS.get(name, ""))):
+            var = model.ENV_FALLBACKS[name]
+            values[name] = layers.env[var]
+            sources[name] = OptionSource(ENV, f"${var}")
+        else:
+            sources[name] = OptionSource(DEFAULT)
+    return Resolved(provider, model.model_validate(values), sources)
+
+
+def _where(spec: Any, loc: Loc) -> str:
+    where = spec.where(*loc) if hasattr(spec, "where") else None
+    return where or ""
+
+
+def _env_ok(model: type[BaseModel], name: str, value: str | None) -> bool:
+    """Whether a deprecated variable's value is a valid value of option `name`."""
+    if not value:
+        return False
+    try:
+        model.model_validate({name: value})
+    except ValidationError:
+        return False
+    return True
+
+
+_warned: set[str] = set()  # the deprecated variables already warned about in this process
+
+
+def warn_stderr(line: str) -> None:
+    """Write one `warning: ...` line to stderr (the default `warn` of `config_for`)."""
+    sys.stderr.write(f"warning: {line}\n")
+
+
+def deprecation_lines(resolved: Resolved) -> list[str]:
+    """One line per deprecated variable the options were taken from, naming the option to set
+    instead. Pure."""
+    return [
+        f"{src.where} is deprecated: set {SECTION}.{resolved.provider}.{name} in job.yaml or"
+        f" {user_config_path()} instead"
+        for name, src in resolved.sources.items()
+        if src.kind == ENV
+    ]
+
+
+def config_for(
+    spec: JobSpec, plan: Plan | None = None, *, warn: Warn | None = warn_stderr
+) -> ProviderConfig:
+    """The ProviderConfig of the run of `spec`: the provider, region and zone of `plan` (the
+    plan decides them with `provider: cheapest`; None: the spec's), the account and the typed
+    options in effect (`resolve`). Each deprecated variable used is warned about once per
+    process through `warn` (None: silent; the Python API passes its own). Reads no file (the
+    spec captured config.yaml when validated)."""
+    name = plan.provider if plan is not None else spec.provider
+    region = plan.region if plan is not None else spec.region
+    zone = plan.zone if plan is not None else spec.zone
+    resolved = resolve(spec, name)
+    _warn_once(resolved, warn)
+    return _config(name, region, zone, resolved.options)
+
+
+def _warn_once(resolved: Resolved, warn: Warn | None) -> None:
+    for line in deprecation_lines(resolved):
+        var = line.split(" ", 1)[0]
+        if warn is not None and var not in _warned:
+            _warned.add(var)
+            warn(line)
+
+
+def _config(name: str, region: str | None, zone: str | None, options: BaseModel) -> ProviderConfig:
+    field_name = account_field(name)
+    account = getattr(options, field_name, None) if field_name else None
+    return ProviderConfig(name=name, region=region, zone=zone, account=account, options=options)
+
+
+def config_for_provider(
+    name: str,
+    region: str | None = None,
+    zone: str | None = None,
+    account: str | None = None,
+    *,
+    warn: Warn | None = warn_stderr,
+) -> ProviderConfig:
+    """The ProviderConfig of provider `name` with no job spec and no ledger record (`gc`, `down`
+    of an unrecorded run): config.yaml's options, else the deprecated variables (warned about
+    once), else the defaults; `account` (None: config.yaml's) wins. Reads config.yaml; raises
+    SpecError for a bad one."""
+    resolved = resolve(None, name, outside_layers())
+    _warn_once(resolved, warn)
+    config = _config(name, region, zone, resolved.options)
+    return replace(config, account=account) if account else config
+
+
+def config_for_record(record: RunRecord, *, warn: Warn | None = warn_stderr) -> ProviderConfig:
+    """The ProviderConfig a recorded run was made with, for `down`, `status`, `logs` and `resume`:
+    the run's provider, region, zone and account, and the options its plan JSON recorded
+    (`provider_options`), so teardown reaches the same resource group or network. A run recorded
+    before options were kept gets today's config.yaml and deprecated variables instead. Reads
+    config.yaml only for such an old run."""
+    name, region, zone, account = record.provider, record.region, record.zone, record.account
+    plan = record.plan if record.plan_json else None
+    shown = plan.get("provider_options") if isinstance(plan, dict) else None
+    if not isinstance(shown, list):  # recorded before options were kept
+        return config_for_provider(name, region, zone, account, warn=warn)
+    model = options_model(name)
+    values = {o["name"]: o["value"] for o in shown if o.get("name") in model.model_fields}
+    config = _config(name, region, zone, model.model_validate(values))
+    # the account the run was made in (the provider's own answer) wins over any option
+    return replace(config, account=account) if account else config
