@@ -27,7 +27,7 @@ from cloudtrain.state.runstate import RunReader, archive_bootstrap_log
 
 RUN = "rules-run"
 PREFIX = run_prefix(RUN)
-README = Path(__file__).resolve().parents[2] / "README.md"
+JOB_DOC = Path(__file__).resolve().parents[2] / "docs" / "job-yaml.md"  # moved out of README.md
 
 
 # --- a node's own status ----------------------------------------------------------------------
@@ -262,5 +262,5 @@ def test_max_restarts_on_errors_is_validated(value: str, problem: str) -> None:
 def test_the_schema_and_the_readme_know_the_field() -> None:
     field = json_schema()["properties"]["max_restarts_on_errors"]
     assert field["type"] == "integer" and field["minimum"] == 0 and field["default"] == 0
-    block = README.read_text().split("## job.yaml", 1)[1].split("```yaml", 1)[1].split("```")[0]
+    block = JOB_DOC.read_text().split("# job.yaml", 1)[1].split("```yaml", 1)[1].split("```")[0]
     assert "\nmax_restarts_on_errors: 0 " in block
