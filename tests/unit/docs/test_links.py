@@ -30,7 +30,7 @@ FENCE = re.compile(r"^\s{0,3}(```|~~~)")
 EXTERNAL = re.compile(r"^[a-z][a-z0-9+.-]*:", re.IGNORECASE)  # http:, https:, mailto:, ...
 # a path in backticks: no spaces, no placeholders (<cloud>, $VAR, ~, *, ...)
 PATH_TEXT = re.compile(r"^[A-Za-z0-9_./{},-]+$")
-PLACEHOLDER = re.compile(r"(?<![A-Za-z])(NAME|RUN|NODE|CLOUD|PROVIDER|P)(?![a-z])")
+PLACEHOLDER = re.compile(r"(?<![A-Za-z])(NAME|RUN|NODE|CLOUD|PROVIDER|P)(?![A-Za-z])")
 BARE_MODULE = re.compile(r"^[a-z_][a-z0-9_]*\.py$")
 DOTTED = re.compile(r"^cloudtrain(\.[A-Za-z_][A-Za-z0-9_]*)+$")
 # paths the suite makes on first use, not in a fresh checkout: (path): who makes it
@@ -68,11 +68,11 @@ def slug(heading: str) -> str:
     return kept.replace(" ", "-")
 
 
-def anchors(path: Path) -> set[str]:
-    """Every heading anchor of a markdown file, duplicates numbered as GitHub does."""
+def anchors(text: str) -> set[str]:
+    """Every heading anchor of a markdown text, duplicates numbered as GitHub does."""
     seen: dict[str, int] = {}
     found = set()
-    for line in prose(path.read_text(encoding="utf-8")).splitlines():
+    for line in prose(text).splitlines():
         match = re.match(r"^\s{0,3}#{1,6}\s+(.*?)\s*#*\s*$", line)
         if not match:
             continue
@@ -103,9 +103,15 @@ def broken_links(doc: str) -> list[str]:
         file_part, _, anchor = target.partition("#")
         dest = (source.parent / file_part).resolve() if file_part else source
         where = f"{doc}:{number}: ({target})"
-        if not dest.exists():
+        if not dest.is_relative_to(ROOT):
+            problems.append(f"{where}: leaves the repository")
+        elif not dest.exists():
             problems.append(f"{where}: no such file")
-        elif anchor and dest.suffix == ".md" and anchor.lower() not in anchors(dest):
+        elif (
+            anchor
+            and dest.suffix == ".md"
+            and anchor.lower() not in anchors(dest.read_text(encoding="utf-8"))
+        ):
             problems.append(f"{where}: no heading #{anchor} in {dest.relative_to(ROOT)}")
     return problems
 
@@ -205,6 +211,10 @@ def test_the_checker_sees_what_it_must() -> None:
         (4, "tests/unit/test_a.py"),
         (4, "tests/unit/test_b.py"),
     ]
-    assert slug("Getting GPUs: quotas & rights") == "getting-gpus-quotas--rights"
+    assert anchors(text) == {
+        "getting-gpus-quotas--rights",
+        "cloudtrain-check",
+        "getting-gpus-quotas--rights-1",
+    }
     assert slug("`cloudtrain check` (read-only)") == "cloudtrain-check-read-only"
     assert slug("Try it (one command)") == "try-it-one-command"
