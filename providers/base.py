@@ -61,7 +61,7 @@ class ProviderConfig:
     """What an adapter is built from. Credentials never appear here: SDKs use their own chains.
 
     `options` is the provider's typed options model (the pydantic model its INFO's `options`
-    names, e.g. GcpOptions), as `cloudtrain.spec.provider_config.config_for` resolves it from
+    names, e.g. GcpOptions), as `cloudtrain.run.configs.config_for` resolves it from
     job.yaml, config.yaml and the deprecated variables; empty means every option's default (how the
     node side builds a store: it has no pydantic). Adapters read it with `option(name)` and import
     no options module, so this stays standard library only. A plain mapping is still accepted (an

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cloudtrain.api.log_stream import NODE_RE, LogStream, job_over, poll
+from cloudtrain.api.log_stream import LogStream, job_over, poll
 from cloudtrain.api.results import (
     CostLine,
     DownReport,
@@ -53,8 +53,9 @@ if TYPE_CHECKING:
     from cloudtrain.plan.planner import Plan
     from cloudtrain.providers.account import AccountProbe
     from cloudtrain.providers.base import Provider
+    from cloudtrain.run.view import Observer, RunResult
     from cloudtrain.spec.job import JobSpec
-    from cloudtrain.spec.runtypes import Observer, RunOptions, RunResult
+    from cloudtrain.spec.run_options import RunOptions
     from cloudtrain.state.ledger import Ledger, RunRecord
     from cloudtrain.state.ledger_records import ResourceRecord
 
@@ -104,12 +105,15 @@ def load(
     """The validated spec: a job.yaml path (provider/region/zone override the file's, in effect
     from the first validation), or a `JobSpec` as is. Raises SpecError (`FILE:LINE: field`)."""
     from cloudtrain.spec.job import JobSpec, load_spec
+    from cloudtrain.spec.provider_config import outside_layers
 
     if isinstance(job, JobSpec):
         if provider or region or zone:
             raise UsageError("provider/region/zone override a job file, not a loaded JobSpec")
         return job
-    return load_spec(Path(job), provider=provider, region=region, zone=zone)
+    spec = load_spec(Path(job), provider=provider, region=region, zone=zone)
+    outside_layers()  # a bad config.yaml is the same one line, before anything is planned
+    return spec
 
 
 def plan(
@@ -247,7 +251,7 @@ class RunHandle:
 
     @property
     def detached(self) -> bool:
-        from cloudtrain.spec.runtypes import Outcome
+        from cloudtrain.run.view import Outcome
 
         return self.result.outcome is Outcome.DETACHED
 
@@ -297,8 +301,9 @@ def launch(
     before the run's ledger row exists raises KeyboardInterrupt, nothing made. Off the main
     thread no signal is handled: the observer is told so with the run id, and `down(run_id)`
     from elsewhere stops the run."""
+    from cloudtrain.managed.controller_launch import launch_controller
     from cloudtrain.run.orchestrator import Orchestrator
-    from cloudtrain.spec.runtypes import RunOptions
+    from cloudtrain.spec.run_options import RunOptions
 
     the_plan = ready.plan
     prov = run_provider(ready.spec, the_plan)
@@ -324,6 +329,7 @@ def launch(
         resume_from=ready.resume_from,
         # another region's or cloud's; the places the plan avoided (the account's quotas) too
         places=places_for(ready.spec, Catalog.bundled(), the_plan.avoided_places()),
+        hand_off=launch_controller,
     )
     for name, start, end in ready.timings:  # the run's trace: within its startup phase
         orch.trace.child(name, start, end, "startup")
@@ -494,6 +500,8 @@ def bootstrap_logs(run_id: str, *, node: str | None = None) -> dict[str, str]:
 
 
 def _check_node(node: str | None) -> None:
+    from cloudtrain.spec.runrules import NODE_RE
+
     if node is not None and NODE_RE.fullmatch(node) is None:
         raise UsageError(f"--node {node[:40]!r} is not a node name such as worker-1 or chief-0")
 
@@ -515,7 +523,7 @@ def cost(run_id: str | None = None, *, since: str | None = None) -> list[CostLin
     or every run started within `since` ('30d', '12h', '2w'). Read-only; lists buckets."""
     from cloudtrain.insight.cost_report import parse_since, report
     from cloudtrain.jobs.protocol import run_prefix
-    from cloudtrain.spec.runrules import check_run_ref
+    from cloudtrain.spec.run_ids import check_run_ref
 
     def stored_bytes(rec: RunRecord) -> int:
         bucket = record_provider(rec).store(str(rec.store_uri))

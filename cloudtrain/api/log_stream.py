@@ -9,7 +9,6 @@ once per change. `end` says why it ended. Imports no SDK at module level.
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -22,8 +21,6 @@ if TYPE_CHECKING:
     from cloudtrain.state.ledger import Ledger, RunRecord
     from cloudtrain.state.runstate import RunReader, Snapshot
 
-# a node's short name in the bucket: the role (providers.base.ROLES) and its index
-NODE_RE = re.compile(r"(chief|worker|ps|evaluator)-[0-9]{1,4}")
 CLOUD_CHECK_S = 10.0  # how often a follow lists the cloud once the controller is gone
 JOURNAL_CHECK_S = 10.0  # how often a follow reads new entries of the run's journal
 GONE_EXIT = 1  # `logs --follow` of a run nobody will finish: its controller died mid-run

@@ -19,8 +19,8 @@ if TYPE_CHECKING:
     from cloudtrain.insight.throughput import Throughput
     from cloudtrain.plan.planner import Plan
     from cloudtrain.run.resume import ResumeSource
+    from cloudtrain.run.view import RunView
     from cloudtrain.spec.job import JobSpec
-    from cloudtrain.spec.runtypes import RunView
     from cloudtrain.state.failures import NodeFailure
     from cloudtrain.state.ledger import RunRecord
 

@@ -23,8 +23,8 @@ from cloudtrain.core.errors import CloudtrainError, UsageError
 if TYPE_CHECKING:
     from cloudtrain.api.results import Launch
     from cloudtrain.insight.throughput import Throughput
+    from cloudtrain.run.view import Observer, RunResult
     from cloudtrain.spec.job import JobSpec
-    from cloudtrain.spec.runtypes import Observer, RunResult
 
 # the strategies whose worker count is the data-parallel width; one_device and mirrored run on
 # one node by definition

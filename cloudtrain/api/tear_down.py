@@ -43,7 +43,7 @@ def down(
     from cloudtrain.run import build as api
     from cloudtrain.run.stop_signals import signal_name, signals_deferred
     from cloudtrain.run.teardown import request_stop, scrub_secrets, teardown
-    from cloudtrain.spec.runrules import check_run_ref
+    from cloudtrain.spec.run_ids import check_run_ref
 
     tell = say or _log
     check_run_ref(run_id)  # before anything is built from it (the ledger file included)
@@ -135,7 +135,7 @@ def _from_journal(
     """The run's record from its journal (a run made on another machine), or None when its
     bucket holds none: down then works from the cloud's tags alone. Blocks."""
     from cloudtrain.run.journal_sync import sync_run
-    from cloudtrain.spec.runrules import check_run_ref
+    from cloudtrain.spec.run_ids import check_run_ref
 
     check_run_ref(run_id, exact=True)
     try:

@@ -14,7 +14,7 @@ vcpus,memory_gib,region,zone,price_hourly_usd,spot_price_hourly_usd,source` (the
 - adds the small CPU machines of `catalog/small_cpu.source.csv` (SMALL_CPU_FILE, below) in every
   zone the catalog covers: what a run's controller node needs
   (`cloudtrain.managed.controller_offer`);
-- drops machines their cloud has retired (`cloudtrain.catalog.pricing.retired`);
+- drops machines their cloud has retired (`cloudtrain.catalog.retired`);
 - applies each provider's `build` rule to its rows (e.g. providers/gcp/catalog_rules.py prices
   machines with built-in GPUs as whole VMs, and keeps only the GPU-only rows the catalog
   attaches to a host at load time);
@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from cloudtrain.catalog.offers import COLUMNS, canonical_accelerator
-from cloudtrain.catalog.pricing.retired import is_retired
+from cloudtrain.catalog.retired import is_retired
 
 PRICES_DATE = "2026-11-21"
 # The source snapshot the bundled files are built from: rows copied from SkyPilot's catalogs

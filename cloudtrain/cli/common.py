@@ -76,8 +76,8 @@ def _json_key(key: Any) -> Any:
 
 def run_ref(value: str) -> str:
     """A run id (or prefix) from the command line, checked before anything is built from it:
-    UsageError (one `error:` line) unless it has a run id's shape (`runrules.check_run_ref`)."""
-    from cloudtrain.spec.runrules import check_run_ref
+    UsageError (one `error:` line) unless it has a run id's shape (`run_ids.check_run_ref`)."""
+    from cloudtrain.spec.run_ids import check_run_ref
 
     return check_run_ref(value)
 

@@ -51,7 +51,7 @@ def report(
     from cloudtrain.insight.report_data import collect
     from cloudtrain.insight.report_html import write
     from cloudtrain.run.journal_sync import sync_run
-    from cloudtrain.spec.runrules import check_run_ref
+    from cloudtrain.spec.run_ids import check_run_ref
 
     rec = sync_run(run_id, provider=provider, region=region, account=project, warn=common.warn)
     # the default name is built from the ledger's id, checked again: a journal from a bucket

@@ -25,7 +25,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from cloudtrain.core.node_text import figure, finite, shown, shown_lines, whole
+from cloudtrain.core.node_text import figure, finite, fmt_duration, shown, shown_lines, whole
 from cloudtrain.core.paths import runs_dir
 from cloudtrain.insight.throughput import fmt_rate, sparkline
 from cloudtrain.insight.trace_view import time_line
@@ -33,7 +33,7 @@ from cloudtrain.insight.trace_view import time_line
 if TYPE_CHECKING:
     from cloudtrain.insight.throughput import NodeRate, Throughput
     from cloudtrain.plan.planner import Plan
-    from cloudtrain.spec.runtypes import RunResult, RunView
+    from cloudtrain.run.view import RunResult, RunView
 
 _NATIVE_LOG = re.compile(r"^(?:[IWE]\d{4} |WARNING: All log messages before absl)")
 PLAIN_ACTIVITY_S = 30.0  # a plain stream repeats a node's ongoing activity at most this often
@@ -49,19 +49,6 @@ _STATE_STYLE = {
     "stopped": "yellow",
     "rendezvous": "magenta",
 }
-
-
-def fmt_duration(seconds: float) -> str:
-    """'1h02m', '3m05s' or '12.3s' ('-' for no finite number, '?' beyond 10^6 hours). Pure."""
-    if finite(seconds) is None:
-        return "-"
-    if abs(seconds) >= 3.6e9:
-        return "?"
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    m, s = divmod(int(seconds), 60)
-    h, m = divmod(m, 60)
-    return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s"
 
 
 def plan_table(plan: Plan) -> Group:

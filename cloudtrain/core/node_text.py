@@ -118,3 +118,16 @@ def whole(value: object, width: int = 9) -> str:
     if abs(value) >= 10**width:
         return "?"
     return str(value)
+
+
+def fmt_duration(seconds: float) -> str:
+    """'1h02m', '3m05s' or '12.3s' ('-' for no finite number, '?' beyond 10^6 hours). Pure."""
+    if finite(seconds) is None:
+        return "-"
+    if abs(seconds) >= 3.6e9:
+        return "?"
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    m, s = divmod(int(seconds), 60)
+    h, m = divmod(m, 60)
+    return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s"

@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from cloudtrain.api.log_stream import NODE_RE
 from cloudtrain.core.errors import CloudtrainError
-from cloudtrain.insight.trace_view import SPAN_EVENT, Phase, breakdown, controller_spans
+from cloudtrain.insight.run_trace import SPAN_EVENT
+from cloudtrain.insight.trace_view import Phase, breakdown, controller_spans
 from cloudtrain.jobs import protocol
 from cloudtrain.jobs import trace as tr
 from cloudtrain.jobs.bucket_reads import (
@@ -35,6 +35,7 @@ from cloudtrain.jobs.bucket_reads import (
     parse_document,
 )
 from cloudtrain.jobs.protocol import NodeStatus, Registration, load_json, node_id, run_prefix
+from cloudtrain.spec.runrules import NODE_RE
 from cloudtrain.state import bootlog
 
 if TYPE_CHECKING:

@@ -27,8 +27,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cloudtrain.cli.ui import fmt_duration
 from cloudtrain.core.errors import UsageError
+from cloudtrain.core.node_text import fmt_duration
 from cloudtrain.insight import report_timeline
 from cloudtrain.insight.report_data import (
     BOOT,

@@ -1,6 +1,6 @@
 """The controller's trace of one run (issue 20): its top-level phases, back to back from the
 CLI's start to the end of the teardown, and their children, each written to the ledger as it
-ends (an event of kind `trace_view.SPAN_EVENT`). The span names: `jobs/trace.py`.
+ends (an event of kind `SPAN_EVENT`). The span names: `jobs/trace.py`.
 """
 
 from __future__ import annotations
@@ -12,11 +12,12 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from cloudtrain.insight.trace_view import SPAN_EVENT
 from cloudtrain.jobs import protocol
 from cloudtrain.jobs import trace as tr
 from cloudtrain.jobs.bucket_reads import TRACE_MAX_BYTES
 from cloudtrain.jobs.trace import PhaseClock, Span, TraceDoc, Tracer, process_start
+
+SPAN_EVENT = "span"  # the ledger event kind of a controller span (its message: the span's JSON)
 
 
 class RunTrace:

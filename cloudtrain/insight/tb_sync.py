@@ -64,7 +64,7 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 def cache_dir(run_id: str) -> Path:
     """The run's local TensorBoard cache: `runs_dir()/<run id>/tensorboard`. Pure (creates
-    nothing); `run_id` must already be a checked run id (runrules.check_run_ref)."""
+    nothing); `run_id` must already be a checked run id (run_ids.check_run_ref)."""
     return runs_dir() / run_id / "tensorboard"
 
 

@@ -29,11 +29,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from cloudtrain.core.node_text import figure, finite
+from cloudtrain.insight.run_trace import SPAN_EVENT, read_node_traces
 from cloudtrain.jobs import trace as tr
 from cloudtrain.jobs.protocol import load_json
 from cloudtrain.jobs.trace import Span
 
-SPAN_EVENT = "span"  # the ledger event kind of a controller span (its message: the span's JSON)
 PHASES = (
     "start",
     "create",
@@ -78,8 +78,6 @@ def controller_spans(events: Iterable[Any]) -> list[Span]:
 def load_spans(ledger: Any, store: Any, run_id: str, nodes: Sequence[str]) -> list[Span]:
     """Every span of the run: the controller's from `ledger`, each of `nodes`' (node ids) from
     its trace document in `store` (one GET each; a node without one has none). Blocks."""
-    from cloudtrain.insight.run_trace import read_node_traces
-
     return [*controller_spans(ledger.events(run_id)), *read_node_traces(store, run_id, nodes)]
 
 

@@ -19,7 +19,7 @@ from cloudtrain.plan.planner import Plan
 from cloudtrain.providers.base import ObjectStore, Provider
 from cloudtrain.run.bundle import Bundle
 from cloudtrain.run.orchestrator import Orchestrator
-from cloudtrain.spec.runtypes import Observer
+from cloudtrain.run.view import Observer
 from cloudtrain.state import launch_doc
 from cloudtrain.state.lease import Lease
 from cloudtrain.state.ledger import Ledger

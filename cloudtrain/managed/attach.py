@@ -19,7 +19,7 @@ from collections.abc import Callable
 from cloudtrain.core.errors import CloudtrainError, LeaseHeld, UsageError
 from cloudtrain.jobs import protocol
 from cloudtrain.providers.base import ObjectStore
-from cloudtrain.spec.runtypes import Observer, RunResult
+from cloudtrain.run.view import Observer, RunResult
 from cloudtrain.state import launch_doc
 from cloudtrain.state.lease import Lease, describe, read_lease
 

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from cloudtrain.core.crashpoints import crash_point
 from cloudtrain.core.errors import CloudtrainError, LeaseHeld
 from cloudtrain.jobs import protocol
-from cloudtrain.spec.runtypes import Outcome, RunView
+from cloudtrain.run.view import Outcome, RunView
 
 if TYPE_CHECKING:
     from cloudtrain.providers.base import Compute, Resource
@@ -88,7 +88,7 @@ def _control(
     from cloudtrain.managed.controller_launch import controller_owner
     from cloudtrain.providers.base import node_name
     from cloudtrain.run import build as api_build
-    from cloudtrain.spec.runrules import check_run_ref
+    from cloudtrain.spec.run_ids import check_run_ref
     from cloudtrain.state.journal import Journal, import_journal, writer_id
     from cloudtrain.state.lease import Lease
     from cloudtrain.state.ledger import Ledger

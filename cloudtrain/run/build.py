@@ -1,15 +1,16 @@
-"""The building blocks of `cloudtrain.api`: the ledger, the providers (built from the typed
-provider config of a spec or of a ledger record; their stores retry every call), and the
-run-id lookup. Also
-where the API's warnings go. Imports no SDK at module level.
+"""The building blocks of a command: the ledger, the providers (built from the typed provider
+config of a spec or of a ledger record; their stores retry every call), and the run-id lookup.
+Also where the API's warnings go (the `cloudtrain.api` logger, or a handler the CLI sets). Imports
+no SDK at module level.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from cloudtrain.api.results import LOG
+LOG = logging.getLogger("cloudtrain.api")  # the Python API's logger (cloudtrain/api/results.py)
 
 if TYPE_CHECKING:
     from cloudtrain.plan.planner import Plan
@@ -48,7 +49,7 @@ def warn(line: str) -> None:
 def warn_deprecated(spec: JobSpec, the_plan: Plan) -> None:
     """Warn (once per process, through the warning handler) about each deprecated CLOUDTRAIN_*
     variable the plan's options come from, as a run would. Creates nothing; reads no file."""
-    from cloudtrain.spec.provider_config import config_for
+    from cloudtrain.run.configs import config_for
 
     config_for(spec, the_plan, warn=_warn)
 
@@ -96,16 +97,16 @@ def provider(
 def run_provider(spec: JobSpec, the_plan: Plan) -> Provider:
     """The provider a run of `spec` uses: the plan's (with provider: cheapest, the cloud the
     plan chose), in the plan's region and zone, with the options in effect
-    (`provider_config.config_for`). Creates nothing."""
-    from cloudtrain.spec.provider_config import config_for
+    (`configs.config_for`). Creates nothing."""
+    from cloudtrain.run.configs import config_for
 
     return _built(config_for(spec, the_plan, warn=_warn))
 
 
 def record_provider(rec: RunRecord) -> Provider:
     """The provider a ledger record's run was made with, with the options it recorded
-    (`provider_config.config_for_record`): for status, logs, down, cost and resume."""
-    from cloudtrain.spec.provider_config import config_for_record
+    (`configs.config_for_record`): for status, logs, down, cost and resume."""
+    from cloudtrain.run.configs import config_for_record
 
     return _built(config_for_record(rec, warn=_warn))
 
@@ -113,6 +114,6 @@ def record_provider(rec: RunRecord) -> Provider:
 def find_run(run_id: str) -> RunRecord:
     """The ledger's run for a run id or a unique prefix of one. UsageError when it is not shaped
     like a run id (checked before anything is built from it), unknown, or ambiguous."""
-    from cloudtrain.spec.runrules import check_run_ref
+    from cloudtrain.spec.run_ids import check_run_ref
 
     return ledger().find_run(check_run_ref(run_id))

@@ -39,7 +39,7 @@ from cloudtrain.jobs.protocol import node_id, run_prefix
 from cloudtrain.providers.base import node_name
 from cloudtrain.run.recovery import Stop
 from cloudtrain.run.teardown import teardown
-from cloudtrain.spec.runtypes import NodeView, Outcome
+from cloudtrain.run.view import NodeView, Outcome
 from cloudtrain.state import run_key
 from cloudtrain.state.fencing import FencedProvider
 

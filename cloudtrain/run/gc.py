@@ -24,7 +24,7 @@ from cloudtrain.core.errors import CloudtrainError, ProviderError, UsageError
 from cloudtrain.providers.base import Provider, Tagged
 from cloudtrain.providers.parallel import parallel_map
 from cloudtrain.run.teardown import TeardownReport, teardown
-from cloudtrain.spec.runrules import RUN_REF_RE
+from cloudtrain.spec.run_ids import RUN_REF_RE
 from cloudtrain.state.ledger import Ledger, RunRecord
 
 if TYPE_CHECKING:

@@ -38,7 +38,7 @@ def sync_run(
     Idempotent; blocks for one listing of the journal and one read per new entry. `ledger`:
     default $CLOUDTRAIN_HOME's."""
     from cloudtrain.run import build as api_build
-    from cloudtrain.spec.runrules import check_run_ref
+    from cloudtrain.spec.run_ids import check_run_ref
     from cloudtrain.state.journal import import_journal, try_import
 
     check_run_ref(run_id)  # before anything is built from it (the ledger file included)

@@ -17,7 +17,7 @@ import contextlib
 from cloudtrain.core.errors import CloudtrainError, LeaseLost
 from cloudtrain.jobs import protocol
 from cloudtrain.providers.base import ObjectStore, Provider
-from cloudtrain.spec.runtypes import Observer, Outcome
+from cloudtrain.run.view import Observer, Outcome
 from cloudtrain.state import run_key
 from cloudtrain.state.fencing import FencedProvider
 from cloudtrain.state.journal import Journal

@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from cloudtrain.spec.runtypes import Observer, RunView
+from cloudtrain.run.view import Observer, RunView
 
 
 class GuardedObserver:

@@ -39,9 +39,11 @@ from cloudtrain.run.recovery import Recovery, Stop
 from cloudtrain.run.resume import ResumeSource
 from cloudtrain.run.stop_signals import StopSignals, signal_name, stop_detail
 from cloudtrain.run.teardown import request_stop, scrub_secrets, teardown
+from cloudtrain.run.view import NodeView, Observer, Outcome, RunResult, RunView
 from cloudtrain.run.wheelhouse import WheelhousePlanner
-from cloudtrain.spec.runrules import judge_attempt, new_run_id, port_range_for
-from cloudtrain.spec.runtypes import NodeView, Observer, Outcome, RunOptions, RunResult, RunView
+from cloudtrain.spec.run_ids import new_run_id
+from cloudtrain.spec.run_options import RunOptions
+from cloudtrain.spec.runrules import judge_attempt, port_range_for
 from cloudtrain.state.failures import read_reports
 from cloudtrain.state.lease import Lease, LeaseKeeper
 from cloudtrain.state.ledger import Ledger
@@ -73,8 +75,13 @@ class Orchestrator(LeaseHolder, Provisioning, Failover, Recovery):
         resume_from: ResumeSource | None = None,
         store_uri: str | None = None,
         places: Places | None = None,
+        hand_off: Callable[[Orchestrator], str] | None = None,
     ) -> None:
         self.spec, self.plan, self.provider, self.ledger = spec, plan, provider, ledger
+        # what creates the controller node a detached run is handed to (the layer above:
+        # cloudtrain/managed/controller_launch.launch_controller); None: this run never detaches
+        # to one
+        self.hand_off = hand_off
         # how to reach another region or cloud when the plan's has no capacity or quota
         # (cloudtrain/run/failover.py); None: the run stays in its plan's region
         self.places = places
@@ -181,9 +188,9 @@ class Orchestrator(LeaseHolder, Provisioning, Failover, Recovery):
             self._set_phase("running")
             return self.watch()
         if self.options.controller:
-            from cloudtrain.managed.controller_launch import launch_controller
-
-            launch_controller(self)  # hands the lease to the controller node
+            if self.hand_off is None:
+                raise CloudtrainError("this run has no way to start a controller node")
+            self.hand_off(self)  # hands the lease to the controller node
         signals.defer()  # the nodes exist: from here the controller leaves on purpose
         self.ledger.set_status(self.run_id, "running")
         if not self.options.controller:

@@ -15,16 +15,17 @@ from typing import TYPE_CHECKING
 from cloudtrain.core.redact import Redactor
 from cloudtrain.jobs.protocol import node_id
 from cloudtrain.providers.base import Node, node_name
+from cloudtrain.run.view import Outcome
 from cloudtrain.spec.runrules import Verdict, node_lost
-from cloudtrain.spec.runtypes import Outcome
 from cloudtrain.state.failures import NodeFailure, describe, not_retried, repeats
 from cloudtrain.state.runstate import Snapshot, archive_bootstrap_log
 
 if TYPE_CHECKING:
     from cloudtrain.plan.planner import NodePlan, Plan
     from cloudtrain.providers.base import ObjectStore, Provider
+    from cloudtrain.run.view import Observer, RunView
     from cloudtrain.spec.job import JobSpec
-    from cloudtrain.spec.runtypes import Observer, RunOptions, RunView
+    from cloudtrain.spec.run_options import RunOptions
     from cloudtrain.state.ledger import Ledger
 
 

@@ -21,7 +21,7 @@ from cloudtrain.jobs.bucket_reads import Skips, read_document
 from cloudtrain.jobs.protocol import ClusterDoc, cluster_key, stop_key
 from cloudtrain.jobs.trace import TEARDOWN, Tracer
 from cloudtrain.providers.base import Compute, Provider, Resource
-from cloudtrain.spec.runrules import RUN_REF_RE, check_run_ref
+from cloudtrain.spec.run_ids import RUN_REF_RE, check_run_ref
 from cloudtrain.state.ledger import Ledger
 
 CONTROLLER_KIND_PREFIX = "controller-"  # the controller node's identity (Compute docs)

@@ -44,7 +44,6 @@ from cloudtrain.jobs.node_rules import (
 )
 from cloudtrain.providers.uri_rules import SCHEMES, checkpoint_problem
 from cloudtrain.spec.error_lines import ENV_ENTRY_ERROR, spec_error
-from cloudtrain.spec.provider_config import outside_layers
 from cloudtrain.spec.provider_sections import (
     SECTION,
     account_field,
@@ -335,7 +334,6 @@ class JobSpec(BaseModel):
     _source_dir: Path = PrivateAttr(default_factory=Path.cwd)
     _filename: str = PrivateAttr("<spec>")
     _lines: dict[Loc, int] = PrivateAttr(default_factory=dict)
-    _outside: Any = PrivateAttr(None)  # config.yaml + deprecated variables, read when validated
 
     @field_validator("name", "entrypoint", "setup")
     @classmethod
@@ -381,19 +379,13 @@ class JobSpec(BaseModel):
         """The account to use on `provider` as job.yaml gives it: `providers.<provider>.<its
         account_field>`, else the top-level alias of that field; None when neither is set or
         the provider has no account (then config.yaml, the environment or the SDK decide:
-        `cloudtrain.spec.provider_config.config_for`). Pure."""
+        `cloudtrain.run.configs.config_for`). Pure."""
         field = account_field(provider)
         if field is None:
             return None
         section = getattr(self.providers, provider, None)
         value = getattr(section, field, None) if section is not None else None
         return value if value is not None else getattr(self, field, None)
-
-    @property
-    def outside(self) -> Any:
-        """What config.yaml and the deprecated variables added when the spec was validated
-        (`cloudtrain.spec.provider_config.OutsideLayers`), or None for a spec built in code."""
-        return self._outside
 
     def provider_section(self, provider: str) -> Any:
         """The options job.yaml gives for `provider` (its options model), or None. Pure."""
@@ -593,7 +585,6 @@ def _validate(
     spec._filename = filename
     spec._lines = dict(lines)
     check_aliases(spec, filename, lines)
-    spec._outside = outside_layers()  # like from_env: read once, when the spec is validated
     return spec
 
 

@@ -9,11 +9,10 @@ field, from the first of:
    line per variable and process;
 4. the model's default.
 
-Layers 2 and 3 are read when the spec is validated (`outside_layers`, like an env entry's
-`from_env`), so `make_plan` stays pure and the plan shows exactly what the run will use. The plan
-records each option's value and source (`Plan.provider_options`, stored in the ledger's plan
-JSON), and `config_for_record` rebuilds the same config for `down`/`status`. No option is a
-secret. Controller side only (pydantic); the node side builds providers with no options.
+Layers 2 and 3 are read by `outside_layers`, never by the spec's validation. The plan records
+each option's value and source (`Plan.provider_options`, stored in the ledger's plan JSON), and
+`cloudtrain.run.configs.config_for_record` rebuilds the same config for `down`/`status`. No
+option is a secret. Controller side only (pydantic); the node side builds providers with no options.
 """
 
 from __future__ import annotations
@@ -40,9 +39,7 @@ from cloudtrain.spec.provider_sections import (
 from cloudtrain.spec.yaml_source import Loc, parse_yaml, read_spec_file
 
 if TYPE_CHECKING:
-    from cloudtrain.plan.planner import Plan
     from cloudtrain.spec.job import JobSpec
-    from cloudtrain.state.ledger import RunRecord
 
 CONFIG_FILE = "config.yaml"
 JOB, CONFIG, ENV, DEFAULT = "job.yaml", "config.yaml", "env (deprecated)", "default"
@@ -53,13 +50,13 @@ __all__ = [
     "OptionSource",
     "OutsideLayers",
     "Resolved",
-    "config_for",
     "config_for_provider",
-    "config_for_record",
     "deprecation_lines",
     "load_user_config",
+    "make_config",
     "outside_layers",
     "resolve",
+    "warn_once",
 ]
 
 
@@ -155,11 +152,11 @@ def _names() -> tuple[str, ...]:
 def resolve(spec: JobSpec | None, provider: str, layers: OutsideLayers | None = None) -> Resolved:
     """The options of `provider` in effect for `spec` (None: no job.yaml, as for an old ledger
     run), layer by layer (see the module doc). An invalid deprecated variable is skipped here
-    (the adapter reports it as before, when it needs it). Pure given `layers` (default: those
-    the spec captured when validated, else none)."""
+    (the adapter reports it as before, when it needs it). Pure given `layers` (default: read
+    now, `outside_layers()`: config.yaml and the environment)."""
     model = options_model(provider)
     if layers is None:
-        layers = getattr(spec, "outside", None) or OutsideLayers()
+        layers = outside_layers()
     section_of = getattr(spec, "provider_section", None)  # a stand-in spec may lack it
     job = section_of(provider) if section_of is not None else None
     conf = getattr(layers.config, provider, None) if layers.config is not None else None
@@ -206,7 +203,8 @@ _warned: set[str] = set()  # the deprecated variables already warned about in th
 
 
 def warn_stderr(line: str) -> None:
-    """Write one `warning: ...` line to stderr (the default `warn` of `config_for`)."""
+    """Write one `warning: ...` line to stderr (the default `warn` of
+    `cloudtrain.run.configs.config_for`)."""
     sys.stderr.write(f"warning: {line}\n")
 
 
@@ -221,23 +219,9 @@ def deprecation_lines(resolved: Resolved) -> list[str]:
     ]
 
 
-def config_for(
-    spec: JobSpec, plan: Plan | None = None, *, warn: Warn | None = warn_stderr
-) -> ProviderConfig:
-    """The ProviderConfig of the run of `spec`: the provider, region and zone of `plan` (the
-    plan decides them with `provider: cheapest`; None: the spec's), the account and the typed
-    options in effect (`resolve`). Each deprecated variable used is warned about once per
-    process through `warn` (None: silent; the Python API passes its own). Reads no file (the
-    spec captured config.yaml when validated)."""
-    name = plan.provider if plan is not None else spec.provider
-    region = plan.region if plan is not None else spec.region
-    zone = plan.zone if plan is not None else spec.zone
-    resolved = resolve(spec, name)
-    _warn_once(resolved, warn)
-    return _config(name, region, zone, resolved.options)
-
-
-def _warn_once(resolved: Resolved, warn: Warn | None) -> None:
+def warn_once(resolved: Resolved, warn: Warn | None) -> None:
+    """Say each deprecated variable `resolved` took an option from through `warn`, once per
+    process (None: silent)."""
     for line in deprecation_lines(resolved):
         var = line.split(" ", 1)[0]
         if warn is not None and var not in _warned:
@@ -245,7 +229,11 @@ def _warn_once(resolved: Resolved, warn: Warn | None) -> None:
             warn(line)
 
 
-def _config(name: str, region: str | None, zone: str | None, options: BaseModel) -> ProviderConfig:
+def make_config(
+    name: str, region: str | None, zone: str | None, options: BaseModel
+) -> ProviderConfig:
+    """The ProviderConfig of `name` with these options; its account is the options' account
+    field (the project, the subscription). Pure."""
     field_name = account_field(name)
     account = getattr(options, field_name, None) if field_name else None
     return ProviderConfig(name=name, region=region, zone=zone, account=account, options=options)
@@ -264,24 +252,6 @@ def config_for_provider(
     once), else the defaults; `account` (None: config.yaml's) wins. Reads config.yaml; raises
     SpecError for a bad one."""
     resolved = resolve(None, name, outside_layers())
-    _warn_once(resolved, warn)
-    config = _config(name, region, zone, resolved.options)
-    return replace(config, account=account) if account else config
-
-
-def config_for_record(record: RunRecord, *, warn: Warn | None = warn_stderr) -> ProviderConfig:
-    """The ProviderConfig a recorded run was made with, for `down`, `status`, `logs` and `resume`:
-    the run's provider, region, zone and account, and the options its plan JSON recorded
-    (`provider_options`), so teardown reaches the same resource group or network. A run recorded
-    before options were kept gets today's config.yaml and deprecated variables instead. Reads
-    config.yaml only for such an old run."""
-    name, region, zone, account = record.provider, record.region, record.zone, record.account
-    plan = record.plan if record.plan_json else None
-    shown = plan.get("provider_options") if isinstance(plan, dict) else None
-    if not isinstance(shown, list):  # recorded before options were kept
-        return config_for_provider(name, region, zone, account, warn=warn)
-    model = options_model(name)
-    values = {o["name"]: o["value"] for o in shown if o.get("name") in model.model_fields}
-    config = _config(name, region, zone, model.model_validate(values))
-    # the account the run was made in (the provider's own answer) wins over any option
+    warn_once(resolved, warn)
+    config = make_config(name, region, zone, resolved.options)
     return replace(config, account=account) if account else config

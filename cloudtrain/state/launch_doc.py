@@ -35,7 +35,7 @@ from cloudtrain.jobs.protocol_base import (
     read_text,
 )
 from cloudtrain.providers.base import ObjectStore
-from cloudtrain.spec.runtypes import RunOptions
+from cloudtrain.spec.run_options import RunOptions
 
 if TYPE_CHECKING:
     from cloudtrain.spec.job import JobSpec

@@ -375,14 +375,14 @@ class Ledger:
         """The run whose id is `prefix`, else the one run whose id starts with it. Read-only.
 
         Raises UsageError when nothing matches, the prefix is ambiguous, or it is not shaped
-        like a run id (`runrules.check_run_ref`: no query is made from it then).
+        like a run id (`run_ids.check_run_ref`: no query is made from it then).
         """
         missing = UsageError(
             f"no run {prefix!r} in the ledger at {self.path}; `cloudtrain ls` lists runs"
         )
         if not prefix:
             raise missing
-        from cloudtrain.spec.runrules import check_run_ref
+        from cloudtrain.spec.run_ids import check_run_ref
 
         check_run_ref(prefix)
         exact = self.get_run(prefix)

@@ -23,7 +23,7 @@ import hashlib
 import hmac
 import json
 import secrets
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from cloudtrain.core.errors import NotFound, TooLarge
 from cloudtrain.jobs.bucket_reads import RUN_KEY_MAX_BYTES, YIELD_MAX_BYTES
@@ -32,7 +32,15 @@ from cloudtrain.jobs.protocol_base import ProtocolError, load_json
 
 if TYPE_CHECKING:
     from cloudtrain.providers.base import ObjectStore
-    from cloudtrain.state.ledger import Ledger
+
+
+
+class KeyShelf(Protocol):
+    """Where a controller keeps run keys: the ledger (`Ledger.run_key`, `Ledger.set_run_key`)."""
+
+    def run_key(self, run_id: str) -> bytes | None: ...
+    def set_run_key(self, run_id: str, key: bytes) -> bytes: ...
+
 
 KEY_BYTES = 32
 MAC_FIELD = "mac"
@@ -147,7 +155,7 @@ def publish(store: ObjectStore, run_id: str, key: bytes) -> None:
     store.put(key_object(run_id), key.hex().encode())
 
 
-def reader_key(ledger: Ledger, store: ObjectStore, run_id: str) -> bytes | None:
+def reader_key(ledger: KeyShelf, store: ObjectStore, run_id: str) -> bytes | None:
     """The key to check the run's documents with: the ledger's (a key once kept never changes,
     so a node that replaces control/key fools no machine that had the run's key), else the
     bucket's (kept in the ledger from then on), else None (a run from before keys: nothing
@@ -160,7 +168,7 @@ def reader_key(ledger: Ledger, store: ObjectStore, run_id: str) -> bytes | None:
     return None if key is None else ledger.set_run_key(run_id, key)
 
 
-def writer_key(ledger: Ledger, store: ObjectStore, run_id: str) -> bytes:
+def writer_key(ledger: KeyShelf, store: ObjectStore, run_id: str) -> bytes:
     """The key to sign the run's documents with: `reader_key`'s, else a new one, kept in the
     ledger and put in the bucket (the run's first controller, when its bucket exists). Blocks
     for a bucket read and, the first time, a write; the store's errors propagate."""

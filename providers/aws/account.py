@@ -38,6 +38,7 @@ from cloudtrain.providers.account import (
     QuotaLine,
     QuotaNeed,
 )
+from cloudtrain.providers.aws.vcpu_quotas import vcpu_quota
 
 # botocore's Credentials.method (botocore/credentials.py providers' METHOD) -> words
 SOURCES = {
@@ -79,19 +80,6 @@ SETUP_RIGHTS = (
     "s3:PutEncryptionConfiguration",
     "s3:PutLifecycleConfiguration",
 )
-# (quota class, spot) -> (Service Quotas code, quota name), classes by the names' family letters
-_STANDARD = "Standard (A, C, D, H, I, M, R, T, Z)"
-VCPU_QUOTAS = {
-    ("standard", False): ("L-1216C47A", f"Running On-Demand {_STANDARD} instances"),
-    ("g", False): ("L-DB2E81BA", "Running On-Demand G and VT instances"),
-    ("p", False): ("L-417A185B", "Running On-Demand P instances"),
-    ("standard", True): ("L-34B43A08", f"All {_STANDARD} Spot Instance Requests"),
-    ("g", True): ("L-3819A6DF", "All G and VT Spot Instance Requests"),
-    ("p", True): ("L-7212CCBC", "All P Spot Instance Requests"),
-}
-STANDARD_LETTERS = frozenset("acdhimrtz")
-# families whose leading letter is a standard one but whose quota is their own (DL, HPC)
-OWN_QUOTA_FAMILIES = frozenset({"dl", "hpc", "inf", "trn", "mac"})
 
 
 def run_rights() -> list[str]:
@@ -105,27 +93,6 @@ def run_rights() -> list[str]:
         for action in [listed] if isinstance(listed, str) else listed:
             actions.update(DESCRIBES if action == "ec2:Describe*" else [action])
     return sorted(actions)
-
-
-def quota_class(instance_type: str) -> str | None:
-    """ "standard", "g" or "p": the vCPU quota class of an instance type's family (G and VT
-    share one); None for a family with a quota of its own (Inf, Trn, DL, F, X, U...). Pure."""
-    match = re.match(r"([a-z]+)\d", instance_type.lower())
-    family = match.group(1) if match else ""
-    if family in ("g", "vt"):
-        return "g"
-    if family == "p":
-        return "p"
-    if family and family[0] in STANDARD_LETTERS and family not in OWN_QUOTA_FAMILIES:
-        return "standard"
-    return None
-
-
-def vcpu_quota(instance_type: str, spot: bool) -> tuple[str, str] | None:
-    """(code, name) of the EC2 vCPU quota `instance_type` counts against, on spot or on
-    demand; None for a family with a quota of its own. Pure."""
-    klass = quota_class(instance_type)
-    return None if klass is None else VCPU_QUOTAS[(klass, spot)]
 
 
 def role_arn_of(caller: str) -> str:

@@ -110,7 +110,7 @@ def quota_named(code: str, what: str, zone: str | None) -> str:
     """The quota a quota refusal of `what` (which names the instance type in parentheses, as
     compute.py's create does) counts against, with its region: "EC2 quota L-DB2E81BA 'Running
     On-Demand G and VT instances' in us-east-1", else QUOTA_CODES' words. Pure."""
-    from cloudtrain.providers.aws.account import vcpu_quota
+    from cloudtrain.providers.aws.vcpu_quotas import vcpu_quota
 
     found = _INSTANCE_TYPE.search(what)
     spot = code == "MaxSpotInstanceCountExceeded"

@@ -16,15 +16,29 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from cloudtrain.core.errors import CloudtrainError, NotFound, TransientError
 from cloudtrain.providers import transfer
 from cloudtrain.providers.aws.errors import aws_errors
 from cloudtrain.providers.transfer import Part, Progress
 
-if TYPE_CHECKING:
-    from cloudtrain.providers.aws.storage import S3Store
+MiB = 1024 * 1024
+# S3's multipart limits (docs.aws.amazon.com/AmazonS3/latest/userguide/qfacts.html): parts of
+# 5 MiB to 5 GiB (the last one may be smaller), numbered 1 to 10,000.
+MIN_PART = 5 * MiB
+MAX_PARTS = 10_000
+
+
+class S3Store(Protocol):
+    """What a transfer uses of `providers/aws/storage.S3Store` (its bucket, client and keys)."""
+
+    bucket: str
+    uri: str
+    _s3: Any
+
+    def _key(self, key: str) -> str: ...
+    def _where(self, key: str) -> str: ...
 
 
 def _held_parts(store: S3Store, full: str, upload_id: str) -> dict[int, tuple[int, str]]:
@@ -51,8 +65,6 @@ def _abort(store: S3Store, full: str, upload_id: str) -> None:
 def upload(store: S3Store, key: str, path: str, part: int, progress: Progress) -> None:
     """Upload `path` to `key` as a multipart upload of `part`-byte parts, resuming the upload
     recorded in the transfer state when it is for this very file. Idempotent; blocks."""
-    from cloudtrain.providers.aws.storage import MAX_PARTS, MIN_PART
-
     full = store._key(key)
     where = store._where(key)
     state = transfer.State("s3-upload", store.uri, key, path)
@@ -106,8 +118,6 @@ def upload(store: S3Store, key: str, path: str, part: int, progress: Progress) -
 
 def download(store: S3Store, key: str, path: str, progress: Progress) -> None:
     """Download `key` to `path` (see S3Store.get_file). Raises NotFound. Blocks."""
-    from cloudtrain.providers.aws.storage import MIN_PART
-
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     full = store._key(key)
     where = store._where(key)

@@ -32,18 +32,14 @@ from cloudtrain.providers import transfer
 from cloudtrain.providers.aws import s3_transfers as uploads
 from cloudtrain.providers.aws.clients import client
 from cloudtrain.providers.aws.errors import TRANSIENT_CODES, aws_errors, error_code
+from cloudtrain.providers.aws.s3_transfers import MIN_PART
 from cloudtrain.providers.base import ObjectInfo, Resource, within
 from cloudtrain.providers.transfer import Progress
 from cloudtrain.providers.uri_rules import uri_problem
 
-MiB = 1024 * 1024
 DEFAULT_BUCKET_PREFIX = "cloudtrain-"
 MAX_PRESIGN_TTL_S = 3600
 DELETE_BATCH = 1000  # the most keys one DeleteObjects call takes
-# S3's multipart limits (docs.aws.amazon.com/AmazonS3/latest/userguide/qfacts.html): parts of
-# 5 MiB to 5 GiB (the last one may be smaller), numbered 1 to 10,000.
-MIN_PART = 5 * MiB
-MAX_PARTS = 10_000
 # S3 keeps, and bills, the parts of a multipart upload never completed until it is aborted
 # (docs.aws.amazon.com/AmazonS3/latest/userguide/mpu-abort-incomplete-mpu-lifecycle-config.html):
 # a node preempted or killed mid-upload of a checkpoint leaves one that no process will resume

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from azure.core import MatchConditions
 from azure.storage.blob import BlobBlock, ContentSettings
@@ -28,8 +28,15 @@ from cloudtrain.providers import transfer
 from cloudtrain.providers.azure.errors import azure_errors, error_codes
 from cloudtrain.providers.transfer import Part, Progress
 
-if TYPE_CHECKING:
-    from cloudtrain.providers.azure.storage import BlobStore
+
+class BlobStore(Protocol):
+    """What a transfer uses of `providers/azure/storage.BlobStore` (its blobs and limits)."""
+
+    uri: str
+    max_concurrency: int
+
+    def _blob(self, key: str) -> Any: ...
+    def _where(self, key: str) -> str: ...
 
 MAX_BLOCKS = 50_000  # blocks in one blob (Put Block List)
 OCTET = "application/octet-stream"

@@ -1,4 +1,4 @@
-"""Azure's catalog rules (`INFO.catalog_rules`), read by `cloudtrain.catalog.pricing.retired`:
+"""Azure's catalog rules (`INFO.catalog_rules`), read by `cloudtrain.catalog.retired`:
 machines Azure has retired, never in a catalog, bundled or refreshed. Standard library only, no SDK.
 
 Each rule names its source. Azure prices every row as a whole VM and the source lacks none of its

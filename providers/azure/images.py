@@ -20,7 +20,7 @@ Default images (`DEFAULT_IMAGES`; `ref` is the URN `publisher:offer:sku:version`
 
 NCv3 (V100) sizes were retired on 2025-09-30 (MicrosoftDocs/azure-docs,
 `articles/virtual-machines/ncv3-nc6s-nc12s-nc24s-retirement.md`); they are out of the catalog
-(`cloudtrain.catalog.pricing.retired`). Pure data and functions.
+(`cloudtrain.catalog.retired`). Pure data and functions.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from google.api_core import exceptions as api
 
@@ -29,8 +29,18 @@ from cloudtrain.providers import transfer
 from cloudtrain.providers.gcp.errors import gcp_errors
 from cloudtrain.providers.transfer import Part, Progress
 
-if TYPE_CHECKING:
-    from cloudtrain.providers.gcp.storage import GcsStore
+
+class GcsStore(Protocol):
+    """What a transfer uses of `providers/gcp/storage.GcsStore` (its bucket, client, auth, keys)."""
+
+    bucket: str
+    uri: str
+
+    def _client(self) -> Any: ...
+    def _resolve_auth(self) -> Any: ...
+    def _blob(self, key: str, chunk_size: int | None = None) -> Any: ...
+    def _key(self, key: str) -> str: ...
+    def _where(self, key: str) -> str: ...
 
 KiB = 1024
 CHUNK_ALIGN = 256 * KiB  # every chunk but the last is a multiple of this (GCS's rule)

@@ -14,7 +14,7 @@ import pytest
 from cloudtrain import api
 from cloudtrain.run.lease_holder import STOPPED_BY_DOWN
 from cloudtrain.run.teardown import request_stop
-from cloudtrain.spec.runtypes import Outcome, RunResult
+from cloudtrain.run.view import Outcome, RunResult
 from cloudtrain.state.lease import TTL_ENV, Lease
 from tests.e2e.conftest import Env, assert_clean
 

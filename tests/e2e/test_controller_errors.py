@@ -23,8 +23,9 @@ from cloudtrain.providers.base import Compute, Node
 from cloudtrain.providers.faults import FaultPlan, FaultyCompute
 from cloudtrain.providers.local import LocalProvider
 from cloudtrain.run.orchestrator import Orchestrator
+from cloudtrain.run.view import Observer, RunResult
 from cloudtrain.spec.job import load_spec
-from cloudtrain.spec.runtypes import Observer, RunOptions, RunResult
+from cloudtrain.spec.run_options import RunOptions
 from cloudtrain.state.ledger import Ledger
 from tests.e2e.conftest import EXAMPLES, Env
 from tests.e2e.nothing_created import home_processes

@@ -28,7 +28,7 @@ from cloudtrain.providers.local import LocalProvider
 from cloudtrain.providers.retrying import wrap_provider
 from cloudtrain.run.orchestrator import Orchestrator
 from cloudtrain.spec.job import load_spec
-from cloudtrain.spec.runtypes import RunOptions
+from cloudtrain.spec.run_options import RunOptions
 from cloudtrain.state.ledger import Ledger
 from tests.e2e import reliability_report
 from tests.e2e.conftest import EXAMPLES, Env

@@ -10,16 +10,10 @@ import pytest
 from botocore.exceptions import ClientError
 
 from cloudtrain.core.errors import CredentialsError, QuotaError
-from cloudtrain.providers.aws.account import (
-    DESCRIBES,
-    SETUP_RIGHTS,
-    quota_class,
-    role_arn_of,
-    run_rights,
-    vcpu_quota,
-)
+from cloudtrain.providers.aws.account import DESCRIBES, SETUP_RIGHTS, role_arn_of, run_rights
 from cloudtrain.providers.aws.controller_identity import controller_policy
 from cloudtrain.providers.aws.errors import translate
+from cloudtrain.providers.aws.vcpu_quotas import quota_class, vcpu_quota
 
 
 def _error(code: str, message: str, status: int, operation: str) -> ClientError:

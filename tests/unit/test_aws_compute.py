@@ -69,7 +69,7 @@ def test_planned_network_names_are_deterministic() -> None:
 
 
 def test_node_names_fit_iams_limits() -> None:
-    longest_run = "a" * 30 + "-abcdef"  # runrules.RUN_ID_RE's longest
+    longest_run = "a" * 30 + "-abcdef"  # run_ids.RUN_ID_RE's longest
     assert node_name(longest_run, "evaluator-99999") == f"cloudtrain-{longest_run}-evaluator-99999"
     long = node_name(longest_run, "worker-1234567890")
     assert len(long) == 64 and long.startswith(f"cloudtrain-{longest_run}-worke")

@@ -29,7 +29,7 @@ import pytest
 from cloudtrain.catalog.build import build_rows
 from cloudtrain.catalog.offers import Offer
 from cloudtrain.catalog.pricing.common import bundled_offers, merge
-from cloudtrain.catalog.pricing.retired import is_retired
+from cloudtrain.catalog.retired import is_retired
 from cloudtrain.core.errors import ProviderError
 from cloudtrain.providers.aws import images as aws_images
 from cloudtrain.providers.azure import images as azure_images

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from cloudtrain.core.crashpoints import POINTS
-from cloudtrain.spec.runrules import new_run_id
+from cloudtrain.spec.run_ids import new_run_id
 from cloudtrain.state.ledger import Ledger
 from tests.e2e.test_crash_points import _run_id, _short
 

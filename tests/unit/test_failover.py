@@ -22,7 +22,7 @@ from cloudtrain.run.failover import Places, Route, places_for
 from cloudtrain.run.orchestrator import Orchestrator
 from cloudtrain.run.teardown import teardown
 from cloudtrain.spec.job import load_spec
-from cloudtrain.spec.runtypes import RunOptions
+from cloudtrain.spec.run_options import RunOptions
 from cloudtrain.state.ledger import Ledger
 from tests.fakes.memory_provider import MemoryClouds
 from tests.unit.security_kit import QuietObserver

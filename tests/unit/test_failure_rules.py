@@ -15,12 +15,7 @@ from cloudtrain.core.redact import Redactor
 from cloudtrain.jobs.protocol import run_prefix
 from cloudtrain.providers.local import LocalStore
 from cloudtrain.spec.job import json_schema, load_spec_text
-from cloudtrain.spec.runrules import (
-    Verdict,
-    agent_exit_verdict,
-    judge_attempt,
-    status_verdict,
-)
+from cloudtrain.spec.runrules import Verdict, agent_exit_verdict, judge_attempt, status_verdict
 from cloudtrain.state import bootlog
 from cloudtrain.state.failures import NodeFailure, describe, not_retried, read_reports
 from cloudtrain.state.runstate import RunReader, archive_bootstrap_log

@@ -13,7 +13,7 @@ from cloudtrain.core.errors import UsageError
 from cloudtrain.jobs.protocol import ClusterDoc
 from cloudtrain.providers.local import LocalStore
 from cloudtrain.spec.job import load_spec_text
-from cloudtrain.spec.runtypes import RunOptions
+from cloudtrain.spec.run_options import RunOptions
 from cloudtrain.state.launch_doc import LaunchDoc, read, write
 from cloudtrain.state.run_key import generate
 

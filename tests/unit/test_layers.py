@@ -1,6 +1,6 @@
 """The layers (ARCHITECTURE.md, "Layout and layers") hold: `lint-imports` keeps every
-import-linter contract in pyproject.toml, and those contracts classify every module of
-cloudtrain/ as core or controller, naming the same controller everywhere.
+import-linter contract in pyproject.toml; the contracts name folders, every module of cloudtrain/
+lives in one of them; and a planted upward import or a planted cycle breaks them.
 
 The packages cloudtrain.providers and cloudtrain.jobs live in providers/ and jobs/ (pyproject's
 package-dir), where import-linter's module discovery does not look, so the check runs on a
@@ -29,8 +29,9 @@ def contracts() -> dict[str, dict[str, Any]]:
     return {c["id"]: c for c in config["contracts"]}
 
 
-def shadow_tree(tmp_path: Path) -> Path:
-    """A folder holding a `cloudtrain` package that contains providers/ and jobs/ (symlinks)."""
+def shadow_tree(tmp_path: Path, planted: dict[str, str] | None = None) -> Path:
+    """A folder holding a `cloudtrain` package that contains providers/ and jobs/ (symlinks),
+    plus `planted` modules (path under cloudtrain/ -> source) in real copies of their folders."""
     package = tmp_path / "cloudtrain"
     package.mkdir()
     for entry in (ROOT / "cloudtrain").iterdir():
@@ -38,12 +39,24 @@ def shadow_tree(tmp_path: Path) -> Path:
             (package / entry.name).symlink_to(entry)
     (package / "providers").symlink_to(ROOT / "providers")
     (package / "jobs").symlink_to(ROOT / "jobs")
+    for rel, source in (planted or {}).items():
+        folder = package / Path(rel).parent
+        if folder.is_symlink():  # a real folder of links to the real one's entries
+            real = folder.resolve()
+            folder.unlink()
+            folder.mkdir()
+            for entry in real.iterdir():
+                if entry.name != "__pycache__":
+                    (folder / entry.name).symlink_to(entry)
+        (package / rel).write_text(source)
     return tmp_path
 
 
-def lint_imports(tmp_path: Path) -> subprocess.CompletedProcess[str]:
+def lint_imports(
+    tmp_path: Path, planted: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """`lint-imports` over the shadow tree with pyproject.toml's contracts. Blocks."""
-    shadow = shadow_tree(tmp_path)
+    shadow = shadow_tree(tmp_path, planted)
     env = {**os.environ, "PYTHONPATH": str(shadow)}
     code = "from importlinter.cli import lint_imports_command; lint_imports_command()"
     return subprocess.run(
@@ -70,20 +83,49 @@ def test_the_import_contracts_are_kept(tmp_path: Path) -> None:
     assert proc.returncode == 0, report
 
 
-def test_every_module_is_core_or_controller_and_the_contracts_agree() -> None:
-    by_id = contracts()
-    core = set(by_id["core"]["source_modules"])
-    controller = set(by_id["providers"]["forbidden_modules"])
-    modules = {
-        f"cloudtrain.{p.stem}"
-        for p in (ROOT / "cloudtrain").iterdir()
-        if (p.suffix == ".py" and p.stem != "__init__") or (p / "__init__.py").is_file()
+def layer_folders() -> list[str]:
+    """The folders the layers contract names, top first (`spec | catalog` is two). Pure."""
+    layers = contracts()["layers"]["layers"]
+    return [name for layer in layers for name in re.split(r"\s*[|:]\s*", layer)]
+
+
+def test_every_module_lives_in_a_layer_folder() -> None:
+    folders = set(layer_folders())
+    top = ROOT / "cloudtrain"
+    loose = sorted(p.name for p in top.glob("*.py") if p.name != "__init__.py")
+    packages = {p.name for p in top.iterdir() if (p / "__init__.py").is_file()}
+    assert loose == [], "a module belongs in a layer folder"
+    assert packages | {"providers", "jobs"} == folders, "every folder is one layer"
+
+
+def test_the_contracts_name_folders_never_modules() -> None:
+    folders = {f"cloudtrain.{name}" for name in layer_folders()}
+    named = set()
+    for contract in contracts().values():
+        for key in ("source_modules", "modules", "ancestors"):
+            named.update(contract.get(key, []))
+    assert named <= folders | {f"{f}.{c}" for f in ["cloudtrain.providers"] for c in CLOUDS}
+
+
+CLOUDS = ("aws", "azure", "gcp", "local")
+
+
+def test_an_upward_import_breaks_the_layers(tmp_path: Path) -> None:
+    planted = {"state/planted_upward.py": "from cloudtrain.run import orchestrator\n"}
+    proc = lint_imports(tmp_path, planted)
+    report = proc.stdout + proc.stderr
+    assert proc.returncode != 0, report
+    assert "cloudtrain.state is not allowed to import cloudtrain.run" in report
+    assert "cloudtrain.state.planted_upward -> cloudtrain.run.orchestrator" in report
+
+
+def test_a_cycle_inside_a_folder_breaks_the_acyclic_contract(tmp_path: Path) -> None:
+    planted = {
+        "run/planted_a.py": "from cloudtrain.run import planted_b\n",
+        "run/planted_b.py": "from cloudtrain.run import planted_a\n",
     }
-    assert not core & controller, core & controller
-    assert modules - core - controller == set(), "classify these in pyproject.toml"
-    assert core | controller <= modules, "pyproject.toml names modules that do not exist"
-    layers = {"cloudtrain.providers", "cloudtrain.jobs"}
-    assert set(by_id["core"]["forbidden_modules"]) == layers | controller
-    assert set(by_id["node-side"]["forbidden_modules"]) == controller
-    assert set(by_id["protocol"]["source_modules"]) == controller
-    assert set(by_id["one-retry-layer"]["source_modules"]) == {"cloudtrain.jobs"} | controller
+    proc = lint_imports(tmp_path, planted)
+    report = proc.stdout + proc.stderr
+    assert proc.returncode != 0, report
+    assert "No cycles are allowed in cloudtrain.run." in report
+    assert re.search(r"\.planted_[ab] -> \.planted_[ab]", report), report

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from cloudtrain.spec.run_options import RunOptions
 from cloudtrain.spec.runrules import node_lost
-from cloudtrain.spec.runtypes import RunOptions
 
 OPTS = RunOptions(heartbeat_timeout_s=180, boot_timeout_s=1200)
 

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from cloudtrain import api
 from cloudtrain.catalog.offers import Catalog
 from cloudtrain.cli.main import app
 from cloudtrain.core.errors import SpecError
@@ -20,9 +21,9 @@ from cloudtrain.plan.planner import Plan, make_plan
 from cloudtrain.providers.base import ProviderConfig, RunInfo
 from cloudtrain.providers.gcp.options import GcpOptions
 from cloudtrain.providers.gcp.provider import GcpProvider
+from cloudtrain.run.configs import config_for, config_for_record
 from cloudtrain.spec import provider_config
 from cloudtrain.spec.job import json_schema, load_spec
-from cloudtrain.spec.provider_config import config_for, config_for_record
 from cloudtrain.state.ledger import RunRecord
 from tests.fakes.gce_fake import GceFake, gce_fake
 
@@ -141,10 +142,10 @@ def test_config_yaml_errors_name_that_file_and_line(tmp_path: Path, home: Path) 
     config = home / "config.yaml"
     config.write_text("providers:\n  azure:\n    storage_account: Not-Valid\n")
     with pytest.raises(SpecError, match=rf"^{config}:3: providers\.azure\.storage_account: must"):
-        load_spec(job(tmp_path, ""))
+        api.load(job(tmp_path, ""))
     config.write_text("provider: gcp\n")
     with pytest.raises(SpecError, match=rf"^{config}:1: provider: unknown field"):
-        load_spec(job(tmp_path, ""))
+        api.load(job(tmp_path, ""))
 
 
 # --- deprecated variables -------------------------------------------------------------------

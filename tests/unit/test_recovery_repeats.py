@@ -9,7 +9,7 @@ import pytest
 
 from cloudtrain.jobs.reachability import HINT
 from cloudtrain.run.recovery import Recovery, Stop
-from cloudtrain.spec.runtypes import Outcome
+from cloudtrain.run.view import Outcome
 from cloudtrain.state.failures import NodeFailure
 
 

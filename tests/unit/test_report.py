@@ -27,7 +27,7 @@ from cloudtrain import api
 from cloudtrain.insight.report_data import ReportData, collect
 from cloudtrain.insight.report_html import INSTALL_HINT, PLOT_IDS, render
 from cloudtrain.insight.report_timeline import lanes
-from cloudtrain.insight.trace_view import SPAN_EVENT
+from cloudtrain.insight.run_trace import SPAN_EVENT
 from cloudtrain.jobs import trace as tr
 from cloudtrain.jobs.protocol import (
     NodeStatus,

@@ -13,7 +13,8 @@ import pytest
 
 from cloudtrain.insight.report_data import MAX_SPANS_PER_NODE
 from cloudtrain.insight.report_timeline import MAX_LEGEND, draw, lanes
-from cloudtrain.insight.trace_view import SPAN_EVENT, controller_spans
+from cloudtrain.insight.run_trace import SPAN_EVENT
+from cloudtrain.insight.trace_view import controller_spans
 from cloudtrain.jobs import trace as tr
 from cloudtrain.jobs.protocol import trace_key
 from cloudtrain.providers.local import LocalStore

@@ -1,4 +1,4 @@
-"""Run ids are untrusted: one shape rule (`runrules.check_run_ref`, next to `new_run_id`), and the
+"""Run ids are untrusted: one shape rule (`run_ids.check_run_ref`, next to `new_run_id`), and the
 local provider, below it, never builds a path out of its root from a run id or node name and
 never signals a pid that is not provably its node's.
 
@@ -24,7 +24,7 @@ from cloudtrain.core.errors import ProviderError, UsageError
 from cloudtrain.providers.base import Node, NodeRequest, RunInfo
 from cloudtrain.providers.local import LocalCompute, session_pids
 from cloudtrain.run.teardown import teardown
-from cloudtrain.spec.runrules import RUN_REF_MAX, check_run_ref, is_run_id, new_run_id
+from cloudtrain.spec.run_ids import RUN_REF_MAX, check_run_ref, is_run_id, new_run_id
 from cloudtrain.state.ledger import Ledger
 
 # the job name rule of spec.py (`name:`): what new_run_id is given

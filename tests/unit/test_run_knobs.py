@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from cloudtrain.core.errors import UsageError
-from cloudtrain.spec.runtypes import HEARTBEAT_TIMEOUT_ENV, RunOptions
+from cloudtrain.spec.run_options import HEARTBEAT_TIMEOUT_ENV, RunOptions
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "jobs" / "examples" / "digits-multiworker"
 

@@ -18,7 +18,7 @@ from rich.console import Console
 from cloudtrain.cli.ui import ConsoleObserver
 from cloudtrain.run.stop_signals import STOP_SIGNALS, StopSignal, StopSignals, signals_deferred
 from cloudtrain.run.stop_signals import stop_detail as detail_of
-from cloudtrain.spec.runtypes import NodeView, RunView
+from cloudtrain.run.view import NodeView, RunView
 
 EXPECTED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # written out: not the module's list
 ESCAPED: list[int] = []  # signals that reached the handler in place before StopSignals

@@ -15,7 +15,7 @@ from rich.console import Console
 from cloudtrain.cli.ui import node_table, summary
 from cloudtrain.insight.throughput import of_attempt, sparkline, throughput
 from cloudtrain.jobs.protocol import Heartbeat
-from cloudtrain.spec.runtypes import NodeView, Outcome, RunResult, RunView
+from cloudtrain.run.view import NodeView, Outcome, RunResult, RunView
 
 
 def beat(attempt: int = 1, **metrics: Any) -> Heartbeat:

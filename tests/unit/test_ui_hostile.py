@@ -15,7 +15,7 @@ from rich.console import Console
 
 from cloudtrain.cli.ui import ConsoleObserver, node_table, summary, throughput_lines
 from cloudtrain.insight.throughput import throughput
-from cloudtrain.spec.runtypes import NodeView, RunResult, RunView
+from cloudtrain.run.view import NodeView, RunResult, RunView
 
 # what a job can print, or write into its heartbeat, status or failure report
 HOSTILE = {

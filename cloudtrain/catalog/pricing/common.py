@@ -10,7 +10,7 @@ error, an HTTP error, malformed JSON, or a response without a single usable GPU 
 What is written: the rows priced by the API, stamped with today's date in `prices_date`, plus the
 bundled rows the API did not price (for example a zone or machine type it does not list), which keep
 their bundled price and date so they stay visibly older; never a machine its cloud has retired
-(`cloudtrain.catalog.pricing.retired`), whatever the API or an older bundle says. GPU model names,
+(`cloudtrain.catalog.retired`), whatever the API or an older bundle says. GPU model names,
 vCPUs
 and memory come from the bundled catalog where an API does not say them (GCP and Azure never do,
 AWS not the GPU model).
@@ -41,7 +41,7 @@ from typing import Any
 
 from cloudtrain import __version__
 from cloudtrain.catalog.offers import Offer, read_offers, user_catalog_dir
-from cloudtrain.catalog.pricing.retired import is_retired
+from cloudtrain.catalog.retired import is_retired
 from cloudtrain.core.errors import CloudtrainError, CredentialsError, ProviderError, TransientError
 
 HTTP_TIMEOUT_S = 60.0
@@ -220,7 +220,7 @@ def validate(provider: str, api: str, fresh: list[Offer]) -> None:
 
 def merge(fresh: list[Offer], bundled: list[Offer]) -> list[Offer]:
     """Fresh rows (first of each key) plus the bundled rows none replaces, sorted, without
-    machines their cloud has retired (`cloudtrain.catalog.pricing.retired`). Pure."""
+    machines their cloud has retired (`cloudtrain.catalog.retired`). Pure."""
     unique: dict[tuple[str, str, int, str, str], Offer] = {}
     for offer in fresh:
         unique.setdefault(offer_key(offer), offer)

@@ -1,0 +1,84 @@
+"""The knobs of one run (`RunOptions`): how closely it is watched, how long each wait lasts.
+
+Defaults suit the clouds; a provider whose nodes boot in seconds is watched more closely. The
+environment's one knob, $CLOUDTRAIN_HEARTBEAT_TIMEOUT_S, is read by `env_overrides`. Pure data.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """Knobs of one run. Defaults suit the clouds; `for_provider('local')` tightens them."""
+
+    detach: bool = False
+    # with detach on a cloud: a controller node watches the run (False: `--no-controller`)
+    controller: bool = True
+    poll_s: float = 2.0
+    list_nodes_s: float = 15.0
+    heartbeat_timeout_s: float = 180.0
+    boot_timeout_s: float = 1200.0
+    rendezvous_timeout_s: float = 600.0
+    stop_grace_s: float = 30.0
+    failure_grace_s: float = 5.0
+    settle_s: float = 10.0
+    linger_s: float = 600.0  # agents end this long after the job's end if nobody tears down
+    # the budget stop comes `stop_grace_s` plus this many seconds of the cluster's $/h early,
+    # so the graceful stop and the teardown are paid for within max_cost_usd
+    teardown_margin_s: float = 300.0
+
+    @classmethod
+    def for_provider(cls, name: str, **overrides: Any) -> RunOptions:
+        """Defaults for a provider (local nodes boot in seconds, so it is watched more closely),
+        then the environment's knobs (`env_overrides`), then `overrides`. Raises UsageError
+        for a bad knob in the environment."""
+        base: dict[str, Any] = {}
+        if name == "local":
+            base = dict(
+                poll_s=0.2,
+                list_nodes_s=2.0,
+                heartbeat_timeout_s=60.0,
+                boot_timeout_s=120.0,
+                rendezvous_timeout_s=120.0,
+                stop_grace_s=20.0,
+                failure_grace_s=3.0,
+                settle_s=3.0,
+                teardown_margin_s=10.0,
+            )
+        base.update(env_overrides())
+        base.update(overrides)
+        if base.get("detach") and not base.get("controller", True) and "linger_s" not in overrides:
+            base["linger_s"] = 120.0  # nobody will tear down: end soon after the job
+        return cls(**base)
+
+
+HEARTBEAT_TIMEOUT_ENV = "CLOUDTRAIN_HEARTBEAT_TIMEOUT_S"
+# at least five of the agent's beats (jobs/protocol.py: ClusterConfig.heartbeat_s = 2 s), so a
+# node that is only slow to write is never taken for lost
+MIN_HEARTBEAT_TIMEOUT_S = 10.0
+
+
+def env_overrides() -> dict[str, Any]:
+    """The run knobs set in the environment: $CLOUDTRAIN_HEARTBEAT_TIMEOUT_S, the seconds a
+    node the cloud still lists may go without a heartbeat before it counts as lost (a VM cut
+    off from the network; default 180, local 60). Reads os.environ only. Raises UsageError
+    when it is set but not a number of seconds >= MIN_HEARTBEAT_TIMEOUT_S."""
+    value = os.environ.get(HEARTBEAT_TIMEOUT_ENV, "").strip()
+    if not value:
+        return {}
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not MIN_HEARTBEAT_TIMEOUT_S <= seconds < float("inf"):
+        from cloudtrain.core.errors import UsageError
+
+        raise UsageError(
+            f"{HEARTBEAT_TIMEOUT_ENV}={value!r} is not a heartbeat timeout",
+            hint=f"set it to a number of seconds >= {MIN_HEARTBEAT_TIMEOUT_S:g}, or unset it",
+        )
+    return {"heartbeat_timeout_s": seconds}
