@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cloudtrain.api.listing import list_runs
 from cloudtrain.api.log_stream import LogStream, job_over, poll
 from cloudtrain.api.results import (
     CostLine,
@@ -507,16 +508,6 @@ def _check_node(node: str | None) -> None:
 
 
 # --- the ledger's view: runs and costs; and down --------------------------------------------
-def list_runs(limit: int = 20) -> list[RunListing]:
-    """The newest `limit` runs of the ledger, with their live resources and cost. Read-only."""
-    the_ledger = ledger()
-    out = []
-    for rec in the_ledger.list_runs(limit=limit):
-        live = [x for x in the_ledger.resources(rec.run_id, live_only=True) if x.kind != "bucket"]
-        out.append(RunListing(rec, len(live), the_ledger.billed_cost(rec.run_id)))
-    return out
-
-
 def cost(run_id: str | None = None, *, since: str | None = None) -> list[CostLine]:
     """What runs cost, newest first: compute from the ledger, and what their buckets keep
     (priced per month; None where the bucket cannot be read). One run (a unique id prefix),
