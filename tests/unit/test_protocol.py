@@ -316,7 +316,7 @@ def key_spellings(path: Path, root: Path = ROOT) -> list[str]:
 
 
 def test_no_module_but_the_protocol_spells_a_key() -> None:
-    own = ROOT / "jobs" / "protocol.py"
+    own = ROOT / "jobs" / "protocol_keys.py"  # the protocol's key layout (protocol.py re-exports)
     found = [
         hit
         for folder in SOURCES
@@ -351,20 +351,49 @@ def test_the_controller_does_not_import_the_node_agent() -> None:
 
 
 def test_the_protocol_imports_only_the_standard_library() -> None:
-    """Both sides import jobs/protocol.py: it may depend on nothing of the project but its own
-    parts, jobs/protocol_base.py and jobs/protocol_streams.py (which depend on nothing), and
-    nothing a node's bare Python lacks."""
+    """Both sides import jobs/protocol.py: it and its parts (every jobs/protocol_*.py) may
+    depend on nothing of the project but each other, jobs/protocol_base.py and
+    jobs/protocol_streams.py on nothing at all, and none on anything a node's bare Python
+    lacks."""
     import sys
 
-    own = {"cloudtrain.jobs.protocol_streams", "cloudtrain.jobs.protocol_base"}
-    for name in ("protocol.py", "protocol_base.py", "protocol_streams.py"):
+    names = sorted(path.name for path in (ROOT / "jobs").glob("protocol*.py"))
+    assert {"protocol.py", "protocol_base.py", "protocol_keys.py"} <= set(names)
+    parts = {f"cloudtrain.jobs.{name.removesuffix('.py')}" for name in names}
+    for name in names:
         source = (ROOT / "jobs" / name).read_text()
         imported = set()
         for node in ast.walk(ast.parse(source)):
             if isinstance(node, ast.Import):
                 imported |= {alias.name.split(".")[0] for alias in node.names}
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                ours = name == "protocol.py" and node.module in own
+                leaf = name in ("protocol_base.py", "protocol_streams.py")
+                ours = not leaf and node.module in parts
                 imported |= set() if ours else {node.module.split(".")[0]}
         assert imported, f"the scan found no import at all in {name}"
         assert sorted(imported - set(sys.stdlib_module_names)) == [], name
+
+
+def test_the_protocol_re_exports_every_public_name_of_its_parts() -> None:
+    """Callers import jobs/protocol.py only: its `__all__` holds every public name of every
+    part (jobs/protocol_*.py), so a name added to a part is reachable without naming the part,
+    and nothing more (each name in `__all__` is one of theirs, or the protocol's DOCUMENTS)."""
+    import importlib
+
+    names = sorted(path.stem for path in (ROOT / "jobs").glob("protocol_*.py"))
+    public: set[str] = set()
+    for name in names:
+        module = importlib.import_module(f"cloudtrain.jobs.{name}")
+        tree = ast.parse((ROOT / "jobs" / f"{name}.py").read_text())
+        defined = {
+            target.id
+            for node in tree.body
+            if isinstance(node, (ast.Assign, ast.AnnAssign))
+            for target in ast.walk(node.targets[0] if isinstance(node, ast.Assign) else node.target)
+            if isinstance(target, ast.Name)
+        } | {node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
+        public |= {n for n in defined if not n.startswith("_") and hasattr(module, n)}
+    assert sorted(public - set(protocol.__all__)) == []
+    assert sorted(set(protocol.__all__) - public) == ["DOCUMENTS"]
+    assert len(protocol.__all__) == len(set(protocol.__all__))
+    assert all(getattr(protocol, n) is not None for n in protocol.__all__)
