@@ -6,6 +6,7 @@ SDK (the CLI renders these; a notebook reads them).
 
 from __future__ import annotations
 
+import json
 import logging
 from collections import deque
 from collections.abc import Mapping
@@ -184,6 +185,18 @@ class RunListing:
     record: RunRecord
     live: int
     cost_usd: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """What `cloudtrain ls --json` prints of the run: the ledger's row with its plan as a
+        JSON object (`plan`; the text as it is where it does not parse), then `live` and
+        `cost_usd`. Pure."""
+        row = dict(vars(self.record))
+        text = row.pop("plan_json")
+        try:
+            row["plan"] = json.loads(text) if text else None
+        except ValueError:
+            row["plan"] = text
+        return {**row, "live": self.live, "cost_usd": self.cost_usd}
 
 
 @dataclass(frozen=True)

@@ -256,29 +256,10 @@ def cost(
 def list_runs(
     limit: Annotated[int, typer.Option(help="How many runs.")] = 20, as_json: JsonOpt = False
 ) -> None:
-    """Recent runs from the ledger, newest first."""
-    from cloudtrain import api
+    """Recent runs from the ledger, newest first (a run not done reads its journal first)."""
+    from cloudtrain.cli.listing import show
 
-    runs = api.list_runs(limit=limit)
-    if as_json:
-        _emit_json([r.record.__dict__ for r in runs])
-        return
-    from rich.table import Table
-
-    table = Table("run", "provider", "status", "outcome", "started", "live", "cost")
-    for row in runs:
-        r = row.record
-        started = time.strftime("%Y-%m-%d %H:%M", time.localtime(r.created_at))
-        table.add_row(
-            r.run_id,
-            r.provider,
-            r.status,
-            r.outcome or "",
-            started,
-            str(row.live),
-            f"${row.cost_usd:.4f}",
-        )
-    _console().print(table)
+    show(limit, as_json)
 
 
 @app.command()
