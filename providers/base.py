@@ -408,9 +408,9 @@ class Compute(ABC):
         return []
 
     def ensure_controller_identity(self, run: RunInfo) -> list[Resource]:
-        """Create the controller node's identity, scoped to this run only (README, "Managed
-        runs"); a NodeRequest with role `controller` runs under it. Idempotent; blocks until it
-        is usable. Default: none."""
+        """Create the controller node's identity, scoped to this run only
+        (docs/managed-runs.md); a NodeRequest with role `controller` runs under it.
+        Idempotent; blocks until it is usable. Default: none."""
         return []
 
     def zones(self) -> list[str]:

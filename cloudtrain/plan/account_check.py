@@ -140,7 +140,7 @@ def rights_error(label: str, missing: Sequence[str]) -> RightsMissing:
     names = ", ".join(shown) + (f" and {more} more" if more > 0 else "")
     return RightsMissing(
         f"the {label} credentials lack {len(missing)} right(s) a run needs: {names}",
-        hint="grant them to the caller (README, 'Getting GPUs'), or use credentials that have them",
+        hint="grant them to the caller (docs/getting-gpus.md), or use credentials that have them",
         missing=tuple(missing),
     )
 
