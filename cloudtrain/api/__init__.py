@@ -40,7 +40,6 @@ from cloudtrain.api.results import (
 )
 from cloudtrain.core.errors import CloudtrainError, UsageError
 from cloudtrain.run.build import (
-    find_run,
     ledger,
     provider,
     record_provider,
@@ -508,22 +507,31 @@ def _check_node(node: str | None) -> None:
 
 
 # --- the ledger's view: runs and costs; and down --------------------------------------------
+def find_run(run_id: str) -> RunRecord:
+    """The ledger's run for a run id or a unique prefix of one, parsed here (the edge:
+    `run_ids.parse_run_ref`) before anything is built from it. UsageError when it is not
+    shaped like one, unknown, or ambiguous. Read-only."""
+    from cloudtrain.run import build
+    from cloudtrain.spec.run_ids import parse_run_ref
+
+    return build.find_run(parse_run_ref(run_id))
+
+
 def cost(run_id: str | None = None, *, since: str | None = None) -> list[CostLine]:
     """What runs cost, newest first: compute from the ledger, and what their buckets keep
     (priced per month; None where the bucket cannot be read). One run (a unique id prefix),
     or every run started within `since` ('30d', '12h', '2w'). Read-only; lists buckets."""
     from cloudtrain.insight.cost_report import parse_since, report
     from cloudtrain.jobs.protocol import run_prefix
-    from cloudtrain.spec.run_ids import check_run_ref
+    from cloudtrain.spec.run_ids import parse_run_ref
 
     def stored_bytes(rec: RunRecord) -> int:
         bucket = record_provider(rec).store(str(rec.store_uri))
         return sum(o.size for o in bucket.list(run_prefix(rec.run_id)))
 
-    if run_id is not None:
-        check_run_ref(run_id)
+    ref = parse_run_ref(run_id) if run_id is not None else None  # the edge: parsed once
     since_s = parse_since(since) if since else None
-    return report(ledger(), stored_bytes, run_id=run_id, since_s=since_s)
+    return report(ledger(), stored_bytes, run_id=ref, since_s=since_s)
 
 
 def down(

@@ -14,6 +14,7 @@ from cloudtrain.core.errors import CloudtrainError, LedgerError, UsageError
 
 if TYPE_CHECKING:
     from cloudtrain.providers.base import Provider
+    from cloudtrain.spec.run_ids import RunId
     from cloudtrain.state.journal import Journal
     from cloudtrain.state.ledger import Ledger, RunRecord
 
@@ -43,21 +44,26 @@ def down(
     from cloudtrain.run import build as api
     from cloudtrain.run.stop_signals import signal_name, signals_deferred
     from cloudtrain.run.teardown import request_stop, scrub_secrets, teardown
-    from cloudtrain.spec.run_ids import check_run_ref
+    from cloudtrain.spec.run_ids import parse_run_id, parse_run_ref
 
     tell = say or _log
-    check_run_ref(run_id)  # before anything is built from it (the ledger file included)
+    ref = parse_run_ref(run_id)  # the edge: before anything is built from it (the ledger too)
     the_ledger = api.ledger()
-    rec = the_ledger.get_run(run_id)
+    rec = the_ledger.get_run(ref)
+    whole: RunId | None = None
     if rec is None and provider is not None:  # another machine's run: its journal, if any
-        rec = _from_journal(run_id, provider, region, account, the_ledger, tell)
+        # no record: the journal's key and the cloud's tags are matched exactly, so only a
+        # whole run id will do
+        whole = parse_run_id(ref)
+        rec = _from_journal(whole, provider, region, account, the_ledger, tell)
     if rec is None and provider is None:
-        rec = the_ledger.find_run(run_id)  # a unique prefix, or a clear "no run" error
+        rec = the_ledger.find_run(ref)  # a unique prefix, or a clear "no run" error
     name = provider or (rec.provider if rec else None)
     if name is None:
-        raise UsageError(f"no run {run_id!r} in the ledger", hint="pass --provider")
-    # no record: the cloud's tags are matched exactly, so only a whole run id will do
-    rid = rec.run_id if rec else check_run_ref(run_id, exact=True)
+        raise UsageError(f"no run {ref!r} in the ledger", hint="pass --provider")
+    # the ledger holds only ids that were made or parsed (run_ids): trusted as they are
+    rid = rec.run_id if rec else whole
+    assert rid is not None  # no record only with a provider, and then `whole` was parsed
     if rec is not None and (provider, region, account) == (None, None, None):
         prov = api.record_provider(rec)  # with the options the run was made with
     else:
@@ -125,7 +131,7 @@ def _fence_out(
 
 
 def _from_journal(
-    run_id: str,
+    run_id: RunId,
     provider: str,
     region: str | None,
     account: str | None,
@@ -135,9 +141,7 @@ def _from_journal(
     """The run's record from its journal (a run made on another machine), or None when its
     bucket holds none: down then works from the cloud's tags alone. Blocks."""
     from cloudtrain.run.journal_sync import sync_run
-    from cloudtrain.spec.run_ids import check_run_ref
 
-    check_run_ref(run_id, exact=True)
     try:
         return sync_run(run_id, provider=provider, region=region, account=account, ledger=ledger)
     except (CloudtrainError, OSError) as exc:

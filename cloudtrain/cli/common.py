@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from cloudtrain.providers.base import Provider
+    from cloudtrain.spec.run_ids import RunRef
     from cloudtrain.state.ledger import Ledger, RunRecord
 
 
@@ -74,16 +75,17 @@ def _json_key(key: Any) -> Any:
     return str(key) if isinstance(key, float) and not math.isfinite(key) else key
 
 
-def run_ref(value: str) -> str:
-    """A run id (or prefix) from the command line, checked before anything is built from it:
-    UsageError (one `error:` line) unless it has a run id's shape (`run_ids.check_run_ref`)."""
-    from cloudtrain.spec.run_ids import check_run_ref
+def run_ref(value: str) -> RunRef:
+    """A run id (or prefix) from the command line, parsed before anything is built from it:
+    UsageError (one `error:` line) unless it has a run id's shape (`run_ids.parse_run_ref`)."""
+    from cloudtrain.spec.run_ids import parse_run_ref
 
-    return check_run_ref(value)
+    return parse_run_ref(value)
 
 
 def find_run(value: str) -> RunRecord:
-    """The ledger's run for a command-line run id or unique prefix (checked first)."""
+    """The ledger's run for a command-line run id or unique prefix (parsed first, by
+    `api.find_run`)."""
     from cloudtrain import api
 
     return api.find_run(value)

@@ -51,12 +51,12 @@ def report(
     from cloudtrain.insight.report_data import collect
     from cloudtrain.insight.report_html import write
     from cloudtrain.run.journal_sync import sync_run
-    from cloudtrain.spec.run_ids import check_run_ref
 
-    rec = sync_run(run_id, provider=provider, region=region, account=project, warn=common.warn)
-    # the default name is built from the ledger's id, checked again: a journal from a bucket
-    # is no more trusted than the command line
-    name = check_run_ref(rec.run_id, exact=True)
+    ref = common.run_ref(run_id)  # the edge: parsed once
+    rec = sync_run(ref, provider=provider, region=region, account=project, warn=common.warn)
+    # the default name is the ledger's id: one this machine made, or the parsed id whose
+    # journal was imported under it (a journal's entries never name their run's id)
+    name = rec.run_id
     store = api.record_provider(rec).store(rec.store_uri) if rec.store_uri else None
     data = collect(api.ledger(), rec, store)
     out = html if html is not None else Path(f"{name}-report.html")

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from cloudtrain.plan.planner import Plan
     from cloudtrain.providers.base import Provider, ProviderConfig
     from cloudtrain.spec.job import JobSpec
+    from cloudtrain.spec.run_ids import RunRef
     from cloudtrain.state.ledger import Ledger, RunRecord
 
 
@@ -111,9 +112,7 @@ def record_provider(rec: RunRecord) -> Provider:
     return _built(config_for_record(rec, warn=_warn))
 
 
-def find_run(run_id: str) -> RunRecord:
-    """The ledger's run for a run id or a unique prefix of one. UsageError when it is not shaped
-    like a run id (checked before anything is built from it), unknown, or ambiguous."""
-    from cloudtrain.spec.run_ids import check_run_ref
-
-    return ledger().find_run(check_run_ref(run_id))
+def find_run(ref: RunRef) -> RunRecord:
+    """The ledger's run for a parsed run id or unique prefix of one (`run_ids.parse_run_ref`,
+    at the edge). UsageError when it is unknown or ambiguous. Read-only."""
+    return ledger().find_run(ref)

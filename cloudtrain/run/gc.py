@@ -24,7 +24,7 @@ from cloudtrain.core.errors import CloudtrainError, ProviderError, UsageError
 from cloudtrain.providers.base import Provider, Tagged
 from cloudtrain.providers.parallel import parallel_map
 from cloudtrain.run.teardown import TeardownReport, teardown
-from cloudtrain.spec.run_ids import RUN_REF_RE
+from cloudtrain.spec.run_ids import RunRef, read_run_ref
 from cloudtrain.state.ledger import Ledger, RunRecord
 
 if TYPE_CHECKING:
@@ -51,7 +51,7 @@ class Scope:
 class LeakedRun:
     """A run whose resources `gc` deletes: `state` is its ledger state as shown."""
 
-    run_id: str
+    run_id: RunRef  # its tag, parsed (`select`)
     state: str  # "unknown", "done", or "<status>, past deadline"
     items: tuple[Tagged, ...]
 
@@ -211,9 +211,10 @@ def select(
         by_run.setdefault(item.run_id, []).append(item)
     leaked: list[LeakedRun] = []
     live: list[LiveRun] = []
-    for run_id in sorted(by_run):
-        if RUN_REF_RE.fullmatch(run_id) is None:  # a tag is untrusted: no path or filter of it
-            live.append(LiveRun(run_id, "its tag is not a cloudtrain run id: left alone"))
+    for tag in sorted(by_run):
+        run_id = read_run_ref(tag)  # a tag is untrusted: parsed here, the edge
+        if run_id is None:  # no path or filter of it
+            live.append(LiveRun(tag, "its tag is not a cloudtrain run id: left alone"))
             continue
         rec = records.get(run_id)
         run_items = tuple(sorted(by_run[run_id], key=lambda t: (t.kind != "node", t.kind, t.id)))

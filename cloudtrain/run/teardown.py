@@ -21,7 +21,7 @@ from cloudtrain.jobs.bucket_reads import Skips, read_document
 from cloudtrain.jobs.protocol import ClusterDoc, cluster_key, stop_key
 from cloudtrain.jobs.trace import TEARDOWN, Tracer
 from cloudtrain.providers.base import Compute, Provider, Resource
-from cloudtrain.spec.run_ids import RUN_REF_RE, check_run_ref
+from cloudtrain.spec.run_ids import RunRef
 from cloudtrain.state.ledger import Ledger
 
 CONTROLLER_KIND_PREFIX = "controller-"  # the controller node's identity (Compute docs)
@@ -42,10 +42,13 @@ class TeardownReport:
     seconds: float
 
 
-def request_stop(provider: Provider, store_uri: str | None, run_id: str, reason: str) -> bool:
+def request_stop(
+    provider: Provider, store_uri: str | None, run_id: RunRef, reason: str
+) -> bool:
     """Write `control/stop` so agents flush a checkpoint and stop. Best effort; idempotent.
-    Nothing is written for a run id that is not shaped like one (no key is built from it)."""
-    if not store_uri or RUN_REF_RE.fullmatch(run_id) is None:
+    `run_id` was parsed at the edge (run_ids), or comes from the ledger (which holds only
+    made or parsed ids): its shape is not checked again."""
+    if not store_uri:
         return False
     with contextlib.suppress(CloudtrainError, OSError):
         provider.store(store_uri).put(stop_key(run_id), reason.encode())
@@ -56,12 +59,13 @@ def request_stop(provider: Provider, store_uri: str | None, run_id: str, reason:
 SKIPS = Skips()  # the cluster.json documents the scrub could not read: one warning per key
 
 
-def scrub_secrets(provider: Provider, store_uri: str | None, run_id: str) -> bool:
+def scrub_secrets(provider: Provider, store_uri: str | None, run_id: RunRef) -> bool:
     """Blank the secret env values in the run's `cluster.json` once no node needs them (after
     teardown): the bucket keeps the outputs, not the secrets. Best effort; idempotent. Returns
     whether a value was blanked. A document a node rewrote (over its cap, too deep, ill-typed)
-    is left as it is, with one warning naming its key; at most its cap is read."""
-    if not store_uri or RUN_REF_RE.fullmatch(run_id) is None:
+    is left as it is, with one warning naming its key; at most its cap is read. `run_id`: as
+    for `request_stop`."""
+    if not store_uri:
         return False
     key = cluster_key(run_id)
     with contextlib.suppress(CloudtrainError, OSError, ValueError):
@@ -121,7 +125,7 @@ def _delete_runs_own(
 def teardown(
     provider: Provider,
     ledger: Ledger | None,
-    run_id: str,
+    run_id: RunRef,
     say: Callable[[str], None] = lambda _m: None,
     spare: str = "",
     trace: Tracer | None = None,
@@ -129,13 +133,13 @@ def teardown(
     """Delete every node of the run, then its network/identity resources; mark the ledger.
     `spare`: a node name left alone with every resource `spared_kind` names (the controller
     node tearing a run down deletes those itself, last: cloudtrain/managed/controller_node.py).
-    Idempotent; blocks until the cloud confirms the nodes are gone. UsageError, before any
-    cloud call, for a run id not shaped like one (the cloud's filters are built from it).
+    Idempotent; blocks until the cloud confirms the nodes are gone. `run_id` was parsed at the
+    edge (run_ids.parse_run_ref, a cloud's tag by run_ids.read_run_ref) or comes from the
+    ledger: the cloud's filters are built from it without a second check.
     `trace`: records a span per step (list, delete nodes, confirm, delete resources) under the
     run's "teardown" phase. A network/identity name the adapter finds is not the run's (its
     tag or name pattern, read from the cloud) is never deleted: a `refused` event, and the
     row leaves the run's record."""
-    check_run_ref(run_id)
     started = time.monotonic()
     compute = provider.compute
     steps = _Steps(trace)

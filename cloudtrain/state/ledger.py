@@ -18,7 +18,7 @@ import sqlite3
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cloudtrain.core.errors import LedgerError, UsageError
 from cloudtrain.core.paths import ledger_path
@@ -36,6 +36,9 @@ from cloudtrain.state.ledger_records import (
     RunRecord,
     state_entries,
 )
+
+if TYPE_CHECKING:
+    from cloudtrain.spec.run_ids import RunRef
 
 __all__ = [  # the records live in ledger_records (this file's size); import them from either
     "JOURNAL_OPS",
@@ -371,20 +374,17 @@ class Ledger:
             ).fetchall()
         return [RunRecord(**dict(r)) for r in rows]
 
-    def find_run(self, prefix: str) -> RunRecord:
+    def find_run(self, prefix: RunRef) -> RunRecord:
         """The run whose id is `prefix`, else the one run whose id starts with it. Read-only.
 
-        Raises UsageError when nothing matches, the prefix is ambiguous, or it is not shaped
-        like a run id (`run_ids.check_run_ref`: no query is made from it then).
+        `prefix` was parsed at the edge (`run_ids.parse_run_ref`: its shape is not checked
+        again). Raises UsageError when nothing matches or the prefix is ambiguous.
         """
         missing = UsageError(
             f"no run {prefix!r} in the ledger at {self.path}; `cloudtrain ls` lists runs"
         )
         if not prefix:
             raise missing
-        from cloudtrain.spec.run_ids import check_run_ref
-
-        check_run_ref(prefix)
         exact = self.get_run(prefix)
         if exact is not None:
             return exact

@@ -1,4 +1,5 @@
-"""Run ids are untrusted: one shape rule (`run_ids.check_run_ref`, next to `new_run_id`), and the
+"""Run ids are untrusted: one shape rule (`run_ids.parse_run_ref`/`parse_run_id`, next to
+`new_run_id`), applied once at the edges into a typed value (`RunRef`, `RunId`), and the
 local provider, below it, never builds a path out of its root from a run id or node name and
 never signals a pid that is not provably its node's.
 
@@ -8,8 +9,11 @@ whose pid is planted in a crafted node.json must survive every delete; a real no
 
 from __future__ import annotations
 
+import copy
 import json
 import os
+import pickle
+import re
 import subprocess
 import sys
 import time
@@ -20,11 +24,23 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from cloudtrain import api
 from cloudtrain.core.errors import ProviderError, UsageError
 from cloudtrain.providers.base import Node, NodeRequest, RunInfo
 from cloudtrain.providers.local import LocalCompute, session_pids
+from cloudtrain.run import build
 from cloudtrain.run.teardown import teardown
-from cloudtrain.spec.run_ids import RUN_REF_MAX, check_run_ref, is_run_id, new_run_id
+from cloudtrain.spec.run_ids import (
+    RUN_REF_MAX,
+    RunId,
+    RunRef,
+    check_run_ref,
+    is_run_id,
+    new_run_id,
+    parse_run_id,
+    parse_run_ref,
+    read_run_ref,
+)
 from cloudtrain.state.ledger import Ledger
 
 # the job name rule of spec.py (`name:`): what new_run_id is given
@@ -110,13 +126,72 @@ def test_any_text_is_a_run_ref_or_one_clear_error(value: str) -> None:
     assert set(value) <= set("abcdefghijklmnopqrstuvwxyz0123456789-")
 
 
-def test_the_ledger_refuses_a_hostile_prefix_before_querying(tmp_path: Path) -> None:
+def test_a_hostile_prefix_is_refused_at_the_edge_before_the_ledger_is_queried(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     ledger = Ledger(tmp_path / "ledger.db")
     ledger.create_run("abc-123456", "abc", "local", None, None, None, None, None)
+    monkeypatch.setattr(build, "ledger", lambda: ledger)
     for value in ("a%", "_", "a_c", "*", "../abc"):
         with pytest.raises(UsageError, match="not a run id"):
-            ledger.find_run(value)
-    assert ledger.find_run("ab").run_id == "abc-123456"
+            api.find_run(value)
+    assert api.find_run("ab").run_id == "abc-123456"
+    assert ledger.find_run(parse_run_ref("ab")).run_id == "abc-123456"
+
+
+@given(NAMES)
+def test_parsed_values_are_typed_and_parsed_once(name: str) -> None:
+    run_id = new_run_id(name)
+    assert type(run_id) is RunId and isinstance(run_id, RunRef)
+    ref = parse_run_ref(run_id[:-1])
+    assert type(ref) is RunRef and ref == run_id[:-1]
+    # a parsed value is trusted as it is: the same object back, no second check
+    assert parse_run_ref(ref) is ref and parse_run_id(run_id) is run_id
+    assert parse_run_ref(run_id) is run_id
+    assert type(check_run_ref(str(run_id), exact=True)) is RunId
+    assert read_run_ref(str(ref)) == ref and type(read_run_ref(str(ref))) is RunRef
+    for kept in (pickle.loads(pickle.dumps(run_id)), copy.deepcopy(run_id)):
+        assert type(kept) is RunId and kept == run_id
+
+
+@pytest.mark.parametrize("value", HOSTILE, ids=range(len(HOSTILE)))
+def test_read_run_ref_skips_what_parse_refuses(value: str) -> None:
+    assert read_run_ref(value) is None
+
+
+def test_only_the_parse_functions_make_the_types() -> None:
+    for kind in (RunRef, RunId):
+        with pytest.raises(TypeError, match="parse_run"):
+            kind("abc-123456")
+    with pytest.raises(UsageError, match="not a run id"):
+        parse_run_id("abc")  # a prefix is no whole id
+
+
+# the places a run id's shape is checked: the edges only (issue 31). Below them a RunRef/RunId
+# is trusted; a new check elsewhere means a value that skipped its edge, or a second check.
+EDGES = {
+    "cloudtrain/spec/run_ids.py",  # the rule itself
+    "cloudtrain/api/__init__.py",  # Python callers: find_run, cost
+    "cloudtrain/api/tear_down.py",  # Python callers: down
+    "cloudtrain/cli/common.py",  # the command line: run_ref
+    "cloudtrain/cli/report.py",  # the command line (report hands it to sync_run)
+    "cloudtrain/run/gc.py",  # a cloud's tag
+    "cloudtrain/run/journal_sync.py",  # sync_run: called by report and down with typed values
+    "cloudtrain/managed/controller_node.py",  # the controller node's argv
+}
+CHECKS = re.compile(
+    r"\b(?:(?:parse_run_ref|parse_run_id|check_run_ref|read_run_ref)\(|RUN_(?:REF|ID)_RE\.)"
+)
+
+
+def test_run_ids_are_checked_only_at_the_edges() -> None:
+    root = Path(__file__).resolve().parents[2]
+    found = {
+        str(path.relative_to(root))
+        for path in (root / "cloudtrain").rglob("*.py")
+        if CHECKS.search(path.read_text())
+    }
+    assert found <= EDGES, f"a run id checked below the edges: {sorted(found - EDGES)}"
 
 
 # -- the local provider ----------------------------------------------------------------------
