@@ -42,6 +42,8 @@ from cloudtrain.jobs.node_rules import (
     spec_exec_problem,
     text_problem,
 )
+from cloudtrain.jobs.strategies import DEFAULT, NAMES, ROLES, StrategyInfo
+from cloudtrain.jobs.strategies import strategy as lookup_strategy
 from cloudtrain.providers.uri_rules import SCHEMES, checkpoint_problem
 from cloudtrain.spec.error_lines import ENV_ENTRY_ERROR, spec_error
 from cloudtrain.spec.provider_sections import (
@@ -81,11 +83,9 @@ __all__ = [
 ]
 
 MAX_NODES = 64
-SINGLE_NODE_STRATEGIES = ("one_device", "mirrored")
-ROLES = ("chief", "worker", "ps", "evaluator")
 PROVIDER_SCHEMES: dict[str, str] = SCHEMES
 
-Strategy = Literal["one_device", "mirrored", "multi_worker_mirrored", "parameter_server", "horovod"]
+Strategy = Literal[NAMES]  # the declared strategies (jobs/strategies.py), in their order
 ProviderName = provider_names()  # the registered providers (cloudtrain.providers), cheapest
 ProvidersSection = section_model()  # `providers:`, one options model per registered provider
 
@@ -103,27 +103,22 @@ def _check_env_key(key: str) -> str:
     return key
 
 
+# the spec's count field of each role (`workers` counts the role `worker`)
+_ROLE_OF_FIELD = {"chief": "chief", "workers": "worker", "ps": "ps", "evaluator": "evaluator"}
+
+
 def _count_problem(strategy: str, field: str, value: int | None) -> str | None:
-    """What is wrong with a role count (chief, workers, ps, evaluator) for the strategy, if any."""
-    single, ps = strategy in SINGLE_NODE_STRATEGIES, strategy == "parameter_server"
-    hvd = strategy == "horovod"  # workers only: worker 0 hosts the rendezvous
-    if field == "chief" and hvd and value:
-        return "must be 0 or unset for strategy 'horovod' (worker 0 is the rendezvous host)"
-    if field == "evaluator" and hvd and value:
-        return "must be 0 for strategy 'horovod' (it has no evaluator node)"
-    if field == "chief" and ps and value == 0:
-        return "must be 1 or unset for strategy 'parameter_server' (it always has a chief)"
-    if field == "chief" and single and value:
-        return f"must be 0 or unset for strategy {strategy!r} (its single node is the chief)"
-    if field == "workers" and single and value != 1:
-        return f"must be 1 for strategy {strategy!r} (got {value}; use multi_worker_mirrored)"
-    if field == "ps" and ps and (value or 0) < 1:
-        return f"strategy 'parameter_server' needs at least 1 (got {value})"
-    if field == "ps" and not ps and value:
-        return f"must be 0 for strategy {strategy!r} (only parameter_server uses ps nodes)"
-    if field == "evaluator" and single and value:
-        return f"must be 0 for strategy {strategy!r}, a single node without an evaluator"
-    return None
+    """What is wrong with a role count (chief, workers, ps, evaluator) for the strategy, if any:
+    its declaration's rule (jobs/strategies.py)."""
+    return _declared(strategy).counts()[_ROLE_OF_FIELD[field]].problem(strategy, value)
+
+
+def _declared(strategy: str) -> StrategyInfo:
+    """The declaration of a valid spec's strategy (jobs/strategies.py). Pure; AssertionError for
+    a name the spec's validation would have refused."""
+    info = lookup_strategy(strategy)
+    assert info is not None, strategy
+    return info
 
 
 EnvKey = Annotated[str, AfterValidator(_check_env_key)]
@@ -192,7 +187,7 @@ class ClusterSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
     strategy: Strategy = Field(
-        "multi_worker_mirrored", description="tf.distribute strategy, or horovod (workers only)"
+        DEFAULT, description="tf.distribute strategy, or horovod (workers only)"
     )
     chief: int | None = Field(None, ge=0, le=1, validate_default=True, description="0 or 1")
     workers: int = Field(1, ge=1, description="worker nodes (exactly 1 for single-node strategies)")
@@ -217,7 +212,7 @@ class ClusterSpec(BaseModel):
         if problem:
             raise ValueError(problem)
         if info.field_name == "chief" and strategy:
-            return 1 if strategy == "parameter_server" else (value or 0)
+            return _declared(strategy).chief.settle(value)
         return value
 
     @field_validator("accelerator")
@@ -265,11 +260,18 @@ class ClusterSpec(BaseModel):
         _, _, count = self.accelerator.partition(":")
         return int(count) if count else 1
 
+    @property
+    def strategy_info(self) -> StrategyInfo:
+        """The declaration of the strategy (jobs/strategies.py): what every other module reads
+        instead of comparing its name. Pure."""
+        return _declared(self.strategy)
+
     def roles(self) -> dict[str, int]:
         """Node count per role, in the order chief, worker, ps, evaluator; only counts > 0."""
-        if self.strategy in SINGLE_NODE_STRATEGIES:
+        info = self.strategy_info
+        if not info.spans_nodes:
             return {"chief": 1}
-        chief = 1 if self.strategy == "parameter_server" else (self.chief or 0)
+        chief = info.chief.settle(self.chief)
         counts = zip(ROLES, (chief, self.workers, self.ps, self.evaluator), strict=True)
         return {role: n for role, n in counts if n > 0}
 
