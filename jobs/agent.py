@@ -52,7 +52,9 @@ from cloudtrain.jobs.pipe_pump import PipePump
 from cloudtrain.jobs.preemption import Notice, PreemptionWatcher, cloud_of_store
 from cloudtrain.jobs.protocol import FINAL_STATES, ClusterDoc, NodeState
 from cloudtrain.jobs.rendezvous import Rendezvous
-from cloudtrain.jobs.tf_config import build_tf_config, chief_task, needs_tf_config
+from cloudtrain.jobs.strategies import UNDECLARED, StrategyInfo
+from cloudtrain.jobs.strategies import strategy as lookup_strategy
+from cloudtrain.jobs.tf_config import chief_task, task_tf_config
 from cloudtrain.providers.base import node_name
 from cloudtrain.providers.change_wait import ChangeWaiter
 
@@ -196,6 +198,12 @@ class Agent(Beats, Checkpoints, NodeTrace, Rendezvous):
             raise NewAttempt(str(cluster.attempt))
 
     @property
+    def declared(self) -> StrategyInfo:
+        """The declaration of the run's strategy (jobs/strategies.py); UNDECLARED for a name
+        without one (a cluster.json of another version). Pure."""
+        return lookup_strategy(self.cluster.strategy) or UNDECLARED
+
+    @property
     def is_chief(self) -> bool:
         roles = self.cluster.roles
         return (self.role, self.index) == chief_task({r: ["x"] * n for r, n in roles.items()})
@@ -205,11 +213,10 @@ class Agent(Beats, Checkpoints, NodeTrace, Rendezvous):
         env = dict(os.environ)
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # TF's C++ INFO lines drown the job's output
         env.update(self.cluster.env)
-        tf_cluster = {r: a for r, a in cluster.items() if r != "evaluator"}
-        if self.cluster.strategy == horovod.STRATEGY:
-            tf_cluster = {}  # its processes get HOROVOD_* (jobs/horovod.py), never TF_CONFIG
-        if tf_cluster and (needs_tf_config(tf_cluster) or self.role == "evaluator"):
-            env["TF_CONFIG"] = json.dumps(build_tf_config(tf_cluster, self.role, self.index))
+        # under horovod none: its processes get HOROVOD_* (jobs/horovod.py)
+        tf_config = task_tf_config(self.declared, cluster, self.role, self.index)
+        if tf_config is not None:
+            env["TF_CONFIG"] = json.dumps(tf_config)
         else:
             env.pop("TF_CONFIG", None)
         env.update(
@@ -275,12 +282,13 @@ class Agent(Beats, Checkpoints, NodeTrace, Rendezvous):
     def launch(
         self, cluster: dict[str, list[str]]
     ) -> subprocess.Popen[bytes] | horovod.ProcessGroup:
-        """Start the entrypoint: one process, or under strategy horovod one per GPU on this node
-        (`jobs/horovod.py`; worker 0 also starts the rendezvous server). Raises HorovodError."""
+        """Start the entrypoint as the strategy's declaration says: one process, or (launch
+        "horovod_ranks") one per GPU on this node (`jobs/horovod.py`; worker 0 also starts the
+        rendezvous server). Raises HorovodError."""
         self._pumps = []
         command, env = self.cluster.entrypoint, self.child_env(cluster)
         self.check_launch("entrypoint", command, env)
-        if self.cluster.strategy != horovod.STRATEGY:
+        if self.declared.launch != "horovod_ranks":
             return self.start(command, env)
         workers = cluster.get(horovod.ROLE, [])
         registrations = [
@@ -368,7 +376,7 @@ class Agent(Beats, Checkpoints, NodeTrace, Rendezvous):
         self.write_status(NodeState.RUNNING, pid=self.child.pid)
         self.publish_trace()  # so far: `status` of a live run shows the boot and the rendezvous
         serving = self.role in ("ps", "evaluator") or (
-            self.cluster.strategy == "parameter_server" and not self.is_chief
+            self.role in self.declared.serving_roles and not self.is_chief
         )
         last_chief_check = 0.0
         # a server looks at the chief's status each second, and at once when a status changes

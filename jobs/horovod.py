@@ -34,7 +34,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-STRATEGY = "horovod"
+from cloudtrain.jobs.strategies import HOROVOD
+
+# the strategy this launcher serves (jobs/strategies.py declares it: launch "horovod_ranks");
+# jobs/rendezvous.py still compares a run's strategy with it
+STRATEGY = HOROVOD.name
 ROLE = "worker"  # every node of a horovod job; worker 0 hosts the rendezvous
 
 
@@ -212,7 +216,7 @@ def start_rendezvous_server(port: int, plan: Sequence[Slot], verbose: int = 0) -
         from horovod.runner.http.http_server import RendezvousHandler, RendezvousHTTPServer
     except Exception as exc:  # ImportError, or a broken install failing as it loads
         raise HorovodUnavailable(
-            "strategy 'horovod' needs the horovod package on worker-0 (the rendezvous host),"
+            f"strategy {STRATEGY!r} needs the horovod package on worker-0 (the rendezvous host),"
             f" but it cannot be imported ({type(exc).__name__}: {exc}); use an image that ships"
             " Horovod, such as NVIDIA's NGC TensorFlow containers"
         ) from exc

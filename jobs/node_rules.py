@@ -48,6 +48,9 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
+from cloudtrain.jobs.strategies import HOROVOD
+from cloudtrain.jobs.strategies import strategy as lookup_strategy
+
 PAGE_SIZE = 4096  # x86-64 and arm64 Linux as the clouds' images run them
 MAX_ARG_STRLEN = 32 * PAGE_SIZE  # execve(2): one argv/envp string, its NUL included
 DEFAULT_ARG_MAX = 8 * 1024 * 1024 // 4  # execve(2): RLIMIT_STACK / 4, with the usual 8 MiB
@@ -103,22 +106,7 @@ _KEY_PROBLEMS = {
     "PYTHONUNBUFFERED": "is reserved: cloudtrain sets it on every node (logs stream live)",
 }
 # what jobs/horovod.py sets for each rank (tests/unit/test_node_rules.py keeps them in step)
-HOROVOD_OWN = frozenset(
-    {
-        "HOROVOD_GLOO_RENDEZVOUS_ADDR",
-        "HOROVOD_GLOO_RENDEZVOUS_PORT",
-        "HOROVOD_CONTROLLER",
-        "HOROVOD_CPU_OPERATIONS",
-        "HOROVOD_HOSTNAME",
-        "HOROVOD_RANK",
-        "HOROVOD_SIZE",
-        "HOROVOD_LOCAL_RANK",
-        "HOROVOD_LOCAL_SIZE",
-        "HOROVOD_CROSS_RANK",
-        "HOROVOD_CROSS_SIZE",
-        "CUDA_VISIBLE_DEVICES",
-    }
-)
+HOROVOD_OWN = HOROVOD.reserved_env
 
 
 class RefusedInput(RuntimeError):
@@ -180,8 +168,8 @@ def _why(kind: str, cp: int) -> str:
 def env_key_problem(key: str, strategy: str | None = None) -> str | None:
     """What is wrong with `key` as an environment variable the spec sets on the nodes, or None:
     not a shell name, reserved by cloudtrain, or one that breaks the node's tools or that they
-    ignore (see _KEY_PROBLEMS). With `strategy` 'horovod', the names the launcher sets per rank
-    are reserved too. Pure."""
+    ignore (see _KEY_PROBLEMS). With a `strategy` whose launcher sets names per process (its
+    declaration's `reserved_env`, jobs/strategies.py), those are reserved too. Pure."""
     if not key or not (key[0].isascii() and (key[0].isalpha() or key[0] == "_")):
         return "is not a valid environment variable name (letters, digits and '_')"
     if not all(c.isascii() and (c.isalnum() or c == "_") for c in key):
@@ -190,8 +178,9 @@ def env_key_problem(key: str, strategy: str | None = None) -> str | None:
         return _KEY_PROBLEMS["TF_CONFIG"]
     if key in _KEY_PROBLEMS:
         return _KEY_PROBLEMS[key]
-    if strategy == "horovod" and key in HOROVOD_OWN:
-        return "is reserved under strategy horovod: the launcher sets it for each process"
+    info = lookup_strategy(strategy)
+    if info is not None and key in info.reserved_env:
+        return f"is reserved under strategy {strategy}: the launcher sets it for each process"
     return None
 
 

@@ -21,20 +21,16 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from functools import cache
 from typing import Any
 
+from cloudtrain.jobs import strategies as registry
 from cloudtrain.jobs.protocol import MAX_STEPS_ENV, METRICS_FILE_ENV, TENSORBOARD_DIR_ENV
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
-STRATEGIES: tuple[str, ...] = (
-    "one_device",
-    "mirrored",
-    "multi_worker_mirrored",
-    "parameter_server",
-    "horovod",
-)
+STRATEGIES: tuple[str, ...] = registry.NAMES  # the declared strategies (jobs/strategies.py)
 WINDOW_SECONDS = 2.0  # a "window" METRICS record about this often during an epoch
 
 
@@ -79,21 +75,25 @@ def is_chief() -> bool:
 def strategy_name() -> str:
     """Return the strategy name: ``CLOUDTRAIN_STRATEGY`` if set, else inferred.
 
-    Inference: a ``ps`` task in ``TF_CONFIG`` -> ``parameter_server``; workers ->
-    ``multi_worker_mirrored``; otherwise ``mirrored`` with more than one visible GPU, else
-    ``one_device``. Raises ``ValueError`` for an unknown ``CLOUDTRAIN_STRATEGY``.
+    Inference (``strategies.infer``): a ``ps`` task in ``TF_CONFIG`` -> ``parameter_server``;
+    workers -> ``multi_worker_mirrored``; otherwise ``mirrored`` with more than one visible GPU,
+    else ``one_device``. Raises ``ValueError`` for an unknown ``CLOUDTRAIN_STRATEGY``.
     """
+    return _declared().name
+
+
+def _declared() -> registry.StrategyInfo:
+    """The declaration of this task's strategy (see ``strategy_name``). Raises ``ValueError``
+    for an unknown ``CLOUDTRAIN_STRATEGY``."""
     name = os.environ.get("CLOUDTRAIN_STRATEGY", "").strip()
-    if name:
-        if name not in STRATEGIES:
-            raise ValueError(f"unknown CLOUDTRAIN_STRATEGY {name!r}; expected one of {STRATEGIES}")
-        return name
-    cluster = _tf_config().get("cluster") or {}
-    if cluster.get("ps"):
-        return "parameter_server"
-    if cluster.get("worker"):
-        return "multi_worker_mirrored"
-    return "mirrored" if len(_gpus()) > 1 else "one_device"
+    if not name:
+        cluster = _tf_config().get("cluster") or {}
+        roles = [role for role, tasks in cluster.items() if tasks]
+        name = registry.infer(roles, lambda: len(_gpus()))
+    info = registry.strategy(name)
+    if info is None:
+        raise ValueError(f"unknown CLOUDTRAIN_STRATEGY {name!r}; expected one of {STRATEGIES}")
+    return info
 
 
 def _gpus() -> list[Any]:
@@ -132,29 +132,39 @@ def strategy() -> Any:
     ``MinSizePartitioner`` over the ps tasks. An ``evaluator`` task gets the default strategy,
     and so does every ``horovod`` process (Horovod distributes; each process sees one GPU).
     """
-    name = strategy_name()
+    info = _declared()
     role, _ = task()
-    if name == "parameter_server":
-        os.environ.setdefault("GRPC_FAIL_FAST", "use_caller")
+    for key, value in info.process_env:
+        os.environ.setdefault(key, value)
     import tensorflow as tf
 
-    if role == "evaluator" or name == "horovod":
+    if role == "evaluator":
         return tf.distribute.get_strategy()
-    if name == "multi_worker_mirrored":
-        return tf.distribute.MultiWorkerMirroredStrategy()
-    if name == "parameter_server":
-        if role in ("worker", "ps"):
-            _serve_forever(tf)
-        resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
-        num_ps = len(resolver.cluster_spec().as_dict().get("ps", []))
-        partitioner = tf.distribute.experimental.partitioners.MinSizePartitioner(
-            min_shard_bytes=256 << 10, max_shards=max(1, num_ps)
-        )
-        return tf.distribute.ParameterServerStrategy(resolver, variable_partitioner=partitioner)
-    if name == "mirrored":
-        return tf.distribute.MirroredStrategy()
-    device = "/gpu:0" if _gpus() else "/cpu:0"
-    return tf.distribute.OneDeviceStrategy(device)
+    if role in info.serving_roles:
+        _serve_forever(tf)
+    return _BUILDERS[info.builder](tf)
+
+
+def _parameter_server(tf: Any) -> Any:
+    """The chief's ParameterServerStrategy, its variables sharded over the ps tasks."""
+    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    num_ps = len(resolver.cluster_spec().as_dict().get("ps", []))
+    partitioner = tf.distribute.experimental.partitioners.MinSizePartitioner(
+        min_shard_bytes=256 << 10, max_shards=max(1, num_ps)
+    )
+    return tf.distribute.ParameterServerStrategy(resolver, variable_partitioner=partitioner)
+
+
+# what `strategy()` calls for a declaration's `builder` (jobs/strategies.py), given tensorflow
+_BUILDERS: dict[str, Callable[[Any], Any]] = {
+    "OneDeviceStrategy": lambda tf: tf.distribute.OneDeviceStrategy(
+        "/gpu:0" if _gpus() else "/cpu:0"
+    ),
+    "MirroredStrategy": lambda tf: tf.distribute.MirroredStrategy(),
+    "MultiWorkerMirroredStrategy": lambda tf: tf.distribute.MultiWorkerMirroredStrategy(),
+    "ParameterServerStrategy": _parameter_server,
+    "get_strategy": lambda tf: tf.distribute.get_strategy(),
+}
 
 
 def checkpoint_dir() -> str:
@@ -232,13 +242,20 @@ def data_parallel_workers() -> int:
     whole global batch: one device, ``mirrored``, and the ``parameter_server`` chief, the only
     task that runs ``fit``).
     """
-    name = strategy_name()
-    if name == "multi_worker_mirrored":
-        cluster = _tf_config().get("cluster") or {}
-        return max(1, len(cluster.get("chief") or []) + len(cluster.get("worker") or []))
-    if name == "horovod":
-        return max(1, int(os.environ.get("HOROVOD_CROSS_SIZE", "1") or 1))
-    return 1
+    return _WIDTHS[_declared().data_parallel]()
+
+
+def _tf_config_workers() -> int:
+    cluster = _tf_config().get("cluster") or {}
+    return max(1, len(cluster.get("chief") or []) + len(cluster.get("worker") or []))
+
+
+# how `data_parallel_workers()` counts, by a declaration's `data_parallel` (jobs/strategies.py)
+_WIDTHS: dict[str, Callable[[], int]] = {
+    "one": lambda: 1,
+    "tf_config_workers": _tf_config_workers,
+    "horovod_nodes": lambda: max(1, int(os.environ.get("HOROVOD_CROSS_SIZE", "1") or 1)),
+}
 
 
 def _reports() -> bool:

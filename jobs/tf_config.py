@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-ROLES: tuple[str, ...] = ("chief", "worker", "ps", "evaluator")
+from cloudtrain.jobs.strategies import ROLES, StrategyInfo
 
 
 def _validate_cluster(cluster: Mapping[str, Sequence[str]]) -> None:
@@ -86,8 +86,21 @@ def is_chief(cluster: Mapping[str, Sequence[str]], role: str, index: int) -> boo
 def needs_tf_config(cluster: Mapping[str, Sequence[str]]) -> bool:
     """Return False when the cluster is a single chief and nothing else, True otherwise.
 
-    Single-node strategies (``one_device``, ``mirrored``) run on a lone chief with no
+    Single-node strategies (``StrategyInfo.spans_nodes`` False) run on a lone chief with no
     ``TF_CONFIG``; any other layout (several tasks, or a lone worker) gets one.
     """
     tasks = [(role, addr) for role, addrs in cluster.items() for addr in addrs]
     return not (len(tasks) == 1 and tasks[0][0] == "chief")
+
+
+def task_tf_config(
+    info: StrategyInfo, cluster: Mapping[str, Sequence[str]], role: str, index: int
+) -> dict[str, Any] | None:
+    """The ``TF_CONFIG`` of task ``(role, index)`` of ``cluster`` (every node's address by role)
+    under the strategy ``info`` declares, or None when the task gets none: its cluster section
+    lists the roles of ``info.tf_config_roles`` (none: no ``TF_CONFIG`` at all), and a lone chief
+    gets none unless the task is the evaluator. Raises ``ValueError`` as ``build_tf_config``."""
+    tf_cluster = {r: a for r, a in cluster.items() if r in info.tf_config_roles}
+    if tf_cluster and (needs_tf_config(tf_cluster) or role == "evaluator"):
+        return build_tf_config(tf_cluster, role, index)
+    return None
