@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from cloudtrain.core.errors import CloudtrainError, UsageError
+from cloudtrain.jobs.strategies import STRATEGIES
 
 if TYPE_CHECKING:
     from cloudtrain.api.results import Launch
@@ -26,9 +27,9 @@ if TYPE_CHECKING:
     from cloudtrain.run.view import Observer, RunResult
     from cloudtrain.spec.job import JobSpec
 
-# the strategies whose worker count is the data-parallel width; one_device and mirrored run on
-# one node by definition
-SCALABLE = ("multi_worker_mirrored", "parameter_server", "horovod")
+# the strategies whose worker count is the data-parallel width (their declaration's `scale`,
+# jobs/strategies.py); the single-node ones run on one node by definition
+SCALABLE = tuple(info.name for info in STRATEGIES.values() if info.scale)
 CHEAPEST = "cheapest/epoch"
 FASTEST = "fastest within budget"
 
@@ -60,8 +61,8 @@ def sized_spec(spec: JobSpec, workers: int, steps: int) -> JobSpec:
     from cloudtrain.jobs.protocol import MAX_STEPS_ENV
     from cloudtrain.spec.job import ClusterSpec
 
-    strategy = spec.cluster.strategy
-    if strategy not in SCALABLE:
+    strategy, varied = spec.cluster.strategy, spec.cluster.strategy_info.scale
+    if varied is None:
         raise UsageError(
             f"strategy {strategy!r} runs on one node: its worker count cannot change",
             hint=f"scale a job whose strategy is one of {', '.join(SCALABLE)}",
@@ -69,7 +70,7 @@ def sized_spec(spec: JobSpec, workers: int, steps: int) -> JobSpec:
     if steps < 1:
         raise UsageError(f"--steps {steps}: a run needs at least 1 step")
     try:
-        cluster = ClusterSpec.model_validate({**spec.cluster.model_dump(), "workers": workers})
+        cluster = ClusterSpec.model_validate({**spec.cluster.model_dump(), varied: workers})
     except ValidationError as exc:
         msg = str(exc.errors()[0]["msg"]).removeprefix("Value error, ")
         raise UsageError(f"{workers} worker(s): cluster: {msg}") from exc

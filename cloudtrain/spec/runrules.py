@@ -13,10 +13,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from cloudtrain.jobs.protocol import NodeState
+from cloudtrain.jobs.strategies import ROLES
 from cloudtrain.spec.run_options import RunOptions
 
-# a node's short name in the bucket: the role (providers.base.ROLES) and its index
-NODE_RE = re.compile(r"(chief|worker|ps|evaluator)-[0-9]{1,4}")
+# a node's short name in the bucket: the role (jobs/strategies.py's ROLES) and its index
+NODE_RE = re.compile(rf"({'|'.join(ROLES)})-[0-9]{{1,4}}")
 
 if TYPE_CHECKING:
     from cloudtrain.spec.job import JobSpec
@@ -124,7 +125,6 @@ def node_lost(
 
 def port_range_for(spec: JobSpec) -> tuple[int, int]:
     """The TCP ports the run's nodes open to each other: the run's small range, or for Horovod
-    every unprivileged port (Gloo and NCCL connect between processes on random ports)."""
-    if spec.cluster.strategy == "horovod":
-        return (1024, 65535)
-    return (spec.cluster.port, spec.cluster.port + 10)
+    every unprivileged port (Gloo and NCCL connect between processes on random ports): the
+    declaration's `peer_ports` (jobs/strategies.py). Pure."""
+    return spec.cluster.strategy_info.peer_ports or (spec.cluster.port, spec.cluster.port + 10)
