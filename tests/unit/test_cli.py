@@ -110,7 +110,7 @@ def test_commands_of_other_modules_load_only_when_asked_for(tmp_path: Path) -> N
         "catalog      The price catalog; refresh it live.",
     ):
         assert line in listed, listed
-    assert listed.index("│ schema ") < listed.index("│ catalog ")  # a group, after the commands
+    assert listed.index("  schema ") < listed.index("  catalog ")  # a group, after the commands
 
 
 def test_plan_prints_the_price_and_creates_nothing(tmp_path: Path) -> None:
