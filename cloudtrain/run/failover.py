@@ -1,8 +1,9 @@
 """Failover across regions and clouds: when a place (a cloud's region) cannot hold the run's
 nodes, for want of capacity in every zone (NoCapacityError) or of quota (QuotaError), the run
 moves to the next-cheapest feasible place (`make_plan(..., avoid=tried)`), of the same cloud or,
-with `provider: cheapest`, of the next cloud. A mixin of `Orchestrator`, whose attributes it uses
-(cloudtrain/run/orchestrator.py); `Route` is its bookkeeping, pure.
+with `provider: cheapest`, of the next cloud. `Failover` is a part the Orchestrator
+(cloudtrain/run/orchestrator.py) holds, its inputs stated in its constructor; `Route` is its
+bookkeeping, pure.
 
 The rules:
 - everything made in a place that failed (nodes, network, identities) is deleted (`teardown`)
@@ -32,7 +33,7 @@ import json
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from cloudtrain.core.errors import NoCapacityError, PlanError, QuotaError
 from cloudtrain.jobs.protocol import node_id, run_prefix
@@ -41,13 +42,18 @@ from cloudtrain.run.recovery import Stop
 from cloudtrain.run.teardown import teardown
 from cloudtrain.run.view import NodeView, Outcome
 from cloudtrain.state import run_key
-from cloudtrain.state.fencing import FencedProvider
 
 if TYPE_CHECKING:
     from cloudtrain.catalog.offers import Catalog
     from cloudtrain.plan.planner import Plan
     from cloudtrain.providers.base import Provider
+    from cloudtrain.run.lease_holder import LeaseHolder
+    from cloudtrain.run.provisioning import Provisioner
+    from cloudtrain.run.resume import ResumeSource
+    from cloudtrain.run.run_state import RunState
+    from cloudtrain.run.view import Observer
     from cloudtrain.spec.job import JobSpec
+    from cloudtrain.state.ledger import Ledger
 
 Place = tuple[str, str]  # (provider, region)
 MAX_REASON = 200  # characters of a place's failure in the route and the plan's notes
@@ -167,27 +173,33 @@ def bucket_note(store_uri: str, made_in: Place, plan: Plan) -> str | None:
 
 class Failover:
     """`land()`: make the run's network and nodes in its plan's place, else in the next one.
-    Uses the orchestrator's attributes; `place_nodes` and `open_store` are Provisioning's."""
 
-    # the orchestrator's, typed loosely here (see Orchestrator.__init__)
-    spec: Any
-    plan: Any
-    provider: Any
-    ledger: Any
-    observer: Any
-    store: Any
-    store_uri: str
-    run_id: str
-    info: Any
-    zone: str | None
-    lease: Any
-    view: Any
-    deadline: float
-    resume_from: Any
-    places: Places | None
-    route: Route | None
-    _wheelhouse: Any
-    _keeper: Any
+    Inputs: the run's shared `state`, its `spec`, `ledger`, `observer`, `run_id`, `places` (how
+    to plan and reach another place; None: the run stays), the `provisioner` (which makes the
+    network and nodes, and opens a new store), the `lease_holder` (which fences a new place's
+    provider and lets a left store's lease go), `resume_from` and `over_budget` (whether the
+    cost so far reached the budget). It changes `state.plan`, `provider`, `store`,
+    `store_uri`, `zone`, `info` and `view` (cost, $/h, nodes) when the run moves, and keeps the
+    path taken in `route`."""
+
+    def __init__(
+        self,
+        state: RunState,
+        spec: JobSpec,
+        ledger: Ledger,
+        observer: Observer,
+        run_id: str,
+        places: Places | None,
+        provisioner: Provisioner,
+        lease_holder: LeaseHolder,
+        resume_from: ResumeSource | None,
+        over_budget: Callable[[], bool],
+    ) -> None:
+        self.state, self.spec, self.ledger, self.observer = state, spec, ledger, observer
+        self.run_id, self.places, self.resume_from = run_id, places, resume_from
+        self.provisioner, self.lease_holder = provisioner, lease_holder
+        self.over_budget = over_budget
+        self.route: Route | None = None  # the places tried, once `land` began
 
     def land(self) -> None:
         """Make the network and every node in the plan's place; where the place has no
@@ -195,28 +207,29 @@ class Failover:
         place (see the module). Raises NoCapacityError/QuotaError naming the path when no
         place can hold the run, and Stop when the deadline or budget ran out meanwhile.
         Blocks."""
+        st = self.state
         spot = bool(self.spec.cluster.spot)
         allowed = spot and bool(self.spec.cluster.spot_fallback)
         route = self.route = Route(fallback=allowed, spot=spot)
-        made_in: Place = (self.plan.provider, self.plan.region)  # where the store was made
+        made_in: Place = (st.plan.provider, st.plan.region)  # where the store was made
         while True:
             try:
-                self.place_nodes()  # type: ignore[attr-defined]
+                self.provisioner.place_nodes()
             except (NoCapacityError, QuotaError) as exc:
                 kind = "quota" if isinstance(exc, QuotaError) else "capacity"
-                place = (self.plan.provider, self.plan.region)
+                place = (st.plan.provider, st.plan.region)
                 route.failed(place, kind, exc.message)
                 self._say(f"{place[0]} {place[1]}: {route.tries[-1].reason}")
                 if not self._may_leave():
                     raise
                 self._say(f"deleting what was made in {place[0]} {place[1]}")
-                teardown(self.provider, self.ledger, self.run_id, self.observer.event)
+                teardown(st.provider, self.ledger, self.run_id, self.observer.event)
                 nxt = self._next_plan(route)
                 self._check_limits()
                 made_in = self._move_to(nxt, made_in)
                 continue
             if route.tries:
-                route.landed = (self.plan.provider, self.plan.region)
+                route.landed = (st.plan.provider, st.plan.region)
                 self._say(route.text())
             return
 
@@ -229,7 +242,7 @@ class Failover:
         """Whether the run may leave its place: not with a pinned region or zone, not on
         local, and only where the caller said how to build another place's provider."""
         pinned = bool(self.spec.region or self.spec.zone)
-        return self.places is not None and not pinned and self.plan.provider != "local"
+        return self.places is not None and not pinned and self.state.plan.provider != "local"
 
     def _next_plan(self, route: Route) -> Plan:
         """The plan of the next place (the route's rounds; another cloud only where the store
@@ -257,51 +270,53 @@ class Failover:
         """The cloud the run's store ties it to (`checkpoint:`, or `--resume` of another run's
         checkpoints), else None: the store may move with the run."""
         if self.spec.checkpoint or self.resume_from is not None:
-            return str(self.plan.provider)
+            return str(self.state.plan.provider)
         return None
 
     def _check_limits(self) -> None:
         """Raise Stop when the deadline passed or the budget is spent (both count from the
         run's start, the places left included). Blocks (a ledger read)."""
-        if time.time() > self.deadline:
+        if time.time() > self.state.deadline:
             raise Stop(Outcome.DEADLINE, f"max_hours ({self.spec.max_hours} h) reached")
-        self.view.cost_usd = self.ledger.billed_cost(self.run_id)
-        if self._over_budget():  # type: ignore[attr-defined]
+        self.state.view.cost_usd = self.ledger.billed_cost(self.run_id)
+        if self.over_budget():
             raise Stop(
                 Outcome.BUDGET_EXCEEDED,
-                f"cost ${self.view.cost_usd:.2f} reached the budget while failing over",
+                f"cost ${self.state.view.cost_usd:.2f} reached the budget while failing over",
             )
 
     def _move_to(self, plan: Plan, made_in: Place) -> Place:
         """Make `plan` the run's: its provider, place and nodes, the run's record first (nothing
         exists in the new place yet), and to another cloud the store (see the module). Returns
         where the run's store now is. Blocks."""
+        st = self.state
         assert self.places is not None
         provider = self.places.provider_for(plan)
-        cross = plan.provider != self.plan.provider
+        cross = plan.provider != st.plan.provider
         if cross:
             self._leave_store()
-            self.store_uri = provider.default_store_uri(self.run_id)
-            self.store = provider.store(self.store_uri)
-            self.store.ensure_bucket()  # before anything reads it (a stop now lists it)
-            self.provider = provider  # fenced again by the new store's lease (open_store)
+            st.store_uri = provider.default_store_uri(self.run_id)
+            st.store = provider.store(st.store_uri)
+            st.store.ensure_bucket()  # before anything reads it (a stop now lists it)
+            st.provider = provider  # fenced again by the new store's lease (open_store)
             made_in = (plan.provider, plan.region)
         else:
-            self.provider = FencedProvider(provider, self.lease) if self.lease else provider
-            note = None if self.spec.checkpoint else bucket_note(self.store_uri, made_in, plan)
+            st.provider = self.lease_holder.fence(provider)
+            note = None if self.spec.checkpoint else bucket_note(st.store_uri, made_in, plan)
             if note:
                 plan = dataclasses.replace(plan, notes=(*plan.notes, note))
                 self._say(note)
-        self.plan, self.zone, self._wheelhouse = plan, plan.zone, None
-        self.info = dataclasses.replace(
-            self.info,
+        st.plan, st.zone = plan, plan.zone
+        self.provisioner.new_place()
+        st.info = dataclasses.replace(
+            st.info,
             region=plan.region,
             zone=plan.zone,
-            store_uri=self.store_uri,
+            store_uri=st.store_uri,
             nodes=tuple(node_id(n.role, n.index) for n in plan.nodes),
         )
-        self.view.hourly_usd = plan.hourly_usd
-        self.view.nodes = [
+        st.view.hourly_usd = plan.hourly_usd
+        st.view.nodes = [
             NodeView(node_name(self.run_id, n.role, n.index), n.role, n.index) for n in plan.nodes
         ]
         self.ledger.move_run(
@@ -309,7 +324,7 @@ class Failover:
             plan.provider,
             plan.region,
             plan.zone,
-            self.store_uri,
+            st.store_uri,
             json.dumps(plan.to_dict()),
             account=provider.account(),
         )
@@ -317,21 +332,17 @@ class Failover:
         if cross:  # the new store: the run's key first (other machines read it there), then
             key = self.ledger.run_key(self.run_id)  # the lease, journal, bundle and documents
             assert key is not None  # kept by the first store's lease
-            run_key.publish(self.store, self.run_id, key)
-            self.open_store()  # type: ignore[attr-defined]
+            run_key.publish(st.store, self.run_id, key)
+            self.provisioner.open_store()
         return made_in
 
     def _leave_store(self) -> None:
-        """Leave the run's store for another cloud's: flush and stop its journal, stop the
-        lease's keeper, then delete the run's prefix (only its control documents are there).
-        Blocks."""
-        old = self.store_uri
-        self.close_journal()  # type: ignore[attr-defined]
-        if self._keeper is not None:
-            self._keeper.stop()
-            self._keeper = None
-        gone = self.store.delete_prefix(run_prefix(self.run_id))
-        self.lease = None
+        """Leave the run's store for another cloud's: the lease holder writes out and stops
+        the journal and stops renewing the lease, then the run's prefix is deleted (only its
+        control documents are there). Blocks."""
+        old = self.state.store_uri
+        self.lease_holder.let_go()
+        gone = self.state.store.delete_prefix(run_prefix(self.run_id))
         self._say(f"store: the run's {gone} control objects deleted from {old}; a new store")
 
 

@@ -1,13 +1,13 @@
 """The control side of the Orchestrator: act only while the run's lease holds, and keep the
 run's record in its journal (issue 17).
 
-A mixin: `take_lease` fences the provider (cloudtrain/state/fencing.py) and starts a keeper thread
-that
-renews the lease (cloudtrain/state/lease.py); the watch loop calls `_check_lease` every round and
-stops acting at once (LeaseLost) when the keeper found it gone; `hand_over` stops renewing and gives
-the lease to a successor (the controller node) or to anyone (expired now). `_start_journal`
-mirrors the run's ledger writes into its journal in the bucket (cloudtrain/state/journal.py) once
-the bucket exists, and `close_journal` writes what is left before the process goes.
+A part the Orchestrator holds (`LeaseHolder`): `take_lease` fences the run's provider
+(cloudtrain/state/fencing.py) and starts a keeper thread that renews the lease
+(cloudtrain/state/lease.py); the watch loop calls `check` every round and stops acting at once
+(LeaseLost) when the keeper found it gone; `hand_over` stops renewing and gives the lease to a
+successor (the controller node) or to anyone (expired now). `start_journal` mirrors the run's
+ledger writes into its journal in the bucket (cloudtrain/state/journal.py) once the bucket exists,
+and `close_journal` writes what is left before the process goes.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ import contextlib
 
 from cloudtrain.core.errors import CloudtrainError, LeaseLost
 from cloudtrain.jobs import protocol
-from cloudtrain.providers.base import ObjectStore, Provider
+from cloudtrain.providers.base import Provider
+from cloudtrain.run.run_state import RunState
 from cloudtrain.run.view import Observer, Outcome
 from cloudtrain.state import run_key
 from cloudtrain.state.fencing import FencedProvider
@@ -29,28 +30,58 @@ STOPPED_BY_DOWN = f"stopped by `cloudtrain down` ({protocol.STOP_NAME})"
 
 
 class LeaseHolder:
-    """The lease of one run, held by the process that controls it (see the module)."""
+    """The lease of one run, held by the process that controls it (see the module).
 
-    run_id: str
-    provider: Provider
-    observer: Observer
-    lease: Lease | None
-    _keeper: LeaseKeeper | None
-    ledger: Ledger
-    store: ObjectStore
-    journal: Journal | None
-    fenced_out: bool = False  # the lease was lost: this process acts no more
+    Inputs: the run's shared `state` (it reads `store`), its `ledger` (events, the run key, the
+    journal's mirror), the `observer`, the `run_id` and this process's lease `owner` id. It
+    changes `state.provider` (fenced by `take_lease`) and its own `lease`, `journal` and
+    `fenced_out`."""
+
+    def __init__(
+        self, state: RunState, ledger: Ledger, observer: Observer, run_id: str, owner: str
+    ) -> None:
+        self.state, self.ledger, self.observer = state, ledger, observer
+        self.run_id, self.owner = run_id, owner
+        self.lease: Lease | None = None  # held from the bucket on
+        self.journal: Journal | None = None  # the run's journal in its bucket, once it exists
+        self.fenced_out = False  # the lease was lost: this process acts no more
+        self._keeper: LeaseKeeper | None = None
+        self._yield_key = ""
 
     def take_lease(self, lease: Lease) -> None:
         """Act only while `lease` (held) holds: the provider becomes fenced (every create and
         delete checks it), and a keeper renews it from its own thread. Idempotent per lease."""
         self.lease = lease
         lease.on_forged = self._lease_forged
-        if not isinstance(self.provider, FencedProvider):
-            self.provider = FencedProvider(self.provider, lease)
+        if not isinstance(self.state.provider, FencedProvider):
+            self.state.provider = FencedProvider(self.state.provider, lease)
         if self._keeper is not None:
             self._keeper.stop()
         self._keeper = LeaseKeeper(lease, self._lease_lost_notice, self._yield_asked).start()
+
+    def take_new_lease(self) -> None:
+        """A new run's lease in its bucket (term 1: nobody else can hold it), the run's key
+        first (cloudtrain/state/run_key.py: every lease write is signed with it), then its
+        journal. Blocks."""
+        store = self.state.store
+        key = run_key.writer_key(self.ledger, store, self.run_id)
+        lease = Lease(store, self.run_id, self.owner, key=key)
+        lease.acquire()
+        self.take_lease(lease)
+        self.start_journal()
+
+    def fence(self, provider: Provider) -> Provider:
+        """`provider` fenced by the lease held (as it is when none is held). Pure."""
+        return FencedProvider(provider, self.lease) if self.lease else provider
+
+    def let_go(self) -> None:
+        """Leave the run's store (a failover to another cloud): write out and stop the journal,
+        stop renewing, and forget the lease without releasing it (its store is going). Blocks."""
+        self.close_journal()
+        if self._keeper is not None:
+            self._keeper.stop()
+            self._keeper = None
+        self.lease = None
 
     def watch_yield(self, key: str) -> None:
         """Hand the lease back (expired) and stop acting once `key` exists in the run's bucket
@@ -59,7 +90,7 @@ class LeaseHolder:
         self._yield_key = key
 
     def _yield_asked(self) -> bool:
-        key = getattr(self, "_yield_key", "")
+        key = self._yield_key
         if not key or self.lease is None:
             return False
         # only a yield signed with the run's key for this term counts: a node could write one
@@ -76,7 +107,7 @@ class LeaseHolder:
     def _lease_lost_notice(self, message: str) -> None:
         self.observer.event(f"lost control of the run: {message}")
 
-    def _check_lease(self) -> None:
+    def check(self) -> None:
         """Raise LeaseLost once the keeper found the lease gone (the watch loop's check)."""
         if self._keeper is not None and self._keeper.lost.is_set():
             raise LeaseLost(self._keeper.reason or f"run {self.run_id}: the lease was lost")
@@ -92,7 +123,7 @@ class LeaseHolder:
         self.ledger.event(self.run_id, "lease", why)
         self.observer.event(f"stopped acting: {why}")
         with contextlib.suppress(CloudtrainError, OSError):
-            held = read_lease(self.store, self.run_id)
+            held = read_lease(self.state.store, self.run_id)
             if held is not None and held.owner.startswith(DOWN_OWNER_PREFIX):
                 # the run's record says so too (down, finishing the run, keeps it; a `done`
                 # down wrote first stays done: Ledger.set_status)
@@ -111,14 +142,14 @@ class LeaseHolder:
             with contextlib.suppress(CloudtrainError, OSError):
                 self.lease.release(successor, ttl_s)
 
-    def _start_journal(self) -> None:
+    def start_journal(self) -> None:
         """From the bucket on, every ledger write of the run also goes to its journal
         (cloudtrain/state/journal.py), the run's row first: any machine can follow the run then."""
-        from cloudtrain.state.journal import Journal, writer_id
+        from cloudtrain.state.journal import writer_id
 
         rec = self.ledger.get_run(self.run_id)
         assert rec is not None
-        self.journal = Journal(self.store, self.run_id, writer_id("laptop"))
+        self.journal = Journal(self.state.store, self.run_id, writer_id("laptop"))
         # the run as the ledger holds it (row, status, the bucket's intent, events), then
         # every write: one transaction, so nothing falls between; blocks until written
         self.ledger.journal_to(self.run_id, self.journal, backfill=True)

@@ -6,6 +6,12 @@ recover lost nodes through a new attempt and end the run when a node failed on i
 rules: `runrules.judge_attempt`; the acts: `recovery.Recovery`), stop (chief done, failure,
 deadline, budget, or a stop signal: Ctrl-C, SIGTERM, SIGHUP) and tear down on every path. Every
 resource is in the ledger before its create call.
+
+The Orchestrator sequences; its parts act, each made here with what it needs and sharing only
+the run's `RunState` (cloudtrain/run/run_state.py): `LeaseHolder` (the lease, the fencing, the
+journal), `Provisioner` (bucket, documents, network, nodes), `Failover` (another place when one
+cannot hold the run) and `Recovery` (lost and failed nodes, new attempts). The run's values that
+callers read and set on the Orchestrator (`plan`, `provider`, `attempt`, ...) are the state's.
 """
 
 from __future__ import annotations
@@ -30,22 +36,23 @@ from cloudtrain.jobs import trace as tr
 from cloudtrain.jobs.protocol import FINAL_STATES, ClusterDoc, NodeState, node_id
 from cloudtrain.providers.base import Provider, RunInfo, node_name
 from cloudtrain.providers.change_wait import ChangeWaiter
-from cloudtrain.run.bundle import Bundle, build_spec_bundle
-from cloudtrain.run.failover import Failover, Places, Route
+from cloudtrain.run.bundle import build_spec_bundle
+from cloudtrain.run.failover import Failover, Places
 from cloudtrain.run.lease_holder import STOPPED_BY_DOWN, LeaseHolder
 from cloudtrain.run.observer_guard import guarded
-from cloudtrain.run.provisioning import Provisioning
+from cloudtrain.run.provisioning import Provisioner
 from cloudtrain.run.recovery import Recovery, Stop
 from cloudtrain.run.resume import ResumeSource
+from cloudtrain.run.run_result import run_result
+from cloudtrain.run.run_state import RunState, part_value
 from cloudtrain.run.stop_signals import StopSignals, signal_name, stop_detail
 from cloudtrain.run.teardown import request_stop, scrub_secrets, teardown
 from cloudtrain.run.view import NodeView, Observer, Outcome, RunResult, RunView
-from cloudtrain.run.wheelhouse import WheelhousePlanner
 from cloudtrain.spec.run_ids import new_run_id
 from cloudtrain.spec.run_options import RunOptions
 from cloudtrain.spec.runrules import judge_attempt, port_range_for
 from cloudtrain.state.failures import read_reports
-from cloudtrain.state.lease import Lease, LeaseKeeper
+from cloudtrain.state.lease import Lease
 from cloudtrain.state.ledger import Ledger
 from cloudtrain.state.runstate import RunReader, Snapshot
 
@@ -55,13 +62,33 @@ MAX_CRASH_DETAIL = 500  # characters of an unexpected error in the run's detail
 MAX_CRASH_TRACE = 8000  # characters of its traceback in the ledger
 
 if TYPE_CHECKING:
-    from cloudtrain.plan.planner import Plan
+    from cloudtrain.plan.planner import NodePlan, Plan
+    from cloudtrain.providers.base import NodeRequest
     from cloudtrain.spec.job import JobSpec
-    from cloudtrain.state.journal import Journal
 
 
-class Orchestrator(LeaseHolder, Provisioning, Failover, Recovery):
+class Orchestrator:
     """Runs one job spec through its whole lifecycle on one provider. Not reusable."""
+
+    # the run's values, held by its RunState (adopt.py sets an adopted run's)
+    plan = part_value("state", "plan")
+    provider = part_value("state", "provider")
+    store_uri = part_value("state", "store_uri")
+    store = part_value("state", "store")
+    zone = part_value("state", "zone")
+    info = part_value("state", "info")
+    view = part_value("state", "view")
+    started = part_value("state", "started")
+    deadline = part_value("state", "deadline")
+    attempt = part_value("state", "attempt")
+    job_end = part_value("state", "job_end")
+    bundle = part_value("state", "bundle")
+    cluster = part_value("state", "cluster")
+    restarts = part_value("recovery", "restarts")  # of lost nodes (max_restarts)
+    error_retries = part_value("recovery", "error_retries")  # of failed nodes
+    journal = part_value("lease_holder", "journal")  # attach.py hands it its own
+    lease = part_value("lease_holder", "lease", settable=False)
+    fenced_out = part_value("lease_holder", "fenced_out", settable=False)
 
     def __init__(
         self,
@@ -77,7 +104,7 @@ class Orchestrator(LeaseHolder, Provisioning, Failover, Recovery):
         places: Places | None = None,
         hand_off: Callable[[Orchestrator], str] | None = None,
     ) -> None:
-        self.spec, self.plan, self.provider, self.ledger = spec, plan, provider, ledger
+        self.spec, self.ledger = spec, ledger
         # what creates the controller node a detached run is handed to (the layer above:
         # cloudtrain/managed/controller_launch.launch_controller); None: this run never detaches
         # to one
@@ -85,58 +112,108 @@ class Orchestrator(LeaseHolder, Provisioning, Failover, Recovery):
         # how to reach another region or cloud when the plan's has no capacity or quota
         # (cloudtrain/run/failover.py); None: the run stays in its plan's region
         self.places = places
-        self.route: Route | None = None
         # the display renders the nodes' text: a bug of its never ends the run (issue 29)
         self.observer = guarded(observer, self._display_failed)
         self.options = options or RunOptions.for_provider(provider.name)
-        self.run_id = run_id or new_run_id(spec.name)
+        self.run_id = run_id = run_id or new_run_id(spec.name)
         # an adopted run's store is known (the controller node may not list the accounts)
-        self.store_uri = store_uri or spec.checkpoint or provider.default_store_uri(self.run_id)
-        # the provider retries each call itself (the registry wraps it once): nothing here does
-        self.store = provider.store(self.store_uri)
-        self.started = time.time()
-        self.deadline = self.started + spec.max_hours * 3600
-        self.attempt = 1
-        self.restarts = 0  # of lost nodes (max_restarts)
-        self.error_retries = 0  # of failed nodes (max_restarts_on_errors)
-        self.zone = plan.zone
-        self.bundle: Bundle | None = None
-        self.cluster = ClusterDoc()  # the run's cluster.json, made by provision()
-        self.reader: RunReader | None = None  # the watch's, once it began
-        self.info = RunInfo(
-            run_id=self.run_id,
-            region=plan.region,
+        store_uri = store_uri or spec.checkpoint or provider.default_store_uri(run_id)
+        started = time.time()
+        deadline = started + spec.max_hours * 3600
+        self.state = RunState(
+            plan=plan,
+            provider=provider,
+            store_uri=store_uri,
+            # the provider retries each call itself (the registry wraps it once): nothing here
+            store=provider.store(store_uri),
             zone=plan.zone,
-            port_range=port_range_for(spec),
-            ssh=spec.cluster.ssh,
-            store_uri=self.store_uri,
-            deadline=self.deadline,
-            nodes=tuple(node_id(n.role, n.index) for n in plan.nodes),
+            info=RunInfo(
+                run_id=run_id,
+                region=plan.region,
+                zone=plan.zone,
+                port_range=port_range_for(spec),
+                ssh=spec.cluster.ssh,
+                store_uri=store_uri,
+                deadline=deadline,
+                nodes=tuple(node_id(n.role, n.index) for n in plan.nodes),
+            ),
+            view=RunView(
+                run_id,
+                "planned",
+                1,
+                [NodeView(node_name(run_id, n.role, n.index), n.role, n.index) for n in plan.nodes],
+                started,
+                plan.hourly_usd,
+            ),
+            started=started,
+            deadline=deadline,
+            cluster=ClusterDoc(),  # the run's cluster.json, made by provision()
         )
-        self.view = RunView(
-            self.run_id,
-            "planned",
-            1,
-            [
-                NodeView(node_name(self.run_id, n.role, n.index), n.role, n.index)
-                for n in plan.nodes
-            ],
-            self.started,
-            plan.hourly_usd,
-        )
-        self.job_end: float | None = None
+        self.reader: RunReader | None = None  # the watch's, once it began
         self.resume_from = resume_from
         self._cost_at = 0.0
-        self._wheelhouse: WheelhousePlanner | None = None  # made at the first node's request
-        self.lease: Lease | None = None  # cloudtrain/state/lease.py: held from the bucket on
-        self._keeper: LeaseKeeper | None = None
-        self.owner = f"run:{socket.gethostname()}:{os.getpid()}"
         self.spare = ""  # the controller node's own name, when it is this process's host
         self.extra_hourly_usd = 0.0  # the controller node's $/h (budget margin)
-        self.journal: Journal | None = None  # the run's journal in its bucket, once it exists
         # the trace (jobs/trace.py): its first phase began with this process
-        self.trace = RunTrace(ledger, self.run_id)
+        self.trace = RunTrace(ledger, run_id)
         self.trace.phases.next(tr.STARTUP, at=self.trace.start)
+        # the parts, each with what it needs (their docstrings say what they change)
+        owner = f"run:{socket.gethostname()}:{os.getpid()}"
+        self.lease_holder = LeaseHolder(self.state, ledger, self.observer, run_id, owner)
+        self.provisioner = Provisioner(
+            self.state,
+            spec,
+            ledger,
+            self.observer,
+            self.options,
+            run_id,
+            self.trace,
+            self.lease_holder,
+            resume_from,
+        )
+        self.failover = Failover(
+            self.state,
+            spec,
+            ledger,
+            self.observer,
+            run_id,
+            places,
+            self.provisioner,
+            self.lease_holder,
+            resume_from,
+            self._over_budget,
+        )
+        self.recovery = Recovery(
+            self.state, spec, ledger, self.observer, self.options, run_id, self.provisioner
+        )
+
+    # --- what callers ask of the parts -----------------------------------------------------
+    def provision(self) -> None:
+        """Bucket, bundle, cluster.json, network, then every node at once, in the plan's place
+        or, where it cannot hold them, the next one (`Failover.land`). Blocks until the create
+        calls return (not until the nodes boot)."""
+        self.provisioner.open_store()
+        self.failover.land()
+
+    def node_request(self, node: NodePlan) -> NodeRequest:
+        """The create request of `node` (Provisioner.node_request). Blocks (presigning)."""
+        return self.provisioner.node_request(node)
+
+    def take_lease(self, lease: Lease) -> None:
+        """Act only while `lease` (held) holds (LeaseHolder.take_lease). Idempotent per lease."""
+        self.lease_holder.take_lease(lease)
+
+    def watch_yield(self, key: str) -> None:
+        """Hand the lease back once `key` exists in the bucket (LeaseHolder.watch_yield)."""
+        self.lease_holder.watch_yield(key)
+
+    def hand_over(self, successor: str = "", ttl_s: float | None = None) -> None:
+        """Stop renewing and hand the lease over (LeaseHolder.hand_over)."""
+        self.lease_holder.hand_over(successor, ttl_s)
+
+    def close_journal(self) -> None:
+        """Write what the journal still holds (LeaseHolder.close_journal). Blocks, bounded."""
+        self.lease_holder.close_journal()
 
     # --- the whole run ---------------------------------------------------------------------
     def run(self) -> RunResult:
@@ -287,7 +364,7 @@ class Orchestrator(LeaseHolder, Provisioning, Failover, Recovery):
 
     def _fenced_result(self, outcome: Outcome, detail: str, why: str) -> RunResult:
         """The result of a run whose lease this process lost (see LeaseHolder.stop_acting)."""
-        outcome, detail = self.stop_acting(outcome, detail, why)
+        outcome, detail = self.lease_holder.stop_acting(outcome, detail, why)
         self.trace.close()
         return self._result(outcome, detail)
 
@@ -334,28 +411,8 @@ class Orchestrator(LeaseHolder, Provisioning, Failover, Recovery):
         return self._result(Outcome.DETACHED, "")
 
     def _result(self, outcome: Outcome, detail: str) -> RunResult:
-        model = protocol.model_prefix(self.run_id)
-        checkpoints = protocol.checkpoints_prefix(self.run_id)
-        uri = {key: self.store.uri.rstrip("/") + "/" + key for key in (model, checkpoints)}
-        outputs = {key for key in (model, checkpoints) if self.store.list(key)}
-        now = time.time()
-        bills = self.ledger.node_bills(self.run_id, self.job_end, now)
-        by_node = {name: cost for name, (cost, _) in bills.items()}
-        idle = {name: s for name, (_, s) in bills.items() if s is not None}
-        return RunResult(
-            run_id=self.run_id,
-            outcome=outcome,
-            detail=detail,
-            model_uri=uri[model] if model in outputs else "",
-            checkpoints_uri=uri[checkpoints] if checkpoints in outputs else "",
-            wall_s=now - self.started,
-            cost_usd=sum(by_node.values()),
-            cost_by_node=by_node,
-            attempts=self.attempt,
-            billed_idle_s=idle,
-            throughput=self.view.throughput,
-            route=self.route.text() if self.route else "",
-        )
+        route = self.failover.route
+        return run_result(self.state, self.ledger, self.run_id, outcome, detail, route)
 
     def _set_phase(self, phase: str) -> None:
         self.view.phase = phase
@@ -377,16 +434,16 @@ class Orchestrator(LeaseHolder, Provisioning, Failover, Recovery):
         chief = self._chief_name()
         snap = reader.snapshot
         while True:
-            self._check_lease()
+            self.lease_holder.check()
             now = time.time()
             gone: list[str] = []
             if now - last_list >= opts.list_nodes_s:
                 last_list = now
                 # the cloud first, then the bucket: a report a node wrote before it vanished
                 # is read in the same round as its vanishing (runrules.judge_attempt, rule 1)
-                gone = self._lost_nodes(snap, attempt_started)
+                gone = self.recovery.lost_nodes(snap, attempt_started)
             snap = reader.poll()
-            self._check_bootstrap(snap)
+            self.recovery.check_bootstrap(snap)
             self._refresh_view(snap)
             self._show_lines(snap)  # after the statuses: the end is judged first
             if snap.stop_requested:  # only `cloudtrain down` writes it while a run is watched
@@ -404,23 +461,23 @@ class Orchestrator(LeaseHolder, Provisioning, Failover, Recovery):
             reports = read_reports(snap, self.attempt)
             if reports.failed and failed_since is None:
                 failed_since = now
-            noticed = self._noticed(snap)
+            noticed = self.recovery.noticed(snap)
             verdict = judge_attempt(
                 set(gone),
                 reports.reported_lost | set(noticed),
                 set(reports.failed),
                 failed_since,
-                self._heard(snap),
+                self.recovery.heard(snap),
                 time.time(),
                 opts.failure_grace_s,
             )
             if verdict.action == "restart":
-                self._restart(verdict, sorted(set(gone) | set(noticed)))
+                self.recovery.restart(verdict, sorted(set(gone) | set(noticed)))
                 self.trace.phase(tr.WATCH, self.attempt)
                 attempt_started, failed_since = time.time(), None
                 continue
             if verdict.action == "failed":
-                self._after_failure([reports.failed[n] for n in verdict.failed])
+                self.recovery.after_failure([reports.failed[n] for n in verdict.failed])
                 self.trace.phase(tr.WATCH, self.attempt)
                 attempt_started, failed_since = time.time(), None
                 continue
@@ -528,7 +585,7 @@ class Orchestrator(LeaseHolder, Provisioning, Failover, Recovery):
         # the watch's reader, where its cursors are: a new one would print every line again
         nodes = [node_id(nv.role, nv.index) for nv in self.view.nodes]
         reader = self.reader or RunReader(self.store, self.run_id, nodes=nodes)
-        listed = self._list_nodes()
+        listed = self.provisioner.list_nodes()
         live = {node_id(n.role, n.index) for n in listed if n.alive and n.role != "controller"}
         end = time.time() + self.options.stop_grace_s
         waiter = self._waiter()

@@ -1,12 +1,12 @@
 """Provisioning a run (the orchestrator's part before the watch): the bucket, the lease, the
 bundle's upload, cluster.json, the network, then every node at once, in one zone, each in the
-ledger before its create call. A mixin of `Orchestrator` (cloudtrain/run/orchestrator.py), whose
-attributes it uses."""
+ledger before its create call. `Provisioner` is a part the Orchestrator
+(cloudtrain/run/orchestrator.py) holds; its inputs are stated in its constructor."""
 
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from cloudtrain import __version__
 from cloudtrain.core.crashpoints import crash_point
@@ -18,96 +18,99 @@ from cloudtrain.providers.base import Node, NodeRequest, Resource, node_name
 from cloudtrain.run.resume import copy_checkpoints
 from cloudtrain.run.startup import StartupParams, render_startup
 from cloudtrain.run.wheelhouse import WheelhousePlanner
-from cloudtrain.state import launch_doc, run_key
-from cloudtrain.state.lease import Lease
+from cloudtrain.state import launch_doc
 
 if TYPE_CHECKING:
+    from cloudtrain.insight.run_trace import RunTrace
     from cloudtrain.plan.planner import NodePlan
+    from cloudtrain.run.lease_holder import LeaseHolder
+    from cloudtrain.run.resume import ResumeSource
+    from cloudtrain.run.run_state import RunState
+    from cloudtrain.run.view import Observer
+    from cloudtrain.spec.job import JobSpec
+    from cloudtrain.spec.run_options import RunOptions
+    from cloudtrain.state.ledger import Ledger
 
 PRESIGN_TTL_S = 3600
 CONTROLLER_GRACE_S = 900  # the controller node's deadline is the run's plus its teardown
 CONTROLLER_DISK_GB = 30  # the controller node's: Azure's smallest OS disk of the images is 30 GB
 
 
-class Provisioning:
-    """Provision a run: `provision()`, and the node creates a new attempt reuses
-    (`create_nodes`, `node_request`). Uses the orchestrator's attributes."""
+class Provisioner:
+    """Provision a run (`open_store`, `place_nodes`), and the node creates a new attempt reuses
+    (`create_nodes`, `node_request`, `write_cluster`).
 
-    # the orchestrator's, typed loosely here (see Orchestrator.__init__)
-    spec: Any
-    plan: Any
-    provider: Any
-    ledger: Any
-    observer: Any
-    options: Any
-    store: Any
-    run_id: str
-    attempt: int
-    zone: str | None
-    info: Any
-    bundle: Any
-    cluster: ClusterDoc
-    deadline: float
-    lease: Any
-    owner: str
-    trace: Any
-    resume_from: Any
-    _wheelhouse: WheelhousePlanner | None
+    Inputs: the run's shared `state`, its `spec`, `ledger`, `observer`, `options`, `run_id`,
+    `trace`, the `lease_holder` (a new run's lease is taken in `open_store`) and `resume_from`
+    (whose checkpoints a new run copies). It changes `state.zone`, `state.info` (the zone the
+    nodes are made in) and `state.cluster`; its wheelhouse planner is its own (`new_place`
+    forgets it)."""
 
-    def provision(self) -> None:
-        """Bucket, bundle, cluster.json, network, then every node at once, in the plan's place
-        or, where it cannot hold them, the next one (`Failover.land`). Blocks until the create
-        calls return (not until the nodes boot)."""
-        self.open_store()
-        self.land()  # type: ignore[attr-defined]
+    def __init__(
+        self,
+        state: RunState,
+        spec: JobSpec,
+        ledger: Ledger,
+        observer: Observer,
+        options: RunOptions,
+        run_id: str,
+        trace: RunTrace,
+        lease_holder: LeaseHolder,
+        resume_from: ResumeSource | None = None,
+    ) -> None:
+        self.state, self.spec, self.ledger, self.observer = state, spec, ledger, observer
+        self.options, self.run_id, self.trace = options, run_id, trace
+        self.lease_holder, self.resume_from = lease_holder, resume_from
+        self._wheelhouse: WheelhousePlanner | None = None  # made at the first node's request
+
+    def new_place(self) -> None:
+        """The run moved to another place (a failover): the next node's request plans its
+        wheelhouse anew. Pure."""
+        self._wheelhouse = None
 
     def open_store(self) -> None:
         """The run's bucket, its lease and journal (a new run's), the bundle, cluster.json and
         the launch document. Idempotent; blocks."""
+        st = self.state
         self.trace.phase(tr.BUCKET)
-        self.observer.event(f"bucket {self.store.uri}")
-        self.store.ensure_bucket()
-        if self.lease is None:  # a new run: nobody else can hold it; term 1
-            # the run's key first (cloudtrain/state/run_key.py): every lease write is signed with it
-            key = run_key.writer_key(self.ledger, self.store, self.run_id)
-            lease = Lease(self.store, self.run_id, self.owner, key=key)
-            lease.acquire()
-            self.take_lease(lease)
-            self._start_journal()
-        assert self.bundle is not None
+        self.observer.event(f"bucket {st.store.uri}")
+        st.store.ensure_bucket()
+        if self.lease_holder.lease is None:  # a new run: nobody else can hold it; term 1
+            self.lease_holder.take_new_lease()
+        assert st.bundle is not None
         self.trace.phase(tr.PROVISION)
-        key = protocol.bundle_key(self.run_id, self.bundle.sha256)
-        if not self.store.list(key):
-            self.store.put_file(key, str(self.bundle.path))
-        left = self.bundle.left_out
+        key = protocol.bundle_key(self.run_id, st.bundle.sha256)
+        if not st.store.list(key):
+            st.store.put_file(key, str(st.bundle.path))
+        left = st.bundle.left_out
         self.observer.event(
-            f"bundle {self.bundle.sha256[:12]} ({self.bundle.files} files, "
-            f"{self.bundle.size / 1024:.0f} KiB"
+            f"bundle {st.bundle.sha256[:12]} ({st.bundle.files} files, "
+            f"{st.bundle.size / 1024:.0f} KiB"
             + (f"; left out, cloudtrain's own: {', '.join(left)}" if left else "")
             + ")"
         )
         if self.resume_from is not None:
             src = self.resume_from
-            same = src.store_uri == self.store_uri
-            source = self.store if same else self.provider.store(src.store_uri)
-            copied = copy_checkpoints(source, src.run_id, self.store, self.run_id)
+            same = src.store_uri == st.store_uri
+            source = st.store if same else st.provider.store(src.store_uri)
+            copied = copy_checkpoints(source, src.run_id, st.store, self.run_id)
             self.ledger.event(self.run_id, "resume", f"from {src.run_id}: {copied} files")
             self.observer.event(f"resuming {src.run_id}: copied {copied} checkpoint files")
         crash_point("bundle")
-        self.cluster = self._cluster_doc()
-        self._write_cluster()
+        st.cluster = self._cluster_doc()
+        self.write_cluster()
         # what another controller needs to adopt the run: `cloudtrain attach` takes an attached
         # run over after a closed lid or a crash (issue 29); `run --detach` rewrites it with its
         # controller node's name
         launch_doc.write(
-            self.store,
+            st.store,
             launch_doc.LaunchDoc.of(
                 self.spec,
                 self.run_id,
                 self.options,
-                self.started,
-                self.bundle.sha256,
-                self.store.uri,
+                st.started,
+                st.bundle.sha256,
+                st.store.uri,
             ),
             key=self.ledger.run_key(self.run_id),
         )
@@ -117,11 +120,11 @@ class Provisioning:
         """The network, then every node at once in one zone of the plan's region, each in the
         ledger before its create call. Raises NoCapacityError (every zone full) or QuotaError
         with what was made left in place. Blocks."""
-        compute = self.provider.compute
-        for res in compute.planned_network(self.info):
+        compute = self.state.provider.compute
+        for res in compute.planned_network(self.state.info):
             self.ledger.record_intent(res)
         crash_point("network-ledger")
-        network = compute.ensure_network(self.info)
+        network = compute.ensure_network(self.state.info)
         crash_point("network")
         for res in network:
             self.ledger.mark_created(self.run_id, res.kind, res.id, res.cloud_id)
@@ -132,15 +135,16 @@ class Provisioning:
         """Create every node, all in one zone: the planned one, then the region's other zones
         while a zone has no capacity (the nodes made in a full zone are deleted first); a zone
         the spec pins is never left. Raises NoCapacityError naming every zone tried."""
-        zones = [] if self.spec.zone else self.provider.compute.zones()
-        candidates = [self.zone, *(z for z in zones if z != self.zone)]
+        st = self.state
+        zones = [] if self.spec.zone else st.provider.compute.zones()
+        candidates = [st.zone, *(z for z in zones if z != st.zone)]
         tried: list[str] = []
         for zone in candidates:
-            self.zone = zone
-            self.info = dataclasses.replace(self.info, zone=zone)
+            st.zone = zone
+            st.info = dataclasses.replace(st.info, zone=zone)
             where = f"zone {zone}" if zone else "no zone"
             try:
-                self.create_nodes(list(self.plan.nodes))
+                self.create_nodes(list(st.plan.nodes))
                 if tried:
                     landed = f"landed in {where} after trying {', '.join(tried)}"
                     self.ledger.event(self.run_id, "zone", landed)
@@ -151,20 +155,20 @@ class Provisioning:
                 if len(tried) < len(candidates):
                     self.observer.event("deleting the nodes made there; trying the next zone")
                     self._delete_nodes()
-        types = sorted({n.instance_type for n in self.plan.nodes})
+        types = sorted({n.instance_type for n in st.plan.nodes})
         raise NoCapacityError(
-            f"no capacity for {', '.join(types)} in {self.plan.region}: tried {', '.join(tried)}",
+            f"no capacity for {', '.join(types)} in {st.plan.region}: tried {', '.join(tried)}",
             hint="try another region, another accelerator, or spot: false",
         )
 
-    def _list_nodes(self) -> list[Node]:
+    def list_nodes(self) -> list[Node]:
         """The run's nodes from the cloud (the provider retries the call). Blocks."""
-        return self.provider.compute.list_nodes(self.run_id)
+        return self.state.provider.compute.list_nodes(self.run_id)
 
     def _delete_nodes(self) -> None:
         """Delete every node of the run (not its network) and mark them in the ledger."""
-        compute = self.provider.compute
-        listed = self._list_nodes()
+        compute = self.state.provider.compute
+        listed = self.list_nodes()
         compute.delete_listed(listed)
         for rec in self.ledger.resources(self.run_id, live_only=True):
             if rec.kind == "node":
@@ -176,10 +180,10 @@ class Provisioning:
         return ClusterDoc(
             run_id=self.run_id,
             strategy=spec.cluster.strategy,
-            roles=self.plan.roles(),
+            roles=self.state.plan.roles(),
             port=spec.cluster.port,
-            attempt=self.attempt,
-            deadline=self.deadline,
+            attempt=self.state.attempt,
+            deadline=self.state.deadline,
             entrypoint=spec.entrypoint,
             setup=spec.setup or "",
             env=spec.env_values(),  # secrets included: the cluster document is their only channel
@@ -190,13 +194,16 @@ class Provisioning:
             linger_s=opts.linger_s,
         )
 
-    def _write_cluster(self) -> None:
+    def write_cluster(self) -> None:
         """Write the cluster document for the current attempt (agents follow it). Blocks."""
-        self.cluster = dataclasses.replace(self.cluster, attempt=self.attempt)
-        self.store.put(protocol.cluster_key(self.run_id), self.cluster.to_json())
+        self.state.cluster = dataclasses.replace(self.state.cluster, attempt=self.state.attempt)
+        self.state.store.put(protocol.cluster_key(self.run_id), self.state.cluster.to_json())
 
     def node_request(self, node: NodePlan) -> NodeRequest:
-        assert self.bundle is not None
+        """The create request of `node`: its startup script (presigned bundle and log URLs,
+        the wheelhouse where the image is bare). Blocks (presigning; a wheelhouse listing)."""
+        st = self.state
+        assert st.bundle is not None
         name = node_name(self.run_id, node.role, node.index)
         controller = node.role == "controller"  # the controller node: CPU, the cloud's image
         skeleton = NodeRequest(
@@ -205,7 +212,7 @@ class Provisioning:
             index=node.index,
             instance_type=node.instance_type,
             startup_script="",
-            zone=self.zone,
+            zone=st.zone,
             spot=node.spot,
             image=None if controller else self.spec.cluster.image,
             disk_gb=CONTROLLER_DISK_GB if controller else self.spec.cluster.disk_gb,
@@ -217,27 +224,27 @@ class Provisioning:
             role=node.role,
             index=node.index,
             node_name=name,
-            store_uri=self.store.uri,
-            bundle_url=self.store.presign_get(
-                protocol.bundle_key(self.run_id, self.bundle.sha256), PRESIGN_TTL_S
+            store_uri=st.store.uri,
+            bundle_url=st.store.presign_get(
+                protocol.bundle_key(self.run_id, st.bundle.sha256), PRESIGN_TTL_S
             ),
-            bundle_sha256=self.bundle.sha256,
-            log_put_url=self.store.presign_put(
+            bundle_sha256=st.bundle.sha256,
+            log_put_url=st.store.presign_put(
                 protocol.bootstrap_log_key(self.run_id, node_id(node.role, node.index)),
                 PRESIGN_TTL_S,
             ),
             version=__version__,
             # the controller node outlives the nodes by the teardown: its dead-man switch too
-            deadline_epoch=int(self.deadline + (CONTROLLER_GRACE_S if controller else 0)),
+            deadline_epoch=int(st.deadline + (CONTROLLER_GRACE_S if controller else 0)),
             gpu_count=node.accelerator_count,
-            pip_extra=self.provider.name,
+            pip_extra=st.provider.name,
             require_horovod=not controller and self.spec.cluster.strategy == "horovod",
         )
-        blocks = self.provider.compute.startup_blocks(self.info, skeleton)
+        blocks = st.provider.compute.startup_blocks(st.info, skeleton)
         # a bare image's stack: from the bucket's wheelhouse if any (not the controller's)
         if blocks.install_stack and not controller:
             if self._wheelhouse is None:
-                self._wheelhouse = WheelhousePlanner(self.store, self.provider.name, PRESIGN_TTL_S)
+                self._wheelhouse = WheelhousePlanner(st.store, st.provider.name, PRESIGN_TTL_S)
             offer = self._wheelhouse.offer_for(skeleton)
             params = dataclasses.replace(params, wheelhouse=offer)
         script = render_startup(params, blocks)
@@ -250,18 +257,20 @@ class Provisioning:
         prices = {node_name(self.run_id, n.role, n.index): n.price_hourly for n in nodes}
         for req in requests:
             self.ledger.record_intent(
-                Resource(self.provider.name, "node", req.name, self.plan.region, self.run_id),
+                Resource(
+                    self.state.provider.name, "node", req.name, self.state.plan.region, self.run_id
+                ),
                 prices[req.name],
             )
         self.observer.event(f"creating {len(requests)} node(s)")
         crash_point("nodes-ledger")
         try:
-            created = self.provider.compute.create_nodes(
-                self.info, requests, on_created=self._traced_create
+            created = self.state.provider.compute.create_nodes(
+                self.state.info, requests, on_created=self._traced_create
             )
         except CloudtrainError as exc:
             # some nodes may exist: the cloud says which, so the ledger matches it
-            live = self._list_nodes()
+            live = self.list_nodes()
             self._mark_created([n for n in live if n.name in {r.name for r in requests}])
             if isinstance(exc, NoCapacityError) and exc.hint is None:
                 exc.hint = "try another region or zone, another accelerator, or spot: false"

@@ -14,22 +14,19 @@ from cloudtrain.state.failures import NodeFailure
 
 
 class _Recovery(Recovery):
-    """The mixin with just the state `_after_failure` reads; a new attempt is recorded."""
+    """The part with just the inputs `after_failure` reads; a new attempt is recorded."""
 
     def __init__(self, allowed: int) -> None:
         self.events: list[str] = []
-        self.spec = SimpleNamespace(max_restarts_on_errors=allowed, secret_values=lambda: [])
-        self.observer = SimpleNamespace(event=self.events.append)
-        self.run_id, self.error_retries, self.attempt, self.job_end = "job-abc123", 0, 1, None
+        state = SimpleNamespace(attempt=1, job_end=None, plan=SimpleNamespace(nodes=[]))
+        spec = SimpleNamespace(max_restarts_on_errors=allowed, secret_values=lambda: [])
+        observer = SimpleNamespace(event=self.events.append)
+        provisioner = SimpleNamespace(list_nodes=lambda: [])
+        super().__init__(state, spec, None, observer, None, "job-abc123", provisioner)  # type: ignore[arg-type]
         self.retried: list[str] = []
-
-    def _list_nodes(self):  # type: ignore[no-untyped-def]
-        return []
 
     def _next_attempt(self, why: str, what: str, dead: list[str], detail: str) -> None:
         self.retried.append(what)
-
-    plan = SimpleNamespace(nodes=[])
 
 
 def test_a_firewall_failure_ends_the_run_although_retries_remain() -> None:
@@ -37,7 +34,7 @@ def test_a_firewall_failure_ends_the_run_although_retries_remain() -> None:
     reason = f"rendezvous: worker-0 at 10.213.7.3:2222 never answered in 30 s: {HINT}"
     silent = NodeFailure("chief-0", reason)
     with pytest.raises(Stop) as stop:
-        rec._after_failure([silent])
+        rec.after_failure([silent])
     assert stop.value.outcome is Outcome.FAILED
     assert "a peer that never answered is not retried" in stop.value.detail
     assert rec.retried == [] and rec.error_retries == 0
@@ -45,5 +42,5 @@ def test_a_firewall_failure_ends_the_run_although_retries_remain() -> None:
 
 def test_another_failure_is_retried_while_retries_remain() -> None:
     rec = _Recovery(allowed=2)
-    rec._after_failure([NodeFailure("worker-0", "exit code 1")])
+    rec.after_failure([NodeFailure("worker-0", "exit code 1")])
     assert rec.retried == ["worker-0"] and rec.error_retries == 1
