@@ -76,7 +76,7 @@ def plan(
     if as_json:
         _emit_json(the_plan.to_dict())
         return
-    from cloudtrain.cli.ui import plan_table
+    from cloudtrain.cli.plan_view import plan_table
 
     _console().print(plan_table(the_plan))
 
@@ -135,7 +135,8 @@ def _execute(
 ) -> None:
     """Show the plan, run it and summarise it (run and resume); exits with the outcome's code."""
     from cloudtrain import api
-    from cloudtrain.cli.ui import ConsoleObserver, plan_table, summary
+    from cloudtrain.cli.plan_view import plan_table
+    from cloudtrain.cli.ui import ConsoleObserver, summary
 
     console = _console()
     if not as_json:

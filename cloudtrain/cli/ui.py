@@ -1,4 +1,5 @@
-"""Everything the user sees: the plan table, the live node view, log lines and the summary.
+"""Everything the user sees of a run: the live node view, log lines and the summary (the plan
+table is `cloudtrain.cli.plan_view`'s).
 
 On a terminal the run is a rich Live view (nodes, states, epoch, what a node's agent is busy with
 and its last line, elapsed, cost) with log lines scrolling above it. Elsewhere (CI, pipes) the same
@@ -25,6 +26,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from cloudtrain.cli.plan_view import plan_table as plan_table  # `run` prints it too
 from cloudtrain.core.node_text import figure, finite, fmt_duration, shown, shown_lines, whole
 from cloudtrain.core.paths import runs_dir
 from cloudtrain.insight.throughput import fmt_rate, sparkline
@@ -32,7 +34,6 @@ from cloudtrain.insight.trace_view import time_line
 
 if TYPE_CHECKING:
     from cloudtrain.insight.throughput import NodeRate, Throughput
-    from cloudtrain.plan.planner import Plan
     from cloudtrain.run.view import RunResult, RunView
 
 _NATIVE_LOG = re.compile(r"^(?:[IWE]\d{4} |WARNING: All log messages before absl)")
@@ -49,43 +50,6 @@ _STATE_STYLE = {
     "stopped": "yellow",
     "rendezvous": "magenta",
 }
-
-
-def plan_table(plan: Plan) -> Group:
-    """The plan as a table plus totals, alternatives and notes."""
-    table = Table(title=f"plan for {plan.run_name} on {plan.provider}", title_justify="left")
-    for col in ("role", "nodes", "instance", "accelerator", "spot", "zone", "$/h each"):
-        table.add_column(col, justify="right" if col in ("nodes", "$/h each") else "left")
-    for role, count in plan.roles().items():
-        node = next(n for n in plan.nodes if n.role == role)
-        accel = f"{node.accelerator}x{node.accelerator_count}" if node.accelerator else "-"
-        table.add_row(
-            role,
-            str(count),
-            node.instance_type,
-            accel,
-            "yes" if node.spot else "no",
-            node.zone or plan.region,
-            f"{node.price_hourly:.4f}",
-        )
-    lines: list[Any] = [table]
-    budget = f" (budget ${plan.max_cost_usd:.2f})" if plan.max_cost_usd is not None else ""
-    lines.append(
-        Text(
-            f"strategy {plan.strategy}, {plan.node_count} node(s) in {plan.region}: "
-            f"${plan.hourly_usd:.4f}/h, at most ${plan.estimate_usd:.2f} "
-            f"for max_hours {plan.max_hours:g}{budget}"
-        )
-    )
-    for alt in plan.alternatives:
-        lines.append(Text(f"  alternative: {alt.description}: ${alt.hourly_usd:.4f}/h", "dim"))
-    for opt in plan.provider_options:
-        value = "-" if opt.value is None else str(opt.value)
-        where = f" ({opt.where})" if opt.where else ""
-        lines.append(Text(f"  {plan.provider}.{opt.name}: {value}  [{opt.source}{where}]", "dim"))
-    for note in plan.notes:
-        lines.append(Text(f"  note: {note}", "yellow"))
-    return Group(*lines)
 
 
 def node_table(view: RunView) -> Group:
