@@ -1,7 +1,7 @@
-"""`cloudtrain --help` and `plan` stay light (issue 31): click's plain help, not typer's rich panels, whose
-formatting imports rich's markdown and syntax modules (markdown-it, pygments) at help time, 40%
-of the command's time; `plan` loads none of the live view. benchmarks/help_time.py and
-plan_time.py measure the times themselves."""
+"""`cloudtrain --help` and `plan` stay light (issue 31): click's plain help, not typer's rich
+panels, whose formatting imports rich's markdown and syntax modules (markdown-it, pygments) at
+help time, 40% of the command's time; `plan` loads none of the live view.
+benchmarks/help_time.py and plan_time.py measure the times themselves."""
 
 from __future__ import annotations
 
