@@ -15,18 +15,18 @@ returns a probe's secrets (the IMDSv2 token).
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable
 
+from cloudtrain.core import env
 from cloudtrain.core.errors import UsageError
 from cloudtrain.providers.metadata import MetadataHttp, Notice, Probe, Unreachable
 from cloudtrain.providers.registry import info, info_for_uri, load, names
 
 log = logging.getLogger(__name__)
 
-METADATA_URL_ENV = "CLOUDTRAIN_METADATA_URL"  # test-only: the fake metadata service
+METADATA_URL_ENV = env.METADATA_URL.name  # test-only: the fake metadata service
 
 __all__ = ["METADATA_URL_ENV", "Notice", "PreemptionWatcher", "cloud_of_store", "watched_clouds"]
 
@@ -91,7 +91,7 @@ class PreemptionWatcher:
         self._probe = _probe(cloud, vm_name, clock) if cloud is not None else None
         self.cloud, self.vm_name = cloud, vm_name
         default = self._probe.base_url if self._probe is not None else ""
-        self.base_url = (base_url or os.environ.get(METADATA_URL_ENV) or default).rstrip("/")
+        self.base_url = (base_url or env.METADATA_URL.raw() or default).rstrip("/")
         self.interval_s, self.timeout_s, self.give_up_after = interval_s, timeout_s, give_up_after
         self._clock = clock
         self._enabled = cloud is not None

@@ -21,13 +21,14 @@ Standard library only (this runs on the nodes, Python 3.10+).
 from __future__ import annotations
 
 import contextlib
-import os
 import socket
 import struct
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+
+from cloudtrain.core.env import NODE_HOST
 
 __all__ = [
     "HINT",
@@ -41,7 +42,7 @@ __all__ = [
     "unreachable_reason",
 ]
 
-HOST_ENV = "CLOUDTRAIN_NODE_HOST"
+HOST_ENV = NODE_HOST.name
 # Any address off this machine's own networks: a UDP socket's connect() only asks the kernel for
 # the route and the source address it would use (UDP sends nothing until a datagram is written).
 DEFAULT_ROUTE_PROBE = "8.8.8.8"
@@ -126,8 +127,7 @@ def discover_host(
     route to the first of `route_to` that has one (the default route's interface); else the
     first non-loopback interface address; else the hostname's address; loopback only when
     nothing else exists. Sends no packet; never raises; pure apart from reading the machine."""
-    env = os.environ if environ is None else environ
-    given = env.get(HOST_ENV, "").strip()
+    given = NODE_HOST.text(environ)
     if given:
         return given
     for target in route_to:

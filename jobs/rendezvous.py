@@ -4,11 +4,11 @@ training starts (`jobs/reachability.py`). Standard library only (node-side: Pyth
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 from typing import Any
 
+from cloudtrain.core import env
 from cloudtrain.jobs import horovod, reachability
 from cloudtrain.jobs import protocol as proto
 from cloudtrain.jobs import trace as tr
@@ -36,7 +36,7 @@ class Rendezvous:
         the default route leaves by, never a loopback while another exists (jobs/reachability.py);
         $CLOUDTRAIN_NODE_PORT or the job's port (on a cloud every node uses the job's port)."""
         host = reachability.discover_host()
-        port = os.environ.get("CLOUDTRAIN_NODE_PORT") or str(self.cluster.port)
+        port = env.NODE_PORT.raw() or str(self.cluster.port)
         return f"{host}:{port}"
 
     def check_peers(self, cluster: dict[str, list[str]]) -> None:

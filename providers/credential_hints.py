@@ -14,6 +14,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from cloudtrain.core import env as variables
 from cloudtrain.providers.info import ProviderInfo
 
 
@@ -24,10 +25,18 @@ def visible(
     Reads only the environment and the file system; never a secret's value. Pure otherwise."""
     env = os.environ if environ is None else environ
     for name in info.credential_env:
-        if env.get(name, "").strip():
+        if _value(name, env):
             return f"${name}"
     folder = home if home is not None else Path(env.get("HOME") or Path.home())
     for rel in info.credential_files:
         if (folder / rel).is_file():
             return f"~/{rel}"
     return None
+
+
+def _value(name: str, env: Mapping[str, str]) -> str:
+    """`name`'s value in `env`, stripped ("" when unset): one of cloudtrain's own variables
+    through its declaration (cloudtrain/core/env.py). Pure."""
+    if name.startswith(variables.PREFIX):
+        return variables.by_name(name).text(env)
+    return env.get(name, "").strip()

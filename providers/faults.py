@@ -13,7 +13,6 @@ Preemption is checked lazily in `list_nodes` (deterministic; no background threa
 from __future__ import annotations
 
 import json
-import os
 import random
 import threading
 import time
@@ -22,6 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
+from cloudtrain.core import env
 from cloudtrain.core.errors import NoCapacityError, TransientError, UsageError
 from cloudtrain.providers.base import (
     Compute,
@@ -38,7 +38,7 @@ from cloudtrain.providers.base import (
     bound,
 )
 
-FAULTS_ENV = "CLOUDTRAIN_FAULTS"
+FAULTS_ENV = env.FAULTS.name
 THROTTLED = "throttled (injected)"
 _PER_KEY = ("capacity_errors", "preempt_after_s", "slow_create_s", "throttled_creates")
 
@@ -103,7 +103,7 @@ class FaultPlan:
         cls, var: str = FAULTS_ENV, environ: Mapping[str, str] | None = None
     ) -> FaultPlan | None:
         """The plan in `$CLOUDTRAIN_FAULTS` (JSON), or None when unset/empty. Raises UsageError."""
-        raw = (os.environ if environ is None else environ).get(var, "").strip()
+        raw = env.by_name(var).text(environ)
         if not raw:
             return None
         try:

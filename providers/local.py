@@ -26,6 +26,7 @@ import threading
 import time
 from pathlib import Path
 
+from cloudtrain.core.env import NODE_HOST, NODE_NAME, NODE_PORT
 from cloudtrain.core.errors import ProviderError
 from cloudtrain.core.paths import cloudtrain_home
 from cloudtrain.core.procid import environ_has, same_process, start_stamp
@@ -247,11 +248,8 @@ class LocalCompute(Compute):
             script.chmod(0o700)
             port = int(meta["port"]) if meta and meta.get("port") else _free_port()  # type: ignore[call-overload]
             env = dict(os.environ)
-            env.update(
-                CLOUDTRAIN_NODE_HOST="127.0.0.1",
-                CLOUDTRAIN_NODE_PORT=str(port),
-                CLOUDTRAIN_NODE_NAME=request.name,
-            )
+            env.update({NODE_HOST.name: "127.0.0.1", NODE_PORT.name: str(port)})
+            env[NODE_NAME.name] = request.name
             env[WORK_ENV] = str(node_dir)
             token = secrets.token_hex(8)  # new with each node made: its processes' marker
             env[NODE_ENV] = node_marker(node_dir, token)

@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from cloudtrain.core.env import LOCAL_NODE, LOCAL_PORTS
 from cloudtrain.core.errors import UsageError
 
 # how often a kill looks whether the session is empty: an idle agent ends ~40 ms after SIGTERM,
@@ -34,10 +35,10 @@ EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 LOW_PORT = 20000  # node ports are drawn from here up to the kernel's ephemeral range
 # "LO-HI": the slice of ports this process draws node ports from, so that local runs side by side
 # (the test suite's workers) never draw the same port between its choice and TensorFlow's bind
-PORTS_ENV = "CLOUDTRAIN_LOCAL_PORTS"
+PORTS_ENV = LOCAL_PORTS.name
 # `<run>/<node>/<token>` in the environment of every process a node starts (the token is new
 # with each node made): how a process that left the node's session is still found
-NODE_ENV = "CLOUDTRAIN_LOCAL_NODE"
+NODE_ENV = LOCAL_NODE.name
 # the node's own folder, in the environment of every process it starts: what makes a process
 # provably the node's (a pid read back from node.json proves nothing by itself)
 WORK_ENV = "CT_WORK"
@@ -70,7 +71,7 @@ def _port_range() -> tuple[int, int]:
     """The inclusive range node ports are drawn from: $CLOUDTRAIN_LOCAL_PORTS or LOW_PORT up to
     the kernel's ephemeral range (ip_local_port_range, 32768 by default). Raises UsageError
     naming the variable for a malformed value."""
-    raw = os.environ.get(PORTS_ENV)
+    raw = LOCAL_PORTS.raw()
     if raw is None:
         try:
             top = int(EPHEMERAL_RANGE.read_text().split()[0])

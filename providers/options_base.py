@@ -13,6 +13,7 @@ from typing import Annotated, Any, ClassVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
+from cloudtrain.core import env
 from cloudtrain.providers.access import cidr_problem
 
 
@@ -50,4 +51,4 @@ SshCidr = Annotated[
         examples=["203.0.113.7/32"],
     ),
 ]
-SSH_CIDR_ENV = "CLOUDTRAIN_SSH_CIDR"  # deprecated: use providers.<cloud>.ssh_cidr
+SSH_CIDR_ENV = env.SSH_CIDR.name  # deprecated: use providers.<cloud>.ssh_cidr

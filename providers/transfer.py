@@ -30,12 +30,13 @@ from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any, Optional, TypeVar
 
+from cloudtrain.core import env
 from cloudtrain.core.errors import PreconditionFailed, TransientError
 
 MiB = 1024 * 1024
 DEFAULT_PART_BYTES = 8 * MiB
-PART_BYTES_ENV = "CLOUDTRAIN_TRANSFER_PART_BYTES"
-STATE_DIR_ENV = "CLOUDTRAIN_TRANSFER_DIR"
+PART_BYTES_ENV = env.TRANSFER_PART_BYTES.name
+STATE_DIR_ENV = env.TRANSFER_DIR.name
 CONCURRENCY = 8  # parts in flight per transfer
 SIDECAR_SUFFIX = ".cloudtrain-part"
 COPY_CHUNK = 4 * MiB  # local copies report progress this often
@@ -53,7 +54,7 @@ def _ceil(a: int, b: int) -> int:
 def part_bytes(minimum: int = 1, align: int = 1) -> int:
     """The part size: $CLOUDTRAIN_TRANSFER_PART_BYTES or 8 MiB, at least `minimum`, rounded up
     to a multiple of `align`. Read at call time. Pure but for the environment."""
-    raw = os.environ.get(PART_BYTES_ENV, "").strip()
+    raw = env.TRANSFER_PART_BYTES.text()
     size = int(raw) if raw.isdigit() and int(raw) > 0 else DEFAULT_PART_BYTES
     size = max(size, minimum)
     return _ceil(size, align) * align
@@ -96,7 +97,7 @@ def is_sidecar(name: str) -> bool:
 
 def state_dir() -> Path:
     """The folder of resume state ($CLOUDTRAIN_TRANSFER_DIR or <tempdir>/cloudtrain-transfers)."""
-    raw = os.environ.get(STATE_DIR_ENV, "").strip()
+    raw = env.TRANSFER_DIR.text()
     return Path(raw) if raw else Path(tempfile.gettempdir()) / "cloudtrain-transfers"
 
 

@@ -21,10 +21,11 @@ from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
 
+from cloudtrain.core import env
 from cloudtrain.core.errors import CloudtrainError, PlanError
 from cloudtrain.core.paths import cloudtrain_home
 
-LOCAL_PRICE_ENV = "CLOUDTRAIN_LOCAL_PRICE_USD"
+LOCAL_PRICE_ENV = env.LOCAL_PRICE.name
 COLUMNS = (
     "provider",
     "instance_type",
@@ -329,7 +330,7 @@ def local_price_override() -> float | None:
 
     Raises PlanError when it is set but not a non-negative number.
     """
-    value = os.environ.get(LOCAL_PRICE_ENV, "").strip()
+    value = env.LOCAL_PRICE.text()
     if not value:
         return None
     try:

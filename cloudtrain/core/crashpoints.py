@@ -12,7 +12,9 @@ from __future__ import annotations
 import os
 import signal
 
-CRASH_ENV = "CLOUDTRAIN_CRASH_AT"
+from cloudtrain.core import env
+
+CRASH_ENV = env.CRASH_AT.name
 
 POINTS: dict[str, str] = {
     "ledger-row": "after the ledger row, before any cloud call",
@@ -45,5 +47,5 @@ def crash_point(name: str) -> None:
     """SIGKILL this process if `$CLOUDTRAIN_CRASH_AT` is `name`; otherwise return at once."""
     if name not in POINTS:
         raise ValueError(f"unknown crash point {name!r}")
-    if os.environ.get(CRASH_ENV) == name:
+    if env.CRASH_AT.raw() == name:
         os.kill(os.getpid(), signal.SIGKILL)

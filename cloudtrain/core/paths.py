@@ -5,16 +5,17 @@ Pure path arithmetic: nothing here creates a folder (callers that write make the
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-HOME_ENV = "CLOUDTRAIN_HOME"
+from cloudtrain.core import env
+
+HOME_ENV = env.HOME.name
 
 
 def cloudtrain_home() -> Path:
     """`$CLOUDTRAIN_HOME` (with `~` expanded), else `~/.cloudtrain`. Read on every call; pure."""
-    value = os.environ.get(HOME_ENV, "").strip()
-    return Path(value).expanduser() if value else Path.home() / ".cloudtrain"
+    home: Path | None = env.HOME.get()
+    return home if home is not None else Path.home() / ".cloudtrain"
 
 
 def runs_dir() -> Path:

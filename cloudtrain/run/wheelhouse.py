@@ -31,11 +31,11 @@ still checks the tag against its own, so a wrong value costs a fallback, never a
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 import threading
 from dataclasses import dataclass
 
+from cloudtrain.core import env
 from cloudtrain.core.errors import CloudtrainError, UsageError
 from cloudtrain.jobs.bucket_reads import WHEELHOUSE_MANIFEST_MAX_BYTES, Skips, get_bounded
 from cloudtrain.jobs.protocol_base import load_json
@@ -50,7 +50,7 @@ MANIFEST = "manifest.json"
 # `uname -m` against the offered tag, so a wrong guess costs a fallback, never a wrong wheel.
 IMAGE_MACHINE = "x86_64"
 SKIPS = Skips()  # the manifests this process could not read: one warning per key
-TAG_ENV = "CLOUDTRAIN_WHEELHOUSE_TAG"
+TAG_ENV = env.WHEELHOUSE_TAG.name
 TAG_RE = re.compile(r"^py\d+\.\d+-[A-Za-z0-9_]+-[0-9a-f]{12}$")
 
 
@@ -166,7 +166,7 @@ class WheelhousePlanner:
     def offer_for(self, request: NodeRequest) -> WheelhouseOffer | None:
         """The offer for one node, or None. Blocks (a manifest read per tag until one exists,
         one presign). Idempotent but for the publisher: a tag's first asker in this planner."""
-        forced = os.environ.get(TAG_ENV, "").strip()
+        forced = env.WHEELHOUSE_TAG.text()
         if forced:
             if not TAG_RE.match(forced):
                 raise UsageError(

@@ -6,9 +6,10 @@ environment's one knob, $CLOUDTRAIN_HEARTBEAT_TIMEOUT_S, is read by `env_overrid
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Any
+
+from cloudtrain.core import env
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,7 @@ class RunOptions:
         return cls(**base)
 
 
-HEARTBEAT_TIMEOUT_ENV = "CLOUDTRAIN_HEARTBEAT_TIMEOUT_S"
+HEARTBEAT_TIMEOUT_ENV = env.HEARTBEAT_TIMEOUT.name
 # at least five of the agent's beats (jobs/protocol.py: ClusterConfig.heartbeat_s = 2 s), so a
 # node that is only slow to write is never taken for lost
 MIN_HEARTBEAT_TIMEOUT_S = 10.0
@@ -65,9 +66,9 @@ MIN_HEARTBEAT_TIMEOUT_S = 10.0
 def env_overrides() -> dict[str, Any]:
     """The run knobs set in the environment: $CLOUDTRAIN_HEARTBEAT_TIMEOUT_S, the seconds a
     node the cloud still lists may go without a heartbeat before it counts as lost (a VM cut
-    off from the network; default 180, local 60). Reads os.environ only. Raises UsageError
+    off from the network; default 180, local 60). Reads the environment only. Raises UsageError
     when it is set but not a number of seconds >= MIN_HEARTBEAT_TIMEOUT_S."""
-    value = os.environ.get(HEARTBEAT_TIMEOUT_ENV, "").strip()
+    value = env.HEARTBEAT_TIMEOUT.text()
     if not value:
         return {}
     try:

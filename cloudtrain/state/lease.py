@@ -37,12 +37,12 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import threading
 import time
 import uuid
 from collections.abc import Callable
 
+from cloudtrain.core import env
 from cloudtrain.core.errors import (
     CloudtrainError,
     LeaseHeld,
@@ -59,18 +59,17 @@ DEFAULT_TTL_S = 30.0
 # the owner `cloudtrain down` takes the lease as (cloudtrain/api/tear_down.py): a run it took is
 # being stopped and torn down by it, whatever the order its holder sees the stop and the loss in
 DOWN_OWNER_PREFIX = "down:"
-TTL_ENV = "CLOUDTRAIN_LEASE_TTL_S"
+TTL_ENV = env.LEASE_TTL.name
 LEASE_MAX_BYTES = 64 * 1024  # a lease document is ~400 bytes; a larger one is a node's forgery
 
 
 def lease_ttl_s() -> float:
     """The lease's ttl: $CLOUDTRAIN_LEASE_TTL_S (tests shorten it), else 30 s. Pure."""
-    raw = os.environ.get(TTL_ENV, "")
     try:
-        value = float(raw) if raw else DEFAULT_TTL_S
+        value = env.LEASE_TTL.get()
     except ValueError:
-        return DEFAULT_TTL_S
-    return value if value >= 1.0 else DEFAULT_TTL_S
+        value = None
+    return value if value is not None and value >= 1.0 else DEFAULT_TTL_S
 
 
 def read_lease(store: ObjectStore, run_id: str) -> LeaseDoc | None:

@@ -15,6 +15,7 @@ managed identity), `compute` (AzureCompute), `storage` (BlobStore), `images`, `s
 
 from __future__ import annotations
 
+from cloudtrain.core import env
 from cloudtrain.providers.info import ProviderInfo
 
 INFO = ProviderInfo(
@@ -39,6 +40,6 @@ INFO = ProviderInfo(
     # identity ($AZURE_CLIENT_ID, $AZURE_FEDERATED_TOKEN_FILE), then the Azure CLI's login
     # (https://learn.microsoft.com/python/api/azure-identity/azure.identity.defaultazurecredential);
     # CLOUDTRAIN_ARM_ENDPOINT is the test box's account
-    credential_env=("AZURE_CLIENT_ID", "AZURE_FEDERATED_TOKEN_FILE", "CLOUDTRAIN_ARM_ENDPOINT"),
+    credential_env=("AZURE_CLIENT_ID", "AZURE_FEDERATED_TOKEN_FILE", env.ARM_ENDPOINT.name),
     credential_files=(".azure/azureProfile.json",),
 )

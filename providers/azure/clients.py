@@ -19,11 +19,12 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from cloudtrain.core import env
 from cloudtrain.core.errors import ProviderError
 from cloudtrain.providers.azure.errors import azure_errors
 
-ENDPOINT_ENV = "CLOUDTRAIN_ARM_ENDPOINT"  # test-only: the ARM fake's endpoint
-CA_ENV = "CLOUDTRAIN_ARM_CA"  # test-only: the CA that signs the ARM fake's certificate
+ENDPOINT_ENV = env.ARM_ENDPOINT.name  # test-only: the ARM fake's endpoint
+CA_ENV = env.ARM_CA.name  # test-only: the CA that signs the ARM fake's certificate
 SUBSCRIPTION_ENV = "AZURE_SUBSCRIPTION_ID"
 POOL_SIZE = 64  # connections kept open: the base class fans out up to 64 calls at once
 SUBSCRIPTION_HINT = (
@@ -56,7 +57,7 @@ def resolve_auth(subscription: str | None) -> AzureAuth:
     """The credential (DefaultAzureCredential, or a static token with CLOUDTRAIN_ARM_ENDPOINT)
     and the subscription. Raises ProviderError without a subscription. Makes no call: the
     credential is asked for a token on the first request."""
-    endpoint = os.environ.get(ENDPOINT_ENV, "").strip() or None
+    endpoint = env.ARM_ENDPOINT.text() or None
     subscription = subscription or os.environ.get(SUBSCRIPTION_ENV, "").strip() or None
     if not subscription:
         raise ProviderError("no Azure subscription for the azure provider", hint=SUBSCRIPTION_HINT)
@@ -66,7 +67,7 @@ def resolve_auth(subscription: str | None) -> AzureAuth:
         from cloudtrain.providers.azure.storage import default_credential
 
         credential = default_credential()
-    return AzureAuth(credential, subscription, endpoint, os.environ.get(CA_ENV) or None)
+    return AzureAuth(credential, subscription, endpoint, env.ARM_CA.raw() or None)
 
 
 class ArmClients:

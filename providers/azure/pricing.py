@@ -25,10 +25,11 @@ from typing import Any
 
 from cloudtrain.catalog.offers import Offer
 from cloudtrain.catalog.pricing.common import base_url, get_json
+from cloudtrain.core import env
 from cloudtrain.core.errors import ProviderError
 
 API = "Azure Retail Prices API"
-AZURE_URL_ENV = "CLOUDTRAIN_PRICING_AZURE_URL"  # test-only: the API's base URL (a fake)
+AZURE_URL_ENV = env.PRICING_AZURE_URL.name  # test-only: the API's base URL (a fake)
 API_VERSION = "2023-01-01-preview"
 DEFAULT_BASE = "https://prices.azure.com"
 MAX_PAGES = 100

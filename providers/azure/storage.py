@@ -47,6 +47,7 @@ from azure.storage.blob import (
     generate_blob_sas,
 )
 
+from cloudtrain.core import env
 from cloudtrain.core.errors import (
     CredentialsError,
     NotFound,
@@ -83,7 +84,7 @@ CLOCK_SKEW = datetime.timedelta(minutes=5)
 DELETE_BATCH = 256  # the most subrequests one blob batch takes
 DELETE_PARALLEL = 4  # batches in flight at once
 CONNECTION_STRING_ENV = "AZURE_STORAGE_CONNECTION_STRING"
-BLOB_ENDPOINT_ENV = "CLOUDTRAIN_AZURE_BLOB_ENDPOINT"  # test-only: the box's Blob front
+BLOB_ENDPOINT_ENV = env.AZURE_BLOB_ENDPOINT.name  # test-only: the box's Blob front
 BLOB_TYPE_HEADER = "x-ms-blob-type: BlockBlob"  # what a PUT through a SAS URL must send
 OCTET = "application/octet-stream"
 # The SDK's storage retry waits 15 s before the first retry; these keep a retry to ~1-10 s.
@@ -164,7 +165,7 @@ class BlobStore:
         self.prefix = prefix.strip("/")
         base = f"az://{account}/{container}"
         self.uri = f"{base}/{self.prefix}" if self.prefix else base
-        endpoint = os.environ.get(BLOB_ENDPOINT_ENV, "").strip().rstrip("/")
+        endpoint = env.AZURE_BLOB_ENDPOINT.text().rstrip("/")
         default_url = (
             f"{endpoint}/{account}" if endpoint else f"https://{account}.blob.core.windows.net"
         )

@@ -17,6 +17,7 @@ run's firewall rules), `identity` (one service account per node, reading the run
 
 from __future__ import annotations
 
+from cloudtrain.core import env
 from cloudtrain.providers.info import ProviderInfo
 
 INFO = ProviderInfo(
@@ -39,6 +40,6 @@ INFO = ProviderInfo(
     # google.auth.default() before the metadata server: $GOOGLE_APPLICATION_CREDENTIALS, then
     # gcloud's ADC file (https://cloud.google.com/docs/authentication/application-default-
     # credentials); CLOUDTRAIN_GCE_ENDPOINT is the test box's account
-    credential_env=("GOOGLE_APPLICATION_CREDENTIALS", "CLOUDTRAIN_GCE_ENDPOINT"),
+    credential_env=("GOOGLE_APPLICATION_CREDENTIALS", env.GCE_ENDPOINT.name),
     credential_files=(".config/gcloud/application_default_credentials.json",),
 )

@@ -35,6 +35,7 @@ import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from cloudtrain.core import env
 from cloudtrain.providers.account import (
     AccountProbe,
     ApiState,
@@ -53,7 +54,7 @@ RUN_APIS = (
     "cloudresourcemanager.googleapis.com",
     "storage.googleapis.com",
 )
-SERVICEUSAGE_ENDPOINT_ENV = "CLOUDTRAIN_SERVICEUSAGE_ENDPOINT"
+SERVICEUSAGE_ENDPOINT_ENV = env.SERVICEUSAGE_ENDPOINT.name
 SERVICEUSAGE_API = "https://serviceusage.googleapis.com"
 TEST_PERMISSIONS_MAX = 100
 GLOBAL = "global"
@@ -161,9 +162,7 @@ class GcpAccountProbe(AccountProbe):
 
         project = self._auth().project
         base = (
-            os.environ.get(SERVICEUSAGE_ENDPOINT_ENV, "").strip()
-            or os.environ.get("CLOUDTRAIN_IAM_ENDPOINT", "").strip()
-            or SERVICEUSAGE_API
+            env.SERVICEUSAGE_ENDPOINT.text() or env.IAM_ENDPOINT.text() or SERVICEUSAGE_API
         ).rstrip("/")
         out = []
         for name in RUN_APIS:

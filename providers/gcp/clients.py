@@ -21,10 +21,11 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from cloudtrain.core import env
 from cloudtrain.core.errors import ProviderError, TransientError
 from cloudtrain.providers.gcp.errors import gcp_errors, operation_error
 
-ENDPOINT_ENV = "CLOUDTRAIN_GCE_ENDPOINT"
+ENDPOINT_ENV = env.GCE_ENDPOINT.name
 PROJECT_ENVS = ("GOOGLE_CLOUD_PROJECT", "CLOUDSDK_CORE_PROJECT", "GCLOUD_PROJECT")
 SCOPES = ("https://www.googleapis.com/auth/cloud-platform",)
 OPERATION_TIMEOUT_S = 900.0  # GPU VM inserts can take minutes; deletes too
@@ -57,7 +58,7 @@ def resolve_auth(project: str | None) -> GcpAuth:
     """Credentials (ADC, or anonymous with CLOUDTRAIN_GCE_ENDPOINT) and the project: `project`,
     else the environment's, else the ADC one. Raises CredentialsError without usable ADC and
     ProviderError without any project. Blocks only while ADC is looked up."""
-    endpoint = os.environ.get(ENDPOINT_ENV, "").strip() or None
+    endpoint = env.GCE_ENDPOINT.text() or None
     project = project or env_project()
     if endpoint is not None:
         from google.auth.credentials import AnonymousCredentials

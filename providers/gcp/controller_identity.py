@@ -44,11 +44,11 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import os
 import re
 from collections.abc import Callable
 from typing import Any
 
+from cloudtrain.core import env
 from cloudtrain.core.errors import NotFound, ProviderError, TransientError
 from cloudtrain.providers.base import Resource, Tagged
 from cloudtrain.providers.gcp import identity
@@ -63,7 +63,7 @@ DISPLAY_PREFIX = "cloudtrain controller "
 INSTANCE_ADMIN = "roles/compute.instanceAdmin.v1"
 SECURITY_ADMIN = "roles/compute.securityAdmin"
 ACCOUNT_USER = "roles/iam.serviceAccountUser"
-CRM_ENDPOINT_ENV = "CLOUDTRAIN_CRM_ENDPOINT"
+CRM_ENDPOINT_ENV = env.CRM_ENDPOINT.name
 CRM_API = "https://cloudresourcemanager.googleapis.com"
 # the compute types instanceAdmin.v1 reaches that may hold data or launch VMs: never granted
 # beyond the run's instances and disks
@@ -275,8 +275,8 @@ def project_bindings(
 
 def _crm_base(project: str) -> str:
     endpoint = (
-        os.environ.get(CRM_ENDPOINT_ENV, "").strip()
-        or os.environ.get(identity.IAM_ENDPOINT_ENV, "").strip()  # the fake serves both
+        env.CRM_ENDPOINT.text()
+        or env.IAM_ENDPOINT.text()  # the fake serves both
         or CRM_API
     )
     return f"{endpoint.rstrip('/')}/v1/projects/{project}"

@@ -50,6 +50,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from cloudtrain.core import env
 from cloudtrain.core.errors import NotFound, ProviderError, TransientError
 from cloudtrain.core.retry import retrying
 from cloudtrain.jobs import protocol
@@ -65,7 +66,7 @@ from cloudtrain.providers.gcp.node_bindings import (  # noqa: F401 (the nodes' r
 )
 
 KIND_SERVICE_ACCOUNT = "service_account"
-IAM_ENDPOINT_ENV = "CLOUDTRAIN_IAM_ENDPOINT"
+IAM_ENDPOINT_ENV = env.IAM_ENDPOINT.name
 IAM_API = "https://iam.googleapis.com"
 DISPLAY_PREFIX = "cloudtrain run "
 NODE_INFIX = " node "  # a node account's display name: `cloudtrain run <run> node <node>`
@@ -291,7 +292,7 @@ class IamClient:
         self._session: Any = None
 
     def _base(self) -> str:
-        endpoint = os.environ.get(IAM_ENDPOINT_ENV, "").strip()
+        endpoint = env.IAM_ENDPOINT.text()
         return (endpoint or IAM_API).rstrip("/") + "/v1"
 
     def _open(self) -> Any:
@@ -300,7 +301,7 @@ class IamClient:
                 from google.auth.credentials import AnonymousCredentials
                 from google.auth.transport.requests import AuthorizedSession
 
-                overridden = bool(os.environ.get(IAM_ENDPOINT_ENV, "").strip())
+                overridden = bool(env.IAM_ENDPOINT.text())
                 credentials = AnonymousCredentials() if overridden else self._credentials
                 self._session = AuthorizedSession(credentials)
             return self._session

@@ -28,7 +28,6 @@ Rows built (vCPUs, memory, GPU model and count from the bundled catalog, which t
 
 from __future__ import annotations
 
-import os
 import re
 import urllib.parse
 from collections.abc import Iterable, Sequence
@@ -36,12 +35,13 @@ from typing import Any
 
 from cloudtrain.catalog.offers import Offer, canonical_accelerator
 from cloudtrain.catalog.pricing.common import base_url, get_json
+from cloudtrain.core import env
 from cloudtrain.core.errors import CredentialsError, ProviderError, TransientError
 from cloudtrain.providers.gcp.catalog_rules import N1_GPU_COUNTS
 
 API = "GCP Cloud Billing Catalog API"
-GCP_URL_ENV = "CLOUDTRAIN_PRICING_GCP_URL"  # test-only: the API's base URL (a fake)
-GCP_KEY_ENV = "CLOUDTRAIN_GCP_PRICING_KEY"
+GCP_URL_ENV = env.PRICING_GCP_URL.name  # test-only: the API's base URL (a fake)
+GCP_KEY_ENV = env.GCP_PRICING_KEY.name
 SERVICE_ID = "6F81-5844-456A"  # Compute Engine
 DEFAULT_BASE = "https://cloudbilling.googleapis.com"
 MAX_PAGES = 200
@@ -60,7 +60,7 @@ Prices = dict[tuple[str, str, str, bool], float]
 
 def _auth() -> tuple[dict[str, str], dict[str, str]]:
     """(headers, query params) that authenticate a Catalog API call. Reads env; may call ADC."""
-    key = os.environ.get(GCP_KEY_ENV, "").strip()
+    key = env.GCP_PRICING_KEY.text()
     if key:
         return {}, {"key": key}
     try:

@@ -42,17 +42,17 @@ from typing import Any
 from cloudtrain import __version__
 from cloudtrain.catalog.offers import Offer, read_offers, user_catalog_dir
 from cloudtrain.catalog.retired import is_retired
+from cloudtrain.core import env as environment
 from cloudtrain.core.errors import CloudtrainError, CredentialsError, ProviderError, TransientError
 
 HTTP_TIMEOUT_S = 60.0
 HTTP_ATTEMPTS = 4
 
 
-
-
 def base_url(env: str, default: str) -> str:
-    """`$env` when set (without a trailing slash), else `default`. Reads the environment."""
-    return (os.environ.get(env, "").strip() or default).rstrip("/")
+    """`$env` (a variable of cloudtrain/core/env.py) when set, without a trailing slash, else
+    `default`. Reads the environment; KeyError for a variable not declared there."""
+    return (environment.by_name(env).text() or default).rstrip("/")
 
 
 def redact(url: str) -> str:
