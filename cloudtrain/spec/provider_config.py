@@ -6,7 +6,9 @@ field, from the first of:
    `project:` / `subscription:`);
 2. `$CLOUDTRAIN_HOME/config.yaml`'s `providers.<name>` section (defaults across jobs);
 3. the field's deprecated `CLOUDTRAIN_*` variable (the model's ENV_FALLBACKS), with one warning
-   line per variable and process;
+   line per variable and process (a value the option's rule refuses: one line saying so, and
+   the variable is ignored). Only this module reads those variables: the adapters read their
+   options alone;
 4. the model's default.
 
 Layers 2 and 3 are read by `outside_layers`, never by the spec's validation. The plan records
@@ -87,6 +89,8 @@ class Resolved:
     provider: str
     options: BaseModel
     sources: Mapping[str, OptionSource]
+    # option -> (deprecated variable, its value, why it was refused): set but ignored
+    refused: Mapping[str, tuple[str, str, str]] = field(default_factory=dict)
 
     def shown(self) -> list[dict[str, Any]]:
         """Every option as `{name, value, source, where}`, in the model's field order (what
@@ -151,9 +155,9 @@ def _names() -> tuple[str, ...]:
 
 def resolve(spec: JobSpec | None, provider: str, layers: OutsideLayers | None = None) -> Resolved:
     """The options of `provider` in effect for `spec` (None: no job.yaml, as for an old ledger
-    run), layer by layer (see the module doc). An invalid deprecated variable is skipped here
-    (the adapter reports it as before, when it needs it). Pure given `layers` (default: read
-    now, `outside_layers()`: config.yaml and the environment)."""
+    run), layer by layer (see the module doc). A deprecated variable whose value the option's
+    rule refuses is skipped and kept in `Resolved.refused` (`warn_once` says it). Pure given
+    `layers` (default: read now, `outside_layers()`: config.yaml and the environment)."""
     model = options_model(provider)
     if layers is None:
         layers = outside_layers()
@@ -163,6 +167,7 @@ def resolve(spec: JobSpec | None, provider: str, layers: OutsideLayers | None = 
     alias = account_field(provider)
     values: dict[str, Any] = {}
     sources: dict[str, OptionSource] = {}
+    refused: dict[str, tuple[str, str, str]] = {}
     for name in model.model_fields:
         if job is not None and name in job.model_fields_set:
             values[name] = getattr(job, name)
@@ -174,13 +179,16 @@ def resolve(spec: JobSpec | None, provider: str, layers: OutsideLayers | None = 
             values[name] = getattr(conf, name)
             line = layers.config_lines.get((SECTION, provider, name))
             sources[name] = OptionSource(CONFIG, f"{layers.config_path}:{line}" if line else "")
-        elif _env_ok(model, name, layers.env.get(model.ENV_FALLBACKS.get(name, ""))):
+        elif (problem := _env_problem(model, name, layers.env)) is None:
             var = model.ENV_FALLBACKS[name]
             values[name] = layers.env[var]
             sources[name] = OptionSource(ENV, f"${var}")
         else:
+            if problem:
+                var = model.ENV_FALLBACKS[name]
+                refused[name] = (var, layers.env[var], problem)
             sources[name] = OptionSource(DEFAULT)
-    return Resolved(provider, model.model_validate(values), sources)
+    return Resolved(provider, model.model_validate(values), sources, refused)
 
 
 def _where(spec: Any, loc: Loc) -> str:
@@ -188,15 +196,18 @@ def _where(spec: Any, loc: Loc) -> str:
     return where or ""
 
 
-def _env_ok(model: type[BaseModel], name: str, value: str | None) -> bool:
-    """Whether a deprecated variable's value is a valid value of option `name`."""
+def _env_problem(model: Any, name: str, env: Mapping[str, str]) -> str | None:
+    """None when option `name`'s deprecated variable is set in `env` to a valid value; "" when
+    it has none or is unset; else why the option's rule refuses its value (one line)."""
+    value = env.get(model.ENV_FALLBACKS.get(name, ""))
     if not value:
-        return False
+        return ""
     try:
         model.model_validate({name: value})
-    except ValidationError:
-        return False
-    return True
+    except ValidationError as exc:
+        message = str(exc.errors()[0].get("msg", "not a valid value"))
+        return " ".join(message.removeprefix("Value error, ").split())
+    return None
 
 
 _warned: set[str] = set()  # the deprecated variables already warned about in this process
@@ -210,20 +221,40 @@ def warn_stderr(line: str) -> None:
 
 def deprecation_lines(resolved: Resolved) -> list[str]:
     """One line per deprecated variable the options were taken from, naming the option to set
-    instead. Pure."""
-    return [
-        f"{src.where} is deprecated: set {SECTION}.{resolved.provider}.{name} in job.yaml or"
-        f" {user_config_path()} instead"
+    instead, and one per variable set to a value the option refuses (ignored). Pure."""
+    return [line for _var, line in _deprecations(resolved)]
+
+
+def _deprecations(resolved: Resolved) -> list[tuple[str, str]]:
+    instead = f"in job.yaml or {user_config_path()} instead"
+    used = [
+        (
+            src.where,
+            f"{src.where} is deprecated: set {SECTION}.{resolved.provider}.{name} {instead}",
+        )
         for name, src in resolved.sources.items()
         if src.kind == ENV
     ]
+    ignored = [
+        (
+            f"${var}",
+            f"${var}={_shown(value)!r} is ignored: {problem}; set"
+            f" {SECTION}.{resolved.provider}.{name} {instead}",
+        )
+        for name, (var, value, problem) in resolved.refused.items()
+    ]
+    return used + ignored
+
+
+def _shown(value: str) -> str:
+    value = value.strip()
+    return value[:60] + ("..." if len(value) > 60 else "")
 
 
 def warn_once(resolved: Resolved, warn: Warn | None) -> None:
-    """Say each deprecated variable `resolved` took an option from through `warn`, once per
-    process (None: silent)."""
-    for line in deprecation_lines(resolved):
-        var = line.split(" ", 1)[0]
+    """Say each deprecated variable `resolved` took an option from (or ignored) through `warn`,
+    once per process (None: silent)."""
+    for var, line in _deprecations(resolved):
         if warn is not None and var not in _warned:
             _warned.add(var)
             warn(line)

@@ -182,6 +182,24 @@ def test_a_set_option_wins_over_the_deprecated_variable(
     assert warnings == []
 
 
+def test_an_invalid_deprecated_variable_is_said_once_and_ignored(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The adapters read only their options (issue 31), so a deprecated variable the option's
+    rule refuses can no longer be reported by the adapter that used to read it: it is named
+    here, once, with the rule's reason, and the option keeps its default."""
+    monkeypatch.setenv("CLOUDTRAIN_SSH_CIDR", "0.0.0.0/0")
+    spec = load_spec(job(tmp_path, "provider: gcp\n"))
+    warnings: list[str] = []
+    first = config_for(spec, warn=warnings.append)
+    config_for(spec, warn=warnings.append)
+    assert first.option("ssh_cidr") is None
+    assert len(warnings) == 1, warnings
+    assert warnings[0].startswith("$CLOUDTRAIN_SSH_CIDR='0.0.0.0/0' is ignored: ")
+    assert "whole internet" in warnings[0] and "providers.gcp.ssh_cidr" in warnings[0]
+    assert "\n" not in warnings[0]
+
+
 # --- plan, schema, ledger -------------------------------------------------------------------
 
 
