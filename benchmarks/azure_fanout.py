@@ -45,7 +45,8 @@ def slow(fake: ArmFake, latency_s: float) -> None:
 
 def fan_out(fake: ArmFake, n: int) -> tuple[float, float]:
     """Create then delete `n` nodes: (create s, delete s)."""
-    compute = AzureProvider(ProviderConfig(name="azure", region="eastus")).compute
+    config = ProviderConfig(name="azure", region="eastus", options={"storage_account": "ctbench"})
+    compute = AzureProvider(config).compute
     run_id = f"fanout{n}"
     run = RunInfo(run_id, "eastus", None, (2222, 2232), store_uri=f"az://ctbench/ct-{run_id}")
     compute.ensure_network(run)
@@ -80,7 +81,6 @@ def main() -> int:
             CLOUDTRAIN_ARM_ENDPOINT=fake.url,
             CLOUDTRAIN_ARM_CA=fake.ca_path,
             AZURE_SUBSCRIPTION_ID=SUB,
-            CLOUDTRAIN_AZURE_STORAGE_ACCOUNT="ctbench",
         )
         try:
             t0 = time.perf_counter()

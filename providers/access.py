@@ -1,18 +1,18 @@
 """Who may reach a run's nodes, shared by every cloud's firewall code: the TensorFlow port range
-and the one caller CIDR that SSH may come from. Pure apart from the deprecated environment
-fallback of `ssh_cidr`.
+and the one caller CIDR that SSH may come from. Pure: the deprecated variable of `ssh_cidr`
+reaches the adapters only as the option (`cloudtrain.spec.provider_config` reads it).
 """
 
 from __future__ import annotations
 
 import ipaddress
-import os
 
+from cloudtrain.core import env
 from cloudtrain.core.errors import ProviderError
 
-# deprecated: the option providers.<cloud>.ssh_cidr (job.yaml or config.yaml) replaces it; still
-# read when a provider is built without that option (`cloudtrain.spec.provider_config` warns once)
-SSH_CIDR_ENV = "CLOUDTRAIN_SSH_CIDR"
+# deprecated: the option providers.<cloud>.ssh_cidr (job.yaml or config.yaml) replaces it; read
+# only by `cloudtrain.spec.provider_config` (the options' ENV_FALLBACKS), which warns once
+SSH_CIDR_ENV = env.SSH_CIDR.name
 
 
 def cidr_problem(raw: str) -> str | None:
@@ -28,12 +28,12 @@ def cidr_problem(raw: str) -> str | None:
 
 
 def ssh_cidr(configured: str | None = None) -> str:
-    """The caller's CIDR for SSH, normalised: `configured` (the provider's `ssh_cidr` option),
-    else $CLOUDTRAIN_SSH_CIDR (deprecated fallback).
+    """The caller's CIDR for SSH, normalised: `configured` (the provider's `ssh_cidr` option,
+    which the deprecated variable still sets through provider_config). Pure.
 
     Raises ProviderError when it is unset, invalid, or open to the whole internet."""
-    raw = (configured or "").strip() or os.environ.get(SSH_CIDR_ENV, "").strip()
-    where = "ssh_cidr" if (configured or "").strip() else SSH_CIDR_ENV
+    raw = (configured or "").strip()
+    where = "ssh_cidr"
     if not raw:
         raise ProviderError(
             "ssh: true needs the address SSH may come from",

@@ -1,7 +1,7 @@
 """The storage account behind cloudtrain's default Azure bucket, and the scope of a container.
 
 The default bucket of a subscription and region is account `ct<hash>` (or the `storage_account`
-option; the deprecated $CLOUDTRAIN_AZURE_STORAGE_ACCOUNT when it is unset) in resource group
+option, which its deprecated variable still sets through provider_config) in resource group
 `cloudtrain-<region>`, which outlives every run (checkpoints and models are kept after
 teardown); each run gets its own container `ct-<run_id>`, so a node's identity can be given that
 container and nothing else. The account is HTTPS only, TLS 1.2, with no public blob access. A
@@ -12,7 +12,6 @@ changed.
 from __future__ import annotations
 
 import hashlib
-import os
 from collections.abc import Callable
 from typing import Any
 
@@ -22,15 +21,14 @@ from cloudtrain.providers.azure.clients import ArmClients
 from cloudtrain.providers.azure.errors import azure_errors
 from cloudtrain.providers.azure.storage import BlobStore
 
-ACCOUNT_ENV = "CLOUDTRAIN_AZURE_STORAGE_ACCOUNT"  # deprecated: providers.azure.storage_account
 SHARED_TAG = "cloudtrain-shared"
 
 
 def default_account(subscription: str, region: str, configured: str | None = None) -> str:
     """The default storage account name of a subscription and region (3-24 of a-z0-9):
-    `configured` (the `storage_account` option), else $CLOUDTRAIN_AZURE_STORAGE_ACCOUNT
-    (deprecated), else `ct<hash>`. Pure apart from the environment."""
-    override = (configured or "").strip() or os.environ.get(ACCOUNT_ENV, "").strip()
+    `configured` (the `storage_account` option, which the deprecated variable still sets
+    through provider_config), else `ct<hash>`. Pure."""
+    override = (configured or "").strip()
     if override:
         return override
     digest = hashlib.sha256(f"{subscription}/{region}".encode()).hexdigest()
@@ -79,7 +77,7 @@ def default_container_scope(
     subscription: str, region: str, container: str, configured: str | None = None
 ) -> str:
     """The ARM scope of a container in the default account of a region (`configured`: the
-    `storage_account` option). Pure apart from the environment (the account's name)."""
+    `storage_account` option). Pure."""
     from cloudtrain.providers.azure.bodies import container_scope as scope
 
     return scope(

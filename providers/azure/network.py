@@ -1,8 +1,8 @@
 """The run's network on Azure: its resource group, NSG, VNet/subnet, and each node's NIC.
 
 By default every run has its own resource group `cloudtrain-<run_id>` (tagged `cloudtrain-run`),
-so deleting that group after the VMs leaves nothing behind. With the `resource_group` option (the
-deprecated $CLOUDTRAIN_AZURE_RESOURCE_GROUP when it is unset) the run uses that existing group,
+so deleting that group after the VMs leaves nothing behind. With the `resource_group` option (its
+deprecated variable still sets it, through provider_config) the run uses that existing group,
 which is never deleted: then only the run's own NSG and VNet (`ct-<run_id>-nsg`,
 `ct-<run_id>-vnet`) are. The NSG admits the TensorFlow ports from the VNet's address space only,
 and SSH from the `ssh_cidr` option only when asked; NICs get a public IP only with SSH.
@@ -10,7 +10,6 @@ and SSH from the `ssh_cidr` option only when asked; NICs get a public IP only wi
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from cloudtrain.core.errors import NotFound, ProviderError
@@ -18,17 +17,16 @@ from cloudtrain.providers.azure.clients import ArmClients
 from cloudtrain.providers.azure.errors import azure_errors
 from cloudtrain.providers.base import Resource, RunInfo, Tagged, run_labels
 
-GROUP_ENV = "CLOUDTRAIN_AZURE_RESOURCE_GROUP"  # deprecated: providers.azure.resource_group
 KIND_GROUP, KIND_NSG, KIND_VNET = "resource-group", "nsg", "vnet"
 TAG_RUN = "cloudtrain-run"
 SUBNET = "nodes"
 
 
 def user_group(configured: str | None = None) -> str | None:
-    """The existing group every run uses: `configured` (the `resource_group` option), else
-    $CLOUDTRAIN_AZURE_RESOURCE_GROUP (deprecated), or None (a group per run). Every function
-    below takes the option as `rg`."""
-    return (configured or "").strip() or os.environ.get(GROUP_ENV, "").strip() or None
+    """The existing group every run uses: `configured` (the `resource_group` option, which the
+    deprecated variable still sets through provider_config), or None (a group per run). Every
+    function below takes the option as `rg`. Pure."""
+    return (configured or "").strip() or None
 
 
 def group_name(run_id: str, rg: str | None = None) -> str:
@@ -53,7 +51,7 @@ def nic_name(node: str) -> str:
 
 def planned(run: RunInfo, region: str, rg: str | None = None) -> list[Resource]:
     """What `ensure` makes, for the ledger: the run's group, or in a user's group the NSG and
-    VNet. Pure apart from the environment."""
+    VNet. Pure."""
     if user_group(rg) is None:
         return [Resource("azure", KIND_GROUP, group_name(run.run_id, rg), region, run.run_id)]
     return [

@@ -14,6 +14,7 @@ from typing import ClassVar
 
 from pydantic import Field, field_validator
 
+from cloudtrain.core import env
 from cloudtrain.providers.options_base import SSH_CIDR_ENV, ProviderOptions, SshCidr
 
 SUBSCRIPTION_RE = re.compile(r"^[0-9a-fA-F]{8}-([0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}$")
@@ -26,8 +27,8 @@ class AzureOptions(ProviderOptions):
     here."""
 
     ENV_FALLBACKS: ClassVar[dict[str, str]] = {
-        "resource_group": "CLOUDTRAIN_AZURE_RESOURCE_GROUP",
-        "storage_account": "CLOUDTRAIN_AZURE_STORAGE_ACCOUNT",
+        "resource_group": env.AZURE_RESOURCE_GROUP.name,
+        "storage_account": env.AZURE_STORAGE_ACCOUNT.name,
         "ssh_cidr": SSH_CIDR_ENV,
     }
 

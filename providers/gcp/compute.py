@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import threading
 import time
 from typing import Any
@@ -56,7 +55,6 @@ from cloudtrain.providers.startup_snippets import (
 
 VENV_PYTHON = "/opt/cloudtrain/venv/bin/python"
 # deprecated: the option providers.gcp.service_account (read only when the option is unset)
-SERVICE_ACCOUNT_ENV = "CLOUDTRAIN_GCP_SERVICE_ACCOUNT"
 DRIVER_WAIT_S = 900  # how long a Deep Learning VM node waits for its driver install
 
 # the node's internal IP (GCE "About VM metadata": instance/network-interfaces/0/ip)
@@ -128,7 +126,7 @@ class GcpCompute(Compute):
     def planned_network(self, run: RunInfo) -> list[Resource]:
         """The firewall rule(s) and, unless the `service_account` option names the nodes'
         account, one service account per node id of `run.nodes` that `ensure_network` makes.
-        Pure apart from the environment."""
+        Pure."""
         planned = [
             Resource("gcp", network.KIND_FIREWALL, name, "global", run.run_id)
             for name in network.rule_names(run)
@@ -193,7 +191,7 @@ class GcpCompute(Compute):
 
     def planned_controller_identity(self, run: RunInfo) -> list[Resource]:
         """The controller's service account, its project grants and its grant on the nodes'
-        account (controller_identity.planned). Pure apart from the environment."""
+        account (controller_identity.planned). Pure."""
         return controller_identity.planned(self.project, run.run_id, self._node_accounts(run))
 
     def ensure_controller_identity(self, run: RunInfo) -> list[Resource]:
@@ -483,9 +481,10 @@ class GcpCompute(Compute):
 
 
 def _user_account(configured: str | None = None) -> str | None:
-    """The user's own account for the nodes: `configured` (the `service_account` option), else
-    $CLOUDTRAIN_GCP_SERVICE_ACCOUNT (deprecated), or None (the run gets its own)."""
-    return (configured or "").strip() or os.environ.get(SERVICE_ACCOUNT_ENV, "").strip() or None
+    """The user's own account for the nodes: `configured` (the `service_account` option, which
+    the deprecated variable still sets through provider_config), or None (the run gets its
+    own). Pure."""
+    return (configured or "").strip() or None
 
 
 def _store_of(store_uri: str) -> Any:

@@ -7,17 +7,16 @@ allows TCP 22 from the `ssh_cidr` option only. Never 0.0.0.0/0. Firewall rules c
 on GCE, so the names are how `list_resources` finds them.
 
 Note: GCP's auto-created `default` network has its own `default-allow-ssh` rule (0.0.0.0/0 on
-port 22). cloudtrain neither adds nor removes it; set $CLOUDTRAIN_GCP_NETWORK to a network
-without it (the `network` option) to keep SSH closed.
+port 22). cloudtrain neither adds nor removes it; set the `network` option to a network
+without it to keep SSH closed.
 
-The options come from the provider's config (`providers.gcp` in job.yaml or config.yaml); the
-deprecated $CLOUDTRAIN_GCP_NETWORK and $CLOUDTRAIN_SSH_CIDR are read only when an option is unset.
+The options come from the provider's config (`providers.gcp` in job.yaml or config.yaml; the
+deprecated variables still set them, read only by `cloudtrain.spec.provider_config`).
 """
 
 from __future__ import annotations
 
 import json
-import os
 from datetime import datetime
 from typing import Any
 
@@ -32,14 +31,13 @@ from cloudtrain.providers.gcp.clients import (
 from cloudtrain.providers.gcp.errors import already_exists, gcp_errors
 
 KIND_FIREWALL = "firewall"
-NETWORK_ENV = "CLOUDTRAIN_GCP_NETWORK"  # deprecated: the option providers.gcp.network
 SSH_SUFFIX = "-ssh"
 
 
 def network_name(configured: str | None = None) -> str:
-    """The VPC network the run's nodes and firewall use: `configured` (the `network` option),
-    else $CLOUDTRAIN_GCP_NETWORK (deprecated), else default. Pure apart from the environment."""
-    return (configured or "").strip() or os.environ.get(NETWORK_ENV, "").strip() or "default"
+    """The VPC network the run's nodes and firewall use: `configured` (the `network` option,
+    which the deprecated variable still sets through provider_config), else default. Pure."""
+    return (configured or "").strip() or "default"
 
 
 def network_url(project: str, network: str | None = None) -> str:
@@ -62,8 +60,8 @@ def firewall_bodies(
     run: RunInfo, project: str, network: str | None = None, cidr: str | None = None
 ) -> list[dict[str, Any]]:
     """The run's firewall rules as GCE JSON, on `network` with SSH from `cidr` (the options;
-    None: the deprecated variables). Raises ProviderError for a bad port range or a
-    missing/open SSH CIDR, before anything is created. Pure apart from the environment."""
+    None: unset). Raises ProviderError for a bad port range or a missing/open SSH CIDR, before
+    anything is created. Pure."""
     low, high = run.port_range
     check_port_range(low, high, run.run_id)
     tag = run_tag(run.run_id)

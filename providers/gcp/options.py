@@ -18,6 +18,7 @@ from typing import ClassVar
 
 from pydantic import Field, ValidationInfo, field_validator
 
+from cloudtrain.core import env
 from cloudtrain.providers.options_base import SSH_CIDR_ENV, ProviderOptions, SshCidr
 
 PROJECT_RE = re.compile(r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$")
@@ -34,9 +35,9 @@ class GcpOptions(ProviderOptions):
     never from here."""
 
     ENV_FALLBACKS: ClassVar[dict[str, str]] = {
-        "network": "CLOUDTRAIN_GCP_NETWORK",
-        "service_account": "CLOUDTRAIN_GCP_SERVICE_ACCOUNT",
-        "signer": "CLOUDTRAIN_GCP_SIGNER",
+        "network": env.GCP_NETWORK.name,
+        "service_account": env.GCP_SERVICE_ACCOUNT.name,
+        "signer": env.GCP_SIGNER.name,
         "ssh_cidr": SSH_CIDR_ENV,
     }
 

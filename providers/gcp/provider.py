@@ -8,7 +8,6 @@ credentials, if any (storage.environment_credentials).
 
 from __future__ import annotations
 
-import os
 import threading
 from typing import TYPE_CHECKING
 
@@ -24,7 +23,6 @@ if TYPE_CHECKING:
 DEFAULT_BUCKET = "cloudtrain-{project}-{region}"
 # a service account that signs the nodes' URLs (user ADC); deprecated: the option
 # providers.gcp.signer, read only when the option is unset
-SIGNER_ENV = "CLOUDTRAIN_GCP_SIGNER"
 
 
 class GcpProvider(Provider):
@@ -79,9 +77,7 @@ class GcpProvider(Provider):
             uri,
             project,
             location=self.region,
-            signer_email=self.config.option("signer")
-            or os.environ.get(SIGNER_ENV, "").strip()
-            or None,
+            signer_email=self.config.option("signer") or None,
             node_identity_fallback=True,  # nodes fetch with their own service account
         )
 

@@ -32,10 +32,10 @@ from cloudtrain.providers.azure import node_role
 from cloudtrain.providers.azure.compute import AzureCompute
 from cloudtrain.providers.azure.provider import AzureProvider
 from cloudtrain.providers.azure.storage import BlobStore
-from cloudtrain.providers.base import NodeRequest, ProviderConfig, RunInfo
+from cloudtrain.providers.base import NodeRequest, RunInfo
 from cloudtrain.state import journal
 from tests.fakes.arm_testkit import ArmClients
-from tests.fakes.azure_cloud import AzureCloud, azure_cloud, azurite, azurite_session
+from tests.fakes.azure_cloud import AzureCloud, azure_cloud, azure_config, azurite, azurite_session
 from tests.fakes.azure_imds_identity import TOKEN_PATH
 from tests.fakes.azure_node_identity import NodeIdentities
 
@@ -54,7 +54,7 @@ def box(
     vmId)."""
     monkeypatch.delenv("CLOUDTRAIN_SSH_CIDR", raising=False)
     monkeypatch.delenv("CLOUDTRAIN_AZURE_RESOURCE_GROUP", raising=False)
-    provider = AzureProvider(ProviderConfig(name="azure", region="eastus"))
+    provider = AzureProvider(azure_config("eastus"))
     provider.store(STORE).ensure_bucket()
     compute: AzureCompute = provider.compute
     run = RunInfo(RUN, "eastus", None, (2222, 2232), store_uri=STORE, nodes=NODES)

@@ -24,7 +24,7 @@ import pytest
 
 from cloudtrain.providers.base import Compute, NodeRequest, Provider, ProviderConfig, RunInfo
 from tests.fakes import netns
-from tests.fakes.azure_cloud import azure_cloud, azurite, azurite_session
+from tests.fakes.azure_cloud import azure_cloud, azure_config, azurite, azurite_session
 from tests.fakes.gce_fake import gce_fake
 from tests.fakes.netns import Host, Network
 
@@ -39,7 +39,6 @@ LOW, HIGH = PORTS
 PROBED = (22, LOW - 1, LOW, HIGH, HIGH + 1)
 PROBE_TIMEOUT_S = 0.5  # a dropped SYN on a local bridge never comes back later
 SCRIPT = "#!/bin/bash\necho boot\n"
-
 
 
 @pytest.fixture(autouse=True)
@@ -252,7 +251,7 @@ def azure_box(azure_cloud: Any, monkeypatch: pytest.MonkeyPatch) -> Cloud:
 
     def provider(cidr: str | None) -> Provider:
         options = {"ssh_cidr": cidr} if cidr else {}
-        return AzureProvider(ProviderConfig("azure", "eastus", options=options))
+        return AzureProvider(azure_config("eastus", **options))
 
     def run(run_id: str, ssh: bool) -> RunInfo:
         store = f"az://devstoreaccount1/ct-{run_id}"

@@ -13,7 +13,9 @@ booted by a boot harness):
   CLOUDTRAIN_AZURE_STORAGE_ACCOUNT=devstoreaccount1: the blobs live in Azurite's account, which
   the adapter also creates as a storage account in the fake (the Azure box's training node VMs
   drop the connection string and use their managed identity instead:
-  tests/fakes/azure_node_identity.py);
+  tests/fakes/azure_node_identity.py). The variable reaches only the CLI children, through
+  cloudtrain/spec/provider_config.py (the adapter reads the `storage_account` option alone); a
+  test that builds a provider itself passes the option (`azure_config`);
 - CLOUDTRAIN_AZURE_IMDS: a closed loopback port, so a node's Instance Metadata Service calls
   (its own identity, self-delete) fail at once and it falls back to `shutdown -h now`.
 
@@ -26,14 +28,23 @@ from __future__ import annotations
 import importlib.util
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
+from cloudtrain.providers.base import ProviderConfig
 from tests.fakes.arm_fake import ArmFake, start_arm_fake
 from tests.fakes.arm_testkit import SUB
 from tests.fakes.azurite import ACCOUNT, Azurite, azurite, azurite_session
 
-__all__ = ["AzureCloud", "azure_cloud", "azure_missing", "azurite", "azurite_session"]
+__all__ = [
+    "AzureCloud",
+    "azure_cloud",
+    "azure_config",
+    "azure_missing",
+    "azurite",
+    "azurite_session",
+]
 ENDPOINT_ENV = "CLOUDTRAIN_ARM_ENDPOINT"
 CA_ENV = "CLOUDTRAIN_ARM_CA"
 SUBSCRIPTION_ENV = "AZURE_SUBSCRIPTION_ID"
@@ -59,6 +70,14 @@ class AzureCloud:
     azurite: Azurite
     subscription: str = SUB
     account: str = ACCOUNT
+
+
+def azure_config(region: str, **options: Any) -> ProviderConfig:
+    """The ProviderConfig of an Azure provider a test builds itself: its storage account is
+    Azurite's (the option the CLI gets from ACCOUNT_ENV), `options` add to or replace it."""
+    return ProviderConfig(
+        name="azure", region=region, options={"storage_account": ACCOUNT, **options}
+    )
 
 
 def azure_missing() -> str | None:

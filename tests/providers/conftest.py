@@ -38,7 +38,7 @@ import pytest
 
 from cloudtrain.providers import names
 from cloudtrain.providers.base import Compute, Node, Provider, ProviderConfig
-from tests.fakes.azure_cloud import azure_cloud, azurite, azurite_session
+from tests.fakes.azure_cloud import azure_cloud, azure_config, azurite, azurite_session
 from tests.fakes.gcp_cloud import gcp_cloud, gcs_emulator, gcs_emulator_session
 from tests.fakes.moto_server import (
     moto_available,
@@ -118,7 +118,7 @@ def _gcp_build(tmp: Path) -> Provider:
 def _azure_build(tmp: Path) -> Provider:
     from cloudtrain.providers.azure.provider import AzureProvider
 
-    return AzureProvider(ProviderConfig(name="azure", region="eastus"))
+    return AzureProvider(azure_config("eastus"))
 
 
 def _memory_build(tmp: Path) -> Provider:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from cloudtrain.providers.base import ProviderConfig, RunInfo, Tagged
+from cloudtrain.providers.base import RunInfo, Tagged
 from cloudtrain.run.teardown import teardown
 from tests.providers.test_contract import requests_for, run_info
 
@@ -106,13 +106,13 @@ def test_inventory_ignores_look_alikes(provider: Harness) -> None:
 def test_azure_inventory_in_a_users_group(
     azure_cloud: object, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """With $CLOUDTRAIN_AZURE_RESOURCE_GROUP the runs share that group: their VMs, NSGs and
+    """With the `resource_group` option the runs share that group: their VMs, NSGs and
     VNets are found by tag and name, and the group itself is never a run's."""
     from cloudtrain.providers.azure.provider import AzureProvider
+    from tests.fakes.azure_cloud import azure_config
 
     monkeypatch.setenv("CLOUDTRAIN_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("CLOUDTRAIN_AZURE_RESOURCE_GROUP", "team-ml")
-    provider = AzureProvider(ProviderConfig(name="azure", region="eastus"))
+    provider = AzureProvider(azure_config("eastus", resource_group="team-ml"))
     compute = provider.compute
     compute.clients.resource.resource_groups.create_or_update("team-ml", {"location": "eastus"})
     store_uri = f"az://devstoreaccount1/ct-test-{uuid.uuid4().hex[:12]}/pfx"

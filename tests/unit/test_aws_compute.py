@@ -12,6 +12,7 @@ under `/aws/`). What moto does not do is simulated on the client: errors are rai
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import os
 import subprocess
@@ -145,11 +146,14 @@ def test_ssh_needs_a_cidr_and_opens_22_to_it_only(
 ) -> None:
     with pytest.raises(ProviderError, match=network.SSH_CIDR_ENV):
         ct.ensure_network(run_info(ssh=True))
-    monkeypatch.setenv(network.SSH_CIDR_ENV, "0.0.0.0/0")
+    # the option (provider_config turns the deprecated variable into it)
+    open_to_all = dataclasses.replace(ct.config, options={"ssh_cidr": "0.0.0.0/0"})
+    monkeypatch.setattr(ct, "config", open_to_all)
     with pytest.raises(ProviderError, match="whole internet"):
         ct.ensure_network(run_info(ssh=True))
     assert ct.list_resources(RUN) == []  # nothing is made before the check
-    monkeypatch.setenv(network.SSH_CIDR_ENV, "203.0.113.7/32")
+    options = {"ssh_cidr": "203.0.113.7/32"}
+    monkeypatch.setattr(ct, "config", dataclasses.replace(ct.config, options=options))
     group = ct.ensure_network(run_info(ssh=True))[0]
     assert group.cloud_id is not None
     rules = {(r["FromPort"], r["ToPort"]): r for r in ingress(ct, group.cloud_id)}

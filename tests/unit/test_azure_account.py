@@ -25,9 +25,8 @@ from cloudtrain.providers.azure.account_probe import AzureAccountProbe, token_cl
 from cloudtrain.providers.azure.compute import AzureCompute
 from cloudtrain.providers.azure.provider import AzureProvider
 from cloudtrain.providers.azure.run_rights import RUN_ACTIONS
-from cloudtrain.providers.base import ProviderConfig
 from tests.fakes.azure_account import CALLER_OID, action_of
-from tests.fakes.azure_cloud import AzureCloud, azure_cloud, azurite, azurite_session
+from tests.fakes.azure_cloud import AzureCloud, azure_cloud, azure_config, azurite, azurite_session
 from tests.unit.test_azure_compute import RUN, request, run_info
 
 __all__ = ["azure_cloud", "azurite", "azurite_session"]  # fixtures, for pytest
@@ -39,7 +38,7 @@ T4_FAMILY = "standardNCASv3_T4Family"
 def provider(azure_cloud: AzureCloud, monkeypatch: pytest.MonkeyPatch) -> AzureProvider:
     monkeypatch.delenv("CLOUDTRAIN_SSH_CIDR", raising=False)
     monkeypatch.delenv("CLOUDTRAIN_AZURE_RESOURCE_GROUP", raising=False)
-    return AzureProvider(ProviderConfig(name="azure", region="eastus"))
+    return AzureProvider(azure_config("eastus"))
 
 
 @pytest.fixture
@@ -196,7 +195,7 @@ def test_the_chains_link_and_the_principal(tmp_path: Path, monkeypatch: pytest.M
     monkeypatch.setenv("AZURE_SUBSCRIPTION_ID", "8f0c9a1e-2b3d-4c5e-9f60-7a8b9c0d1e2f")
     monkeypatch.delenv("CLOUDTRAIN_ARM_ENDPOINT", raising=False)
     monkeypatch.setattr(storage, "_CREDENTIALS", {})
-    found = AzureProvider(ProviderConfig(name="azure", region="eastus")).account_probe()
+    found = AzureProvider(azure_config("eastus")).account_probe()
     assert found is not None
     source = found.credentials()
     assert source.source == "Azure CLI (az login)"

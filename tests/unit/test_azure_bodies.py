@@ -267,14 +267,13 @@ def test_nsg_tf_ports_only_from_the_vnet(monkeypatch: pytest.MonkeyPatch) -> Non
 
 
 def test_nsg_ssh_only_from_the_callers_cidr(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("CLOUDTRAIN_SSH_CIDR", raising=False)
     with pytest.raises(ProviderError, match="CLOUDTRAIN_SSH_CIDR"):
         nsg_body(run_info(ssh=True), "eastus", TAGS)
-    monkeypatch.setenv("CLOUDTRAIN_SSH_CIDR", "0.0.0.0/0")
     with pytest.raises(ProviderError, match="whole internet"):
-        nsg_body(run_info(ssh=True), "eastus", TAGS)
-    monkeypatch.setenv("CLOUDTRAIN_SSH_CIDR", "203.0.113.7")
-    rules = nsg_body(run_info(ssh=True), "eastus", TAGS)["properties"]["securityRules"]
+        nsg_body(run_info(ssh=True), "eastus", TAGS, "0.0.0.0/0")
+    rules = nsg_body(run_info(ssh=True), "eastus", TAGS, "203.0.113.7")["properties"][
+        "securityRules"
+    ]
     assert [r["name"] for r in rules] == ["cloudtrain-tf", "cloudtrain-ssh", "cloudtrain-deny-vnet"]
     ssh = rules[1]["properties"]
     assert ssh["sourceAddressPrefix"] == "203.0.113.7/32"
@@ -383,12 +382,11 @@ def _installed(*modules: str) -> bool:
 def test_the_arm_fake_accepts_the_bodies(
     arm_fake: ArmFake, az: ArmClients, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("CLOUDTRAIN_SSH_CIDR", "203.0.113.7/32")
     tags = {"cloudtrain-run": "run-1"}
     az.group(RG, **tags)
     net = az.network
     nsg = net.network_security_groups.begin_create_or_update(
-        RG, "ct-run-1-nsg", nsg_body(run_info(ssh=True), LOCATION, tags)
+        RG, "ct-run-1-nsg", nsg_body(run_info(ssh=True), LOCATION, tags, "203.0.113.7/32")
     ).result()
     assert [r.name for r in nsg.security_rules] == [
         "cloudtrain-tf",

@@ -23,10 +23,10 @@ from cloudtrain.providers.azure.bodies import (
 from cloudtrain.providers.azure.compute import AzureCompute
 from cloudtrain.providers.azure.provider import AzureProvider
 from cloudtrain.providers.azure.startup import startup_blocks
-from cloudtrain.providers.base import NodeRequest, ProviderConfig, RunInfo
+from cloudtrain.providers.base import NodeRequest, RunInfo
 from cloudtrain.providers.retrying import RetryingCompute
 from cloudtrain.run.startup import StartupParams, render_startup
-from tests.fakes.azure_cloud import AzureCloud, azure_cloud, azurite, azurite_session
+from tests.fakes.azure_cloud import AzureCloud, azure_cloud, azure_config, azurite, azurite_session
 from tests.fakes.shell import check_script, run_with_curl_shim
 
 __all__ = ["azure_cloud", "azurite", "azurite_session"]  # fixtures, for pytest
@@ -40,7 +40,7 @@ SCRIPT = "#!/bin/bash\necho boot\n"
 def compute(azure_cloud: AzureCloud, monkeypatch: pytest.MonkeyPatch) -> Iterator[AzureCompute]:
     monkeypatch.delenv("CLOUDTRAIN_SSH_CIDR", raising=False)
     monkeypatch.delenv("CLOUDTRAIN_AZURE_RESOURCE_GROUP", raising=False)
-    provider = AzureProvider(ProviderConfig(name="azure", region="eastus"))
+    provider = AzureProvider(azure_config("eastus"))
     provider.store(STORE).ensure_bucket()
     yield provider.compute
 
@@ -159,7 +159,7 @@ def test_teardown_deletes_the_group_but_never_a_users(
     assert GROUP not in [g["name"] for g in azure_cloud.arm.groups()]
     compute.delete_resources(made)  # already gone: fine
 
-    monkeypatch.setenv("CLOUDTRAIN_AZURE_RESOURCE_GROUP", "team-ml")
+    monkeypatch.setattr(compute, "rg", "team-ml")  # the `resource_group` option, as read
     compute.clients.resource.resource_groups.create_or_update("team-ml", {"location": "eastus"})
     made = compute.ensure_network(run_info())
     assert sorted(r.kind for r in made) == ["nsg", "vnet"]
@@ -179,7 +179,7 @@ def test_serial_log_and_missing_subscription(
     assert "FAILED: no driver" in compute.console_output(node)
     monkeypatch.delenv("AZURE_SUBSCRIPTION_ID")
     with pytest.raises(ProviderError, match="no Azure subscription"):
-        AzureProvider(ProviderConfig(name="azure", region="eastus")).compute  # noqa: B018
+        AzureProvider(azure_config("eastus")).compute  # noqa: B018
 
 
 # --- startup blocks ----------------------------------------------------------------------------

@@ -123,7 +123,7 @@ def test_in_a_users_group_teardown_removes_the_evicted_nodes_vm_grant_too(
     compute: AzureCompute, azure_cloud: AzureCloud, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # the group is the user's and is kept: nothing deletes the grant on the evicted VM's scope
-    monkeypatch.setenv("CLOUDTRAIN_AZURE_RESOURCE_GROUP", "team-ml")
+    monkeypatch.setattr(compute, "rg", "team-ml")  # the `resource_group` option, as read
     compute.clients.resource.resource_groups.create_or_update("team-ml", {"location": "eastus"})
     compute.ensure_network(run_info())
     (node,) = compute.create_nodes(run_info(), [request(0)])

@@ -27,9 +27,9 @@ from cloudtrain.providers.azure.bodies import (
 )
 from cloudtrain.providers.azure.compute import AzureCompute
 from cloudtrain.providers.azure.provider import AzureProvider
-from cloudtrain.providers.base import NodeRequest, ProviderConfig
+from cloudtrain.providers.base import NodeRequest
 from tests.fakes.arm_conditions import Request, evaluate
-from tests.fakes.azure_cloud import AzureCloud, azure_cloud, azurite, azurite_session
+from tests.fakes.azure_cloud import AzureCloud, azure_cloud, azure_config, azurite, azurite_session
 from tests.unit import security_kit as kit
 from tests.unit.test_azure_compute import GROUP, RUN, SCRIPT, compute, request, run_info
 
@@ -223,8 +223,6 @@ def test_a_recreated_controller_replaces_the_old_identity_grants(
 
 def test_a_users_resource_group_is_refused(azure_cloud: AzureCloud, monkeypatch: Any) -> None:
     monkeypatch.delenv("CLOUDTRAIN_SSH_CIDR", raising=False)
-    provider = AzureProvider(
-        ProviderConfig(name="azure", region="eastus", options={"resource_group": "shared-rg"})
-    )
+    provider = AzureProvider(azure_config("eastus", resource_group="shared-rg"))
     with pytest.raises(ProviderError, match="own resource group"):
         provider.compute.planned_controller_identity(run_info())

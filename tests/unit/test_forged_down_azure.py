@@ -19,8 +19,8 @@ from cloudtrain.providers.azure import controller_identity as ctl
 from cloudtrain.providers.azure.account import default_container_scope, run_container
 from cloudtrain.providers.azure.compute import AzureCompute
 from cloudtrain.providers.azure.provider import AzureProvider
-from cloudtrain.providers.base import ProviderConfig, Resource
-from tests.fakes.azure_cloud import AzureCloud, azure_cloud, azurite, azurite_session
+from cloudtrain.providers.base import Resource
+from tests.fakes.azure_cloud import AzureCloud, azure_cloud, azure_config, azurite, azurite_session
 from tests.unit.test_azure_compute import GROUP, RUN, STORE, run_info
 
 __all__ = ["azure_cloud", "azurite", "azurite_session"]  # fixtures, for pytest
@@ -33,7 +33,7 @@ OWNER = "8e3af657-a8ff-443c-a75c-2fe8c4bcb635"
 def provider(azure_cloud: AzureCloud, monkeypatch: pytest.MonkeyPatch) -> AzureProvider:
     monkeypatch.delenv("CLOUDTRAIN_SSH_CIDR", raising=False)
     monkeypatch.delenv("CLOUDTRAIN_AZURE_RESOURCE_GROUP", raising=False)
-    made = AzureProvider(ProviderConfig(name="azure", region=REGION))
+    made = AzureProvider(azure_config(REGION))
     made.store(STORE).ensure_bucket()
     return made
 
@@ -146,8 +146,7 @@ def test_in_a_users_group_a_foreign_nsg_vnet_or_the_group_itself_is_refused(
     azure_cloud: AzureCloud, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("CLOUDTRAIN_SSH_CIDR", raising=False)
-    monkeypatch.setenv("CLOUDTRAIN_AZURE_RESOURCE_GROUP", "team-ml")
-    provider = AzureProvider(ProviderConfig(name="azure", region=REGION))
+    provider = AzureProvider(azure_config(REGION, resource_group="team-ml"))
     provider.store(STORE).ensure_bucket()
     compute = provider.compute
     compute.clients.resource.resource_groups.create_or_update(  # type: ignore[attr-defined]
@@ -174,8 +173,7 @@ def test_in_a_users_group_a_foreign_nsg_vnet_or_the_group_itself_is_refused(
 def test_the_runs_nsg_name_tagged_for_another_run_is_refused(
     azure_cloud: AzureCloud, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("CLOUDTRAIN_AZURE_RESOURCE_GROUP", "team-ml")
-    compute = AzureProvider(ProviderConfig(name="azure", region=REGION)).compute
+    compute = AzureProvider(azure_config(REGION, resource_group="team-ml")).compute
     compute.clients.resource.resource_groups.create_or_update(  # type: ignore[attr-defined]
         "team-ml", {"location": REGION}
     )

@@ -9,6 +9,7 @@ shellcheck.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -187,10 +188,10 @@ def test_ssh_needs_a_cidr_and_opens_22_to_it_only(
     with pytest.raises(ProviderError, match="CLOUDTRAIN_SSH_CIDR"):
         compute.ensure_network(run_info(ssh=True))
     assert gce_fake.firewalls() == [], "nothing is created before the check"
-    monkeypatch.setenv("CLOUDTRAIN_SSH_CIDR", "0.0.0.0/0")
     with pytest.raises(ProviderError, match="whole internet"):
-        firewall_bodies(run_info(ssh=True), PROJECT)
-    monkeypatch.setenv("CLOUDTRAIN_SSH_CIDR", "203.0.113.7")
+        firewall_bodies(run_info(ssh=True), PROJECT, cidr="0.0.0.0/0")
+    options = {"ssh_cidr": "203.0.113.7"}  # the option (provider_config reads the old variable)
+    monkeypatch.setattr(compute, "config", dataclasses.replace(compute.config, options=options))
     made = compute.ensure_network(run_info(ssh=True))
     rules = {r.id for r in made if r.kind == "firewall"}
     assert rules == {f"cloudtrain-{RUN}", f"cloudtrain-{RUN}-ssh"}

@@ -11,6 +11,7 @@ errors through the adapter's translation.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 from collections.abc import Iterator
@@ -284,9 +285,10 @@ def test_a_users_account_is_used_as_is(
     provider: GcpProvider, gcp_cloud: GcpCloud, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     user = "trainer@acme.iam.gserviceaccount.com"
-    monkeypatch.setenv("CLOUDTRAIN_GCP_SERVICE_ACCOUNT", user)
     gcp_cloud.gce.require_known_service_accounts = False  # the fake's IAM does not hold it
     compute = provider.compute
+    the_option = dataclasses.replace(compute.config, options={"service_account": user})
+    monkeypatch.setattr(compute, "config", the_option)
     assert {r.kind for r in compute.planned_network(run_info())} == {"firewall"}
     assert {r.kind for r in compute.ensure_network(run_info())} == {"firewall"}
     compute.create_node(run_info(), node())

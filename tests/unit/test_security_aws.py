@@ -76,7 +76,7 @@ def aws(moto_server_session: MotoServer, tmp_path_factory: pytest.TempPathFactor
     import boto3
 
     from cloudtrain.providers.aws.compute import AwsCompute
-    from cloudtrain.providers.base import RunInfo
+    from cloudtrain.providers.base import ProviderConfig, RunInfo
 
     home = tmp_path_factory.mktemp("aws-home")
     with pytest.MonkeyPatch.context() as mp:
@@ -97,11 +97,11 @@ def aws(moto_server_session: MotoServer, tmp_path_factory: pytest.TempPathFactor
         bucket, _, prefix = store.removeprefix("s3://").partition("/")
         key = f"{prefix}/cloudtrain/runs/{run.run_id}/cluster.json".lstrip("/")
         # the same run's network with `ssh: true`, for the SSH rule
-        mp.setenv("CLOUDTRAIN_SSH_CIDR", SSH_CIDR)
+        ssh_config = ProviderConfig(name="aws", options={"ssh_cidr": SSH_CIDR})
         ssh_run = RunInfo(
             f"{run.run_id}-ssh", REGION, None, (2222, 2232), True, store, nodes=("worker-0",)
         )
-        AwsCompute(REGION).ensure_network(ssh_run)
+        AwsCompute(REGION, ssh_config).ensure_network(ssh_run)
         seen = AwsSeen(
             run=run,
             bucket=bucket,

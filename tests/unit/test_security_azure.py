@@ -26,6 +26,7 @@ from tests.fakes.azure_cloud import (
     ENDPOINT_ENV,
     IMDS_ENV,
     SUBSCRIPTION_ENV,
+    azure_config,
     azure_missing,
 )
 from tests.fakes.azurite import ACCOUNT, ACCOUNT_KEY, Azurite, azurite_session, use_azurite
@@ -73,7 +74,7 @@ def _nsg(fake: Any, run_id: str) -> dict[str, Any]:
 def azure(azurite_session: Azurite, tmp_path_factory: pytest.TempPathFactory) -> AzureSeen:
     """One detached run of a two-worker job on the fakes; then its traces, read back."""
     from cloudtrain.providers.azure.provider import AzureProvider
-    from cloudtrain.providers.base import ProviderConfig, RunInfo
+    from cloudtrain.providers.base import RunInfo
 
     home = tmp_path_factory.mktemp("azure-home")
     fake = start_arm_fake()
@@ -105,10 +106,7 @@ def azure(azurite_session: Azurite, tmp_path_factory: pytest.TempPathFactory) ->
             ]
             store = kit.first_json(run.outputs["status"])["store"]
             ssh_run = RunInfo(f"ssh{run.run_id}", REGION, None, (2222, 2232), True, store)
-            mp.setenv("CLOUDTRAIN_SSH_CIDR", SSH_CIDR)
-            AzureProvider(ProviderConfig(name="azure", region=REGION)).compute.ensure_network(
-                ssh_run
-            )
+            AzureProvider(azure_config(REGION, ssh_cidr=SSH_CIDR)).compute.ensure_network(ssh_run)
             (account,) = fake.resources(kind="storageAccounts")
             return AzureSeen(
                 run=run,

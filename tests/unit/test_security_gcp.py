@@ -121,8 +121,8 @@ def gcp(gcs_emulator_session: GcsEmulator, tmp_path_factory: pytest.TempPathFact
                 for i in fake.instances()
                 if (i.get("labels") or {}).get("cloudtrain-run") == run.run_id
             ]
-            provider = GcpProvider(ProviderConfig(name="gcp", region=REGION))
-            mp.setenv("CLOUDTRAIN_SSH_CIDR", SSH_CIDR)
+            options = {"ssh_cidr": SSH_CIDR}
+            provider = GcpProvider(ProviderConfig(name="gcp", region=REGION, options=options))
             ssh_run = RunInfo(
                 f"ssh{run.run_id}", REGION, None, (2222, 2232), True, store, nodes=("worker-0",)
             )
