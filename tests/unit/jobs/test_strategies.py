@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from itertools import product
+from pathlib import Path
 from types import ModuleType
 from unittest import mock
 
@@ -236,3 +238,42 @@ def test_runtime_refuses_an_unknown_strategy(
     monkeypatch.delenv("CLOUDTRAIN_STRATEGY")
     monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": {"chief": ["a:1"], "ps": ["b:1"]}}))
     assert runtime.strategy_name() == "parameter_server"
+
+
+# --- no strategy name in quotes outside the registry -------------------------------------------
+ROOT = Path(__file__).resolve().parents[3]
+REGISTRY = ROOT / "jobs" / "strategies.py"
+NAMES = "|".join(map(re.escape, STRATEGIES))
+QUOTED_NAME = re.compile(rf"""(["'])({NAMES})\1""")  # 'horovod' or "horovod", not "horovod.x"
+
+
+def quoted_names(files: Iterable[Path], root: Path = ROOT) -> list[str]:
+    """`PATH:LINE: text` for each line of `files` holding a declared strategy's name in quotes."""
+    hits = []
+    for path in files:
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if QUOTED_NAME.search(line):
+                hits.append(f"{path.relative_to(root)}:{number}: {line.strip()}")
+    return hits
+
+
+def code_files() -> list[Path]:
+    """The program's Python files (cloudtrain/, providers/, jobs/) but the registry."""
+    folders = (ROOT / "cloudtrain", ROOT / "providers", ROOT / "jobs")
+    return [p for d in folders for p in sorted(d.rglob("*.py")) if p != REGISTRY]
+
+
+def test_the_check_sees_a_planted_name(tmp_path: Path) -> None:
+    planted = tmp_path / "planted.py"
+    planted.write_text("if s.strategy == 'horovod':\n    x = \"horovod.tensorflow\"\n")
+    assert quoted_names([planted], tmp_path) == ["planted.py:1: if s.strategy == 'horovod':"]
+    assert len(code_files()) > 100 and REGISTRY not in code_files()
+
+
+def test_no_strategy_name_in_quotes_outside_the_registry() -> None:
+    hits = quoted_names(code_files())
+    assert not hits, (
+        "a strategy is known by its declaration (jobs/strategies.py), never by comparing its"
+        " name: read `ClusterSpec.strategy_info` or `strategies.strategy(name)` instead, at\n"
+        + "\n".join(hits)
+    )
