@@ -411,7 +411,7 @@ class Orchestrator:
         return self._result(Outcome.DETACHED, "")
 
     def _result(self, outcome: Outcome, detail: str) -> RunResult:
-        route = self.failover.route
+        route = self.failover.route.text() if self.failover.route else ""
         return run_result(self.state, self.ledger, self.run_id, outcome, detail, route)
 
     def _set_phase(self, phase: str) -> None:

@@ -10,7 +10,6 @@ from cloudtrain.jobs import protocol
 from cloudtrain.run.view import Outcome, RunResult
 
 if TYPE_CHECKING:
-    from cloudtrain.run.failover import Route
     from cloudtrain.run.run_state import RunState
     from cloudtrain.state.ledger import Ledger
 
@@ -21,11 +20,12 @@ def run_result(
     run_id: str,
     outcome: Outcome,
     detail: str,
-    route: Route | None,
+    route: str,
 ) -> RunResult:
     """The run's result as it stands: its model and checkpoints in `state.store` (where they
     exist), its cost per node from the ledger (billed until now, idle since `state.job_end`),
-    its attempts, throughput and failover `route`. Blocks (two listings, a ledger read)."""
+    its attempts, throughput and failover `route` (`Route.text()`, "" when it never moved).
+    Blocks (two listings, a ledger read)."""
     model = protocol.model_prefix(run_id)
     checkpoints = protocol.checkpoints_prefix(run_id)
     uri = {key: state.store.uri.rstrip("/") + "/" + key for key in (model, checkpoints)}
@@ -46,5 +46,5 @@ def run_result(
         attempts=state.attempt,
         billed_idle_s=idle,
         throughput=state.view.throughput,
-        route=route.text() if route else "",
+        route=route,
     )
