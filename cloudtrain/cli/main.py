@@ -136,7 +136,7 @@ def _execute(
     """Show the plan, run it and summarise it (run and resume); exits with the outcome's code."""
     from cloudtrain import api
     from cloudtrain.cli.plan_view import plan_table
-    from cloudtrain.cli.ui import ConsoleObserver, summary
+    from cloudtrain.cli.ui import ConsoleObserver, gpu_less_roles, summary
 
     console = _console()
     if not as_json:
@@ -145,7 +145,8 @@ def _execute(
             console.print(_controller_line(ready))
     # with --json, stdout carries only the result; progress goes to stderr
     progress = _console(stderr=True) if as_json else console
-    observer = ConsoleObserver(progress, show_logs=not quiet and not as_json)
+    show_logs = not quiet and not as_json
+    observer = ConsoleObserver(progress, show_logs, gpu_less=gpu_less_roles(ready.plan))
     with observer:
         result = api.launch(ready, detach=detach, observer=observer, controller=controller).result
     if as_json:

@@ -17,7 +17,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,9 +34,19 @@ from cloudtrain.insight.trace_view import time_line
 
 if TYPE_CHECKING:
     from cloudtrain.insight.throughput import NodeRate, Throughput
+    from cloudtrain.plan.planner import Plan
     from cloudtrain.run.view import RunResult, RunView
 
 _NATIVE_LOG = re.compile(r"^(?:[IWE]\d{4} |WARNING: All log messages before absl)")
+# TensorFlow's probe for CUDA on a machine with no GPU ("cudart_stub.cc:31] Could not find cuda
+# drivers", "cuda_platform.cc:52] failed call to cuInit", the cuDNN/cuFFT/cuBLAS factories,
+# TensorRT): native log lines, and the continuation line of "Cannot dlopen some GPU libraries"
+_CUDA_PROBE = re.compile(r"cuda|cuInit|cudnn|cufft|cublas|tensorrt|TF-TRT|GPU librar", re.I)
+_GPU_SKIPPED = "Skipping registering GPU devices"
+CUDA_PROBE_NOTE = (
+    "TensorFlow looked for a GPU and found none, as planned (this node has none): its CUDA "
+    "probe's lines are not shown here; `cloudtrain logs {run}` has them"
+)
 PLAIN_ACTIVITY_S = 30.0  # a plain stream repeats a node's ongoing activity at most this often
 NAME_LIMIT = 80  # characters shown of a node's name, state or activity
 LOG_LINE_LIMIT = 2000  # characters shown of one line a node printed (`logs` shows it whole)
@@ -155,9 +165,17 @@ class ConsoleObserver:
     stdout and stderr are pointed there too when the dead stream was one of them, so the final
     summary and Python's own exit-time flush cannot fail either. Thread-safe."""
 
-    def __init__(self, console: Console | None = None, show_logs: bool = True) -> None:
+    def __init__(
+        self,
+        console: Console | None = None,
+        show_logs: bool = True,
+        gpu_less: Collection[str] = (),
+    ) -> None:
         self.console = console or Console(stderr=False)
         self.show_logs = show_logs
+        # the roles planned without a GPU: their nodes' CUDA probe lines fold into one note
+        self.gpu_less = frozenset(gpu_less)
+        self._probed: set[str] = set()  # nodes whose note is printed
         self.live: Live | None = None
         self._last_plain: dict[str, str] = {}
         self._last_epoch: dict[str, int] = {}
@@ -248,11 +266,21 @@ class ConsoleObserver:
 
     def log_line(self, node: str, line: str) -> None:
         """One line of a node's output, shown as text (at most LOG_LINE_LIMIT characters;
-        `cloudtrain logs` has the whole line)."""
-        if self.show_logs:
-            line = shown(line, LOG_LINE_LIMIT)
-            style = "dim" if _NATIVE_LOG.match(line) else ""
-            self._print(Text(f"[{shown(node, NAME_LIMIT)}] ", style="blue") + Text(line, style))
+        `cloudtrain logs` has the whole line). On a node of a role planned without a GPU
+        (`gpu_less`), TensorFlow's CUDA probe lines (`is_cuda_probe`) are one dim note, once;
+        every other line, its errors included, is shown as it is."""
+        if not self.show_logs:
+            return
+        folded = node.rpartition("-")[0] in self.gpu_less and is_cuda_probe(line)
+        if folded:
+            with self._lock:
+                if node in self._probed:
+                    return
+                self._probed.add(node)
+            line = CUDA_PROBE_NOTE.format(run=self.run_id or "RUN")
+        line = shown(line, LOG_LINE_LIMIT)
+        style = "dim" if folded or _NATIVE_LOG.match(line) else ""
+        self._print(Text(f"[{shown(node, NAME_LIMIT)}] ", style="blue") + Text(line, style))
 
     def update(self, view: RunView) -> None:
         """Redraw the live view; on a plain stream print only what changed."""
@@ -304,6 +332,20 @@ class ConsoleObserver:
         loss = "" if finite(rate.loss) is None else f", loss {figure(rate.loss, '.4f')}"
         flag = f" [{_flag(rate).plain}]" if _flag(rate).plain else ""
         self.event(f"{key}: epoch {_epoch(epoch, epochs)}, {fmt_rate(rate.rate)}{loss}{flag}")
+
+
+def is_cuda_probe(line: str) -> bool:
+    """Whether a node's line is TensorFlow's probe for CUDA (a native log line about CUDA, its
+    libraries or TensorRT): noise on a node planned without a GPU. Pure."""
+    if line.startswith(_GPU_SKIPPED):
+        return True
+    return _NATIVE_LOG.match(line) is not None and _CUDA_PROBE.search(line) is not None
+
+
+def gpu_less_roles(plan: Plan) -> frozenset[str]:
+    """The plan's roles whose nodes have no GPU (a parameter server, a CPU worker, every local
+    node). Pure."""
+    return frozenset(n.role for n in plan.nodes if not (n.accelerator and n.accelerator_count))
 
 
 def _interrupt_behind(exc: BaseException) -> KeyboardInterrupt | None:
