@@ -3,7 +3,7 @@ from outside, uploaded as ordered chunks of JSON lines (`metrics/<node>/<seq>.js
 kinds are jobs/protocol.py's METRICS), and the node's latest figures for its heartbeat.
 
 Four sources feed it:
-- the training's metrics file (METRICS_FILE_ENV; `runtime.callbacks()` appends "epoch" and
+- the training's metrics file ($CLOUDTRAIN_METRICS_FILE; `runtime.callbacks()` appends "epoch" and
   "window" records): tailed by offset, a partial last line waits for its newline;
 - Keras' progress lines in the training's output, for a job without the runtime: "keras-log"
   epoch records, kept back until the runtime has had time to show itself (no double counting);
@@ -282,7 +282,7 @@ class MetricsPump:
     """The node's metrics stream and latest figures. Thread-safe: the agent's output pumps call
     `log_line`, its main loop `flush`, `sample` and `summary`.
 
-    `path` is the training's metrics file (METRICS_FILE_ENV). The chunks go to
+    `path` is the training's metrics file ($CLOUDTRAIN_METRICS_FILE). The chunks go to
     `metrics/<node>/<seq>.jsonl`, numbered on from the bucket's last (an agent restarted on the
     node continues the sequence; a file it finds is taken as already read). `say` puts a line
     in the node's log (a failing nvidia-smi is said once)."""
