@@ -100,8 +100,10 @@ class StrategyInfo:
     # Horovod's Gloo environment (jobs/horovod.py), each node registering its slot count
     launch: Literal["plain", "horovod_ranks"] = "plain"
     reserved_env: frozenset[str] = frozenset()  # names its launcher sets; the spec may not
-    # a module the image must ship: the bootstrap fails unless `import <it>` works
+    # a module the image must ship: the bootstrap fails unless `import <it>` works, saying
+    # `image_hint` (what to do about it)
     image_module: str | None = None
+    image_hint: str = ""
     # roles whose process only serves the chief (ps and evaluator always do): the agent ends
     # them when the chief is final, and `runtime.strategy()` never returns on them
     serving_roles: tuple[str, ...] = ()
@@ -169,6 +171,8 @@ HOROVOD = StrategyInfo(
     launch="horovod_ranks",
     reserved_env=HOROVOD_ENV,
     image_module="horovod.tensorflow",
+    image_hint="horovod 0.28.1 does not build against tensorflow 2.16 or later: use an image that"
+    " ships it (e.g. NVIDIA's NGC TensorFlow container)",
     data_parallel="horovod_nodes",
 )
 

@@ -238,7 +238,7 @@ class Provisioner:
             deadline_epoch=int(st.deadline + (CONTROLLER_GRACE_S if controller else 0)),
             gpu_count=node.accelerator_count,
             pip_extra=st.provider.name,
-            require_horovod=not controller and self.spec.cluster.strategy == "horovod",
+            **({} if controller else _image_module(self.spec)),
         )
         blocks = st.provider.compute.startup_blocks(st.info, skeleton)
         # a bare image's stack: from the bucket's wheelhouse if any (not the controller's)
@@ -285,3 +285,16 @@ class Provisioner:
         for node in nodes:
             self.ledger.mark_created(self.run_id, "node", node.name, node.cloud_id)
             self.ledger.event(self.run_id, "node", f"created {node.name}")
+
+
+def _image_module(spec: JobSpec) -> dict[str, str]:
+    """The startup parameters that make a node's bootstrap check the module its strategy needs
+    on the image (jobs/strategies.py: `image_module`); none when it needs none. Pure."""
+    declared = spec.cluster.strategy_info
+    if declared.image_module is None:
+        return {}
+    return {
+        "require_module": declared.image_module,
+        "require_for": declared.name,
+        "require_hint": declared.image_hint,
+    }

@@ -59,8 +59,11 @@ class StartupParams:
     gpu_count: int = 0
     pip_extra: str = ""
     env: Mapping[str, str] = field(default_factory=dict)
-    # strategy: horovod: fail at bootstrap unless `import horovod.tensorflow` works
-    require_horovod: bool = False
+    # the strategy's image module (jobs/strategies.py: image_module): the bootstrap fails unless
+    # `import <it>` works, naming the strategy and saying the hint; "": none
+    require_module: str = ""
+    require_for: str = ""  # the strategy that needs it
+    require_hint: str = ""
     # the wheelhouse of the pinned stack (bare images only), or None: install from the index
     wheelhouse: WheelhouseOffer | None = None
 

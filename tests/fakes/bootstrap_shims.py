@@ -31,6 +31,7 @@ from pathlib import Path
 
 import cloudtrain
 from cloudtrain.core.errors import NotFound
+from cloudtrain.jobs.strategies import HOROVOD
 from cloudtrain.providers.base import StartupBlocks
 from cloudtrain.providers.local import LocalStore
 from cloudtrain.run.bundle import Bundle, build_bundle
@@ -315,7 +316,15 @@ class FakeNode:
             deadline_epoch=int(time.time()) + 3600,
             gpu_count=self.gpu_count,
             pip_extra="aws",
-            require_horovod=self.require_horovod,
+            **(
+                {
+                    "require_module": HOROVOD.image_module or "",
+                    "require_for": HOROVOD.name,
+                    "require_hint": HOROVOD.image_hint,
+                }
+                if self.require_horovod
+                else {}
+            ),
             wheelhouse=self.wheelhouse,
         )
         return render_startup(params, self.blocks)

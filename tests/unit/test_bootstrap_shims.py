@@ -325,7 +325,11 @@ def _variants() -> dict[str, tuple[StartupParams, StartupBlocks]]:
                         version="0.1.0",
                         deadline_epoch=1767225600,
                         gpu_count=gpus,
-                        require_horovod=horovod,
+                        **(
+                            {"require_module": "horovod.tensorflow", "require_for": "horovod"}
+                            if horovod
+                            else {}
+                        ),
                     )
                     key = f"{name}-{'spot' if spot else 'ondemand'}-gpu{gpus}-hvd{int(horovod)}"
                     out[key] = (params, block)
