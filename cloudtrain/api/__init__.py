@@ -55,6 +55,7 @@ if TYPE_CHECKING:
     from cloudtrain.providers.base import Provider
     from cloudtrain.run.view import Observer, RunResult
     from cloudtrain.spec.job import JobSpec
+    from cloudtrain.spec.provider_config import OutsideLayers
     from cloudtrain.spec.run_options import RunOptions
     from cloudtrain.state.ledger import Ledger, RunRecord
     from cloudtrain.state.ledger_records import ResourceRecord
@@ -103,17 +104,30 @@ def load(
     zone: str | None = None,
 ) -> JobSpec:
     """The validated spec: a job.yaml path (provider/region/zone override the file's, in effect
-    from the first validation), or a `JobSpec` as is. Raises SpecError (`FILE:LINE: field`)."""
+    from the first validation), or a `JobSpec` as is. Raises SpecError (`FILE:LINE: field`),
+    for a bad config.yaml too (read after the spec, unless the command already holds it)."""
+    return _loaded(job, provider=provider, region=region, zone=zone)[0]
+
+
+def _loaded(
+    job: str | Path | JobSpec,
+    *,
+    provider: str | None = None,
+    region: str | None = None,
+    zone: str | None = None,
+) -> tuple[JobSpec, OutsideLayers | None]:
+    """`load`, and config.yaml and the deprecated variables as read for it (the command's one
+    read, `provider_config.read_once`; None for a JobSpec given loaded: nothing is read)."""
     from cloudtrain.spec.job import JobSpec, load_spec
-    from cloudtrain.spec.provider_config import outside_layers
+    from cloudtrain.spec.provider_config import command_layers
 
     if isinstance(job, JobSpec):
         if provider or region or zone:
             raise UsageError("provider/region/zone override a job file, not a loaded JobSpec")
-        return job
+        return job, None
     spec = load_spec(Path(job), provider=provider, region=region, zone=zone)
-    outside_layers()  # a bad config.yaml is the same one line, before anything is planned
-    return spec
+    # a bad config.yaml is the same one line, after the spec's and before anything is planned
+    return spec, command_layers()
 
 
 def plan(
@@ -131,16 +145,18 @@ def plan(
     SpecError for a bad spec, PlanError for a plan that cannot be (over budget, no quota)."""
     from cloudtrain.catalog.offers import Catalog
     from cloudtrain.plan.planner import make_plan
+    from cloudtrain.spec.provider_config import read_once
 
-    spec = load(job, provider=provider, region=region, zone=zone)
+    spec, layers = _loaded(job, provider=provider, region=region, zone=zone)
     catalog = Catalog.bundled()
-    if account:
-        from cloudtrain.plan.account_plan import plan_for_account
+    with read_once(layers):  # every place planned takes the options from this one read
+        if account:
+            from cloudtrain.plan.account_plan import plan_for_account
 
-        the_plan = plan_for_account(spec, catalog, account_probe_of(spec))
-    else:
-        the_plan = make_plan(spec, catalog)
-    warn_deprecated(spec, the_plan)  # the plan shows these options: say now what is deprecated
+            the_plan = plan_for_account(spec, catalog, account_probe_of(spec))
+        else:
+            the_plan = make_plan(spec, catalog)
+        warn_deprecated(spec, the_plan)  # the plan shows the options: say what is deprecated
     return the_plan
 
 
@@ -205,13 +221,18 @@ def prepare(
     region: str | None = None,
     zone: str | None = None,
 ) -> Launch:
-    """The spec and its plan, ready for `launch` (what `run` does first). Creates nothing."""
+    """The spec and its plan, ready for `launch` (what `run` does first): config.yaml and the
+    deprecated variables are read once, and the plan carries the options to the launch.
+    Creates nothing."""
+    from cloudtrain.spec.provider_config import read_once
+
     started = time.time()
-    spec = load(job, provider=provider, region=region, zone=zone)
+    spec, layers = _loaded(job, provider=provider, region=region, zone=zone)
     loaded = time.time()
-    the_plan = plan(spec)
-    planned = time.time()
-    check_rights(spec, the_plan)
+    with read_once(layers):
+        the_plan = plan(spec)
+        planned = time.time()
+        check_rights(spec, the_plan)
     timings = (
         ("spec", started, loaded),
         ("plan", loaded, planned),
@@ -232,10 +253,15 @@ def prepare_resume(run_id: str) -> Launch:
             f"run {rec.run_id}'s job file {rec.spec_path or '(unknown)'} is gone",
             hint="resume needs the job.yaml the run was started from",
         )
-    spec = load(Path(rec.spec_path), provider=rec.provider, region=rec.region, zone=rec.zone)
+    from cloudtrain.spec.provider_config import read_once
+
+    spec, layers = _loaded(
+        Path(rec.spec_path), provider=rec.provider, region=rec.region, zone=rec.zone
+    )
     prov = record_provider(rec)
     _, source = resume_source(ledger(), rec.run_id, prov.store(str(rec.store_uri)))
-    return Launch(spec, plan(spec), resume_from=source)
+    with read_once(layers):
+        return Launch(spec, plan(spec), resume_from=source)
 
 
 @dataclass

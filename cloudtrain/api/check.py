@@ -103,12 +103,17 @@ def check(
     if job is None:
         clouds = [provider] if provider else _searched()
         return CheckReport(tuple(_check_bare(name, region) for name in clouds))
-    spec = api.load(job, provider=provider, region=region)
+    from cloudtrain.spec.provider_config import read_once
+
+    spec, layers = api._loaded(job, provider=provider, region=region)
     catalog = Catalog.bundled()
-    first = make_plan(spec, catalog)
-    per_cloud = _candidates(spec, catalog)
-    clouds = list(per_cloud) or [first.provider]
-    results = [_check_job(spec, first, name, per_cloud.get(name, []), catalog) for name in clouds]
+    with read_once(layers):  # one read of config.yaml for every place planned
+        first = make_plan(spec, catalog)
+        per_cloud = _candidates(spec, catalog)
+        clouds = list(per_cloud) or [first.provider]
+        results = [
+            _check_job(spec, first, name, per_cloud.get(name, []), catalog) for name in clouds
+        ]
     return CheckReport(tuple(results), job=str(job))
 
 
@@ -141,10 +146,14 @@ def _check_bare(name: str, region: str | None) -> CloudCheck:
 def _check_job(
     spec: JobSpec, first: Plan, name: str, candidates: Sequence[Candidate], catalog: Catalog
 ) -> CloudCheck:
+    from cloudtrain.plan.planner import options_of
     from cloudtrain.run.build import run_provider
 
     placed = dataclasses.replace(
-        first, provider=name, region=candidates[0].region if candidates else first.region
+        first,
+        provider=name,
+        region=candidates[0].region if candidates else first.region,
+        provider_options=options_of(spec, name),
     )
     try:
         built = run_provider(spec, placed)

@@ -43,7 +43,7 @@ def plan_for_account(spec: JobSpec, catalog: Catalog, probe_of: ProbeOf) -> Plan
     """The cheapest plan of `spec` whose region's quotas hold it, as far as the clouds that can
     be asked say. Raises PlanError as `make_plan` does, and when no region's quota holds the
     plan (the reasons named). Blocks on the quota APIs; creates nothing."""
-    from cloudtrain.plan.planner import make_plan
+    from cloudtrain.plan.planner import make_plan, options_of
     from cloudtrain.providers.registry import info
 
     first = make_plan(spec, catalog)
@@ -53,7 +53,10 @@ def plan_for_account(spec: JobSpec, catalog: Catalog, probe_of: ProbeOf) -> Plan
 
     def probe_for(cloud: str) -> AccountProbe | None:
         if cloud not in probes:
-            probes[cloud] = probe_of(cloud, dataclasses.replace(first, provider=cloud))
+            placed = dataclasses.replace(
+                first, provider=cloud, provider_options=options_of(spec, cloud)
+            )
+            probes[cloud] = probe_of(cloud, placed)
             has_account = info(cloud).credential_env or info(cloud).credential_files
             if probes[cloud] is None and has_account:
                 notes.append(not_looked_note(cloud))

@@ -1,11 +1,13 @@
 """Turn a job spec into a priced plan: the offer of every node, one region and zone, and the cost.
 
 `make_plan(spec, catalog)` is pure: it reads only the spec's attributes and the Catalog passed in
-(no files, no environment, no network). GPU roles (chief, worker, evaluator) get the cheapest offer
-matching the spec's accelerator and count per node (or its instance_type); `ps` gets the cheapest
-CPU-only offer. All nodes share one cloud, region and zone, chosen to minimise the cluster's $/h;
-with `provider: cheapest` the cloud is the cheapest of aws, gcp and azure. The search itself
-(choices, alternatives, infeasibility messages) is in `cloudtrain.plan.search`.
+(no network), and the provider's options as the command read them (config.yaml and the deprecated
+variables, held by `provider_config.read_once`; outside one, read then). GPU roles (chief,
+worker, evaluator) get the cheapest offer matching the spec's accelerator and count per node (or
+its instance_type); `ps` gets the cheapest CPU-only offer. All nodes share one cloud, region and
+zone, chosen to minimise the cluster's $/h; with `provider: cheapest` the cloud is the cheapest of
+aws, gcp and azure. The search itself (choices, alternatives, infeasibility messages) is in
+`cloudtrain.plan.search`.
 """
 
 from __future__ import annotations
@@ -278,7 +280,8 @@ def _pinned_avoided(
 
 
 def make_plan(spec: JobSpec, catalog: Catalog, *, avoid: Mapping[Place, str] | None = None) -> Plan:
-    """Price `spec` against `catalog` and return the cheapest feasible plan. Pure.
+    """Price `spec` against `catalog` and return the cheapest feasible plan. Pure given the
+    command's `provider_config.read_once` (outside one, config.yaml is read for the options).
 
     `avoid`: places (provider, region) ruled out, each with its reason in one short line (no
     quota there, already tried by failover): the plan is the cheapest feasible choice elsewhere,
@@ -364,7 +367,7 @@ def make_plan(spec: JobSpec, catalog: Catalog, *, avoid: Mapping[Place, str] | N
         max_cost_usd=max_cost,
         alternatives=runner_ups,
         notes=tuple(notes),
-        provider_options=_options_of(spec, provider),
+        provider_options=options_of(spec, provider),
         on_demand_hourly_usd=on_demand,
         avoided=tuple((p, r, why) for (p, r), why in (avoid or {}).items()),
     )
@@ -447,9 +450,10 @@ def _local_choice(
     return choice, notes, False
 
 
-def _options_of(spec: JobSpec, provider: str) -> tuple[ProviderOption, ...]:
-    """The options of `provider` in effect for `spec` with their sources: job.yaml, then what
-    the spec captured of config.yaml and the deprecated variables when it was validated. Pure."""
+def options_of(spec: JobSpec, provider: str) -> tuple[ProviderOption, ...]:
+    """The options of `provider` in effect for `spec` with their sources: job.yaml, then
+    config.yaml and the deprecated variables as the command read them once
+    (`provider_config.read_once`; outside one, read now)."""
     from cloudtrain.spec.provider_config import resolve
 
     return tuple(ProviderOption(**shown) for shown in resolve(spec, provider).shown())

@@ -49,10 +49,11 @@ def warn(line: str) -> None:
 
 def warn_deprecated(spec: JobSpec, the_plan: Plan) -> None:
     """Warn (once per process, through the warning handler) about each deprecated CLOUDTRAIN_*
-    variable the plan's options come from, as a run would. Creates nothing; reads no file."""
-    from cloudtrain.run.configs import config_for
+    variable the plan's options come from, or that was set to a value the option refuses.
+    Creates nothing; reads config.yaml only outside a command's `provider_config.read_once`."""
+    from cloudtrain.spec.provider_config import resolve, warn_once
 
-    config_for(spec, the_plan, warn=_warn)
+    warn_once(resolve(spec, the_plan.provider), _warn)
 
 
 def _built(config: ProviderConfig) -> Provider:
@@ -97,8 +98,8 @@ def provider(
 
 def run_provider(spec: JobSpec, the_plan: Plan) -> Provider:
     """The provider a run of `spec` uses: the plan's (with provider: cheapest, the cloud the
-    plan chose), in the plan's region and zone, with the options in effect
-    (`configs.config_for`). Creates nothing."""
+    plan chose), in the plan's region and zone, with the options the plan recorded
+    (`configs.config_for`: config.yaml is not read again). Creates nothing."""
     from cloudtrain.run.configs import config_for
 
     return _built(config_for(spec, the_plan, warn=_warn))

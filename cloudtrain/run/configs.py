@@ -12,6 +12,7 @@ from cloudtrain.spec.provider_config import (
     Warn,
     config_for_provider,
     make_config,
+    options_of_plan,
     resolve,
     warn_once,
     warn_stderr,
@@ -30,17 +31,17 @@ def config_for(
 ) -> ProviderConfig:
     """The ProviderConfig of the run of `spec`: the provider, region and zone of `plan` (the
     plan decides them with `provider: cheapest`; None: the spec's), the account and the typed
-    options in effect (`resolve`). Each deprecated variable used is warned about once per
-    process through `warn` (None: silent; the Python API passes its own). Reads no file (the
-    spec captured config.yaml when validated)."""
+    options in effect: those the plan recorded (`Plan.provider_options`, resolved once when it
+    was made), else `resolve` (what the command's `read_once` holds, else a read now). Each
+    deprecated variable used is warned about once per process through `warn` (None: silent;
+    the Python API passes its own)."""
     name = plan.provider if plan is not None else spec.provider
     region = plan.region if plan is not None else spec.region
     zone = plan.zone if plan is not None else spec.zone
-    resolved = resolve(spec, name)
+    planned = options_of_plan(name, plan.provider_options) if plan is not None else None
+    resolved = planned if planned is not None else resolve(spec, name)
     warn_once(resolved, warn)
     return make_config(name, region, zone, resolved.options)
-
-
 
 
 def config_for_record(record: RunRecord, *, warn: Warn | None = warn_stderr) -> ProviderConfig:

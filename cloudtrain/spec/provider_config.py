@@ -11,7 +11,10 @@ field, from the first of:
    options alone;
 4. the model's default.
 
-Layers 2 and 3 are read by `outside_layers`, never by the spec's validation. The plan records
+Layers 2 and 3 are read by `outside_layers`, never by the spec's validation, and once per command:
+the edge (`cloudtrain.api`'s plan, prepare, check) holds what it read for the block it runs
+(`read_once`), and every `resolve` inside takes that; a run's provider takes its options from
+the plan (`options_of_plan`), not from a second read. The plan records
 each option's value and source (`Plan.provider_options`, stored in the ledger's plan JSON), and
 `cloudtrain.run.configs.config_for_record` rebuilds the same config for `down`/`status`. No
 option is a secret. Controller side only (pydantic); the node side builds providers with no options.
@@ -21,7 +24,9 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -56,7 +61,9 @@ __all__ = [
     "deprecation_lines",
     "load_user_config",
     "make_config",
+    "options_of_plan",
     "outside_layers",
+    "read_once",
     "resolve",
     "warn_once",
 ]
@@ -147,6 +154,32 @@ def outside_layers(environ: Mapping[str, str] | None = None) -> OutsideLayers:
     return OutsideLayers(config, path, lines, found)
 
 
+# what the command running in this context read (`read_once`); None: nothing held
+_HELD: ContextVar[OutsideLayers | None] = ContextVar("cloudtrain_outside_layers", default=None)
+
+
+@contextmanager
+def read_once(layers: OutsideLayers | None = None) -> Iterator[OutsideLayers]:
+    """Hold one read of config.yaml and the deprecated variables for the block (this thread
+    and context): `layers` if given, else what an enclosing block holds, else read now
+    (SpecError for a bad config.yaml). Every `resolve` and `command_layers` inside takes it
+    instead of reading again. Blocks only to read the file."""
+    held = _HELD.get()
+    if held is not None:
+        yield held
+        return
+    token = _HELD.set(layers if layers is not None else outside_layers())
+    try:
+        yield _HELD.get() or OutsideLayers()
+    finally:
+        _HELD.reset(token)
+
+
+def command_layers() -> OutsideLayers:
+    """What the enclosing `read_once` holds, else a read now (`outside_layers`)."""
+    return _HELD.get() or outside_layers()
+
+
 def _names() -> tuple[str, ...]:
     from cloudtrain import providers as registry
 
@@ -160,7 +193,7 @@ def resolve(spec: JobSpec | None, provider: str, layers: OutsideLayers | None = 
     `layers` (default: read now, `outside_layers()`: config.yaml and the environment)."""
     model = options_model(provider)
     if layers is None:
-        layers = outside_layers()
+        layers = command_layers()
     section_of = getattr(spec, "provider_section", None)  # a stand-in spec may lack it
     job = section_of(provider) if section_of is not None else None
     conf = getattr(layers.config, provider, None) if layers.config is not None else None
@@ -260,6 +293,21 @@ def warn_once(resolved: Resolved, warn: Warn | None) -> None:
             warn(line)
 
 
+def options_of_plan(provider: str, shown: Sequence[Any]) -> Resolved | None:
+    """The options a plan recorded for `provider` (`Plan.provider_options`: name, value,
+    source, where, as objects or dicts), as a Resolved; None when they are not a whole record
+    of that provider's options (a plan made before options were kept, or for another cloud).
+    Pure: nothing is read again."""
+    model = options_model(provider)
+    keys = ("name", "value", "source", "where")
+    rows = [o if isinstance(o, Mapping) else {k: getattr(o, k, "") for k in keys} for o in shown]
+    if [r.get("name") for r in rows] != list(model.model_fields):
+        return None
+    values = {r["name"]: r["value"] for r in rows}
+    sources = {r["name"]: OptionSource(r.get("source", DEFAULT), r.get("where", "")) for r in rows}
+    return Resolved(provider, model.model_validate(values), sources)
+
+
 def make_config(
     name: str, region: str | None, zone: str | None, options: BaseModel
 ) -> ProviderConfig:
@@ -282,7 +330,7 @@ def config_for_provider(
     of an unrecorded run): config.yaml's options, else the deprecated variables (warned about
     once), else the defaults; `account` (None: config.yaml's) wins. Reads config.yaml; raises
     SpecError for a bad one."""
-    resolved = resolve(None, name, outside_layers())
+    resolved = resolve(None, name)
     warn_once(resolved, warn)
     config = make_config(name, region, zone, resolved.options)
     return replace(config, account=account) if account else config

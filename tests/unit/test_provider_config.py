@@ -285,6 +285,59 @@ def test_config_for_record_rebuilds_the_runs_config(
     assert len(warnings) == 1 and "CLOUDTRAIN_AZURE_RESOURCE_GROUP" in warnings[0]
 
 
+# --- one read per command (issue 31) ---------------------------------------------------------
+
+
+def count_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Counts the reads of config.yaml (each read of the outside layers reads it once)."""
+    reads: list[int] = []
+    real = provider_config.load_user_config
+
+    def counted(path: Path | None = None) -> Any:
+        reads.append(1)
+        return real(path)
+
+    monkeypatch.setattr(provider_config, "load_user_config", counted)
+    return reads
+
+
+def test_a_plan_reads_config_yaml_once_however_many_places_it_prices(
+    tmp_path: Path, home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (home / "config.yaml").write_text("providers:\n  gcp:\n    network: team-vpc\n")
+    path = job(tmp_path, "provider: cheapest\n")
+    reads = count_reads(monkeypatch)
+    the_plan = api.plan(path, account=False)
+    assert len(reads) == 1
+    if the_plan.provider == "gcp":
+        assert by_name(the_plan.provider_options)["network"].value == "team-vpc"
+    reads.clear()
+    api.plan(api.load(path), account=False)  # a loaded spec: read once, not loaded again
+    assert len(reads) == 2  # load's own read, then the plan's
+
+
+def test_a_run_builds_its_provider_from_the_plan_without_reading_again(
+    tmp_path: Path, home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (home / "config.yaml").write_text("providers:\n  gcp:\n    network: team-vpc\n")
+    path = job(tmp_path, "provider: gcp\nregion: us-central1\n")
+    spec = api.load(path)
+    the_plan = api.plan(spec, account=False)
+    (home / "config.yaml").write_text("providers:\n  gcp:\n    network: changed-vpc\n")
+    reads = count_reads(monkeypatch)
+    built = config_for(spec, the_plan)
+    assert reads == [] and built.option("network") == "team-vpc"
+
+
+def test_prepare_reads_config_yaml_once(
+    tmp_path: Path, home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = job(tmp_path, "provider: local\n")
+    reads = count_reads(monkeypatch)
+    ready = api.prepare(path)
+    assert len(reads) == 1 and ready.plan.provider == "local"
+
+
 # --- an adapter reads its options --------------------------------------------------------------
 
 
