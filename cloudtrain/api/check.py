@@ -99,11 +99,14 @@ def check(
     from cloudtrain import api
     from cloudtrain.catalog.offers import Catalog
     from cloudtrain.plan.planner import make_plan
+    from cloudtrain.spec.provider_config import read_once
 
     if job is None:
         clouds = [provider] if provider else _searched()
-        return CheckReport(tuple(_check_bare(name, region) for name in clouds))
-    from cloudtrain.spec.provider_config import read_once
+        for name in clouds:
+            _info(name)  # an unknown name is its own UsageError, before config.yaml is read
+        with read_once():  # each cloud's options from one read of config.yaml
+            return CheckReport(tuple(_check_bare(name, region) for name in clouds))
 
     spec, layers = api._loaded(job, provider=provider, region=region)
     catalog = Catalog.bundled()
@@ -115,6 +118,12 @@ def check(
             _check_job(spec, first, name, per_cloud.get(name, []), catalog) for name in clouds
         ]
     return CheckReport(tuple(results), job=str(job))
+
+
+def _info(name: str) -> None:
+    from cloudtrain.providers.registry import info
+
+    info(name)
 
 
 def _searched() -> list[str]:
