@@ -19,7 +19,7 @@ import typer
 from typer.core import TyperGroup
 
 from cloudtrain.cli import common
-from cloudtrain.cli import runs as cli_runs
+from cloudtrain.cli import options as cli_options
 from cloudtrain.core.errors import CloudtrainError
 from cloudtrain.providers.registry import infos, names
 
@@ -177,9 +177,9 @@ def _controller_line(ready: Launch) -> str:
 @app.command()
 def attach(
     run_id: RunArg,
-    provider: cli_runs.ProviderOpt = None,
-    region: cli_runs.RegionOpt = None,
-    project: cli_runs.ProjectOpt = None,
+    provider: cli_options.ProviderOpt = None,
+    region: cli_options.RegionOpt = None,
+    project: cli_options.ProjectOpt = None,
     detach: Annotated[
         bool, typer.Option("--detach", help="Hand the run to a new controller node and return.")
     ] = False,
@@ -209,9 +209,9 @@ def cost(
         str | None, typer.Option("--since", help="Only runs started within, e.g. 30d, 12h.")
     ] = None,
     as_json: JsonOpt = False,
-    provider: cli_runs.ProviderOpt = None,
-    region: cli_runs.RegionOpt = None,
-    project: cli_runs.ProjectOpt = None,
+    provider: cli_options.ProviderOpt = None,
+    region: cli_options.RegionOpt = None,
+    project: cli_options.ProjectOpt = None,
 ) -> None:
     """What runs cost: compute from the ledger, and the storage their outputs keep.
 

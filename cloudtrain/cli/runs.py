@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated, TextIO
 import typer
 
 from cloudtrain.cli import common
-from cloudtrain.providers.registry import infos
+from cloudtrain.cli.options import JsonOpt, ProjectOpt, ProviderOpt, RegionOpt, RunArg
 
 if TYPE_CHECKING:
     from cloudtrain.api.log_stream import LogStream
@@ -24,25 +24,6 @@ if TYPE_CHECKING:
     from cloudtrain.providers.base import Provider
     from cloudtrain.state.ledger import Ledger, RunRecord
     from cloudtrain.state.runstate import RunReader
-
-RunArg = Annotated[str, typer.Argument(help="A run id (or a unique prefix of one).")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
-# where to find a run this machine's ledger has no record of: its journal in the run's bucket
-ProviderOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--provider",
-        "-p",
-        help="Needed only when the ledger has no record of RUN: read its journal from the "
-        "provider's bucket.",
-    ),
-]
-RegionOpt = Annotated[
-    str | None, typer.Option("--region", help="The run's region, with --provider.")
-]
-# "GCP project / Azure subscription": the providers' own account fields (their INFO)
-ACCOUNTS = " / ".join(f"{i.label} {i.account_field}" for i in infos() if i.account_field)
-ProjectOpt = Annotated[str | None, typer.Option("--project", help=f"{ACCOUNTS}, with --provider.")]
 
 
 def register(app: typer.Typer) -> None:

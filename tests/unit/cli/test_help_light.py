@@ -36,4 +36,5 @@ def test_plan_loads_none_of_the_live_view(tmp_path: Path) -> None:
     readers) are a run's, 8% of `plan`'s time."""
     job = str(EXAMPLES / "digits-multiworker" / "job.yaml")
     live = ("cloudtrain.cli.ui", "rich.live", "cloudtrain.insight.trace_view")
+    live += ("cloudtrain.cli.runs",)  # status and logs: main names only their options
     assert heavy_modules(tmp_path, "plan", job, expect="plan for digits", of=live) == []
