@@ -24,6 +24,7 @@ class Rendezvous:
     me: str
     attempt: int
     cluster: proto.ClusterDoc
+    declared: Any  # jobs.strategies.StrategyInfo (the agent's declaration of its strategy)
     trace: Any  # jobs.trace.Tracer
     tick: Callable[[], None]
     say: Callable[[str], None]
@@ -62,8 +63,8 @@ class Rendezvous:
         bounded)."""
         run, attempt = self.run_id, self.attempt
         slots = None
-        if self.cluster.strategy == horovod.STRATEGY:
-            slots = horovod.local_slots()  # one process per GPU
+        if self.declared.launch == "horovod_ranks":
+            slots = horovod.local_slots()  # one process per GPU (jobs/strategies.py: launch)
         mine = proto.Registration(address=self.address(), time=time.time(), slots=slots)
         with self.traced(tr.REGISTER):
             self.store.put(proto.registration_key(run, attempt, self.me), mine.to_json())
