@@ -325,28 +325,31 @@ def gc(
     Runs the ledger says are live are left alone until past their deadline. Idempotent."""
     from cloudtrain.catalog.offers import Catalog
     from cloudtrain.run import gc as gc_mod
+    from cloudtrain.spec.provider_config import read_once
 
     ledger = _ledger()
     console = _console()
     catalog = Catalog.bundled()
     pending = 0
     failed: list[gc_mod.GcReport] = []
-    for scope in gc_mod.scopes(ledger.list_runs(limit=gc_mod.ALL_RUNS), provider, region, project):
-        prov = _provider(scope.provider, scope.region, None, scope.account)
-        found = gc_mod.survey(prov, ledger, scope)
-        for run in found.live:
-            console.print(f"left alone: run {run.run_id} ({run.reason})")
-        if not found.leaked:
-            console.print(f"no leaked cloudtrain resources in {found.where}")
-            continue
-        console.print(gc_mod.table(found, gc_mod.rows(found, catalog)))
-        if not yes:
-            pending += len(found.leaked)
-            continue
-        report = gc_mod.collect(prov, ledger, found, lambda m: console.print(f"cloudtrain {m}"))
-        console.print(report.summary())
-        if report.failed:
-            failed.append(report)
+    scopes = gc_mod.scopes(ledger.list_runs(limit=gc_mod.ALL_RUNS), provider, region, project)
+    with read_once():  # config.yaml once per command: every scope's provider takes this read
+        for scope in scopes:
+            prov = _provider(scope.provider, scope.region, None, scope.account)
+            found = gc_mod.survey(prov, ledger, scope)
+            for run in found.live:
+                console.print(f"left alone: run {run.run_id} ({run.reason})")
+            if not found.leaked:
+                console.print(f"no leaked cloudtrain resources in {found.where}")
+                continue
+            console.print(gc_mod.table(found, gc_mod.rows(found, catalog)))
+            if not yes:
+                pending += len(found.leaked)
+                continue
+            report = gc_mod.collect(prov, ledger, found, lambda m: console.print(f"cloudtrain {m}"))
+            console.print(report.summary())
+            if report.failed:
+                failed.append(report)
     if pending:
         console.print(f"{pending} run(s) would be deleted; pass --yes to delete them")
     for report in failed:
