@@ -12,9 +12,8 @@ from typer.testing import CliRunner
 
 from cloudtrain.cli.main import app
 from cloudtrain.run import gc as gc_mod
-from cloudtrain.spec import provider_config
 from cloudtrain.state.ledger import Ledger
-from tests.unit.test_provider_config import DEPRECATED
+from tests.unit.test_provider_config import DEPRECATED, count_reads
 
 SCOPES = [gc_mod.Scope("local", region) for region in ("local", "r-b", "r-c")]
 
@@ -38,14 +37,7 @@ def test_gc_reads_config_yaml_once_for_all_its_scopes(
         return real_survey(prov, ledger, scope)
 
     monkeypatch.setattr(gc_mod, "survey", survey)
-    reads: list[int] = []
-    real_load = provider_config.load_user_config
-
-    def counted(path: Path | None = None) -> Any:
-        reads.append(1)
-        return real_load(path)
-
-    monkeypatch.setattr(provider_config, "load_user_config", counted)
+    reads = count_reads(monkeypatch)
     result = CliRunner().invoke(app, ["gc", "--provider", "local"])
     assert result.exit_code == 0, result.output
     assert surveyed == SCOPES
