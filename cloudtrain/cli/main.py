@@ -192,11 +192,12 @@ def attach(
     from cloudtrain.cli.ui import ConsoleObserver, summary
     from cloudtrain.managed.attach import attach as attach_run
 
+    ref = common.run_ref(run_id)  # the edge: parsed once, before anything is shown or built
     console = _console()
     observer = ConsoleObserver(console, show_logs=not quiet)
     with observer:
         result = attach_run(
-            run_id, observer, provider=provider, region=region, account=project, detach=detach
+            ref, observer, provider=provider, region=region, account=project, detach=detach
         )
     console.print(summary(result))
     raise typer.Exit(result.outcome.exit_code)
@@ -223,8 +224,9 @@ def cost(
     from cloudtrain.run.journal_sync import sync_run
 
     if run_id is not None:
+        ref = common.run_ref(run_id)  # the edge: parsed once, trusted below
         run_id = sync_run(
-            run_id, provider=provider, region=region, account=project, warn=common.warn
+            ref, provider=provider, region=region, account=project, warn=common.warn
         ).run_id
     rows = api.cost(run_id, since=since)
     total = totals(rows)

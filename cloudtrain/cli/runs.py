@@ -46,7 +46,8 @@ def status(
     from cloudtrain import api
     from cloudtrain.run.journal_sync import sync_run
 
-    rec = sync_run(run_id, provider=provider, region=region, account=project, warn=common.warn)
+    ref = common.run_ref(run_id)  # the edge: parsed once, trusted below
+    rec = sync_run(ref, provider=provider, region=region, account=project, warn=common.warn)
     now = api.status(rec.run_id)
     if as_json:
         common.emit_json(now.to_dict())
@@ -158,8 +159,9 @@ def logs(
     from cloudtrain import api
     from cloudtrain.run.journal_sync import sync_run
 
+    ref = common.run_ref(run_id)  # the edge: parsed once, trusted below
     run_id = sync_run(
-        run_id, provider=provider, region=region, account=project, warn=common.warn
+        ref, provider=provider, region=region, account=project, warn=common.warn
     ).run_id
     out = sys.stdout
     escape = not raw and _is_terminal(out)

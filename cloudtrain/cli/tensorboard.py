@@ -64,7 +64,8 @@ def tensorboard(
 
     if not once:
         require_tensorboard()  # before anything is read: a missing extra is the first thing
-    rec = sync_run(run_id, provider=provider, region=region, account=project, warn=common.warn)
+    ref = common.run_ref(run_id)  # the edge: parsed once, trusted below
+    rec = sync_run(ref, provider=provider, region=region, account=project, warn=common.warn)
     if not rec.store_uri:
         raise UsageError(f"run {rec.run_id} records no bucket: it has no event files to show")
     store = api_build.record_provider(rec).store(rec.store_uri)

@@ -15,6 +15,7 @@ import os
 import socket
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from cloudtrain.core.errors import CloudtrainError, LeaseHeld, UsageError
 from cloudtrain.jobs import protocol
@@ -23,11 +24,14 @@ from cloudtrain.run.view import Observer, RunResult
 from cloudtrain.state import launch_doc
 from cloudtrain.state.lease import Lease, describe, read_lease
 
+if TYPE_CHECKING:
+    from cloudtrain.spec.run_ids import RunRef
+
 YIELD_WAIT_FACTOR = 2.0  # a controller checks for a yield at every renewal: ttl/6; wait 2 ttls
 
 
 def attach(
-    run_id: str,
+    run_id: RunRef,
     observer: Observer,
     *,
     provider: str | None = None,
@@ -36,10 +40,10 @@ def attach(
     detach: bool = False,
     say: Callable[[str], None] | None = None,
 ) -> RunResult:
-    """Take control of `run_id` and follow it to its end (or, with `detach`, hand it to a new
-    controller node). UsageError for an unknown run, or one that ended already; LeaseHeld when
-    the holder does not yield in time. Blocks until the run ends (tears it down) or is handed
-    over."""
+    """Take control of `run_id` (parsed at the edge: `cli.common.run_ref`) and follow it to its
+    end (or, with `detach`, hand it to a new controller node). UsageError for an unknown run,
+    or one that ended already; LeaseHeld when the holder does not yield in time. Blocks until
+    the run ends (tears it down) or is handed over."""
     from cloudtrain.managed.adopt import adopt
     from cloudtrain.run import build as api_build
     from cloudtrain.run.journal_sync import sync_run

@@ -11,11 +11,12 @@ from typing import TYPE_CHECKING
 from cloudtrain.core.errors import UsageError
 
 if TYPE_CHECKING:
+    from cloudtrain.spec.run_ids import RunRef
     from cloudtrain.state.ledger import Ledger, RunRecord
 
 
 def sync_run(
-    run_id: str,
+    run_id: RunRef,
     *,
     provider: str | None = None,
     region: str | None = None,
@@ -25,23 +26,24 @@ def sync_run(
     warn: Callable[[str], None] | None = None,
 ) -> RunRecord:
     """The ledger's record of the run after importing the run's journal entries it lacks.
+    `run_id` was parsed at the edge (`cli.common.run_ref`, `cloudtrain.api`): trusted here.
 
     - The ledger has the run (`run_id` may then be a unique prefix): import what is new
       (`import_journal(incremental=True)`) from the bucket the run records; a bucket that
       cannot be read is a warning to `warn` and the ledger's record is returned as it is.
     - It has not, and `provider` is given (`region`, `account`: the GCP project / Azure
       subscription, as for `down`): import the whole journal from `store_uri` (default: the
-      provider's bucket for the run, `default_store_uri`); `run_id` must be a whole run id.
-      UsageError when the bucket holds no journal of the run; the store's errors propagate.
+      provider's bucket for the run, `default_store_uri`); `run_id` must be a whole run id
+      (`parse_run_id` narrows the reference: its UsageError for a prefix). UsageError when
+      the bucket holds no journal of the run; the store's errors propagate.
     - Neither: the ledger's "no run" UsageError (`Ledger.find_run`).
 
     Idempotent; blocks for one listing of the journal and one read per new entry. `ledger`:
     default $CLOUDTRAIN_HOME's."""
     from cloudtrain.run import build as api_build
-    from cloudtrain.spec.run_ids import check_run_ref
+    from cloudtrain.spec.run_ids import parse_run_id
     from cloudtrain.state.journal import import_journal, try_import
 
-    check_run_ref(run_id)  # before anything is built from it (the ledger file included)
     the_ledger = ledger or api_build.ledger()
     rec = the_ledger.get_run(run_id)
     if rec is None and provider is None:
@@ -53,7 +55,8 @@ def sync_run(
                 rec = the_ledger.get_run(rec.run_id) or rec
         return rec
     assert provider is not None
-    rid = check_run_ref(run_id, exact=True)
+    # no record: the journal's keys are matched exactly, so only a whole run id will do
+    rid = parse_run_id(run_id)
     prov = api_build.provider(provider, region, None, account)
     store = prov.store(store_uri or prov.default_store_uri(rid))
     import_journal(the_ledger, store, rid, warn=warn)
