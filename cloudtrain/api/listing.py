@@ -1,50 +1,94 @@
 """`list_runs`: the newest runs of the ledger with their live resources and cost, optionally
-brought up to date with their journals first (what `cloudtrain ls` shows)."""
+brought up to date with their journals first, within one deadline (what `cloudtrain ls`
+shows)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from cloudtrain.api.results import RunListing
-from cloudtrain.core.errors import CloudtrainError
 from cloudtrain.run.build import ledger
+from cloudtrain.run.journal_refresh import REFRESH_S
 
 if TYPE_CHECKING:
-    from cloudtrain.state.ledger import Ledger, RunRecord
+    from cloudtrain.state.ledger import RunRecord
+
+
+@dataclass(frozen=True)
+class ListedRun(RunListing):
+    """A `RunListing` that says whether its row is up to date with the run's journal:
+    `refreshed` is False for a run not done, with a bucket, whose journal was not read (not
+    asked, failed, or not read by the deadline): the row is what this ledger last saw."""
+
+    refreshed: bool = True
+
+    def to_dict(self) -> dict[str, Any]:
+        """`RunListing.to_dict`, then `refreshed`. Pure."""
+        return {**super().to_dict(), "refreshed": self.refreshed}
 
 
 def list_runs(
-    limit: int = 20, *, sync: bool = False, warn: Callable[[str], None] | None = None
+    limit: int = 20,
+    *,
+    sync: bool = False,
+    warn: Callable[[str], None] | None = None,
+    deadline_s: float = REFRESH_S,
 ) -> list[RunListing]:
-    """The newest `limit` runs of the ledger, with their live resources and cost. Read-only
-    without `sync`.
+    """The newest `limit` runs of the ledger, with their live resources and cost (each a
+    `ListedRun`). Read-only without `sync`.
 
     With `sync`, each listed run that is not `done` and has a bucket first takes in the new
-    entries of its journal (`journal_sync.sync_run`, as `status` does), so a run controlled
-    elsewhere (a detached run's controller node) shows what its controller last wrote, not
-    what this machine last saw. Cost: per such run, its provider made once (its SDK loaded),
-    one listing of the journal's recent window and one read per new entry; `done` runs and
-    runs without a bucket cost nothing. A bucket or provider that cannot be read is one
-    warning to `warn` and the ledger's row as it is. Blocks then; idempotent."""
+    entries of its journal, so a run controlled elsewhere (a detached run's controller node)
+    shows what its controller last wrote, not what this machine last saw. The journals are
+    read in parallel, and the reads are waited for at most `deadline_s` in all
+    (`journal_refresh.refresh_runs`); the ledger is written in this thread, after them. A run
+    whose bucket or provider failed is one warning to `warn`; the runs not read by the
+    deadline are one warning in all; both are listed as the ledger has them, `refreshed`
+    False. Blocks at most about `deadline_s` then; idempotent."""
+    from cloudtrain.run.journal_refresh import refresh_runs
+
     the_ledger = ledger()
-    out = []
-    for rec in the_ledger.list_runs(limit=limit):
-        if sync and rec.status != "done" and rec.store_uri:
-            rec = _synced(the_ledger, rec, warn)
+    records = the_ledger.list_runs(limit=limit)
+    due = {rec.run_id for rec in records if _due(rec)}
+    fresh: dict[str, RunRecord] = {}
+    unread: set[str] = set()
+    if sync and due:
+        done = refresh_runs(
+            the_ledger, [r for r in records if r.run_id in due], deadline_s=deadline_s, warn=warn
+        )
+        fresh, unread = done.records, set(done.failed)
+        _say_unread(list(done.failed.values()), done.late, deadline_s, warn)
+    out: list[RunListing] = []
+    for rec in records:
+        rec = fresh.get(rec.run_id, rec)
         live = [x for x in the_ledger.resources(rec.run_id, live_only=True) if x.kind != "bucket"]
-        out.append(RunListing(rec, len(live), the_ledger.billed_cost(rec.run_id)))
+        refreshed = rec.run_id not in due or (rec.run_id in fresh and rec.run_id not in unread)
+        out.append(ListedRun(rec, len(live), the_ledger.billed_cost(rec.run_id), refreshed))
     return out
 
 
-def _synced(the_ledger: Ledger, rec: RunRecord, warn: Callable[[str], None] | None) -> RunRecord:
-    """The run's record after importing its journal's new entries; as it was when that fails
-    (one warning). Blocks."""
-    from cloudtrain.run.journal_sync import sync_run
+def _due(rec: RunRecord) -> bool:
+    """Whether the run's row may lag its journal: not done, and it has a bucket. Pure."""
+    return rec.status != "done" and bool(rec.store_uri)
 
-    try:
-        return sync_run(rec.run_id, ledger=the_ledger, warn=warn)
-    except CloudtrainError as exc:
-        if warn is not None:
-            warn(f"run {rec.run_id}'s journal not read: {exc}")
-        return rec
+
+def _say_unread(
+    failed: list[str],
+    late: list[str],
+    deadline_s: float,
+    warn: Callable[[str], None] | None,
+) -> None:
+    """One warning per run whose journal could not be read, and one for all the runs whose
+    read did not end by the deadline."""
+    if warn is None:
+        return
+    for line in failed:
+        warn(line)
+    if late:
+        warn(
+            f"{len(late)} run(s) not refreshed: their journals were not read within "
+            f"{deadline_s:g}s (a cloud that does not answer?); listed as this ledger last saw "
+            "them"
+        )

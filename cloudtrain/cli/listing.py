@@ -1,5 +1,6 @@
-"""`cloudtrain ls`: the newest runs, each brought up to date with its journal first
-(`cloudtrain.api.listing`), as a table whose run ids are always whole, or as JSON."""
+"""`cloudtrain ls`: the newest runs, each brought up to date with its journal first, within
+one deadline (`cloudtrain.api.listing`), as a table whose run ids are always whole, or as
+JSON."""
 
 from __future__ import annotations
 
@@ -18,9 +19,11 @@ if TYPE_CHECKING:
 
 
 def show(limit: int, as_json: bool) -> None:
-    """Print the newest `limit` runs. Blocks for one journal sync per listed run that is not
-    done and has a bucket (`api.listing.list_runs`); a bucket that cannot be read is a
-    `warning:` line on stderr."""
+    """Print the newest `limit` runs. First reads the journals of the listed runs that are not
+    done and have a bucket, in parallel, for at most `journal_refresh.REFRESH_S` in all
+    (`api.listing.list_runs`): a bucket that cannot be read is a `warning:` line on stderr,
+    and so are all the runs not read by then together; such a run's row is the ledger's as
+    it was (`refreshed: false` in the JSON, its status marked in the table)."""
     from cloudtrain.api.listing import list_runs
 
     runs = list_runs(limit=limit, sync=True, warn=common.warn)
@@ -51,10 +54,16 @@ def table(runs: list[RunListing]) -> Table:
         grid.add_row(
             r.run_id,
             r.provider,
-            r.status,
+            r.status if _refreshed(row) else f"{r.status} (not refreshed)",
             r.outcome or "",
             started,
             str(row.live),
             f"${row.cost_usd:.4f}",
         )
     return grid
+
+
+def _refreshed(row: RunListing) -> bool:
+    """Whether the row is up to date with its run's journal (`api.listing.ListedRun`); a
+    plain RunListing says nothing of it. Pure."""
+    return bool(getattr(row, "refreshed", True))

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -86,21 +87,49 @@ def test_ls_shows_what_the_journal_says_of_a_run_last_seen_running(tmp_path: Pat
     """A detached run this ledger saw running, finished since (its journal in the bucket says
     so): `ls` shows it done with nothing live, without a `status` first."""
     run = "mnist-0a1b2c"
+    fresh, rest = running_in_a_journal(tmp_path, run)
+    cli(fresh, "status", run, "--provider", "local", "--json")  # this machine sees it running
+    seen = json.loads(cli(fresh, "ls", "--json").stdout)
+    assert [(r["status"], r["live"]) for r in seen] == [("running", 3)]
+    rest()
+    (row,) = json.loads(cli(fresh, "ls", "--json").stdout)
+    assert (row["status"], row["outcome"], row["live"]) == ("done", "succeeded", 0)
+    assert "done" in cli(fresh, "ls").stdout
+
+
+def running_in_a_journal(tmp_path: Path, run: str) -> tuple[Path, Callable[[], None]]:
+    """A run another machine controls, its journal in a bucket two homes share, written up
+    to the run's `running`: (the home that has not seen it yet, a call that writes the rest
+    of the run, to its end, and closes the journal)."""
     first, fresh, bucket = shared_homes(tmp_path)
     clock = Clock(0.0)
     writer = Ledger(first / "ledger.db", clock=clock)
     journal = Journal(LocalStore(bucket.as_uri()), run, "controller")
     writer.journal_to(run, journal)
     steps = run_steps(writer, clock, run, "local", bucket.as_uri())
-    while writer.get_run(run) is None or writer.get_run(run).status != "running":  # type: ignore[union-attr]
+    while (seen := writer.get_run(run)) is None or seen.status != "running":
         steps.pop(0)()
     journal.flush()
-    cli(fresh, "status", run, "--provider", "local", "--json")  # this machine sees it running
-    seen = json.loads(cli(fresh, "ls", "--json").stdout)
-    assert [(r["status"], r["live"]) for r in seen] == [("running", 3)]
-    for step in steps:
-        step()
-    journal.close()
-    (row,) = json.loads(cli(fresh, "ls", "--json").stdout)
-    assert (row["status"], row["outcome"], row["live"]) == ("done", "succeeded", 0)
-    assert "done" in cli(fresh, "ls").stdout
+
+    def rest() -> None:
+        for step in steps:
+            step()
+        journal.close()
+
+    return fresh, rest
+
+
+def test_ls_marks_a_row_its_journal_did_not_refresh(tmp_path: Path) -> None:
+    from rich.console import Console
+
+    from cloudtrain.api.listing import ListedRun
+    from cloudtrain.cli.listing import table
+
+    rec = a_ledger(tmp_path).get_run(LONGEST)
+    assert rec is not None
+    screen = io.StringIO()
+    Console(file=screen, width=200, color_system=None).print(
+        table([ListedRun(rec, 0, 0.0, refreshed=False)])
+    )
+    assert "running (not refreshed)" in screen.getvalue()
+    assert ListedRun(rec, 0, 0.0).to_dict()["refreshed"] is True
