@@ -78,19 +78,24 @@ def a_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Ledger:
 
 
 def finished(call: Callable[[], Any], within_s: float) -> Any:
-    """`call()`'s value, run in a thread; fails the test when it has not returned within
-    `within_s` (it would have blocked for good)."""
+    """`call()`'s value (or its exception, raised here), run in a thread; fails the test when
+    it has not returned within `within_s` (it would have blocked for good)."""
     box: list[Any] = []
     done = threading.Event()
 
     def run() -> None:
-        box.append(call())
+        try:
+            box.append(call())
+        except BaseException as exc:  # the test's thread raises it
+            box.append(exc)
         done.set()
 
     threading.Thread(target=run, daemon=True).start()
     assert done.wait(within_s), (
         f"still blocked after {within_s}s: the listing waited for the clouds"
     )
+    if isinstance(box[0], BaseException):
+        raise box[0]
     return box[0]
 
 
