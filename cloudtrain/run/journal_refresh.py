@@ -6,8 +6,10 @@ Each run's journal is read in a daemon thread of its own (its provider made, one
 journal's recent window, one read per new entry: `state.journal.import_journal` against a
 `_Deferred` ledger that answers its reads and holds its writes); the writes are applied
 afterwards in the calling thread, so nothing changes the ledger once `refresh_runs` returns. A
-run whose read has not ended by the deadline is left as the ledger has it; its thread is
-abandoned (a daemon: it holds no write and ends with the process, or when its store gives up).
+run whose read has not ended by the deadline is left as the ledger has it. Every store call of
+a read runs in a daemon thread of its own and is waited for only until the deadline
+(`_Bounded`): a call that never answers holds no thread the interpreter joins at exit (the
+journal's entry reads run in a thread pool, whose threads it does), so the process ends too.
 """
 
 from __future__ import annotations
@@ -15,15 +17,19 @@ from __future__ import annotations
 import contextvars
 import queue
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future, wait
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from cloudtrain.core.errors import CloudtrainError, LedgerError
+from cloudtrain.core.errors import CloudtrainError, LedgerError, TransientError
 
 if TYPE_CHECKING:
+    from cloudtrain.providers.base import ObjectInfo, ObjectStore
     from cloudtrain.state.ledger import Ledger, RunRecord
+
+T = TypeVar("T")
 
 REFRESH_S = 5.0  # the whole refresh's deadline: every run's journal read, in parallel
 READERS = 16  # runs read at a time (each in a daemon thread)
@@ -63,12 +69,55 @@ class _Deferred:
 
 
 @dataclass
+class _Bounded:
+    """The part of a store that `import_journal` uses, every call of which returns or raises
+    by `end` (a `time.monotonic()`): the call runs in a daemon thread of its own, and one not
+    answered by then raises TransientError (and sets `expired`), leaving its thread behind."""
+
+    store: ObjectStore
+    end: float
+    expired: bool = False
+
+    @property
+    def uri(self) -> str:
+        """The store's URI. Pure."""
+        return self.store.uri
+
+    def list(self, prefix: str) -> list[ObjectInfo]:
+        """See ObjectStore.list; blocks until `end` at most."""
+        return self._call(lambda: self.store.list(prefix))
+
+    def get(self, key: str, max_bytes: int | None = None) -> bytes:
+        """See ObjectStore.get; blocks until `end` at most."""
+        from cloudtrain.providers.base import bound
+
+        return self._call(lambda: self.store.get(key, **bound(max_bytes)))
+
+    def _call(self, call: Callable[[], T]) -> T:
+        answer: Future[T] = Future()
+
+        def run() -> None:
+            try:
+                answer.set_result(call())
+            except BaseException as exc:  # raised in the caller's thread
+                answer.set_exception(exc)
+
+        threading.Thread(target=run, name="journal-refresh-call", daemon=True).start()
+        wait([answer], timeout=max(0.0, self.end - time.monotonic()))
+        if not answer.done():
+            self.expired = True
+            raise TransientError(f"{self.store.uri}: no answer by the refresh's deadline")
+        return answer.result()
+
+
+@dataclass
 class _Read:
     """One run's journal as read by its thread: what to write, and what to say."""
 
     held: _Deferred
     lines: list[str] = field(default_factory=list)  # warnings, said by the calling thread
     unread: str | None = None  # why the journal could not be read (a store's error), if so
+    late: bool = False  # a store call was not answered by the deadline
 
     def apply(self, ledger: Ledger, run_id: str, say: Callable[[str], None]) -> None:
         """Keep the run's key, then apply the held entries in order (one already held is
@@ -113,8 +162,9 @@ def refresh_runs(
     other exception of a read is raised here. Blocks at most `deadline_s` plus the ledger's
     writes; idempotent."""
     say = warn or (lambda line: None)
+    end = time.monotonic() + deadline_s
     jobs = {rec.run_id: (rec, Future[_Read]()) for rec in records if rec.store_uri}
-    _start(ledger, list(jobs.values()))
+    _start(ledger, list(jobs.values()), end)
     wait([future for _, future in jobs.values()], timeout=deadline_s)
     out: dict[str, RunRecord] = {}
     failed: dict[str, str] = {}
@@ -124,6 +174,9 @@ def refresh_runs(
             late.append(run_id)
             continue
         read = future.result()  # raises what the read raised, other than a cloud's error
+        if read.late:
+            late.append(run_id)
+            continue
         read.apply(ledger, run_id, say)
         if read.unread is not None:
             failed[run_id] = read.unread
@@ -131,7 +184,7 @@ def refresh_runs(
     return Refreshed(out, failed, late)
 
 
-def _start(ledger: Ledger, jobs: list[tuple[RunRecord, Future[_Read]]]) -> None:
+def _start(ledger: Ledger, jobs: list[tuple[RunRecord, Future[_Read]]], end: float) -> None:
     """Start up to READERS daemon threads that read the jobs' journals in turn, each in a
     copy of this thread's context (a held config read goes with it). Non-blocking."""
     todo: queue.SimpleQueue[tuple[RunRecord, Future[_Read]]] = queue.SimpleQueue()
@@ -147,7 +200,7 @@ def _start(ledger: Ledger, jobs: list[tuple[RunRecord, Future[_Read]]]) -> None:
             if not future.set_running_or_notify_cancel():
                 continue
             try:
-                future.set_result(_read(ledger, rec))
+                future.set_result(_read(ledger, rec, end))
             except BaseException as exc:  # handed to the caller, who decides
                 future.set_exception(exc)
 
@@ -158,23 +211,26 @@ def _start(ledger: Ledger, jobs: list[tuple[RunRecord, Future[_Read]]]) -> None:
         ).start()
 
 
-def _read(ledger: Ledger, rec: RunRecord) -> _Read:
+def _read(ledger: Ledger, rec: RunRecord, end: float) -> _Read:
     """The run's new journal entries, checked and held (no ledger write); a provider or store
-    that fails is the read's `unread` line (the entries read before it are held). Blocks for
-    the provider's making, one listing and one read per new entry."""
+    that fails is the read's `unread` line (the entries read before it are held), a store
+    call not answered by `end` makes it `late`. Blocks for the provider's making, then until
+    `end` at most."""
     from cloudtrain.run import build as api_build
     from cloudtrain.state.journal import import_journal
 
     assert rec.store_uri is not None
     read = _Read(_Deferred(ledger))
     try:
-        store = api_build.record_provider(rec).store(rec.store_uri)
+        store = _Bounded(api_build.record_provider(rec).store(rec.store_uri), end)
     except CloudtrainError as exc:
         read.unread = f"run {rec.run_id}'s journal not read: {exc}"
         return read
     shelf = cast("Ledger", read.held)  # the reads and writes import_journal makes
+    bounded = cast("ObjectStore", store)  # the calls import_journal makes
     try:
-        import_journal(shelf, store, rec.run_id, incremental=True, warn=read.lines.append)
+        import_journal(shelf, bounded, rec.run_id, incremental=True, warn=read.lines.append)
     except CloudtrainError as exc:  # as `try_import` says it
+        read.late = store.expired
         read.unread = f"run {rec.run_id}'s journal not read from {store.uri}: {exc}"
     return read
