@@ -2,14 +2,14 @@
 `cloudtrain ls` does before it lists): whatever the clouds do, the caller waits at most the
 deadline for the reads.
 
-Each run's journal is read in a daemon thread of its own (its provider made, one listing of the
-journal's recent window, one read per new entry: `state.journal.import_journal` against a
-`_Deferred` ledger that answers its reads and holds its writes); the writes are applied
+The journals are read in daemon threads, READERS runs at a time (each run's provider made, one
+listing of its journal's recent window, one read per new entry: `state.journal.import_journal`
+against a `_Deferred` ledger that answers its reads and holds its writes); the writes are applied
 afterwards in the calling thread, so nothing changes the ledger once `refresh_runs` returns. A
 run whose read has not ended by the deadline is left as the ledger has it. Every store call of
 a read runs in a daemon thread of its own and is waited for only until the deadline
-(`_Bounded`): a call that never answers holds no thread the interpreter joins at exit (the
-journal's entry reads run in a thread pool, whose threads it does), so the process ends too.
+(`_Bounded`): a call that never answers holds no thread the interpreter joins at exit (it joins
+a thread pool's, and the journal reads its entries in one), so the process ends too.
 """
 
 from __future__ import annotations
@@ -165,7 +165,7 @@ def refresh_runs(
     end = time.monotonic() + deadline_s
     jobs = {rec.run_id: (rec, Future[_Read]()) for rec in records if rec.store_uri}
     _start(ledger, list(jobs.values()), end)
-    wait([future for _, future in jobs.values()], timeout=deadline_s)
+    wait([future for _, future in jobs.values()], timeout=max(0.0, end - time.monotonic()))
     out: dict[str, RunRecord] = {}
     failed: dict[str, str] = {}
     late: list[str] = []
