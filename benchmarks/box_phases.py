@@ -60,7 +60,7 @@ def box_test(cloud: str) -> str:
 
 def run_local(tmp: Path) -> dict[str, Any]:
     """One local run of the job; its row as phases_report writes a box's. Blocks."""
-    from cloudtrain.spec.run_options import RunOptions
+    from cloudtrain.jobspec.run_options import RunOptions
 
     spawned = time.time()
     _, data = cloudtrain_run(JOB, tmp / "local.log")

@@ -4,16 +4,17 @@ nothing installed), and this script measures the time.
 
 How (each against the same fakes as its unit test):
 - `azure_delete_300_s`: `BlobStore.delete_prefix` of 300 blobs on Azurite (2 batches of up to
-  256 deletes, sent in parallel); was `tests/unit/test_azure_storage.py`'s `< 10`.
+  256 deletes, sent in parallel); was `tests/unit/providers/azure/test_azure_storage.py`'s `< 10`.
 - `gcs_delete_300_s`: `GcsStore.delete_prefix` of 300 objects on the GCS emulator; was
-  `tests/unit/test_gcp_storage.py`'s `< 15`.
+  `tests/unit/providers/gcp/test_gcp_storage.py`'s `< 15`.
 - `ready_boot_s`: the rendered bootstrap script on a fake node whose image has the driver and
   TensorFlow already (`tests/fakes/bootstrap_shims.py`), after one warm-up boot; median of 5;
-  was `tests/unit/test_bootstrap_shims.py`'s `< 1.0`.
+  was `tests/unit/run/test_bootstrap_shims.py`'s `< 1.0`.
 - `fault_fanout_32_s`: `create_nodes` of 32 nodes through `faults.wrap(MemoryProvider(),
-  FaultPlan(latency_s=0.2))`: the floor is 0.2 s; was `tests/unit/test_faults.py`'s `< 1.5`.
+  FaultPlan(latency_s=0.2))`: the floor is 0.2 s; was `tests/unit/providers/test_faults.py`'s `<
+  1.5`.
 - `redact_20k_lines_s`: a `Redactor` of 50 secrets over 20,000 log lines (what a long job's
-  agent redacts); was `tests/unit/test_redact.py`'s `< 2.0`.
+  agent redacts); was `tests/unit/core/test_redact.py`'s `< 2.0`.
 """
 
 from __future__ import annotations

@@ -1,10 +1,11 @@
 """What a node cannot run: the rules for the strings a spec sends to its nodes. Stdlib only.
 
-The same functions run twice: at spec time (`cloudtrain/spec/job.py`, which adds `file:line: field`)
-and on the node just before exec (`jobs/agent.py`), so a value that arrives bad anyway becomes a
-failed status with a reason instead of an agent error on every attempt. Each function returns
-what is wrong in one line, or None; no message ever contains the value itself (it may be a
-secret, or hold the very characters that are refused), only positions and code points.
+The same functions run twice: at spec time (`cloudtrain/jobspec/job.py`, which adds
+`file:line: field`) and on the node just before exec (`jobs/agent.py`), so a value that arrives
+bad anyway becomes a failed status with a reason instead of an agent error on every attempt.
+Each function returns what is wrong in one line, or None; no message ever contains the value
+itself (it may be a secret, or hold the very characters that are refused), only positions and
+code points.
 
 How the node uses each field (jobs/agent.py): `setup` and `entrypoint` each run as
 `bash -c TEXT` (one argv string) in the workdir, with the job's environment: the node's own
@@ -105,7 +106,7 @@ _KEY_PROBLEMS = {
     "TF_USE_LEGACY_KERAS": "is reserved: cloudtrain sets it to 1 on every node (tf-keras)",
     "PYTHONUNBUFFERED": "is reserved: cloudtrain sets it on every node (logs stream live)",
 }
-# what jobs/horovod.py sets for each rank (tests/unit/test_node_rules.py keeps them in step)
+# what jobs/horovod.py sets for each rank (tests/unit/jobs/test_node_rules.py keeps them in step)
 HOROVOD_OWN = HOROVOD.reserved_env
 
 

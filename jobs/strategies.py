@@ -26,7 +26,7 @@ from typing import Literal
 
 ROLES: tuple[str, ...] = ("chief", "worker", "ps", "evaluator")  # TensorFlow's task types
 UNPRIVILEGED_PORTS = (1024, 65535)
-# what jobs/horovod.py sets for each rank (tests/unit/test_node_rules.py keeps them in step)
+# what jobs/horovod.py sets for each rank (tests/unit/jobs/test_node_rules.py keeps them in step)
 HOROVOD_ENV = frozenset(
     {
         "HOROVOD_GLOO_RENDEZVOUS_ADDR",

@@ -1,6 +1,6 @@
 """Who may reach a run's nodes, shared by every cloud's firewall code: the TensorFlow port range
 and the one caller CIDR that SSH may come from. Pure: the deprecated variable of `ssh_cidr`
-reaches the adapters only as the option (`cloudtrain.spec.provider_config` reads it).
+reaches the adapters only as the option (`cloudtrain.jobspec.provider_config` reads it).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from cloudtrain.core import env
 from cloudtrain.core.errors import ProviderError
 
 # deprecated: the option providers.<cloud>.ssh_cidr (job.yaml or config.yaml) replaces it; read
-# only by `cloudtrain.spec.provider_config` (the options' ENV_FALLBACKS), which warns once
+# only by `cloudtrain.jobspec.provider_config` (the options' ENV_FALLBACKS), which warns once
 SSH_CIDR_ENV = env.SSH_CIDR.name
 
 

@@ -2,7 +2,8 @@
 
 A provider's options are the `providers.<name>` section of job.yaml and of
 `$CLOUDTRAIN_HOME/config.yaml`: one pydantic model per provider, in `providers/<name>/options.py`
-(named by its INFO's `options`), read by `cloudtrain.spec.provider_config`. Controller side only: it
+(named by its INFO's `options`), read by `cloudtrain.jobspec.provider_config`. Controller side
+only: it
 imports pydantic, so no adapter imports it at module level (the node side has no pydantic); an
 adapter reads its options with `ProviderConfig.option(name)`.
 """

@@ -1,6 +1,6 @@
 """The shape of a bucket URI, one rule per scheme, for the spec and the stores alike. Stdlib only.
 
-`cloudtrain/spec/job.py` checks `checkpoint:` with `checkpoint_problem` (so a bad URI is a
+`cloudtrain/jobspec/job.py` checks `checkpoint:` with `checkpoint_problem` (so a bad URI is a
 `file:line: checkpoint:` error before anything exists), and each store checks the URI it is built
 with by the same function of its scheme (`providers/local.py`, `providers/aws/storage.py`,
 `providers/gcp/storage.py`, `providers/azure/storage.py`). No SDK is imported: `plan` and

@@ -50,13 +50,13 @@ from cloudtrain.run.build import (
 )
 
 if TYPE_CHECKING:
+    from cloudtrain.jobspec.job import JobSpec
+    from cloudtrain.jobspec.provider_config import OutsideLayers
+    from cloudtrain.jobspec.run_options import RunOptions
     from cloudtrain.plan.planner import Plan
     from cloudtrain.providers.account import AccountProbe
     from cloudtrain.providers.base import Provider
     from cloudtrain.run.view import Observer, RunResult
-    from cloudtrain.spec.job import JobSpec
-    from cloudtrain.spec.provider_config import OutsideLayers
-    from cloudtrain.spec.run_options import RunOptions
     from cloudtrain.state.ledger import Ledger, RunRecord
     from cloudtrain.state.ledger_records import ResourceRecord
 
@@ -118,8 +118,8 @@ def _loaded(
 ) -> tuple[JobSpec, OutsideLayers | None]:
     """`load`, and config.yaml and the deprecated variables as read for it (the command's one
     read, `provider_config.read_once`; None for a JobSpec given loaded: nothing is read)."""
-    from cloudtrain.spec.job import JobSpec, load_spec
-    from cloudtrain.spec.provider_config import command_layers
+    from cloudtrain.jobspec.job import JobSpec, load_spec
+    from cloudtrain.jobspec.provider_config import command_layers
 
     if isinstance(job, JobSpec):
         if provider or region or zone:
@@ -144,8 +144,8 @@ def plan(
     that SDK); otherwise loads no cloud SDK and the plan notes that it did not look. Raises
     SpecError for a bad spec, PlanError for a plan that cannot be (over budget, no quota)."""
     from cloudtrain.catalog.offers import Catalog
+    from cloudtrain.jobspec.provider_config import read_once
     from cloudtrain.plan.planner import make_plan
-    from cloudtrain.spec.provider_config import read_once
 
     spec, layers = _loaded(job, provider=provider, region=region, zone=zone)
     catalog = Catalog.bundled()
@@ -224,7 +224,7 @@ def prepare(
     """The spec and its plan, ready for `launch` (what `run` does first): config.yaml and the
     deprecated variables are read once, and the plan carries the options to the launch.
     Creates nothing."""
-    from cloudtrain.spec.provider_config import read_once
+    from cloudtrain.jobspec.provider_config import read_once
 
     started = time.time()
     spec, layers = _loaded(job, provider=provider, region=region, zone=zone)
@@ -253,7 +253,7 @@ def prepare_resume(run_id: str) -> Launch:
             f"run {rec.run_id}'s job file {rec.spec_path or '(unknown)'} is gone",
             hint="resume needs the job.yaml the run was started from",
         )
-    from cloudtrain.spec.provider_config import read_once
+    from cloudtrain.jobspec.provider_config import read_once
 
     spec, layers = _loaded(
         Path(rec.spec_path), provider=rec.provider, region=rec.region, zone=rec.zone
@@ -327,9 +327,9 @@ def launch(
     before the run's ledger row exists raises KeyboardInterrupt, nothing made. Off the main
     thread no signal is handled: the observer is told so with the run id, and `down(run_id)`
     from elsewhere stops the run."""
+    from cloudtrain.jobspec.run_options import RunOptions
     from cloudtrain.managed.controller_launch import launch_controller
     from cloudtrain.run.orchestrator import Orchestrator
-    from cloudtrain.spec.run_options import RunOptions
 
     the_plan = ready.plan
     prov = run_provider(ready.spec, the_plan)
@@ -526,7 +526,7 @@ def bootstrap_logs(run_id: str, *, node: str | None = None) -> dict[str, str]:
 
 
 def _check_node(node: str | None) -> None:
-    from cloudtrain.spec.runrules import NODE_RE
+    from cloudtrain.jobspec.runrules import NODE_RE
 
     if node is not None and NODE_RE.fullmatch(node) is None:
         raise UsageError(f"--node {node[:40]!r} is not a node name such as worker-1 or chief-0")
@@ -537,8 +537,8 @@ def find_run(run_id: str) -> RunRecord:
     """The ledger's run for a run id or a unique prefix of one, parsed here (the edge:
     `run_ids.parse_run_ref`) before anything is built from it. UsageError when it is not
     shaped like one, unknown, or ambiguous. Read-only."""
+    from cloudtrain.jobspec.run_ids import parse_run_ref
     from cloudtrain.run import build
-    from cloudtrain.spec.run_ids import parse_run_ref
 
     return build.find_run(parse_run_ref(run_id))
 
@@ -549,7 +549,7 @@ def cost(run_id: str | None = None, *, since: str | None = None) -> list[CostLin
     or every run started within `since` ('30d', '12h', '2w'). Read-only; lists buckets."""
     from cloudtrain.insight.cost_report import parse_since, report
     from cloudtrain.jobs.protocol import run_prefix
-    from cloudtrain.spec.run_ids import parse_run_ref
+    from cloudtrain.jobspec.run_ids import parse_run_ref
 
     def stored_bytes(rec: RunRecord) -> int:
         bucket = record_provider(rec).store(str(rec.store_uri))

@@ -28,8 +28,8 @@ from cloudtrain.plan.account_check import (
 
 if TYPE_CHECKING:
     from cloudtrain.catalog.offers import Catalog
+    from cloudtrain.jobspec.job import JobSpec
     from cloudtrain.plan.planner import Plan
-    from cloudtrain.spec.job import JobSpec
 
 MAX_REGIONS = 12  # per cloud: the regions a check asks about, cheapest first
 CAPACITY_NOTE = (
@@ -98,8 +98,8 @@ def check(
     on the clouds' APIs; creates nothing."""
     from cloudtrain import api
     from cloudtrain.catalog.offers import Catalog
+    from cloudtrain.jobspec.provider_config import read_once
     from cloudtrain.plan.planner import make_plan
-    from cloudtrain.spec.provider_config import read_once
 
     if job is None:
         clouds = [provider] if provider else _searched()

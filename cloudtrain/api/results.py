@@ -18,10 +18,10 @@ from cloudtrain.insight.cost_report import RunCost
 if TYPE_CHECKING:
     from cloudtrain.core.procid import Controller
     from cloudtrain.insight.throughput import Throughput
+    from cloudtrain.jobspec.job import JobSpec
     from cloudtrain.plan.planner import Plan
     from cloudtrain.run.resume import ResumeSource
     from cloudtrain.run.view import RunView
-    from cloudtrain.spec.job import JobSpec
     from cloudtrain.state.failures import NodeFailure
     from cloudtrain.state.ledger import RunRecord
 

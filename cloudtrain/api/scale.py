@@ -24,8 +24,8 @@ from cloudtrain.jobs.strategies import STRATEGIES
 if TYPE_CHECKING:
     from cloudtrain.api.results import Launch
     from cloudtrain.insight.throughput import Throughput
+    from cloudtrain.jobspec.job import JobSpec
     from cloudtrain.run.view import Observer, RunResult
-    from cloudtrain.spec.job import JobSpec
 
 # the strategies whose worker count is the data-parallel width (their declaration's `scale`,
 # jobs/strategies.py); the single-node ones run on one node by definition
@@ -59,7 +59,7 @@ def sized_spec(spec: JobSpec, workers: int, steps: int) -> JobSpec:
 
     from cloudtrain.jobs.node_rules import spec_exec_problem, text_problem
     from cloudtrain.jobs.protocol import MAX_STEPS_ENV
-    from cloudtrain.spec.job import ClusterSpec
+    from cloudtrain.jobspec.job import ClusterSpec
 
     strategy, varied = spec.cluster.strategy, spec.cluster.strategy_info.scale
     if varied is None:

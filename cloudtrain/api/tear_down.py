@@ -13,8 +13,8 @@ from cloudtrain.api.results import LOG, DownReport
 from cloudtrain.core.errors import CloudtrainError, LedgerError, UsageError
 
 if TYPE_CHECKING:
+    from cloudtrain.jobspec.run_ids import RunId
     from cloudtrain.providers.base import Provider
-    from cloudtrain.spec.run_ids import RunId
     from cloudtrain.state.journal import Journal
     from cloudtrain.state.ledger import Ledger, RunRecord
 
@@ -41,10 +41,10 @@ def down(
     matched exactly). SIGINT/SIGTERM/SIGHUP half-way only count (on the main thread): half a
     teardown is how VMs leak. `say` hears the progress (default: the `cloudtrain.api` logger).
     Idempotent; blocks until the cloud confirms the nodes are gone."""
+    from cloudtrain.jobspec.run_ids import parse_run_id, parse_run_ref
     from cloudtrain.run import build as api
     from cloudtrain.run.stop_signals import signal_name, signals_deferred
     from cloudtrain.run.teardown import request_stop, scrub_secrets, teardown
-    from cloudtrain.spec.run_ids import parse_run_id, parse_run_ref
 
     tell = say or _log
     ref = parse_run_ref(run_id)  # the edge: before anything is built from it (the ledger too)

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from cloudtrain.jobspec.run_ids import RunRef
     from cloudtrain.providers.base import Provider
-    from cloudtrain.spec.run_ids import RunRef
     from cloudtrain.state.ledger import Ledger, RunRecord
 
 
@@ -78,7 +78,7 @@ def _json_key(key: Any) -> Any:
 def run_ref(value: str) -> RunRef:
     """A run id (or prefix) from the command line, parsed before anything is built from it:
     UsageError (one `error:` line) unless it has a run id's shape (`run_ids.parse_run_ref`)."""
-    from cloudtrain.spec.run_ids import parse_run_ref
+    from cloudtrain.jobspec.run_ids import parse_run_ref
 
     return parse_run_ref(value)
 

@@ -326,8 +326,8 @@ def gc(
 
     Runs the ledger says are live are left alone until past their deadline. Idempotent."""
     from cloudtrain.catalog.offers import Catalog
+    from cloudtrain.jobspec.provider_config import read_once
     from cloudtrain.run import gc as gc_mod
-    from cloudtrain.spec.provider_config import read_once
 
     ledger = _ledger()
     console = _console()
@@ -481,7 +481,7 @@ for _name in _LAZY:
 @app.command()
 def schema() -> None:
     """Print the job spec's JSON Schema."""
-    from cloudtrain.spec.job import json_schema
+    from cloudtrain.jobspec.job import json_schema
 
     _emit_json(json_schema())
 
@@ -554,7 +554,7 @@ def main() -> None:
         sys.stderr.write(f"error: {usage_error_line(exc)}\n")
         sys.exit(exc.exit_code)
     except clicks.ClickException as exc:
-        from cloudtrain.spec.yaml_source import one_line
+        from cloudtrain.jobspec.yaml_source import one_line
 
         sys.stderr.write(f"error: {one_line(exc.format_message())}\n")
         sys.exit(exc.exit_code)
@@ -576,7 +576,7 @@ def _click_exceptions() -> Any:
 def usage_error_line(exc: Any) -> str:
     """Click's usage error as one line: the problem, and where the command's help is. A run id
     that starts with '-' reads as an option: say so. Pure."""
-    from cloudtrain.spec.yaml_source import (
+    from cloudtrain.jobspec.yaml_source import (
         one_line,  # the one "one line" rule (errors only: no cost)
     )
 

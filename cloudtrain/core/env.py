@@ -44,7 +44,7 @@ _FALSE = ("0", "false", "no", "off")
 class Var:
     """One `CLOUDTRAIN_*` variable. `readers` are the processes that read it; `set_by` who sets
     it where that is not the user (e.g. the agent, for the job); `deprecated` names the provider
-    option that replaces it (read only through cloudtrain/spec/provider_config.py)."""
+    option that replaces it (read only through cloudtrain/jobspec/provider_config.py)."""
 
     name: str
     type: str

@@ -35,7 +35,7 @@ from cloudtrain.jobs.bucket_reads import (
     parse_document,
 )
 from cloudtrain.jobs.protocol import NodeStatus, Registration, load_json, node_id, run_prefix
-from cloudtrain.spec.runrules import NODE_RE
+from cloudtrain.jobspec.runrules import NODE_RE
 from cloudtrain.state import bootlog
 
 if TYPE_CHECKING:

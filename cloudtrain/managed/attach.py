@@ -25,7 +25,7 @@ from cloudtrain.state import launch_doc
 from cloudtrain.state.lease import Lease, describe, read_lease
 
 if TYPE_CHECKING:
-    from cloudtrain.spec.run_ids import RunRef
+    from cloudtrain.jobspec.run_ids import RunRef
 
 YIELD_WAIT_FACTOR = 2.0  # a controller checks for a yield at every renewal: ttl/6; wait 2 ttls
 

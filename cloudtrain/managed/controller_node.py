@@ -84,11 +84,11 @@ def main(argv: list[str] | None = None) -> int:
 def _control(
     run_id: str, store_uri: str, provider_name: str, ledger_path: Path, observer: PrintObserver
 ) -> int:
+    from cloudtrain.jobspec.run_ids import check_run_ref
     from cloudtrain.managed.adopt import adopt
     from cloudtrain.managed.controller_launch import controller_owner
     from cloudtrain.providers.base import node_name
     from cloudtrain.run import build as api_build
-    from cloudtrain.spec.run_ids import check_run_ref
     from cloudtrain.state.journal import Journal, import_journal, writer_id
     from cloudtrain.state.lease import Lease
     from cloudtrain.state.ledger import Ledger

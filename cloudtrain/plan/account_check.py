@@ -20,6 +20,7 @@ from cloudtrain.core.errors import CloudtrainError, RightsMissing
 
 if TYPE_CHECKING:
     from cloudtrain.catalog.offers import Catalog
+    from cloudtrain.jobspec.job import JobSpec
     from cloudtrain.plan.planner import NodePlan
     from cloudtrain.providers.account import (
         AccountProbe,
@@ -28,7 +29,6 @@ if TYPE_CHECKING:
         QuotaLine,
         QuotaNeed,
     )
-    from cloudtrain.spec.job import JobSpec
 
 MAX_RIGHTS_SHOWN = 12  # a line names at most this many missing rights, then a count
 

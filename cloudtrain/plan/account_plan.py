@@ -22,9 +22,9 @@ from cloudtrain.plan.planner import CHEAPEST
 
 if TYPE_CHECKING:
     from cloudtrain.catalog.offers import Catalog
+    from cloudtrain.jobspec.job import JobSpec
     from cloudtrain.plan.planner import Plan
     from cloudtrain.providers.account import AccountProbe
-    from cloudtrain.spec.job import JobSpec
 
 # (provider name, a plan placed on it) -> its probe, or None where the account cannot be asked
 ProbeOf = Callable[[str, "Plan"], "AccountProbe | None"]

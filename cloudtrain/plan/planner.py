@@ -34,7 +34,7 @@ from cloudtrain.plan.search import (
 )
 
 if TYPE_CHECKING:
-    from cloudtrain.spec.job import JobSpec
+    from cloudtrain.jobspec.job import JobSpec
 
 __all__ = [
     "CHEAPEST",
@@ -454,7 +454,7 @@ def options_of(spec: JobSpec, provider: str) -> tuple[ProviderOption, ...]:
     """The options of `provider` in effect for `spec` with their sources: job.yaml, then
     config.yaml and the deprecated variables as the command read them once
     (`provider_config.read_once`; outside one, read now)."""
-    from cloudtrain.spec.provider_config import resolve
+    from cloudtrain.jobspec.provider_config import resolve
 
     return tuple(ProviderOption(**shown) for shown in resolve(spec, provider).shown())
 
@@ -472,8 +472,8 @@ _IGNORED: tuple[tuple[tuple[str, ...], tuple[str, ...], str], ...] = (
 def _ignored_flags() -> tuple[tuple[tuple[str, ...], tuple[str, ...], str], ...]:
     """_IGNORED plus the top-level account aliases (`project:`, `subscription:`), ignored by
     every provider whose INFO names another account field (or none)."""
+    from cloudtrain.jobspec.provider_sections import account_field, users_of
     from cloudtrain.providers import names
-    from cloudtrain.spec.provider_sections import account_field, users_of
 
     flags = list(_IGNORED)
     for field_name in dict.fromkeys(f for n in names() if (f := account_field(n))):

@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING
 LOG = logging.getLogger("cloudtrain.api")  # the Python API's logger (cloudtrain/api/results.py)
 
 if TYPE_CHECKING:
+    from cloudtrain.jobspec.job import JobSpec
+    from cloudtrain.jobspec.run_ids import RunRef
     from cloudtrain.plan.planner import Plan
     from cloudtrain.providers.base import Provider, ProviderConfig
-    from cloudtrain.spec.job import JobSpec
-    from cloudtrain.spec.run_ids import RunRef
     from cloudtrain.state.ledger import Ledger, RunRecord
 
 
@@ -51,7 +51,7 @@ def warn_deprecated(spec: JobSpec, the_plan: Plan) -> None:
     """Warn (once per process, through the warning handler) about each deprecated CLOUDTRAIN_*
     variable the plan's options come from, or that was set to a value the option refuses.
     Creates nothing; reads config.yaml only outside a command's `provider_config.read_once`."""
-    from cloudtrain.spec.provider_config import resolve, warn_once
+    from cloudtrain.jobspec.provider_config import resolve, warn_once
 
     warn_once(resolve(spec, the_plan.provider), _warn)
 

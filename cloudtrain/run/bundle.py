@@ -53,10 +53,10 @@ from typing import IO, TYPE_CHECKING, NoReturn
 import cloudtrain
 from cloudtrain.core.errors import SpecError, UsageError
 from cloudtrain.core.paths import HOME_ENV, cloudtrain_home
-from cloudtrain.spec.yaml_source import printable
+from cloudtrain.jobspec.yaml_source import printable
 
 if TYPE_CHECKING:
-    from cloudtrain.spec.job import JobSpec
+    from cloudtrain.jobspec.job import JobSpec
 
 # `.cloudtrain`: the default name of cloudtrain's home (cloudtrain/core/paths.py), wherever it is
 EXCLUDE_DIRS = frozenset(
@@ -211,7 +211,7 @@ def _prune_wheels(cache_dir: Path) -> None:
                 old.unlink()
 
 
-_shown = printable  # a name for an error line (cloudtrain.spec.yaml_source.printable)
+_shown = printable  # a name for an error line (cloudtrain.jobspec.yaml_source.printable)
 
 
 def _real(path: Path) -> Path:

@@ -1,6 +1,6 @@
 """The ProviderConfig a run's provider is built with: from its spec and plan (`config_for`), or
 from its ledger record (`config_for_record`), the options resolved as
-`cloudtrain/spec/provider_config.py` says. Controller side only.
+`cloudtrain/jobspec/provider_config.py` says. Controller side only.
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from cloudtrain.spec.provider_config import (
+from cloudtrain.jobspec.provider_config import (
     Warn,
     config_for_provider,
     make_config,
@@ -17,12 +17,12 @@ from cloudtrain.spec.provider_config import (
     warn_once,
     warn_stderr,
 )
-from cloudtrain.spec.provider_sections import options_model
+from cloudtrain.jobspec.provider_sections import options_model
 
 if TYPE_CHECKING:
+    from cloudtrain.jobspec.job import JobSpec
     from cloudtrain.plan.planner import Plan
     from cloudtrain.providers.base import ProviderConfig
-    from cloudtrain.spec.job import JobSpec
     from cloudtrain.state.ledger import RunRecord
 
 

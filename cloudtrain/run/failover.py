@@ -45,6 +45,7 @@ from cloudtrain.state import run_key
 
 if TYPE_CHECKING:
     from cloudtrain.catalog.offers import Catalog
+    from cloudtrain.jobspec.job import JobSpec
     from cloudtrain.plan.planner import Plan
     from cloudtrain.providers.base import Provider
     from cloudtrain.run.lease_holder import LeaseHolder
@@ -52,7 +53,6 @@ if TYPE_CHECKING:
     from cloudtrain.run.resume import ResumeSource
     from cloudtrain.run.run_state import RunState
     from cloudtrain.run.view import Observer
-    from cloudtrain.spec.job import JobSpec
     from cloudtrain.state.ledger import Ledger
 
 Place = tuple[str, str]  # (provider, region)

@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from cloudtrain.core.errors import CloudtrainError, ProviderError, UsageError
+from cloudtrain.jobspec.run_ids import RunRef, read_run_ref
 from cloudtrain.providers.base import Provider, Tagged
 from cloudtrain.providers.parallel import parallel_map
 from cloudtrain.run.teardown import TeardownReport, teardown
-from cloudtrain.spec.run_ids import RunRef, read_run_ref
 from cloudtrain.state.ledger import Ledger, RunRecord
 
 if TYPE_CHECKING:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from cloudtrain.core.errors import UsageError
 
 if TYPE_CHECKING:
-    from cloudtrain.spec.run_ids import RunRef
+    from cloudtrain.jobspec.run_ids import RunRef
     from cloudtrain.state.ledger import Ledger, RunRecord
 
 
@@ -40,8 +40,8 @@ def sync_run(
 
     Idempotent; blocks for one listing of the journal and one read per new entry. `ledger`:
     default $CLOUDTRAIN_HOME's."""
+    from cloudtrain.jobspec.run_ids import parse_run_id
     from cloudtrain.run import build as api_build
-    from cloudtrain.spec.run_ids import parse_run_id
     from cloudtrain.state.journal import import_journal, try_import
 
     the_ledger = ledger or api_build.ledger()

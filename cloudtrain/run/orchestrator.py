@@ -34,6 +34,9 @@ from cloudtrain.insight.trace_view import to_json as trace_json
 from cloudtrain.jobs import protocol
 from cloudtrain.jobs import trace as tr
 from cloudtrain.jobs.protocol import FINAL_STATES, ClusterDoc, NodeState, node_id
+from cloudtrain.jobspec.run_ids import new_run_id
+from cloudtrain.jobspec.run_options import RunOptions
+from cloudtrain.jobspec.runrules import judge_attempt, port_range_for
 from cloudtrain.providers.base import Provider, RunInfo, node_name
 from cloudtrain.providers.change_wait import ChangeWaiter
 from cloudtrain.run.bundle import build_spec_bundle
@@ -48,9 +51,6 @@ from cloudtrain.run.run_state import RunState, part_value
 from cloudtrain.run.stop_signals import StopSignals, signal_name, stop_detail
 from cloudtrain.run.teardown import request_stop, scrub_secrets, teardown
 from cloudtrain.run.view import NodeView, Observer, Outcome, RunResult, RunView
-from cloudtrain.spec.run_ids import new_run_id
-from cloudtrain.spec.run_options import RunOptions
-from cloudtrain.spec.runrules import judge_attempt, port_range_for
 from cloudtrain.state.failures import read_reports
 from cloudtrain.state.lease import Lease
 from cloudtrain.state.ledger import Ledger
@@ -62,9 +62,9 @@ MAX_CRASH_DETAIL = 500  # characters of an unexpected error in the run's detail
 MAX_CRASH_TRACE = 8000  # characters of its traceback in the ledger
 
 if TYPE_CHECKING:
+    from cloudtrain.jobspec.job import JobSpec
     from cloudtrain.plan.planner import NodePlan, Plan
     from cloudtrain.providers.base import NodeRequest
-    from cloudtrain.spec.job import JobSpec
 
 
 class Orchestrator:

@@ -22,13 +22,13 @@ from cloudtrain.state import launch_doc
 
 if TYPE_CHECKING:
     from cloudtrain.insight.run_trace import RunTrace
+    from cloudtrain.jobspec.job import JobSpec
+    from cloudtrain.jobspec.run_options import RunOptions
     from cloudtrain.plan.planner import NodePlan
     from cloudtrain.run.lease_holder import LeaseHolder
     from cloudtrain.run.resume import ResumeSource
     from cloudtrain.run.run_state import RunState
     from cloudtrain.run.view import Observer
-    from cloudtrain.spec.job import JobSpec
-    from cloudtrain.spec.run_options import RunOptions
     from cloudtrain.state.ledger import Ledger
 
 PRESIGN_TTL_S = 3600

@@ -12,19 +12,19 @@ from typing import TYPE_CHECKING
 
 from cloudtrain.core.redact import Redactor
 from cloudtrain.jobs.protocol import node_id
+from cloudtrain.jobspec.runrules import Verdict, node_lost
 from cloudtrain.providers.base import node_name
 from cloudtrain.run.view import Outcome
-from cloudtrain.spec.runrules import Verdict, node_lost
 from cloudtrain.state.failures import NodeFailure, describe, not_retried, repeats
 from cloudtrain.state.runstate import Snapshot, archive_bootstrap_log
 
 if TYPE_CHECKING:
+    from cloudtrain.jobspec.job import JobSpec
+    from cloudtrain.jobspec.run_options import RunOptions
     from cloudtrain.plan.planner import NodePlan
     from cloudtrain.run.provisioning import Provisioner
     from cloudtrain.run.run_state import RunState
     from cloudtrain.run.view import Observer
-    from cloudtrain.spec.job import JobSpec
-    from cloudtrain.spec.run_options import RunOptions
     from cloudtrain.state.ledger import Ledger
 
 

@@ -20,8 +20,8 @@ from cloudtrain.core.redact import MASK
 from cloudtrain.jobs.bucket_reads import Skips, read_document
 from cloudtrain.jobs.protocol import ClusterDoc, cluster_key, stop_key
 from cloudtrain.jobs.trace import TEARDOWN, Tracer
+from cloudtrain.jobspec.run_ids import RunRef
 from cloudtrain.providers.base import Compute, Provider, Resource
-from cloudtrain.spec.run_ids import RunRef
 from cloudtrain.state.ledger import Ledger
 
 CONTROLLER_KIND_PREFIX = "controller-"  # the controller node's identity (Compute docs)

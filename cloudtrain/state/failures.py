@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from cloudtrain.core.redact import Redactor
 from cloudtrain.jobs import reachability
 from cloudtrain.jobs.protocol import NodeStatus
-from cloudtrain.spec.runrules import agent_exit_verdict, status_verdict
+from cloudtrain.jobspec.runrules import agent_exit_verdict, status_verdict
 from cloudtrain.state.runstate import Snapshot
 
 TAIL_SHOWN = 20  # lines of a node's log quoted in the run's end

@@ -34,11 +34,11 @@ from cloudtrain.jobs.protocol_base import (
     read_object,
     read_text,
 )
+from cloudtrain.jobspec.run_options import RunOptions
 from cloudtrain.providers.base import ObjectStore
-from cloudtrain.spec.run_options import RunOptions
 
 if TYPE_CHECKING:
-    from cloudtrain.spec.job import JobSpec
+    from cloudtrain.jobspec.job import JobSpec
 
 VERSION = 1
 # how each field of LaunchDoc (as annotated) is read from JSON: of its type, or refused
@@ -130,7 +130,7 @@ class LaunchDoc:
         entries). Raises SpecError when it no longer validates (a newer writer's spec)."""
         import yaml
 
-        from cloudtrain.spec.job import load_spec_text
+        from cloudtrain.jobspec.job import load_spec_text
 
         data = dict(self.spec)
         secrets = set(cluster.secrets)

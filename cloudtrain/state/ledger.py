@@ -38,7 +38,7 @@ from cloudtrain.state.ledger_records import (
 )
 
 if TYPE_CHECKING:
-    from cloudtrain.spec.run_ids import RunRef
+    from cloudtrain.jobspec.run_ids import RunRef
 
 __all__ = [  # the records live in ledger_records (this file's size); import them from either
     "JOURNAL_OPS",

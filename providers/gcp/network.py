@@ -11,7 +11,7 @@ port 22). cloudtrain neither adds nor removes it; set the `network` option to a 
 without it to keep SSH closed.
 
 The options come from the provider's config (`providers.gcp` in job.yaml or config.yaml; the
-deprecated variables still set them, read only by `cloudtrain.spec.provider_config`).
+deprecated variables still set them, read only by `cloudtrain.jobspec.provider_config`).
 """
 
 from __future__ import annotations

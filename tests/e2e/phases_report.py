@@ -75,7 +75,7 @@ def compact(spans: list[dict[str, Any]]) -> list[list[Any]]:
 
 
 def _cloud_knobs(provider: str) -> dict[str, Any]:
-    from cloudtrain.spec.run_options import RunOptions
+    from cloudtrain.jobspec.run_options import RunOptions
 
     return {"controller_poll_s": RunOptions.for_provider(provider).poll_s}
 

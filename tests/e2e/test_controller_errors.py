@@ -18,14 +18,14 @@ import pytest
 import yaml
 
 from cloudtrain.catalog.offers import Catalog
+from cloudtrain.jobspec.job import load_spec
+from cloudtrain.jobspec.run_options import RunOptions
 from cloudtrain.plan.planner import make_plan
 from cloudtrain.providers.base import Compute, Node
 from cloudtrain.providers.faults import FaultPlan, FaultyCompute
 from cloudtrain.providers.local import LocalProvider
 from cloudtrain.run.orchestrator import Orchestrator
 from cloudtrain.run.view import Observer, RunResult
-from cloudtrain.spec.job import load_spec
-from cloudtrain.spec.run_options import RunOptions
 from cloudtrain.state.ledger import Ledger
 from tests.e2e.conftest import EXAMPLES, Env
 from tests.e2e.nothing_created import home_processes

@@ -23,8 +23,8 @@ import time
 
 import pytest
 
+from cloudtrain.jobspec.run_options import HEARTBEAT_TIMEOUT_ENV
 from cloudtrain.providers.local import session_pids
-from cloudtrain.spec.run_options import HEARTBEAT_TIMEOUT_ENV
 from tests.e2e.conftest import Env, assert_clean
 
 pytestmark = pytest.mark.e2e

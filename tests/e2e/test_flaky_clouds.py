@@ -20,6 +20,8 @@ import yaml
 from cloudtrain.catalog.offers import Catalog
 from cloudtrain.core import retry
 from cloudtrain.core.errors import TransientError
+from cloudtrain.jobspec.job import load_spec
+from cloudtrain.jobspec.run_options import RunOptions
 from cloudtrain.plan.planner import make_plan
 from cloudtrain.providers.aws.network import TAG_RUN
 from cloudtrain.providers.base import Compute, Node, NodeRequest, RunInfo, node_name
@@ -27,8 +29,6 @@ from cloudtrain.providers.faults import THROTTLED, FaultPlan, FaultyCompute, wra
 from cloudtrain.providers.local import LocalProvider
 from cloudtrain.providers.retrying import wrap_provider
 from cloudtrain.run.orchestrator import Orchestrator
-from cloudtrain.spec.job import load_spec
-from cloudtrain.spec.run_options import RunOptions
 from cloudtrain.state.ledger import Ledger
 from tests.e2e import reliability_report
 from tests.e2e.conftest import EXAMPLES, Env

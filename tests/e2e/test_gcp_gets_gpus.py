@@ -21,9 +21,9 @@ import pytest
 import yaml
 
 from cloudtrain.catalog.offers import Catalog
+from cloudtrain.jobspec.job import load_spec
 from cloudtrain.plan.account_check import candidates
 from cloudtrain.plan.planner import make_plan, on_demand_spec
-from cloudtrain.spec.job import load_spec
 from tests.e2e.test_gcp_in_a_box import JOB, GcpBox, gcp
 from tests.fakes.gcp_cloud import gcp_cloud, gcs_emulator, gcs_emulator_session
 

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from tests.e2e.conftest import Env
 from tests.e2e.nothing_created import assert_nothing_created, snapshot
 from tests.e2e.test_hostile_input import assert_one_error
-from tests.unit.test_spec_properties import EDGE_FORMS, ODD, is_plain, quoted
+from tests.unit.jobspec.test_spec_properties import EDGE_FORMS, ODD, is_plain, quoted
 
 pytestmark = pytest.mark.e2e
 

@@ -14,7 +14,7 @@ booted by a boot harness):
   the adapter also creates as a storage account in the fake (the Azure box's training node VMs
   drop the connection string and use their managed identity instead:
   tests/fakes/azure_node_identity.py). The variable reaches only the CLI children, through
-  cloudtrain/spec/provider_config.py (the adapter reads the `storage_account` option alone); a
+  cloudtrain/jobspec/provider_config.py (the adapter reads the `storage_account` option alone); a
   test that builds a provider itself passes the option (`azure_config`);
 - CLOUDTRAIN_AZURE_IMDS: a closed loopback port, so a node's Instance Metadata Service calls
   (its own identity, self-delete) fail at once and it falls back to `shutdown -h now`.

@@ -1,6 +1,6 @@
 """A small evaluator of the IAM identity-policy subset cloudtrain's AWS roles use, shared by the
-unit test of the node policies (tests/unit/test_aws_node_bucket_rights.py) and the box's S3
-authorizer (tests/fakes/s3_authorizer.py), so both judge a request alike.
+unit test of the node policies (tests/unit/providers/aws/test_aws_node_bucket_rights.py) and the
+box's S3 authorizer (tests/fakes/s3_authorizer.py), so both judge a request alike.
 
 `decide(policies, action, resource, context)` (and `decision`, its answer in the policy
 simulator's words, for the box's SimulatePrincipalPolicy, tests/fakes/aws_front.py) follows

@@ -1,4 +1,5 @@
-"""Shared pieces of the security tests (tests/unit/test_security*.py).
+"""Shared pieces of the security tests (tests/unit/test_security.py and
+tests/unit/providers/<cloud>/test_security_<cloud>.py).
 
 A job spec whose env holds secrets (one read from the controller's environment, one inline),
 canary cloud credentials to put in the controller's environment, the real `cloudtrain` CLI run
@@ -297,10 +298,10 @@ def render_requests(job: Path, provider: Any, home: Path, store: Any = None) -> 
     of the job's plan on `provider`, with `store` (default: the provider's) presigning the URLs.
     Creates nothing in the cloud."""
     from cloudtrain.catalog.offers import Catalog
+    from cloudtrain.jobspec.job import load_spec
     from cloudtrain.plan.planner import make_plan
     from cloudtrain.run.bundle import build_bundle
     from cloudtrain.run.orchestrator import Orchestrator
-    from cloudtrain.spec.job import load_spec
     from cloudtrain.state.ledger import Ledger
 
     spec = load_spec(job)

@@ -84,7 +84,7 @@ def test_the_import_contracts_are_kept(tmp_path: Path) -> None:
 
 
 def layer_folders() -> list[str]:
-    """The folders the layers contract names, top first (`spec | catalog` is two). Pure."""
+    """The folders the layers contract names, top first (`jobspec | catalog` is two). Pure."""
     layers = contracts()["layers"]["layers"]
     return [name for layer in layers for name in re.split(r"\s*[|:]\s*", layer)]
 

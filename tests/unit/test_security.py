@@ -17,7 +17,7 @@ environment, one inline) and with canary credentials in the controller's environ
 | 6 presigned URLs live at most an hour      | aws | gcp | azure | exempt  |
 | 7 node identity limited to its run         | aws | XFAIL | azure | n/a   |
 
-"aws", "gcp", "azure": tests/unit/test_security_<cloud>.py. GCP's guarantee 7 does not hold
+"aws", "gcp", "azure": tests/unit/providers/<cloud>/test_security_<cloud>.py. GCP's guarantee 7 does not hold
 (nodes use a shared service account with the devstorage.read_write scope): a strict xfail there.
 Below: the local provider, a whole local run whose job prints its secrets (the logs, the
 status, the CLI output and every file left behind must show `***`), and what the bundle carries.
@@ -172,8 +172,8 @@ def test_plan_table_and_json_show_no_secret(controller: Path) -> None:
 
     from cloudtrain.catalog.offers import Catalog
     from cloudtrain.cli.ui import plan_table
+    from cloudtrain.jobspec.job import load_spec
     from cloudtrain.plan.planner import make_plan
-    from cloudtrain.spec.job import load_spec
 
     job = kit.write_job(controller / "job", kit.spec_text("local", None))
     plan = make_plan(load_spec(job), Catalog.bundled())

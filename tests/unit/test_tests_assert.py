@@ -28,7 +28,7 @@ OWED: dict[str, str] = {
 
 # tests that run other tests, picked by name at run time (the scan cannot follow a getattr)
 DELEGATES: dict[str, str] = {
-    "tests/unit/test_gcp_storage.py::test_object_store_contract": (
+    "tests/unit/providers/gcp/test_gcp_storage.py::test_object_store_contract": (
         "runs each ObjectStore test of tests/providers/test_contract.py on the GCS emulator"
     ),
 }

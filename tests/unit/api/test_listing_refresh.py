@@ -19,10 +19,10 @@ import pytest
 
 from cloudtrain.api.listing import list_runs
 from cloudtrain.core.errors import NotFound, ProviderError
+from cloudtrain.jobspec.run_ids import parse_run_id
 from cloudtrain.providers.base import ObjectInfo
 from cloudtrain.run import build
 from cloudtrain.run.journal_sync import sync_run
-from cloudtrain.spec.run_ids import parse_run_id
 from cloudtrain.state.ledger import Ledger
 from tests.unit.cli.test_ls import running_in_a_journal
 

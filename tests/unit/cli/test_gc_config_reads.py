@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from cloudtrain.cli.main import app
 from cloudtrain.run import gc as gc_mod
 from cloudtrain.state.ledger import Ledger
-from tests.unit.test_provider_config import DEPRECATED, count_reads
+from tests.unit.jobspec.test_provider_config import DEPRECATED, count_reads
 
 SCOPES = [gc_mod.Scope("local", region) for region in ("local", "r-b", "r-c")]
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.test_cli import EXAMPLES, cli, heavy_modules
+from tests.unit.cli.test_cli import EXAMPLES, cli, heavy_modules
 
 HELP_FORMATTING = ("typer.rich_utils", "rich.markdown", "rich.syntax", "markdown_it", "pygments")
 

@@ -16,7 +16,7 @@ import pytest
 from cloudtrain.providers.local import LocalStore
 from cloudtrain.state.journal import Journal
 from cloudtrain.state.ledger import Ledger
-from tests.unit.test_journal import Clock, run_steps, shared_homes
+from tests.unit.state.test_journal import Clock, run_steps, shared_homes
 
 LONGEST = "a" * 30 + "-0a1b2c"  # the longest legal run id: a 30-char name, '-', 6 hex digits
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from cloudtrain.core.errors import UsageError
-from cloudtrain.spec.run_ids import parse_run_ref
+from cloudtrain.jobspec.run_ids import parse_run_ref
 
 COMMANDS = [
     ("status",),

@@ -28,7 +28,7 @@ ROLE_OF_FIELD = {"chief": "chief", "workers": "worker", "ps": "ps", "evaluator":
 
 
 def old_count_problem(strategy: str, field: str, value: int | None) -> str | None:
-    """The spec's rule before the registry (cloudtrain/spec/job.py at 88ed924), the oracle."""
+    """The spec's rule before the registry (cloudtrain/jobspec/job.py at 88ed924), the oracle."""
     single, ps = strategy in ("one_device", "mirrored"), strategy == "parameter_server"
     hvd = strategy == "horovod"
     if field == "chief" and hvd and value:
