@@ -17,8 +17,9 @@ environment, one inline) and with canary credentials in the controller's environ
 | 6 presigned URLs live at most an hour      | aws | gcp | azure | exempt  |
 | 7 node identity limited to its run         | aws | XFAIL | azure | n/a   |
 
-"aws", "gcp", "azure": tests/unit/providers/<cloud>/test_security_<cloud>.py. GCP's guarantee 7 does not hold
-(nodes use a shared service account with the devstorage.read_write scope): a strict xfail there.
+"aws", "gcp", "azure": tests/unit/providers/<cloud>/test_security_<cloud>.py. GCP's guarantee 7
+does not hold (nodes use a shared service account with the devstorage.read_write scope): a strict
+xfail there.
 Below: the local provider, a whole local run whose job prints its secrets (the logs, the
 status, the CLI output and every file left behind must show `***`), and what the bundle carries.
 """
