@@ -3,7 +3,8 @@
 The registry (`cloudtrain.providers`) reads these objects and nothing else: which URI scheme a
 provider serves, which class builds it, which pip extra installs its SDK, where its options model,
 node-side preemption probe and pricing client live, and its storage price. Everything a module
-outside `providers/` needs to know about a cloud, it asks here, so no such module names a cloud.
+outside `providers/` needs to know about a provider (a cloud, or `local`: whether its nodes are
+processes on this machine, how closely it is watched), it asks here, so no such module names one.
 
 Standard library only, and it imports nothing else of the project: the node agent and
 `cloudtrain --help` read it without any SDK.
@@ -44,6 +45,16 @@ class ProviderInfo:
     # variables, and files under the home folder; none found -> `plan` does not ask the account
     credential_env: tuple[str, ...] = ()
     credential_files: tuple[str, ...] = ()
+    # True: its nodes are processes on this machine. One offer (its catalog's first row, sized
+    # as this machine, priced by $CLOUDTRAIN_LOCAL_PRICE_USD when set) prices every node, spot
+    # and accelerators ignored; the controller node is a process here too ($0/h); `gc` looks
+    # once, naming no region or account
+    on_this_machine: bool = False
+    # the spec fields it ignores, each (field path, why): `plan` notes them when a spec sets them
+    ignored_fields: tuple[tuple[tuple[str, ...], str], ...] = ()
+    # the run knobs (`RunOptions` fields) it watches by, other than the clouds' defaults
+    run_defaults: tuple[tuple[str, float], ...] = ()
+    may_fail_over: bool = True  # False: failover never moves a run elsewhere from it
 
     @property
     def label(self) -> str:

@@ -30,6 +30,8 @@ REGISTERED: dict[str, str] = {
     "azure": "cloudtrain.providers.azure",
 }
 _BUILT_IN = tuple(REGISTERED)
+# The provider of a spec that names none (`JobSpec.provider`'s default)
+DEFAULT_PROVIDER = "local"
 # Providers registered at run time (`register`): tests, or a provider outside this package.
 _EXTRA: dict[str, ProviderInfo] = {}
 
@@ -58,6 +60,16 @@ def info(name: str) -> ProviderInfo:
     if not isinstance(found, ProviderInfo) or found.name != name:
         raise UsageError(f"provider {name!r} is not available in this version of cloudtrain")
     return found
+
+
+def declared(name: str) -> ProviderInfo:
+    """What `name` declares: its INFO; for a name this version does not register (`cheapest`,
+    a test's stand-in, a newer version's provider in the ledger) a ProviderInfo of defaults,
+    which are what a cloud declares. Never raises; imports as `info` does."""
+    try:
+        return info(name)
+    except UsageError:
+        return ProviderInfo(name=name, scheme="", adapter="")
 
 
 def infos() -> list[ProviderInfo]:
