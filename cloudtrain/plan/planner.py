@@ -32,6 +32,7 @@ from cloudtrain.plan.search import (
     cloud_choices,
     listed,
 )
+from cloudtrain.providers.registry import declared
 
 if TYPE_CHECKING:
     from cloudtrain.jobspec.job import JobSpec
@@ -206,9 +207,9 @@ def placements(spec: JobSpec, catalog: Catalog) -> list[Placement]:
     if not counts:
         raise PlanError("the cluster has no nodes", hint="give the cluster at least a chief")
     request = _request_of(spec)
-    if spec.provider == "local":
+    if declared(spec.provider).on_this_machine:
         choice, _notes, _spot = _local_choice(spec, catalog, request, sum(n for _, n in counts))
-        return [Placement("local", choice.region, choice.zone, round(choice.hourly, 6))]
+        return [Placement(spec.provider, choice.region, choice.zone, round(choice.hourly, 6))]
     choices, _notes = _choices(spec, catalog, request, counts, None)
     best: dict[Place, Placement] = {}
     for c in choices:  # cheapest first
@@ -311,7 +312,7 @@ def make_plan(spec: JobSpec, catalog: Catalog, *, avoid: Mapping[Place, str] | N
     runner_ups: tuple[Alternative, ...] = ()
     provider = spec.provider
     on_demand: float | None = None
-    if provider == "local":
+    if declared(provider).on_this_machine:
         choice, notes, spot = _local_choice(spec, catalog, request, sum(n for _, n in counts))
     else:
         across = provider == CHEAPEST
@@ -430,7 +431,7 @@ def _local_choice(
     spec: JobSpec, catalog: Catalog, request: Request, node_count: int
 ) -> tuple[Choice, list[str], bool]:
     """Every node runs the local offer; spot, instance type and accelerator are ignored."""
-    offers = catalog.offers(provider="local")
+    offers = catalog.offers(provider=spec.provider)
     if not offers:
         raise PlanError(
             "the price catalog has no local offer",
@@ -459,23 +460,15 @@ def options_of(spec: JobSpec, provider: str) -> tuple[ProviderOption, ...]:
     return tuple(ProviderOption(**shown) for shown in resolve(spec, provider).shown())
 
 
-# (field path, the providers that ignore it, why): flags a provider does not use
-_IGNORED: tuple[tuple[tuple[str, ...], tuple[str, ...], str], ...] = (
-    (("cluster", "ssh"), ("local",), "local nodes are processes on this machine"),
-    (("cluster", "image"), ("local",), "local nodes run this machine's Python"),
-    (("cluster", "disk_gb"), ("local",), "local nodes use this machine's disk"),
-    (("region",), ("local",), "local nodes run on this machine"),  # job.yaml or --region
-    (("zone",), ("local",), "local nodes run on this machine"),
-)
-
-
 def _ignored_flags() -> tuple[tuple[tuple[str, ...], tuple[str, ...], str], ...]:
-    """_IGNORED plus the top-level account aliases (`project:`, `subscription:`), ignored by
-    every provider whose INFO names another account field (or none)."""
+    """(field path, the providers that ignore it, why) of each flag a provider does not use:
+    the fields each INFO declares it ignores (`ignored_fields`), then the top-level account
+    aliases (`project:`, `subscription:`), ignored by every provider whose INFO names another
+    account field (or none)."""
     from cloudtrain.jobspec.provider_sections import account_field, users_of
-    from cloudtrain.providers import names
+    from cloudtrain.providers import infos, names
 
-    flags = list(_IGNORED)
+    flags = [(loc, (i.name,), why) for i in infos() for loc, why in i.ignored_fields]
     for field_name in dict.fromkeys(f for n in names() if (f := account_field(n))):
         users = users_of(field_name)
         others = tuple(n for n in names() if n not in users)
