@@ -357,11 +357,14 @@ def _machine_size() -> tuple[float | None, float | None]:
 
 def _local_overrides(offers: list[Offer]) -> list[Offer]:
     """Apply CLOUDTRAIN_LOCAL_PRICE_USD and this machine's size to local offers (reads env/OS)."""
+    from cloudtrain.providers.registry import infos
+
     price = local_price_override()
     size: tuple[float | None, float | None] | None = None
+    here = {i.name for i in infos() if i.on_this_machine}
     result = []
     for offer in offers:
-        if offer.provider == "local":
+        if offer.provider in here:
             if offer.vcpus is None or offer.memory_gib is None:
                 size = size or _machine_size()
                 offer = replace(
