@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 from cloudtrain.catalog.offers import Catalog, Offer
 from cloudtrain.core.errors import PlanError
+from cloudtrain.providers.registry import declared
 
 MIN_MEMORY_GB = 2.0
-LOCAL = "local"
 
 
 @dataclass(frozen=True)
@@ -27,9 +27,6 @@ class ControllerOffer:
     hourly_usd: float
     memory_gb: float | None
     vcpus: float | None
-
-
-LOCAL_OFFER = ControllerOffer(instance_type=LOCAL, hourly_usd=0.0, memory_gb=None, vcpus=None)
 
 
 def _fits(offer: Offer) -> bool:
@@ -51,8 +48,8 @@ def controller_offer(
     None: any region of the provider. `catalog`: the planner's (default `Catalog.bundled()`,
     which reads the catalog files). Raises PlanError naming the provider and region when there
     is none. Pure but for that read; never imports a cloud SDK."""
-    if provider_name == LOCAL:
-        return LOCAL_OFFER
+    if declared(provider_name).on_this_machine:  # a process on this machine, named as local's
+        return ControllerOffer(provider_name, hourly_usd=0.0, memory_gb=None, vcpus=None)
     catalog = catalog if catalog is not None else Catalog.bundled()
     # on-demand prices only (spot=False), CPU-only rows only: as the planner prices `ps`
     offers = [
