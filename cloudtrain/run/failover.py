@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING
 from cloudtrain.core.errors import NoCapacityError, PlanError, QuotaError
 from cloudtrain.jobs.protocol import node_id, run_prefix
 from cloudtrain.providers.base import node_name
+from cloudtrain.providers.registry import declared
 from cloudtrain.run.recovery import Stop
 from cloudtrain.run.teardown import teardown
 from cloudtrain.run.view import NodeView, Outcome
@@ -242,7 +243,8 @@ class Failover:
         """Whether the run may leave its place: not with a pinned region or zone, not on
         local, and only where the caller said how to build another place's provider."""
         pinned = bool(self.spec.region or self.spec.zone)
-        return self.places is not None and not pinned and self.state.plan.provider != "local"
+        leavable = declared(self.state.plan.provider).may_fail_over
+        return self.places is not None and not pinned and leavable
 
     def _next_plan(self, route: Route) -> Plan:
         """The plan of the next place (the route's rounds; another cloud only where the store
