@@ -24,6 +24,7 @@ from cloudtrain.core.errors import CloudtrainError, ProviderError, UsageError
 from cloudtrain.jobspec.run_ids import RunRef, read_run_ref
 from cloudtrain.providers.base import Provider, Tagged
 from cloudtrain.providers.parallel import parallel_map
+from cloudtrain.providers.registry import declared
 from cloudtrain.run.teardown import TeardownReport, teardown
 from cloudtrain.state.ledger import Ledger, RunRecord
 
@@ -147,7 +148,7 @@ def scopes(
             key = (
                 name,
                 None if account_wide(name) else scope.region,
-                None if name == "local" else scope.account,
+                None if declared(name).on_this_machine else scope.account,
             )
             if key not in seen:
                 seen.add(key)
@@ -239,8 +240,9 @@ def survey(provider: Provider, ledger: Ledger, scope: Scope, now: float | None =
     records = {run_id: ledger.get_run(run_id) for run_id in {t.run_id for t in items}}
     region = _region_of(provider) or provider.config.region or scope.region
     leaked, live = select(items, records, region, time.time() if now is None else now)
-    where = scope.provider if scope.provider == "local" else f"{scope.provider} {region or ''}"
-    if scope.account and scope.provider != "local":
+    placeless = declared(scope.provider).on_this_machine  # this machine: no region, no account
+    where = scope.provider if placeless else f"{scope.provider} {region or ''}"
+    if scope.account and not placeless:
         where += f" ({scope.account})"
     return Survey(scope, where.strip(), region, tuple(leaked), tuple(live))
 
