@@ -65,6 +65,7 @@ from cloudtrain.jobspec.yaml_source import (
     read_spec_file,
     show,
 )
+from cloudtrain.providers.registry import DEFAULT_PROVIDER
 from cloudtrain.providers.uri_rules import SCHEMES, checkpoint_problem
 
 __all__ = [
@@ -287,7 +288,8 @@ class JobSpec(BaseModel):
 
     name: str = Field(description="job name, used in cloud resource names")
     provider: ProviderName = Field(
-        "local", description=f"where to run; 'cheapest': the cheapest of {clouds_text('and')}"
+        DEFAULT_PROVIDER,
+        description=f"where to run; 'cheapest': the cheapest of {clouds_text('and')}",
     )
     region: str | None = Field(None, pattern=_PLACE, description="default: the cheapest")
     zone: str | None = Field(None, pattern=_PLACE, description="a zone of the region")
@@ -562,7 +564,7 @@ def _override_updates(
     provider clears region and zone, a new region clears the zone, unless they are given too.
     Pure."""
     updates: dict[str, Any] = {}
-    if provider is not None and provider != current.get("provider", "local"):
+    if provider is not None and provider != current.get("provider", DEFAULT_PROVIDER):
         updates.update(provider=provider, region=None, zone=None)
     if region is not None and region != updates.get("region", current.get("region")):
         updates.update(region=region, zone=None)
