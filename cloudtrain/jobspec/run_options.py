@@ -14,7 +14,8 @@ from cloudtrain.core import env
 
 @dataclass(frozen=True)
 class RunOptions:
-    """Knobs of one run. Defaults suit the clouds; `for_provider('local')` tightens them."""
+    """Knobs of one run. Defaults suit the clouds; `for_provider(name)` applies the provider's
+    own (`ProviderInfo.run_defaults`: local's are tighter)."""
 
     detach: bool = False
     # with detach on a cloud: a controller node watches the run (False: `--no-controller`)
@@ -34,22 +35,13 @@ class RunOptions:
 
     @classmethod
     def for_provider(cls, name: str, **overrides: Any) -> RunOptions:
-        """Defaults for a provider (local nodes boot in seconds, so it is watched more closely),
-        then the environment's knobs (`env_overrides`), then `overrides`. Raises UsageError
-        for a bad knob in the environment."""
-        base: dict[str, Any] = {}
-        if name == "local":
-            base = dict(
-                poll_s=0.2,
-                list_nodes_s=2.0,
-                heartbeat_timeout_s=60.0,
-                boot_timeout_s=120.0,
-                rendezvous_timeout_s=120.0,
-                stop_grace_s=20.0,
-                failure_grace_s=3.0,
-                settle_s=3.0,
-                teardown_margin_s=10.0,
-            )
+        """Defaults for a provider (the knobs its INFO declares, `run_defaults`: local nodes
+        boot in seconds, so it is watched more closely), then the environment's knobs
+        (`env_overrides`), then `overrides`. Raises UsageError for a bad knob in the
+        environment."""
+        from cloudtrain.providers.registry import declared
+
+        base: dict[str, Any] = dict(declared(name).run_defaults)
         base.update(env_overrides())
         base.update(overrides)
         if base.get("detach") and not base.get("controller", True) and "linger_s" not in overrides:
