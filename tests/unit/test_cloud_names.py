@@ -1,10 +1,13 @@
-"""No module outside providers/ (and tests/) names a cloud: what cloudtrain knows of a cloud is in
-its package, declared in its INFO (providers/README.md), and the rest asks the registry.
+"""No module outside providers/ (and tests/) names a provider: what cloudtrain knows of a cloud,
+or of `local`, is in its package, declared in its INFO (providers/README.md), and the rest asks
+the registry.
 
 Checked over cloudtrain/ and jobs/: every string literal of the Python code (docstrings are
 prose, and comments are not code), every identifier, and every non-comment line of the other
 files (the bootstrap template). A cloud name is `aws`, `gcp` or `azure` as a word, in any case.
-Each exception is listed in ALLOWED with its reason.
+`local` is a word with other meanings (a local file, local time, a shell's `local`), so only
+its spellings as a provider's name count: a string literal that is exactly "local", and the
+identifier `LOCAL`. Each exception is listed in ALLOWED with its reason.
 """
 
 from __future__ import annotations
@@ -17,10 +20,12 @@ ROOT = Path(__file__).resolve().parents[2]
 SCANNED = ("cloudtrain", "jobs")
 CLOUD = re.compile(r"(?<![A-Za-z0-9])(aws|gcp|azure)(?![A-Za-z0-9])", re.IGNORECASE)
 IDENTIFIER = re.compile(r"(?:^|_)(aws|gcp|azure)(?:_|$)", re.IGNORECASE)
-# folders that are data, not code
-SKIPPED_DIRS = {
+LOCAL_LITERAL = "local"  # the provider's name as a string constant, exactly
+LOCAL_IDENTIFIER = "LOCAL"  # ... and as a constant's name
+# folders whose files other than Python are data, not code
+DATA_DIRS = {
     # the bundled price catalog: one CSV per provider, each row keyed by the provider's name
-    # (package data, written by catalog_build); its README documents those files
+    # (package data, written by cloudtrain/catalog/build.py); its README documents those files
     "cloudtrain/catalog",
 }
 
@@ -30,6 +35,11 @@ ALLOWED: dict[tuple[str, str], str] = {
         "cloudtrain/cli/main.py",
         "Run a TensorFlow training job on the cheapest GPU VMs of AWS, GCP, Azure or this ",
     ): "the product's one-line description in `cloudtrain --help` (prose, like the README)",
+    (
+        "cloudtrain/catalog/build.py",
+        "local",
+    ): "LOCAL_ROW, the one row build writes to the bundled local.csv: data (the provider's name, "
+    "and its instance type, region and zone, each this machine), as the CSVs are",
 }
 
 
@@ -65,10 +75,11 @@ def python_findings(path: Path, rel: str) -> list[tuple[str, int, str]]:
     found = []
     for node in ast.walk(tree):
         text = node.value if isinstance(node, ast.Constant) else None
-        if isinstance(text, str) and id(node) not in docstrings and CLOUD.search(text):
+        named = isinstance(text, str) and (CLOUD.search(text) or text == LOCAL_LITERAL)
+        if named and id(node) not in docstrings:
             found.append((rel, node.lineno, text))
         for name in _identifiers(node):
-            if IDENTIFIER.search(name):
+            if IDENTIFIER.search(name) or name == LOCAL_IDENTIFIER:
                 found.append((rel, getattr(node, "lineno", 0), name))
     return found
 
@@ -85,6 +96,12 @@ def text_findings(path: Path, rel: str) -> list[tuple[str, int, str]]:
     return found
 
 
+def _allowed(snippet: str, text: str) -> bool:
+    """Whether an ALLOWED snippet covers a finding: a part of its text, but `local` only
+    as the whole literal (a part of "local" is no provider's name). Pure."""
+    return text == snippet if snippet == LOCAL_LITERAL else snippet in text
+
+
 def findings(root: Path = ROOT) -> list[tuple[str, int, str]]:
     """Every place in cloudtrain/ and jobs/ that names a cloud and is not in ALLOWED."""
     out = []
@@ -93,7 +110,8 @@ def findings(root: Path = ROOT) -> list[tuple[str, int, str]]:
             rel = path.relative_to(root).as_posix()
             if not path.is_file() or "__pycache__" in rel:
                 continue
-            if any(rel.startswith(skipped + "/") for skipped in SKIPPED_DIRS):
+            in_data = any(rel.startswith(data + "/") for data in DATA_DIRS)
+            if in_data and path.suffix != ".py":
                 continue
             if path.suffix == ".py":
                 found = python_findings(path, rel)
@@ -104,17 +122,18 @@ def findings(root: Path = ROOT) -> list[tuple[str, int, str]]:
             out += [
                 (file, line, text)
                 for file, line, text in found
-                if not any(file == f and snippet in text for f, snippet in ALLOWED)
+                if not any(file == f and _allowed(snippet, text) for f, snippet in ALLOWED)
             ]
     return out
 
 
-def test_no_module_outside_providers_names_a_cloud() -> None:
+def test_no_module_outside_providers_names_a_provider() -> None:
     found = findings()
     report = "\n".join(f"{file}:{line}: {text[:120]!r}" for file, line, text in found)
     assert not found, (
-        "these name a cloud outside providers/: ask the registry (cloudtrain.providers: names, "
-        "info, INFO fields) instead, or add the exception to ALLOWED with its reason\n" + report
+        "these name a provider outside providers/: ask the registry (cloudtrain.providers: "
+        "names, info, declared, INFO fields) instead, or add the exception to ALLOWED with its "
+        "reason\n" + report
     )
 
 
@@ -133,4 +152,26 @@ def test_the_scan_finds_a_planted_cloud_name(tmp_path: Path) -> None:
         ("jobs/boot.sh.j2", 2),
         ("jobs/probe.py", 3),
         ("jobs/probe.py", 4),
+    ]
+
+
+def test_the_scan_finds_local_as_a_provider_name_only(tmp_path: Path) -> None:
+    planted = tmp_path / "cloudtrain" / "plan"
+    planted.mkdir(parents=True)
+    (planted / "probe.py").write_text(
+        '"""On "local" a docstring may say local."""\n'
+        '# a comment may too: provider == "local"\n'
+        "def local_files(localtime: str) -> str: ...\n"
+        'KIND = "local file"\n'
+        'if PROVIDER == "local":\n'
+        "    LOCAL = 1\n"
+    )
+    (planted / "boot.sh.j2").write_text('f() { local x="local"; }\n')
+    data = tmp_path / "cloudtrain" / "catalog"
+    data.mkdir()
+    (data / "local.csv").write_text("provider\nlocal\n")
+    found = findings(tmp_path)
+    assert sorted((f, line) for f, line, _ in found) == [
+        ("cloudtrain/plan/probe.py", 5),
+        ("cloudtrain/plan/probe.py", 6),
     ]
