@@ -36,6 +36,7 @@ import traceback
 from pathlib import Path
 from typing import Any, TypeVar
 
+from cloudtrain.core import env as envvars
 from cloudtrain.core.errors import CloudtrainError
 from cloudtrain.core.redact import Redactor
 from cloudtrain.jobs import horovod
@@ -220,22 +221,22 @@ class Agent(Beats, Checkpoints, NodeTrace, Rendezvous):
         else:
             env.pop("TF_CONFIG", None)
         env.update(
-            TF_USE_LEGACY_KERAS="1",
-            PYTHONUNBUFFERED="1",
-            CLOUDTRAIN_RUN_ID=self.run_id,
-            CLOUDTRAIN_STRATEGY=self.cluster.strategy,
-            CLOUDTRAIN_ROLE=self.role,
-            CLOUDTRAIN_INDEX=str(self.index),
-            CLOUDTRAIN_IS_CHIEF="1" if self.is_chief else "0",
-            CLOUDTRAIN_ATTEMPT=str(self.attempt),
-            CLOUDTRAIN_CHECKPOINT_DIR=str(self.ckpt_dir),
-            TMPDIR=str(self.scratch),
-            CLOUDTRAIN_MODEL_DIR=str(self.model_dir),
-            **{
-                proto.METRICS_FILE_ENV: str(self.metrics.path),
-                proto.TENSORBOARD_DIR_ENV: str(self.tb_dir),
-            },
-            PATH=os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", ""),
+            {
+                "TF_USE_LEGACY_KERAS": "1",
+                "PYTHONUNBUFFERED": "1",
+                envvars.RUN_ID.name: self.run_id,
+                envvars.STRATEGY.name: self.cluster.strategy,
+                envvars.ROLE.name: self.role,
+                envvars.INDEX.name: str(self.index),
+                envvars.IS_CHIEF.name: "1" if self.is_chief else "0",
+                envvars.ATTEMPT.name: str(self.attempt),
+                envvars.CHECKPOINT_DIR.name: str(self.ckpt_dir),
+                "TMPDIR": str(self.scratch),
+                envvars.MODEL_DIR.name: str(self.model_dir),
+                envvars.METRICS_FILE.name: str(self.metrics.path),
+                envvars.TENSORBOARD_DIR.name: str(self.tb_dir),
+                "PATH": os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", ""),
+            }
         )
         return env
 

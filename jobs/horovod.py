@@ -34,6 +34,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from cloudtrain.core.env import IS_CHIEF
 from cloudtrain.jobs.strategies import HOROVOD
 
 # the strategy this launcher serves (jobs/strategies.py declares it: launch "horovod_ranks");
@@ -330,7 +331,7 @@ def launch_node(
     try:
         for rank, hvd_env in zip(ranks, envs, strict=True):
             env = {k: v for k, v in base_env.items() if k != "TF_CONFIG"}
-            env.update(hvd_env, CLOUDTRAIN_IS_CHIEF="1" if rank == 0 else "0")
+            env.update(hvd_env, **{IS_CHIEF.name: "1" if rank == 0 else "0"})
             group = procs[0].pid if procs else 0
             procs.append(start(command, env, prefix=f"[rank {rank}] ", process_group=group))
     except BaseException:

@@ -49,6 +49,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
+from cloudtrain.core.env import PREFIX
 from cloudtrain.jobs.strategies import HOROVOD
 from cloudtrain.jobs.strategies import strategy as lookup_strategy
 
@@ -175,7 +176,7 @@ def env_key_problem(key: str, strategy: str | None = None) -> str | None:
         return "is not a valid environment variable name (letters, digits and '_')"
     if not all(c.isascii() and (c.isalnum() or c == "_") for c in key):
         return "is not a valid environment variable name (letters, digits and '_')"
-    if key.startswith("CLOUDTRAIN_"):
+    if key.startswith(PREFIX):
         return _KEY_PROBLEMS["TF_CONFIG"]
     if key in _KEY_PROBLEMS:
         return _KEY_PROBLEMS[key]

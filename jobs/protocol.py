@@ -108,12 +108,9 @@ from cloudtrain.jobs.protocol_node import (
 )
 from cloudtrain.jobs.protocol_streams import (
     HEARTBEAT_METRICS,
-    MAX_STEPS_ENV,
     METRICS,
-    METRICS_FILE_ENV,
     OPEN_SEGMENT_HEADER,
     OPEN_SEGMENT_MARK,
-    TENSORBOARD_DIR_ENV,
     open_segment_body,
     read_open_segment,
 )
@@ -144,9 +141,7 @@ __all__ = [
     "MAX_DEPTH",
     "MAX_DOCUMENT_BYTES",
     "MAX_MAGNITUDE",
-    "MAX_STEPS_ENV",
     "METRICS",
-    "METRICS_FILE_ENV",
     "NOTICE",
     "OPEN_SEGMENT_HEADER",
     "OPEN_SEGMENT_MARK",
@@ -155,7 +150,6 @@ __all__ = [
     "STATUS",
     "STOPPED_BY_CONTROL",
     "STOP_NAME",
-    "TENSORBOARD_DIR_ENV",
     "UNVERSIONED",
     "CheckpointsReady",
     "ClusterDoc",

@@ -7,12 +7,9 @@ the project: the agent runs it on the node (Python 3.10+), the controller reads 
 from __future__ import annotations
 
 # --- the metrics a node measures ------------------------------------------------------------------
-METRICS_FILE_ENV = "CLOUDTRAIN_METRICS_FILE"  # agent -> training: where runtime appends records
-TENSORBOARD_DIR_ENV = "CLOUDTRAIN_TENSORBOARD_DIR"  # agent -> training: the event files' folder
-MAX_STEPS_ENV = "CLOUDTRAIN_MAX_STEPS"  # `cloudtrain scale`: stop fit after this many steps
-METRICS = """One JSON object per line, in the training's metrics file (METRICS_FILE_ENV, appended by
-`runtime.callbacks()`) and in the node's stream metrics/<node>/<seq>.jsonl (the agent adds its own
-samples). Every record has `time` (epoch seconds) and `kind`:
+METRICS = """One JSON object per line, in the training's metrics file ($CLOUDTRAIN_METRICS_FILE,
+appended by `runtime.callbacks()`) and in the node's stream metrics/<node>/<seq>.jsonl (the agent
+adds its own samples). Every record has `time` (epoch seconds) and `kind`:
 
   kind "epoch"   an epoch ended: epoch (1-based), steps, examples (this node's share), seconds,
                  examples_per_s, steps_per_s, step_p50_s, step_p95_s, loss, metrics ({name:

@@ -25,8 +25,8 @@ from collections.abc import Callable
 from functools import cache
 from typing import Any
 
+from cloudtrain.core import env
 from cloudtrain.jobs import strategies as registry
-from cloudtrain.jobs.protocol import MAX_STEPS_ENV, METRICS_FILE_ENV, TENSORBOARD_DIR_ENV
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
@@ -45,9 +45,9 @@ def task() -> tuple[str, int]:
     From ``CLOUDTRAIN_ROLE``/``CLOUDTRAIN_INDEX`` if set, else from ``TF_CONFIG``'s task, else
     ``("chief", 0)`` (a single-node run).
     """
-    role = os.environ.get("CLOUDTRAIN_ROLE")
+    role = env.ROLE.raw()
     if role:
-        return role, int(os.environ.get("CLOUDTRAIN_INDEX", "0") or 0)
+        return role, int(env.INDEX.raw() or 0)
     spec = _tf_config().get("task") or {}
     if spec.get("type"):
         return str(spec["type"]), int(spec.get("index", 0))
@@ -60,9 +60,9 @@ def is_chief() -> bool:
     ``CLOUDTRAIN_IS_CHIEF`` ("1"/"0") wins when set; otherwise it is derived from ``TF_CONFIG``;
     with neither, the process is a single-node run and is the chief.
     """
-    flag = os.environ.get("CLOUDTRAIN_IS_CHIEF")
-    if flag is not None and flag.strip() != "":
-        return flag.strip() == "1"
+    flag = env.IS_CHIEF.text()
+    if flag:
+        return flag == "1"
     cluster = _tf_config().get("cluster") or {}
     if not cluster:
         return True
@@ -85,14 +85,14 @@ def strategy_name() -> str:
 def _declared() -> registry.StrategyInfo:
     """The declaration of this task's strategy (see ``strategy_name``). Raises ``ValueError``
     for an unknown ``CLOUDTRAIN_STRATEGY``."""
-    name = os.environ.get("CLOUDTRAIN_STRATEGY", "").strip()
+    name = env.STRATEGY.text()
     if not name:
         cluster = _tf_config().get("cluster") or {}
         roles = [role for role, tasks in cluster.items() if tasks]
         name = registry.infer(roles, lambda: len(_gpus()))
     info = registry.strategy(name)
     if info is None:
-        raise ValueError(f"unknown CLOUDTRAIN_STRATEGY {name!r}; expected one of {STRATEGIES}")
+        raise ValueError(f"unknown {env.STRATEGY.name} {name!r}; expected one of {STRATEGIES}")
     return info
 
 
@@ -173,7 +173,7 @@ def checkpoint_dir() -> str:
     ``CLOUDTRAIN_CHECKPOINT_DIR``, or ``./checkpoints`` outside cloudtrain. The agent restores
     it from the bucket on restart and syncs the chief's copy up as it changes.
     """
-    path = os.path.abspath(os.environ.get("CLOUDTRAIN_CHECKPOINT_DIR") or "checkpoints")
+    path = os.path.abspath(env.CHECKPOINT_DIR.raw() or "checkpoints")
     os.makedirs(path, exist_ok=True)
     return path
 
@@ -196,7 +196,7 @@ def model_dir() -> str:
     """
     if not is_chief():
         return _task_temp_dir("model")
-    path = os.path.abspath(os.environ.get("CLOUDTRAIN_MODEL_DIR") or "model")
+    path = os.path.abspath(env.MODEL_DIR.raw() or "model")
     os.makedirs(path, exist_ok=True)
     return path
 
@@ -211,7 +211,7 @@ def tensorboard_dir() -> str:
     if not is_chief():
         path = os.path.join(_task_temp_dir("tensorboard"), f"workertemp_{task()[1]}")
     else:
-        path = os.path.abspath(os.environ.get(TENSORBOARD_DIR_ENV) or "tensorboard")
+        path = os.path.abspath(env.TENSORBOARD_DIR.raw() or "tensorboard")
     os.makedirs(path, exist_ok=True)
     return path
 
@@ -221,7 +221,7 @@ def max_steps() -> int | None:
 
     Raises ``ValueError`` for anything else. Pure (reads the environment).
     """
-    raw = os.environ.get(MAX_STEPS_ENV, "").strip()
+    raw = env.MAX_STEPS.text()
     if not raw:
         return None
     try:
@@ -229,7 +229,7 @@ def max_steps() -> int | None:
     except ValueError:
         steps = 0
     if steps < 1:
-        raise ValueError(f"{MAX_STEPS_ENV} must be a positive integer, not {raw!r}")
+        raise ValueError(f"{env.MAX_STEPS.name} must be a positive integer, not {raw!r}")
     return steps
 
 
@@ -327,7 +327,7 @@ def _rates(steps: int, seconds: float, times: list[float], share: float | None) 
 
 
 def _throughput_callback(tf: Any, epochs: int | None, batch_size: int | None) -> Any:
-    out = _MetricsFile((os.environ.get(METRICS_FILE_ENV) or None) if _reports() else None)
+    out = _MetricsFile((env.METRICS_FILE.raw() or None) if _reports() else None)
     limit = max_steps()
     workers = data_parallel_workers()
     share = batch_size / workers if batch_size else None
@@ -426,7 +426,7 @@ def _throughput_callback(tf: Any, epochs: int | None, batch_size: int | None) ->
                     now = self._write_window(now)
             if limit is not None and self._total >= limit and not self.model.stop_training:
                 self.model.stop_training = True
-                _log(f"stopped after {self._total} steps ({MAX_STEPS_ENV})")
+                _log(f"stopped after {self._total} steps ({env.MAX_STEPS.name})")
                 if self._window_steps:
                     self._write_window(now)
 

@@ -57,8 +57,8 @@ def sized_spec(spec: JobSpec, workers: int, steps: int) -> JobSpec:
     for a strategy whose worker count is fixed, or a count the cluster rules refuse."""
     from pydantic import ValidationError
 
+    from cloudtrain.core.env import MAX_STEPS
     from cloudtrain.jobs.node_rules import spec_exec_problem, text_problem
-    from cloudtrain.jobs.protocol import MAX_STEPS_ENV
     from cloudtrain.jobspec.job import ClusterSpec
 
     strategy, varied = spec.cluster.strategy, spec.cluster.strategy_info.scale
@@ -74,7 +74,7 @@ def sized_spec(spec: JobSpec, workers: int, steps: int) -> JobSpec:
     except ValidationError as exc:
         msg = str(exc.errors()[0]["msg"]).removeprefix("Value error, ")
         raise UsageError(f"{workers} worker(s): cluster: {msg}") from exc
-    entrypoint = f"export {MAX_STEPS_ENV}={steps}; {spec.entrypoint}"
+    entrypoint = f"export {MAX_STEPS.name}={steps}; {spec.entrypoint}"
     problem = text_problem("entrypoint", entrypoint) or spec_exec_problem(
         spec.setup, entrypoint, spec.env_values()
     )

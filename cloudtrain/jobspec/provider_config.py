@@ -22,7 +22,6 @@ option is a secret. Controller side only (pydantic); the node side builds provid
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -33,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from cloudtrain.core.env import by_name
 from cloudtrain.core.paths import cloudtrain_home
 from cloudtrain.jobspec.error_lines import spec_error
 from cloudtrain.jobspec.provider_sections import (
@@ -147,10 +147,9 @@ def _config_model_at(loc: Loc) -> type[BaseModel]:
 def outside_layers(environ: Mapping[str, str] | None = None) -> OutsideLayers:
     """config.yaml's section and the deprecated variables set in `environ` (default: this
     process's environment). Reads the file; raises SpecError for a bad config.yaml."""
-    env = os.environ if environ is None else environ
     config, lines, path = load_user_config()
     names = {var for n in _names() for var in options_model(n).ENV_FALLBACKS.values()}
-    found = {var: env[var].strip() for var in sorted(names) if env.get(var, "").strip()}
+    found = {var: text for var in sorted(names) if (text := by_name(var).text(environ))}
     return OutsideLayers(config, path, lines, found)
 
 

@@ -24,11 +24,13 @@ from cloudtrain.api.scale import (
 )
 from cloudtrain.cli.main import app
 from cloudtrain.cli.scale import render
+from cloudtrain.core.env import MAX_STEPS
 from cloudtrain.core.errors import UsageError
 from cloudtrain.insight.throughput import throughput
-from cloudtrain.jobs.protocol import MAX_STEPS_ENV
 from cloudtrain.jobspec.job import load_spec
 from tests.e2e.nothing_created import assert_nothing_created, snapshot
+
+MAX_STEPS_ENV = MAX_STEPS.name
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "jobs" / "examples"
 

@@ -164,7 +164,6 @@ def scan() -> tuple[list[str], set[str], set[str]]:
 SCAN = scan()
 
 
-@pytest.mark.xfail(strict=False, reason="issue 31: the files other helpers own convert last")
 def test_no_module_but_env_names_a_variable() -> None:
     assert SCAN[0] == []
 
@@ -173,7 +172,6 @@ def test_every_variable_named_in_the_trees_is_declared() -> None:
     assert sorted(SCAN[1] - set(ATTRS.values())) == []
 
 
-@pytest.mark.xfail(strict=False, reason="issue 31: the files other helpers own convert last")
 def test_every_declared_variable_is_used() -> None:
     assert sorted(set(ATTRS.values()) - SCAN[2]) == []
 
