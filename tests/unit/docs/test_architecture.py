@@ -30,3 +30,9 @@ def test_every_contract_is_described() -> None:
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
     ids = [c["id"] for c in config["contracts"]]
     assert ids and [i for i in ids if f"- **{i}**:" not in TEXT] == []
+
+
+def test_the_environment_table_is_the_declarations() -> None:
+    from cloudtrain.core.env import table_markdown
+
+    assert table_markdown().strip() in TEXT
