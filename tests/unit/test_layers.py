@@ -129,3 +129,18 @@ def test_a_cycle_inside_a_folder_breaks_the_acyclic_contract(tmp_path: Path) -> 
     assert proc.returncode != 0, report
     assert "No cycles are allowed in cloudtrain.run." in report
     assert re.search(r"\.planted_[ab] -> \.planted_[ab]", report), report
+
+
+def test_every_package_folder_is_in_the_distribution() -> None:
+    """pyproject lists packages by name (package-dir maps three folders): a folder missing there
+    would be left out of a regular install's wheel."""
+    listed = set(tomllib.loads(PYPROJECT.read_text())["tool"]["setuptools"]["packages"])
+    roots = {"cloudtrain": ROOT / "cloudtrain", "cloudtrain.providers": ROOT / "providers"}
+    roots["cloudtrain.jobs"] = ROOT / "jobs"
+    found = set()
+    for name, folder in roots.items():
+        for init in folder.rglob("__init__.py"):
+            rel = init.parent.relative_to(folder).parts
+            if "__pycache__" not in rel and not any(p.startswith(".") for p in rel):
+                found.add(".".join((name, *rel)))
+    assert found == listed
