@@ -27,6 +27,7 @@ from typing import Any
 
 from cloudtrain.core import env
 from cloudtrain.jobs import strategies as registry
+from cloudtrain.jobs.tf_strategies import BUILDERS as _BUILDERS
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
@@ -143,28 +144,6 @@ def strategy() -> Any:
     if role in info.serving_roles:
         _serve_forever(tf)
     return _BUILDERS[info.builder](tf)
-
-
-def _parameter_server(tf: Any) -> Any:
-    """The chief's ParameterServerStrategy, its variables sharded over the ps tasks."""
-    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
-    num_ps = len(resolver.cluster_spec().as_dict().get("ps", []))
-    partitioner = tf.distribute.experimental.partitioners.MinSizePartitioner(
-        min_shard_bytes=256 << 10, max_shards=max(1, num_ps)
-    )
-    return tf.distribute.ParameterServerStrategy(resolver, variable_partitioner=partitioner)
-
-
-# what `strategy()` calls for a declaration's `builder` (jobs/strategies.py), given tensorflow
-_BUILDERS: dict[str, Callable[[Any], Any]] = {
-    "OneDeviceStrategy": lambda tf: tf.distribute.OneDeviceStrategy(
-        "/gpu:0" if _gpus() else "/cpu:0"
-    ),
-    "MirroredStrategy": lambda tf: tf.distribute.MirroredStrategy(),
-    "MultiWorkerMirroredStrategy": lambda tf: tf.distribute.MultiWorkerMirroredStrategy(),
-    "ParameterServerStrategy": _parameter_server,
-    "get_strategy": lambda tf: tf.distribute.get_strategy(),
-}
 
 
 def checkpoint_dir() -> str:

@@ -9,9 +9,9 @@ launches the training, what the image must ship, which roles only serve the chie
 (`STRATEGIES`, `strategy(name)`); none compares a strategy's name
 (tests/unit/jobs/test_strategies.py enforces it).
 
-Adding a strategy (central storage, TPU...): one `StrategyInfo` below, listed in `STRATEGIES`,
-plus, when no existing builder fits, its builder in `jobs/runtime.py` (`_BUILDERS`, keyed by
-`StrategyInfo.builder`). The spec accepts the name at once; plan, scale, the ports, the agent
+Adding a strategy: one `StrategyInfo` below, listed in `STRATEGIES`,
+plus, when no existing builder fits, its builder in `jobs/tf_strategies.py` (`BUILDERS`, keyed
+by `StrategyInfo.builder`). The spec accepts the name at once; plan, scale, the ports, the agent
 and the runtime follow the declaration.
 
 Standard library only, Python 3.10+, importing nothing else of the project: the node agent and
@@ -80,8 +80,8 @@ class StrategyInfo:
     """A strategy's declared knowledge. Pure data: reading it imports nothing."""
 
     name: str  # the spec's `cluster.strategy` value
-    # the tf.distribute builder `runtime.strategy()` calls (a key of its _BUILDERS); TensorFlow
-    # itself is imported only there
+    # the tf.distribute builder `runtime.strategy()` calls (a key of jobs/tf_strategies.py's
+    # BUILDERS); TensorFlow itself is imported only by the runtime
     builder: str
     # the counts the spec accepts, per role (the spec's fields chief, workers, ps, evaluator)
     chief: Count
@@ -137,6 +137,12 @@ def _one_node(name: str, builder: str) -> StrategyInfo:
 
 ONE_DEVICE = _one_node("one_device", "OneDeviceStrategy")
 MIRRORED = _one_node("mirrored", "MirroredStrategy")
+# variables on the CPU, compute replicated on the node's GPUs (tf.distribute.experimental's
+# CentralStorageStrategy, still in TensorFlow 2.21): one node, all its GPUs
+CENTRAL_STORAGE = _one_node("central_storage", "CentralStorageStrategy")
+# a Cloud TPU VM's single-host slice (TPUClusterResolver(tpu="local")); only providers that
+# declare TPU types run it (the spec's accelerator names the type)
+TPU = _one_node("tpu", "TPUStrategy")
 MULTI_WORKER_MIRRORED = StrategyInfo(
     name="multi_worker_mirrored",
     builder="MultiWorkerMirroredStrategy",
@@ -178,7 +184,16 @@ HOROVOD = StrategyInfo(
 
 # every strategy, in the order the spec's error lists them
 STRATEGIES: dict[str, StrategyInfo] = {
-    s.name: s for s in (ONE_DEVICE, MIRRORED, MULTI_WORKER_MIRRORED, PARAMETER_SERVER, HOROVOD)
+    s.name: s
+    for s in (
+        ONE_DEVICE,
+        MIRRORED,
+        MULTI_WORKER_MIRRORED,
+        PARAMETER_SERVER,
+        HOROVOD,
+        CENTRAL_STORAGE,
+        TPU,
+    )
 }
 NAMES: tuple[str, ...] = tuple(STRATEGIES)
 DEFAULT = MULTI_WORKER_MIRRORED.name  # the spec's default

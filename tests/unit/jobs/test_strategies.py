@@ -13,6 +13,7 @@ import re
 import sys
 from collections.abc import Iterable, Iterator
 from itertools import product
+from operator import attrgetter
 from pathlib import Path
 from types import ModuleType
 from unittest import mock
@@ -29,7 +30,8 @@ ROLE_OF_FIELD = {"chief": "chief", "workers": "worker", "ps": "ps", "evaluator":
 
 def old_count_problem(strategy: str, field: str, value: int | None) -> str | None:
     """The spec's rule before the registry (cloudtrain/jobspec/job.py at 88ed924), the oracle."""
-    single, ps = strategy in ("one_device", "mirrored"), strategy == "parameter_server"
+    single = strategy in ("one_device", "mirrored", "central_storage", "tpu")  # + issue 32's
+    ps = strategy == "parameter_server"
     hvd = strategy == "horovod"
     if field == "chief" and hvd and value:
         return "must be 0 or unset for strategy 'horovod' (worker 0 is the rendezvous host)"
@@ -50,13 +52,15 @@ def old_count_problem(strategy: str, field: str, value: int | None) -> str | Non
     return None
 
 
-def test_the_five_strategies_in_the_spec_order() -> None:
+def test_the_seven_strategies_in_the_spec_order() -> None:
     assert tuple(STRATEGIES) == (
         "one_device",
         "mirrored",
         "multi_worker_mirrored",
         "parameter_server",
         "horovod",
+        "central_storage",
+        "tpu",
     )
     assert strategies.DEFAULT == "multi_worker_mirrored"
     assert all(name == info.name for name, info in STRATEGIES.items())
@@ -83,6 +87,8 @@ def test_count_rules_refuse_what_the_old_rules_refused(name: str, field: str) ->
         ("multi_worker_mirrored", (0, 1), (1, None), (0, 0), (0, 1)),
         ("parameter_server", (1, 1), (1, None), (1, None), (0, 1)),
         ("horovod", (0, 0), (1, None), (0, 0), (0, 0)),  # workers only
+        ("central_storage", (0, 0), (1, 1), (0, 0), (0, 0)),
+        ("tpu", (0, 0), (1, 1), (0, 0), (0, 0)),  # one TPU VM: a single-host slice
     ],
 )
 def test_roles_and_counts(
@@ -104,7 +110,7 @@ def test_an_unset_chief_settles_as_before() -> None:
 
 def test_what_each_strategy_declares() -> None:
     single = {n for n, s in STRATEGIES.items() if not s.spans_nodes}
-    assert single == {"one_device", "mirrored"}
+    assert single == {"one_device", "mirrored", "central_storage", "tpu"}
     assert {n: s.scale for n, s in STRATEGIES.items() if s.scale} == dict.fromkeys(
         ("multi_worker_mirrored", "parameter_server", "horovod"), "workers"
     )
@@ -123,7 +129,8 @@ def test_what_each_strategy_declares() -> None:
     widths = {n: s.data_parallel for n, s in STRATEGIES.items()}
     assert widths["multi_worker_mirrored"] == "tf_config_workers"
     assert widths["horovod"] == "horovod_nodes"
-    assert {widths[n] for n in ("one_device", "mirrored", "parameter_server")} == {"one"}
+    ones = ("one_device", "mirrored", "parameter_server", "central_storage", "tpu")
+    assert {widths[n] for n in ones} == {"one"}
 
 
 def test_lookup_never_raises() -> None:
@@ -190,6 +197,8 @@ BUILT = (
     "MultiWorkerMirroredStrategy",
     "ParameterServerStrategy",
     "get_strategy",
+    "experimental.CentralStorageStrategy",
+    "TPUStrategy",
 )
 
 
@@ -204,6 +213,8 @@ BUILT = (
         ("parameter_server", "worker", "serve"),
         ("parameter_server", "ps", "serve"),
         ("horovod", "worker", "get_strategy"),
+        ("central_storage", "chief", "experimental.CentralStorageStrategy"),
+        ("tpu", "chief", "TPUStrategy"),
     ],
 )
 def test_runtime_builds_the_declared_strategy(
@@ -220,7 +231,7 @@ def test_runtime_builds_the_declared_strategy(
     served: list[bool] = []
     monkeypatch.setattr(runtime, "_serve_forever", lambda tf: served.append(True))
     runtime.strategy()
-    made = [b for b in BUILT if getattr(tf.distribute, b).called]
+    made = [b for b in BUILT if attrgetter(b)(tf.distribute).called]
     if called == "serve":
         assert served == [True]
     else:
@@ -229,11 +240,35 @@ def test_runtime_builds_the_declared_strategy(
     assert grpc == ("use_caller" if name == "parameter_server" else None)
 
 
+def test_a_tpu_vm_without_chips_trains_on_one_device(
+    runtime: ModuleType, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # what TensorFlow 2.21 raises on a VM without TPU chips (seen on this machine's CPU build)
+    class NotFoundError(Exception):
+        pass
+
+    tf = mock.MagicMock()
+    tf.errors.NotFoundError = NotFoundError
+    tf.tpu.experimental.initialize_tpu_system.side_effect = NotFoundError(
+        "TPUs not found in the cluster. Failed in initialization: No OpKernel ..."
+    )
+    monkeypatch.setitem(sys.modules, "tensorflow", tf)
+    monkeypatch.setenv("CLOUDTRAIN_STRATEGY", "tpu")
+    monkeypatch.setenv("CLOUDTRAIN_ROLE", "chief")
+    runtime.strategy()
+    assert not tf.distribute.TPUStrategy.called
+    tf.distribute.cluster_resolver.TPUClusterResolver.assert_called_once_with(tpu="local")
+    tf.distribute.OneDeviceStrategy.assert_called_once()
+    said = capsys.readouterr().out
+    assert "no TPU on this VM (TPUs not found in the cluster." in said
+    assert "training under OneDeviceStrategy instead" in said
+
+
 def test_runtime_refuses_an_unknown_strategy(
     runtime: ModuleType, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("CLOUDTRAIN_STRATEGY", "tpu")
-    with pytest.raises(ValueError, match="unknown CLOUDTRAIN_STRATEGY 'tpu'; expected one of"):
+    monkeypatch.setenv("CLOUDTRAIN_STRATEGY", "tpu_pod")
+    with pytest.raises(ValueError, match="unknown CLOUDTRAIN_STRATEGY 'tpu_pod'; expected one"):
         runtime.strategy_name()
     monkeypatch.delenv("CLOUDTRAIN_STRATEGY")
     monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": {"chief": ["a:1"], "ps": ["b:1"]}}))

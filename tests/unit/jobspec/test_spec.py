@@ -74,10 +74,11 @@ BAD_SPECS = [
     ),
     (
         "strategy",
-        HEAD + "cluster:\n  strategy: tpu\n",
+        HEAD + "cluster:\n  strategy: tpu_pod\n",
         4,
         "cluster.strategy",
-        "must be one of: one_device, mirrored, multi_worker_mirrored, parameter_server, horovod",
+        "must be one of: one_device, mirrored, multi_worker_mirrored, parameter_server, horovod,"
+        " central_storage, tpu",
     ),
     (
         "horovod-chief",
@@ -113,6 +114,13 @@ BAD_SPECS = [
         5,
         "cluster.workers",
         "must be 1 for strategy 'mirrored'",
+    ),
+    (
+        "central-storage-workers",
+        HEAD + "cluster:\n  strategy: central_storage\n  workers: 2\n",
+        5,
+        "cluster.workers",
+        "must be 1 for strategy 'central_storage' (got 2; use multi_worker_mirrored)",
     ),
     (
         "ps-missing",
