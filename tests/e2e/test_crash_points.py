@@ -190,6 +190,15 @@ def _wait_for(log: Path, text: str, proc: subprocess.Popen[str], timeout: float 
     return False
 
 
+def _crash_traces(ledger_path: Path, run_id: str) -> list[str]:
+    """The `crash` events (detail and bounded traceback) the ledger holds for `run_id`."""
+    try:
+        events = Ledger(ledger_path).events(run_id)
+    except Exception as exc:  # a diagnostic only: never hides the problem it explains
+        return [f"{run_id}: its ledger events unreadable ({exc!r})"]
+    return [f"{run_id} crash event:\n{e.message}" for e in events if e.kind == "crash"]
+
+
 def crash_then_down(world: World, point: str, *, ledgerless: bool = False) -> list[str]:
     """Run the point's job until it SIGKILLs itself at `point`, then `cloudtrain down` it.
     Returns the problems found (empty: nothing leaked)."""
@@ -223,6 +232,8 @@ def crash_then_down(world: World, point: str, *, ledgerless: bool = False) -> li
     if run_id is None:
         return [*problems, f"{name}: no run in the ledger"]
     world.runs.add(run_id)
+    if problems:  # an unexpected end: the controller's traceback, which the ledger keeps
+        problems += _crash_traces(ledger_path, run_id)
     if node_side:  # the controller node's process kills itself at the point, then its VM stops
         end = time.time() + 300
         while "phase agent: exited with 137" not in world.controller_console(run_id):
