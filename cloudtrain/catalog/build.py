@@ -8,7 +8,8 @@ vcpus,memory_gib,region,zone,price_hourly_usd,spot_price_hourly_usd,source` (the
 `gpu_prices.csv`). The build:
 
 - normalises counts to ints and vcpus/memory to floats; prices are copied exactly as written;
-- keeps GPU rows only for the catalog's accelerators (CATALOG_ACCELERATORS) and drops the others;
+- keeps GPU rows only for the catalog's accelerators (CATALOG_ACCELERATORS, plus those a
+  provider's catalog rules add as `ACCELERATORS`, e.g. GCP's TPU types) and drops the others;
 - adds each provider's supplement rows (`SUPPLEMENT_CSV` of its catalog rules,
   `ProviderInfo.catalog_rules`): rows the source lacks, copied from the same upstream commits;
 - adds the small CPU machines of `catalog/small_cpu.source.csv` (SMALL_CPU_FILE, below) in every
@@ -159,6 +160,7 @@ def build_rows(
     Raises BuildError for an unusable row (unknown provider, bad number, missing GPU price).
     """
     known = clouds()
+    kept = {c: CATALOG_ACCELERATORS | getattr(_rules(c), "ACCELERATORS", set()) for c in known}
     rows: list[dict[str, str]] = []
     supplement = csv.DictReader(io.StringIO(supplement_csv(known)), fieldnames=SOURCE_COLUMNS)
     for number, raw in enumerate([*source_rows, *supplement, *small_cpu_rows()], start=2):
@@ -169,7 +171,7 @@ def build_rows(
         if row["provider"] not in known:
             raise BuildError(f"row {number}: unknown provider {row['provider']!r}")
         if row["accelerator"] and canonical_accelerator(row["accelerator"]) not in (
-            CATALOG_ACCELERATORS
+            kept[row["provider"]]
         ):
             continue
         if not is_retired(row["provider"], row["instance_type"]):

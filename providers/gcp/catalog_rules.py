@@ -11,6 +11,9 @@ Standard library only, no SDK: `cloudtrain plan` reads it.
   machine types and prices their built-in GPUs as separate accelerator-only rows, so the build
   prices such a VM as host + the accelerator-only row for its GPU count, and keeps the
   accelerator-only rows only for GPUs that attach to n1 machines (`build`).
+- TPU slices: the source's TPU rows (accelerator `tpu-<type>`, one slice's price) become TPU
+  offers (`tpu_offers.tpu_rows`: instance type the TPU type, accelerator `TPU-<generation>`,
+  count its chips), kept past the build's GPU filter by `ACCELERATORS`.
 - SUPPLEMENT_CSV: rows the reference file lacks, copied verbatim from the same upstream commit:
   CPU machines for `ps` nodes, and the accelerator-only rows for the GPUs built into a2
   (A100 40GB) and a3 (H100) machines. Columns as in the build's source, `source` last.
@@ -21,6 +24,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
+
+from cloudtrain.providers.gcp import tpu_offers
 
 # cloudtrain.catalog.offers's Offer: a provider imports nothing of the controller (pyproject's
 # layers)
@@ -40,6 +45,8 @@ N1_GPU_COUNTS: dict[str, tuple[int, ...]] = {
 N1_ATTACHABLE = frozenset(N1_GPU_COUNTS)
 # machine families whose upstream price is the host part only (their GPUs are built in)
 BUILT_IN_GPU_PREFIXES = ("a2-", "a3-", "g2-")
+# accelerators the build keeps beside its GPUs (canonical, upper-case): the TPU types
+ACCELERATORS = tpu_offers.ACCELERATORS
 
 _SRC = "skypilot-catalog v8 catalogs/v8/gcp/vms.csv@006059e0f18acb1341e22a27751e9f80df6ba92f"
 SUPPLEMENT_CSV = f"""\
@@ -134,8 +141,9 @@ def _compose_built_in(row: dict[str, str], gpu_rows: dict[tuple[str, ...], dict]
 
 def build(rows: Sequence[dict[str, str]]) -> list[dict[str, str]]:
     """GCP's catalog rows from its normalised source rows (in order): a2/a3/g2 rows priced as
-    whole VMs, accelerator-only rows kept only for GPUs that attach to n1. Pure; raises
-    ValueError for a built-in-GPU machine without its accelerator-only row."""
+    whole VMs, accelerator-only rows kept only for GPUs that attach to n1, then the TPU offers
+    of the TPU rows (`tpu_offers.tpu_rows`). Pure; raises ValueError for a built-in-GPU machine
+    without its accelerator-only row, or a TPU row tpu_offers refuses."""
     gpu_rows: dict[tuple[str, ...], dict[int, dict[str, str]]] = {}
     for row in rows:
         if not row["instance_type"]:
@@ -143,10 +151,12 @@ def build(rows: Sequence[dict[str, str]]) -> list[dict[str, str]]:
             gpu_rows.setdefault(key, {})[int(row["accelerator_count"])] = row
     out = []
     for row in rows:
+        if tpu_offers.is_tpu_row(row):
+            continue  # a TPU slice, not a GPU: made an offer below
         if not row["instance_type"]:
             if row["accelerator"] not in N1_ATTACHABLE:
                 continue  # consumed by the a2/a3/g2 composition, not attachable to n1
         elif row["instance_type"].startswith(BUILT_IN_GPU_PREFIXES) and row["accelerator"]:
             row = _compose_built_in(row, gpu_rows)
         out.append(row)
-    return out
+    return out + tpu_offers.tpu_rows(rows)

@@ -12,7 +12,9 @@ import pytest
 
 from cloudtrain.catalog import build as catalog_build
 from cloudtrain.catalog.offers import LOCAL_PRICE_ENV, Catalog
+from cloudtrain.core.errors import PlanError
 from cloudtrain.managed.controller_offer import MIN_MEMORY_GB, controller_offer
+from cloudtrain.providers.gcp.tpu_types import tpu_type
 
 CLOUDS = ("aws", "gcp", "azure")
 # the controller's machine per cloud, and the most it may cost per hour anywhere in the catalog
@@ -32,10 +34,22 @@ def _small_rows() -> list[dict[str, str]]:
     return catalog_build.small_cpu_rows()
 
 
+def _tpu_only_places(cat: Catalog) -> set[tuple[str, str | None]]:
+    """The places whose only offers are TPU slices: GCP us-central2-b sells TPU v4 alone, and
+    the upstream catalog has no CPU machine there (a managed run there needs --no-controller)."""
+    places = {(o.region, o.zone) for o in cat.offers("gcp")}
+    return {
+        place
+        for place in places
+        if all(tpu_type(o.instance_type) for o in cat.offers("gcp") if (o.region, o.zone) == place)
+    }
+
+
 def test_every_zone_of_the_catalog_has_a_small_controller_machine() -> None:
     cat = Catalog.bundled()
+    assert _tpu_only_places(cat) == {("us-central2", "us-central2-b")}
     for cloud in CLOUDS:
-        places = {(o.region, o.zone) for o in cat.offers(cloud)}
+        places = {(o.region, o.zone) for o in cat.offers(cloud)} - _tpu_only_places(cat)
         for region, zone in sorted(places, key=str):
             small = [
                 o
@@ -51,7 +65,11 @@ def test_controller_offer_is_the_small_machine_in_every_region() -> None:
     cat = Catalog.bundled()
     for cloud in CLOUDS:
         compared = 0
-        for region in cat.regions(cloud):
+        tpu_only = {region for region, _ in _tpu_only_places(cat)} if cloud == "gcp" else set()
+        for region in tpu_only:
+            with pytest.raises(PlanError, match=f"no CPU-only gcp machine .* in region {region}"):
+                controller_offer(cloud, region)
+        for region in set(cat.regions(cloud)) - tpu_only:
             offer = controller_offer(cloud, region)
             assert offer.instance_type == CONTROLLER_TYPE[cloud], (cloud, region, offer)
             assert offer.hourly_usd <= CONTROLLER_MAX_USD, (cloud, region, offer)
