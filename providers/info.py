@@ -55,6 +55,11 @@ class ProviderInfo:
     # the run knobs (`RunOptions` fields) it watches by, other than the clouds' defaults
     run_defaults: tuple[tuple[str, float], ...] = ()
     may_fail_over: bool = True  # False: failover never moves a run elsewhere from it
+    # "module" of the Cloud TPU types it sells (stdlib only; providers/gcp/tpu_types.py): the
+    # spec's strategy tpu runs only on a provider that names one (`tpu_type(name)`,
+    # `single_host_types()`, `multi_host_problem(t)`, `runtime_problem(t, runtime)`,
+    # `resolved_runtime(t, given)`, `runtime_tensorflow(runtime)`, RUNTIME_OPTION); None: no TPUs
+    tpu_types: str | None = None
 
     @property
     def label(self) -> str:

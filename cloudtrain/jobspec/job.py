@@ -56,6 +56,7 @@ from cloudtrain.jobspec.provider_sections import (
     provider_names,
     section_model,
 )
+from cloudtrain.jobspec.tpu_rules import check_tpu
 from cloudtrain.jobspec.yaml_source import (
     MAX_DEPTH,
     MAX_SPEC_BYTES,
@@ -589,6 +590,7 @@ def _validate(
     spec._filename = filename
     spec._lines = dict(lines)
     check_aliases(spec, filename, lines)
+    check_tpu(spec, filename)
     return spec
 
 

@@ -32,6 +32,7 @@ from cloudtrain.plan.search import (
     cloud_choices,
     listed,
 )
+from cloudtrain.plan.tpu_plan import check_place, tpu_notes, tpu_request
 from cloudtrain.providers.registry import declared
 
 if TYPE_CHECKING:
@@ -210,6 +211,7 @@ def placements(spec: JobSpec, catalog: Catalog) -> list[Placement]:
     if declared(spec.provider).on_this_machine:
         choice, _notes, _spot = _local_choice(spec, catalog, request, sum(n for _, n in counts))
         return [Placement(spec.provider, choice.region, choice.zone, round(choice.hourly, 6))]
+    check_place(spec, catalog)
     choices, _notes = _choices(spec, catalog, request, counts, None)
     best: dict[Place, Placement] = {}
     for c in choices:  # cheapest first
@@ -316,6 +318,7 @@ def make_plan(spec: JobSpec, catalog: Catalog, *, avoid: Mapping[Place, str] | N
         choice, notes, spot = _local_choice(spec, catalog, request, sum(n for _, n in counts))
     else:
         across = provider == CHEAPEST
+        check_place(spec, catalog)
         choices, notes = _choices(spec, catalog, request, counts, avoid)
         choice, spot = choices[0], request.spot
         provider = choice.provider
@@ -324,7 +327,7 @@ def make_plan(spec: JobSpec, catalog: Catalog, *, avoid: Mapping[Place, str] | N
         if spot and getattr(spec.cluster, "spot_fallback", False):
             on_demand = _on_demand_hourly(choice, counts)
             notes.append(_fallback_note(on_demand, max_hours, spec.max_cost_usd))
-    notes += _ignored_notes(spec, provider)
+    notes += _ignored_notes(spec, provider) + tpu_notes(spec, provider)
 
     nodes = []
     for role, count in counts:
@@ -415,6 +418,9 @@ def _refuse_place(region: str | None, zone: str | None) -> None:
 
 
 def _request_of(spec: JobSpec) -> Request:
+    tpu = tpu_request(spec)  # a TPU job: its TPU type's offer
+    if tpu is not None:
+        return tpu
     cluster = spec.cluster
     name = cluster.accelerator_name
     accelerator = canonical_accelerator(name) if name and name.strip() else None

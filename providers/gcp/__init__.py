@@ -37,6 +37,7 @@ INFO = ProviderInfo(
     inventory_scope="account",  # firewall rules and service accounts are global to the project
     searched_by_cheapest=True,
     catalog_rules="cloudtrain.providers.gcp.catalog_rules",
+    tpu_types="cloudtrain.providers.gcp.tpu_types",  # Cloud TPU VMs (strategy tpu)
     # google.auth.default() before the metadata server: $GOOGLE_APPLICATION_CREDENTIALS, then
     # gcloud's ADC file (https://cloud.google.com/docs/authentication/application-default-
     # credentials); CLOUDTRAIN_GCE_ENDPOINT is the test box's account

@@ -19,6 +19,7 @@ from typing import ClassVar
 from pydantic import Field, ValidationInfo, field_validator
 
 from cloudtrain.core import env
+from cloudtrain.providers.gcp.tpu_types import RUNTIMES
 from cloudtrain.providers.options_base import SSH_CIDR_ENV, ProviderOptions, SshCidr
 
 PROJECT_RE = re.compile(r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$")
@@ -60,6 +61,12 @@ class GcpOptions(ProviderOptions):
         " own credentials hold no key (user ADC)",
     )
     ssh_cidr: SshCidr = None
+    tpu_runtime: str | None = Field(
+        None,
+        description="strategy tpu: the TPU VM's TensorFlow runtime version (tpu-vm-tf-...);"
+        " default: the newest TensorFlow runtime of the TPU type's generation"
+        " (providers/gcp/tpu_types.py)",
+    )
 
     @field_validator("project")
     @classmethod
@@ -68,6 +75,18 @@ class GcpOptions(ProviderOptions):
             raise ValueError(
                 "must be a Google Cloud project id: 6-30 lowercase letters, digits or '-',"
                 f" starting with a letter (got {value!r})"
+            )
+        return value
+
+    @field_validator("tpu_runtime")
+    @classmethod
+    def _check_tpu_runtime(cls, value: str | None) -> str | None:
+        """A runtime of the table; whether it runs on the job's TPU type is the spec's rule
+        (cloudtrain/jobspec/tpu_rules.py), which knows the type."""
+        if value is not None and value not in RUNTIMES:
+            raise ValueError(
+                f"must be a TensorFlow TPU runtime version, one of: {', '.join(RUNTIMES)}"
+                f" (got {value!r})"
             )
         return value
 

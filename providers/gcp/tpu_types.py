@@ -41,6 +41,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# the provider option (`providers.gcp.tpu_runtime`, providers/gcp/options.py) naming the runtime
+RUNTIME_OPTION = "tpu_runtime"
 # the generations, as Google's pages name them
 V4, V5E, V5P, V6E = "v4", "v5e", "v5p", "v6e"
 

@@ -214,7 +214,8 @@ def test_plan_json_shows_the_options_in_effect_and_where_from(tmp_path: Path) ->
     assert shown["service_account"] == {
         "name": "service_account", "value": None, "source": "default", "where": "",
     }
-    assert list(shown) == ["project", "network", "service_account", "signer", "ssh_cidr"]
+    options = ["project", "network", "service_account", "signer", "ssh_cidr", "tpu_runtime"]
+    assert list(shown) == options
 
 
 def test_plan_text_shows_the_options_and_warns_once_about_a_deprecated_variable(
