@@ -13,6 +13,7 @@ import pytest
 tpu_v2 = pytest.importorskip("google.cloud.tpu_v2")
 from google.api_core import exceptions  # noqa: E402
 
+from tests.fakes.arm_testkit import loopback_only  # noqa: E402
 from tests.fakes.gce_instances import default_service_account  # noqa: E402
 from tests.fakes.tpu_testkit import (  # noqa: E402
     FAST,
@@ -23,7 +24,8 @@ from tests.fakes.tpu_testkit import (  # noqa: E402
     tpu_bench,
 )
 
-__all__ = ["tpu_bench"]  # fixture used by this module
+__all__ = ["loopback_only", "tpu_bench"]  # fixtures used by this module
+pytestmark = pytest.mark.usefixtures("loopback_only")  # nothing here reaches Google
 Node = tpu_v2.Node
 QState = tpu_v2.QueuedResourceState.State
 

@@ -15,9 +15,11 @@ tpu_v2 = pytest.importorskip("google.cloud.tpu_v2")
 import requests  # noqa: E402
 from google.api_core import exceptions  # noqa: E402
 
+from tests.fakes.arm_testkit import loopback_only  # noqa: E402
 from tests.fakes.tpu_testkit import FAST, PARENT, PROJECT, TpuBench, tpu_bench  # noqa: E402
 
-__all__ = ["tpu_bench"]  # fixture used by this module
+__all__ = ["loopback_only", "tpu_bench"]  # fixtures used by this module
+pytestmark = pytest.mark.usefixtures("loopback_only")  # nothing here reaches Google
 QState = tpu_v2.QueuedResourceState.State
 
 

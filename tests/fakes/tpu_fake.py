@@ -18,7 +18,8 @@ from the same account: the caller's denied permissions and disabled services
 
 Test side: `nodes()`, `queued_resources()`, `operations()` (copies, by project and zone),
 `preempt(node_id)` (a spot or preemptible node PREEMPTED as Cloud TPU does, its queued request
-SUSPENDED), `add_network(project, name)` (a VPC besides `default`), `requests`, `reset()`.
+SUSPENDED), `set_node_state(node_id, state)`, `add_network(project, name)` (a VPC besides
+`default`), `requests`, `reset()`.
 """
 
 from __future__ import annotations
@@ -168,6 +169,18 @@ class TpuFake(TpuQueuedMixin):
         with self._lock:
             self._state.networks.add((project, name))
 
+    def _node_by_id(self, node_id: str, zone: str | None) -> dict[str, Any]:
+        for (_, where, name), node in self._state.nodes.items():
+            if name == node_id and zone in (None, where):
+                return node
+        raise KeyError(f"no TPU node {node_id!r} in the fake")
+
+    def set_node_state(self, node_id: str, state: str, zone: str | None = None) -> None:
+        """Force the state of node `node_id` (e.g. STOPPED when its guest powers itself off);
+        KeyError if there is none."""
+        with self._lock:
+            self._node_by_id(node_id, zone)["state"] = state
+
     def preempt(self, node_id: str, zone: str | None = None) -> dict[str, Any]:
         """Take a spot or preemptible node back as Cloud TPU does: it turns PREEMPTED (and
         stays listed until deleted) and its queued request, if any, SUSPENDED by the SERVICE.
@@ -176,14 +189,7 @@ class TpuFake(TpuQueuedMixin):
         SERVICE (google-cloud-tpu cloud_tpu.py); the 30 s notice before it is the metadata
         server's `instance/preempted`, not this."""
         with self._lock:
-            hits = [
-                n
-                for (_, z, i), n in self._state.nodes.items()
-                if i == node_id and zone in (None, z)
-            ]
-            if not hits:
-                raise KeyError(f"no TPU node {node_id!r} in the fake")
-            node = hits[0]
+            node = self._node_by_id(node_id, zone)
             if not is_spot(node):
                 raise ValueError(f"TPU node {node_id!r} is not spot: Cloud TPU never preempts it")
             node.update(state="PREEMPTED", health="HEALTH_UNSPECIFIED")
