@@ -6,11 +6,15 @@ skypilot-org/skypilot-catalog `catalogs/v8/gcp/vms.csv` @ 006059e0f18acb1341e22a
 for the TPU types of `tpu_types.TPU_TYPES` in the zones Google's "TPU regions and zones" lists
 (v4-8 is written twice upstream; once here), prices as written. Upstream writes a TPU as an
 accelerator-only row: empty instance type, accelerator `tpu-<type>`, count 1, the whole slice's
-$/h. Its prices are Google's per chip-hour prices times the chips (the upstream catalog reads
-them from Cloud Billing's TPU SKUs, priced per chip-hour as https://cloud.google.com/tpu/pricing
-lists them): v5e $1.20/chip-hour in us-central1 (v5litepod-8 $9.60), v6e (Trillium) $2.70
-(v6e-8 $21.60), v5p $4.20 (v5p-8, 4 chips, $16.80), v4 $3.22 (v4-8, 4 chips, $12.88); spot
-prices likewise (v5litepod-8 spot $1.95941 = 8 x $0.24493). The offer made of such a row:
+$/h. Its prices are a per chip-hour price times the chips (Google prices Cloud TPU per
+chip-hour, https://cloud.google.com/tpu/pricing; the upstream catalog reads the figures from
+Cloud Billing's TPU SKUs): v5e $1.20/chip-hour in us-central1 (v5litepod-8 $9.60), v6e
+(Trillium) $2.70 (v6e-8 $21.60), v5p $4.20 (v5p-8, 4 chips, $16.80), v4 $3.22 (v4-8, 4 chips,
+$12.88); spot likewise (v5litepod-8 spot $1.95941 = 8 x $0.24493). The stored copy of Google's
+pricing page within reach here is an old revision (v2/v3/v4 Preview) without the v5e, v6e and
+v5p figures, so these are upstream's, not checked against the page itself.
+
+The offer made of such a row:
 `instance_type` the TPU type (`v5litepod-8`, what the TPU API's acceleratorType takes),
 `accelerator` `TPU-<generation>` (`TPU-v5e`), `accelerator_count` its chips, no vCPU or memory
 figure (the TPU VM's size is not in the source).

@@ -43,7 +43,7 @@ def test_every_tpu_type_is_offered_in_every_zone_it_lists_and_nowhere_else() -> 
 
 
 def test_a_slice_costs_its_chips_times_one_chip_hour() -> None:
-    # Google's list prices per chip-hour (cloud.google.com/tpu/pricing) in the cheapest region
+    # the per chip-hour prices (upstream's, from Cloud Billing's TPU SKUs) in the home region
     per_chip = {"v5e": 1.20, "v6e": 2.70, "v5p": 4.20, "v4": 3.22}
     home = {"v5e": "us-central1", "v6e": "us-central1", "v5p": "us-central1", "v4": "us-central2"}
     for offer in _tpu_offers():
@@ -96,3 +96,22 @@ def test_tpu_offers_never_answer_a_gpu_or_cpu_request() -> None:
     assert gpus and not [o for o in gpus if tpu_type(o.instance_type)]
     tpus = cat.offers("gcp", zone=zone, accelerator="TPU-v5e", count=8)
     assert [o.instance_type for o in tpus] == ["v5litepod-8"]
+
+
+def test_catalog_refresh_keeps_the_snapshot_tpu_prices() -> None:
+    from cloudtrain.catalog.pricing.common import bundled_offers, merge
+    from cloudtrain.providers.gcp.pricing import to_offers
+
+    bundled = bundled_offers("gcp")
+    tpus = [o for o in bundled if tpu_type(o.instance_type)]
+    # even Compute Engine "core"/"ram"/"gpu" prices under a TPU type's names price no TPU row:
+    # the slice has no vCPU or memory figure to multiply
+    prices = {
+        (kind, name, "us-central1", spot): 1.0
+        for kind, name in (("core", "v5litepod"), ("ram", "v5litepod"), ("gpu", "TPU-v5e"))
+        for spot in (False, True)
+    }
+    fresh = to_offers(prices, bundled, ["us-central1"])
+    assert not [o for o in fresh if tpu_type(o.instance_type)]
+    merged = merge(fresh, bundled)
+    assert {o for o in merged if tpu_type(o.instance_type)} == set(tpus)
