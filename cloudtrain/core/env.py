@@ -280,6 +280,11 @@ GCE_ENDPOINT = Var(
     "the Compute Engine fake's endpoint (anonymous credentials)",
     test_only=True,
 )  # fmt: skip
+TPU_ENDPOINT = Var(
+    "CLOUDTRAIN_TPU_ENDPOINT", "str", (CONTROLLER,),
+    "the Cloud TPU API fake's endpoint (anonymous credentials; with CLOUDTRAIN_GCE_ENDPOINT)",
+    test_only=True,
+)  # fmt: skip
 IAM_ENDPOINT = Var(
     "CLOUDTRAIN_IAM_ENDPOINT", "str", (CONTROLLER,),
     "the IAM fake's endpoint (anonymous credentials); also CRM's and Service Usage's when unset",

@@ -189,11 +189,9 @@ def _last(url: str | None) -> str | None:
     return url.rstrip("/").rsplit("/", 1)[-1] if url else None
 
 
-def to_node(instance: Mapping[str, Any]) -> Node | None:
-    """A Node from a listed instance (GCE's JSON), or None when its name and labels do not make
-    it a cloudtrain node. Pure."""
-    name = str(instance.get("name") or "")
-    tags = dict(instance.get("labels") or {})
+def labelled(name: str, tags: Mapping[str, str]) -> tuple[str, str, int] | None:
+    """(run, role, index) of a VM (a GCE instance or a TPU VM) whose name and labels make it a
+    cloudtrain node, the labels first; None otherwise. Pure."""
     parsed = parse_node_name(name)
     if parsed is None or "cloudtrain-run" not in tags:
         return None
@@ -201,14 +199,24 @@ def to_node(instance: Mapping[str, Any]) -> Node | None:
         index = int(tags.get("cloudtrain-index", parsed[2]))
     except ValueError:
         index = parsed[2]
+    return tags["cloudtrain-run"], tags.get("cloudtrain-role", parsed[1]), index
+
+
+def to_node(instance: Mapping[str, Any]) -> Node | None:
+    """A Node from a listed instance (GCE's JSON), or None when its name and labels do not make
+    it a cloudtrain node. Pure."""
+    name = str(instance.get("name") or "")
+    known = labelled(name, dict(instance.get("labels") or {}))
+    if known is None:
+        return None
     nic = (instance.get("networkInterfaces") or [{}])[0]
     access = (nic.get("accessConfigs") or [{}])[0]
     spot = (instance.get("scheduling") or {}).get("provisioningModel") == "SPOT"
     return Node(
         name=name,
-        run_id=tags["cloudtrain-run"],
-        role=tags.get("cloudtrain-role", parsed[1]),
-        index=index,
+        run_id=known[0],
+        role=known[1],
+        index=known[2],
         state=STATES.get(str(instance.get("status") or ""), "terminated"),
         private_ip=nic.get("networkIP") or None,
         public_ip=access.get("natIP") or None,

@@ -29,7 +29,15 @@ from cloudtrain.providers.base import (
     StartupBlocks,
     Tagged,
 )
-from cloudtrain.providers.gcp import controller_identity, identity, network, node_bindings, owned
+from cloudtrain.providers.gcp import (
+    controller_identity,
+    identity,
+    network,
+    node_bindings,
+    owned,
+    tpu_bodies,
+    tpu_types,
+)
 from cloudtrain.providers.gcp.bodies import (
     CONTROLLER_ROLE,
     DEADLINE_GRACE_S,
@@ -45,6 +53,7 @@ from cloudtrain.providers.gcp.clients import (
 )
 from cloudtrain.providers.gcp.errors import already_exists, gcp_errors
 from cloudtrain.providers.gcp.images import image_for
+from cloudtrain.providers.gcp.tpu_nodes import TpuNodes
 from cloudtrain.providers.ownership import Refusals
 from cloudtrain.providers.startup_snippets import (
     METADATA_CURL,
@@ -120,6 +129,7 @@ class GcpCompute(Compute):
         self._lock = threading.Lock()
         self._iam: identity.IamClient | None = None
         self._storage_client: Any = None
+        self.tpus = TpuNodes(auth, region)  # TPU VMs (strategy tpu): builds its client on first use
 
     # -- network and identity --------------------------------------------------------------
 
@@ -299,6 +309,8 @@ class GcpCompute(Compute):
         the zone) for ZONE_RESOURCE_POOL_EXHAUSTED, QuotaError for QUOTA_EXCEEDED."""
         from google.cloud import compute_v1
 
+        if _is_tpu(request.instance_type):
+            return self._create_tpu(run, request)
         zone = self._zone_of(run, request)
         controller = request.role == CONTROLLER_ROLE
         if controller:  # the controller node: its own scoped account (controller_identity)
@@ -337,6 +349,31 @@ class GcpCompute(Compute):
         if node is None:
             raise ProviderError(f"{what}: the instance vanished right after its create")
         return node
+
+    def _create_tpu(self, run: RunInfo, request: NodeRequest) -> Node:
+        """A TPU VM (tpu_nodes.TpuNodes.create): the node id's own account, the run's network
+        and tag, the runtime of the `tpu_runtime` option or the type's default. Blocks."""
+        account = self._service_account(run, protocol.node_id(request.role, request.index))
+        body = tpu_bodies.node_body(
+            request,
+            self.tpu_runtime(request.instance_type),
+            network.network_url(self.project, self.config.option("network")),
+            network.run_tag(run.run_id),
+            account,
+        )
+        waits_for = None if self._user_account() is not None else account
+        return self.tpus.create(request, self._zone_of(run, request), body, run.deadline, waits_for)
+
+    def tpu_runtime(self, tpu_type: str) -> str:
+        """The runtime version a node of `tpu_type` boots: the `tpu_runtime` option, else the
+        type's default (tpu_types). Raises ProviderError for one that does not fit. Pure."""
+        known = tpu_types.tpu_type(tpu_type)
+        if known is None:
+            raise ProviderError(f"{tpu_type!r} is not a Cloud TPU type cloudtrain knows")
+        try:
+            return tpu_types.resolved_runtime(known, self.config.option("tpu_runtime"))
+        except ValueError as err:
+            raise ProviderError(str(err), hint="set providers.gcp.tpu_runtime") from err
 
     def _insert(self, zone: str, resource: Any, what: str, new_account: str | None) -> None:
         """Insert and wait for the operation. While GCE does not know `new_account` yet (a
@@ -383,6 +420,7 @@ class GcpCompute(Compute):
                     node = to_node(_json(inst))
                     if node is not None and node.run_id == run_id:
                         nodes.append(node)
+        nodes += self.tpus.list(run_id)  # TPU VMs and spot queued resources (strategy tpu)
         return sorted(nodes, key=lambda n: n.name)
 
     def inventory(self) -> list[Tagged]:
@@ -408,15 +446,22 @@ class GcpCompute(Compute):
                     )
         listed = self.iam.list()
         accounts = identity.tagged(listed) + controller_identity.tagged(listed)
+        out += self.tpus.inventory()  # TPU VMs and queued resources, by the same labels
         return out + network.tagged_firewalls(self.clients) + accounts
 
     def delete_node(self, node: Node) -> None:
         """Delete one instance and wait until it is gone. Idempotent: a missing instance is
         fine. Blocks."""
+        if _is_tpu(node.instance_type):
+            self.tpus.delete(node)  # with its queued resource
+            return
         if node.zone:
             zones = [node.zone]
         else:  # not from a listing: find it by name
-            zones = [n.zone for n in self.list_nodes(node.run_id) if n.name == node.name and n.zone]
+            listed = [n for n in self.list_nodes(node.run_id) if n.name == node.name and n.zone]
+            for tpu in (n for n in listed if _is_tpu(n.instance_type)):
+                self.tpus.delete(tpu)
+            zones = [n.zone for n in listed if not _is_tpu(n.instance_type)]
         for zone in zones:
             what = f"delete instance {node.name} in {zone}"
             try:
@@ -465,19 +510,32 @@ class GcpCompute(Compute):
         metadata server (unless CLOUDTRAIN_NODE_HOST is set), the VM's own token for unsigned
         GCS URLs, a wait for the Deep Learning VM
         driver install on such images, a `shutdown -h` at the deadline, and power-off when the
-        agent exits. Pure."""
-        gpu = has_gpus(request)
+        agent exits. A TPU VM's also say its runtime and the TensorFlow that ships with it (the
+        bootstrap uses that one) and export what TPUClusterResolver(tpu="local") needs
+        (tpu_bodies.TPU_ENV_SH). Pure."""
+        tpu = _is_tpu(request.instance_type)
+        gpu = has_gpus(request) and not tpu  # a TPU slice's chips are no GPUs
         metadata = _METADATA + _STORAGE_HEADERS
         if gpu and image_for(request.accelerator, gpu, request.image).driver_by == "first-boot":
             metadata += _DLVM_DRIVER_WAIT
+        env = {"GOOGLE_CLOUD_PROJECT": self.project}
+        if tpu:  # the runtime image's TensorFlow, TPU_NAME=local
+            runtime = self.tpu_runtime(request.instance_type)
+            env.update(tpu_bodies.node_env(runtime, tpu_types.runtime_tensorflow(runtime)))
+            metadata += tpu_bodies.TPU_ENV_SH
         return StartupBlocks(
             python=VENV_PYTHON,
             metadata=metadata,
             self_shutdown=_SELF_SHUTDOWN,
-            env={"GOOGLE_CLOUD_PROJECT": self.project},
+            env=env,
             install_stack=True,
             power_off="shutdown -h now",
         )
+
+
+def _is_tpu(instance_type: str | None) -> bool:
+    """Whether a node's instance type is a Cloud TPU type (a TPU VM, not a GCE instance). Pure."""
+    return bool(instance_type) and tpu_types.tpu_type(str(instance_type)) is not None
 
 
 def _user_account(configured: str | None = None) -> str | None:
