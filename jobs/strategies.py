@@ -21,7 +21,7 @@ the training runtime read it on the nodes, and the controller imports it too.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 ROLES: tuple[str, ...] = ("chief", "worker", "ps", "evaluator")  # TensorFlow's task types
@@ -112,6 +112,9 @@ class StrategyInfo:
     # how `runtime.data_parallel_workers()` counts the nodes splitting the global batch: one
     # process sees all of it; TF_CONFIG's chief and workers; or HOROVOD_CROSS_SIZE
     data_parallel: Literal["one", "tf_config_workers", "horovod_nodes"] = "one"
+    # what its nodes compute on: GPU (or CPU) machines, or a Cloud TPU VM, whose type the spec's
+    # accelerator names and which only providers that declare TPU types sell
+    device: Literal["gpu", "tpu"] = "gpu"
 
     def counts(self) -> dict[str, Count]:
         """The count rule per role, in ROLES' order. Pure."""
@@ -142,7 +145,7 @@ MIRRORED = _one_node("mirrored", "MirroredStrategy")
 CENTRAL_STORAGE = _one_node("central_storage", "CentralStorageStrategy")
 # a Cloud TPU VM's single-host slice (TPUClusterResolver(tpu="local")); only providers that
 # declare TPU types run it (the spec's accelerator names the type)
-TPU = _one_node("tpu", "TPUStrategy")
+TPU = replace(_one_node("tpu", "TPUStrategy"), device="tpu")
 MULTI_WORKER_MIRRORED = StrategyInfo(
     name="multi_worker_mirrored",
     builder="MultiWorkerMirroredStrategy",
@@ -176,9 +179,11 @@ HOROVOD = StrategyInfo(
     peer_ports=UNPRIVILEGED_PORTS,  # Gloo and NCCL connect between processes on random ports
     launch="horovod_ranks",
     reserved_env=HOROVOD_ENV,
+    # a stack of its own provides it where the image lacks it (cloudtrain/run/startup.py:
+    # HOROVOD_STACK): tensorflow 2.15.1, and horovod 0.28.1 built with Gloo on the node
     image_module="horovod.tensorflow",
-    image_hint="horovod 0.28.1 does not build against tensorflow 2.16 or later: use an image that"
-    " ships it (e.g. NVIDIA's NGC TensorFlow container)",
+    image_hint="cloudtrain installs tensorflow 2.15.1 and builds horovod 0.28.1 (Gloo) on images"
+    " with Python 3.9-3.11; elsewhere use an image whose python3 ships horovod",
     data_parallel="horovod_nodes",
 )
 

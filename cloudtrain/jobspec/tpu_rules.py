@@ -28,7 +28,7 @@ JobSpec = Any
 def runs_on_tpu(info: StrategyInfo) -> bool:
     """True for the strategy that runs on a Cloud TPU VM (its declaration, jobs/strategies.py).
     Pure."""
-    return info == TPU
+    return info.device == TPU.device
 
 
 @functools.cache

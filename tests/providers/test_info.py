@@ -46,7 +46,7 @@ def _folder(name: str) -> Path:
 
 def _refs(name: str) -> dict[str, str]:
     found = info(name)
-    fields = ("adapter", "options", "preemption", "pricing", "catalog_rules")
+    fields = ("adapter", "options", "preemption", "pricing", "catalog_rules", "tpu_types")
     return {f: getattr(found, f) for f in fields if getattr(found, f)}
 
 

@@ -48,6 +48,10 @@ ALLOWED: dict[tuple[str, str], str] = {
         "local",
     ): "LOCAL_ROW, the one row build writes to the bundled local.csv: data (the provider's name, "
     "and its instance type, region and zone, each this machine), as the CSVs are",
+    (
+        "jobs/tf_strategies.py",
+        "local",
+    ): "TensorFlow's own name for a TPU VM's chips, TPUClusterResolver(tpu=\"local\"), no provider",
 }
 
 

@@ -129,6 +129,7 @@ def test_what_each_strategy_declares() -> None:
     widths = {n: s.data_parallel for n, s in STRATEGIES.items()}
     assert widths["multi_worker_mirrored"] == "tf_config_workers"
     assert widths["horovod"] == "horovod_nodes"
+    assert {n for n, s in STRATEGIES.items() if s.device != "gpu"} == {"tpu"}
     ones = ("one_device", "mirrored", "parameter_server", "central_storage", "tpu")
     assert {widths[n] for n in ones} == {"one"}
 
