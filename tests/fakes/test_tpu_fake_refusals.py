@@ -8,6 +8,7 @@ the TPU API disabled shows in the GCE fake's Resource Manager and Service Usage 
 from __future__ import annotations
 
 import contextlib
+import time
 
 import pytest
 
@@ -193,3 +194,17 @@ def test_the_tpu_api_disabled_refuses_every_call(tpu_bench: TpuBench) -> None:
     assert usage["state"] == "DISABLED"
     tpu_bench.tpu.account.enable()
     assert list(tpu_bench.client.list_nodes(parent=PARENT)) == []
+
+
+def test_a_queued_request_past_its_valid_until_duration_fails(tpu_bench: TpuBench) -> None:
+    tpu_bench.tpu.account.sell_out("*")
+    policy = tpu_v2.QueuedResource.QueueingPolicy(valid_until_duration={"nanos": 1_000_000})
+    tpu_bench.queue("q1", "n1", queueing_policy=policy).result(polling=FAST)
+    time.sleep(0.01)  # past its 1 ms: certain, not a race
+    state = tpu_bench.queued_state("q1")
+    assert state.state == QState.FAILED and state.failed_data.error.code == 4
+    tpu_bench.tpu.account.restore("*")
+    assert tpu_bench.queued_state("q1").state == QState.FAILED and tpu_bench.tpu.nodes() == []
+    with pytest.raises(exceptions.BadRequest, match="valid_until_duration only"):
+        later = tpu_v2.QueuedResource.QueueingPolicy(valid_after_duration={"seconds": 5})
+        tpu_bench.queue("q2", "n2", queueing_policy=later)

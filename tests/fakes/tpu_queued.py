@@ -19,12 +19,17 @@ than as a 429 is this fake's reading of FAILED's "could not be completed", not a
 deleted or preempted node turns its request SUSPENDED ("have been deleted"; `stateInitiator`
 USER or SERVICE: "initiated by the user, or the Cloud TPU service"). Delete: DELETING until
 its operation is done, then gone; with a node still there it needs `force=true`, which deletes
-the node too, else 400 FAILED_PRECONDITION. Methods run under the fake's lock.
+the node too, else 400 FAILED_PRECONDITION. A `queueingPolicy.validUntilDuration` (the only
+policy served) makes a request still waiting after it FAILED, code 4 (FAILED: "e.g., the 'valid
+until' start timing constraint expired"). Methods run under the fake's lock.
 """
 
 from __future__ import annotations
 
 import copy
+import math
+import re
+import time
 from typing import Any
 
 from tests.fakes.tpu_errors import (
@@ -37,6 +42,21 @@ from tests.fakes.tpu_errors import (
 from tests.fakes.tpu_nodes import TpuNodesMixin, check_node_id
 from tests.fakes.tpu_operations import EMPTY, TYPE_ROOT, now, page
 from tests.fakes.tpu_state import Outcome
+
+DURATION_RE = re.compile(r"(\d+(?:\.\d{1,9})?)s")
+
+
+def _valid_for(policy: Any) -> float | None:
+    """The seconds of `queueingPolicy.validUntilDuration` (a google.protobuf.Duration in JSON:
+    `"120s"`), or None; 400 for another queueing policy or a malformed duration."""
+    if not policy:
+        return None
+    if not isinstance(policy, dict) or set(policy) != {"validUntilDuration"}:
+        raise invalid("The TPU fake serves queueing_policy.valid_until_duration only.")
+    match = DURATION_RE.fullmatch(str(policy["validUntilDuration"]))
+    if match is None:
+        raise invalid(f"Invalid duration: '{policy['validUntilDuration']}'.")
+    return float(match[1])
 
 
 class TpuQueuedMixin(TpuNodesMixin):
@@ -70,8 +90,11 @@ class TpuQueuedMixin(TpuNodesMixin):
         node = self.validate_node(project, zone, spec.get("node"))
         if "spot" in body:
             node["schedulingConfig"]["spot"] = True
+        lapse = _valid_for(body.get("queueingPolicy"))
         queued = copy.deepcopy(body)
         queued.update(name=name, createTime=now(), state={"state": "ACCEPTED"})
+        if lapse is not None:
+            self._state.queued_deadlines[name] = time.time() + lapse
         queued["tpu"]["nodeSpec"][0]["node"] = node
         self._state.queued[(project, zone, queued_id)] = queued
 
@@ -90,7 +113,10 @@ class TpuQueuedMixin(TpuNodesMixin):
         if state in ("ACCEPTED", "WAITING_FOR_RESOURCES"):
             node = copy.deepcopy(spec["node"])
             refusal = self._quota_refusal(project, zone, node)
-            if refusal is not None:
+            if time.time() > self._state.queued_deadlines.get(queued["name"], math.inf):
+                error = {"code": 4, "message": "The valid_until time has passed.", "details": []}
+                queued["state"] = {"state": "FAILED", "failedData": {"error": error}}
+            elif refusal is not None:
                 error = {"code": RESOURCE_EXHAUSTED_CODE, "message": str(refusal), "details": []}
                 queued["state"] = {"state": "FAILED", "failedData": {"error": error}}
             elif self._sold_out(zone, bool(node["schedulingConfig"].get("spot"))):

@@ -48,6 +48,7 @@ class TpuState:
     nodes: dict[tuple[str, str, str], dict[str, Any]] = field(default_factory=dict)
     queued: dict[tuple[str, str, str], dict[str, Any]] = field(default_factory=dict)
     operations: dict[str, TpuOperation] = field(default_factory=dict)
+    queued_deadlines: dict[str, float] = field(default_factory=dict)  # name -> time.time()
     networks: set[tuple[str, str]] = field(default_factory=set)  # (project, name) besides default
     rules: TpuRules = field(default_factory=TpuRules)
     requests: list[str] = field(default_factory=list)

@@ -36,14 +36,23 @@ class TpuBench:
         fields.setdefault("runtime_version", RUNTIME)
         return self.client.create_node(parent=PARENT, node_id=node_id, node=tpu_v2.Node(**fields))
 
-    def queue(self, queued_id: str, node_id: str, spot: bool = True, **fields: Any) -> Any:
-        """Start a queued-resource create of one node."""
+    def queue(
+        self,
+        queued_id: str,
+        node_id: str,
+        spot: bool = True,
+        queueing_policy: Any = None,
+        **fields: Any,
+    ) -> Any:
+        """Start a queued-resource create of one node (`fields`: the node's)."""
         fields.setdefault("accelerator_type", "v5litepod-8")
         fields.setdefault("runtime_version", RUNTIME)
         spec = tpu_v2.QueuedResource.Tpu.NodeSpec(
             parent=PARENT, node_id=node_id, node=tpu_v2.Node(**fields)
         )
-        tier = {"spot": tpu_v2.QueuedResource.Spot()} if spot else {}
+        tier: dict[str, Any] = {"spot": tpu_v2.QueuedResource.Spot()} if spot else {}
+        if queueing_policy is not None:
+            tier["queueing_policy"] = queueing_policy
         queued = tpu_v2.QueuedResource(tpu=tpu_v2.QueuedResource.Tpu(node_spec=[spec]), **tier)
         return self.client.create_queued_resource(
             parent=PARENT, queued_resource_id=queued_id, queued_resource=queued
