@@ -40,7 +40,7 @@ from cloudtrain.core.errors import CloudtrainError, UsageError
 from cloudtrain.jobs.bucket_reads import WHEELHOUSE_MANIFEST_MAX_BYTES, Skips, get_bounded
 from cloudtrain.jobs.protocol_base import load_json
 from cloudtrain.providers.base import NodeRequest, ObjectStore
-from cloudtrain.run.startup import TF_KERAS_VERSION, TF_VERSION, WheelhouseOffer
+from cloudtrain.run.startup import TF_KERAS_VERSION, TF_VERSION, WheelhouseOffer, built_stack
 
 ROOT = "cloudtrain/wheelhouse/"
 TAR = "wheels.tar"
@@ -54,11 +54,16 @@ TAG_ENV = env.WHEELHOUSE_TAG.name
 TAG_RE = re.compile(r"^py\d+\.\d+-[A-Za-z0-9_]+-[0-9a-f]{12}$")
 
 
-def stack_pins(gpu: bool) -> list[str]:
+def stack_pins(gpu: bool, module: str = "") -> list[str]:
     """The requirements the script installs on a bare image, in its order: TensorFlow (with the
-    CUDA wheels on a GPU node) and tf-keras. Pure."""
-    tf = f"tensorflow[and-cuda]=={TF_VERSION}" if gpu else f"tensorflow=={TF_VERSION}"
-    return [tf, f"tf-keras=={TF_KERAS_VERSION}"]
+    CUDA wheels on a GPU node) and tf-keras; for a strategy whose `module` has a stack of its own
+    (cloudtrain/run/startup.py: BuiltStack), its TensorFlow, its tf-keras if any, and the
+    requirement it builds from source (the wheelhouse keeps the built wheel). Pure."""
+    stack = built_stack(module)
+    version = stack.tf_version if stack else TF_VERSION
+    keras = stack.tf_keras_version if stack else TF_KERAS_VERSION
+    tf = f"tensorflow[and-cuda]=={version}" if gpu else f"tensorflow=={version}"
+    return [tf, *([f"tf-keras=={keras}"] if keras else []), *([stack.build] if stack else [])]
 
 
 def pins_hash(pins: list[str]) -> str:
@@ -163,9 +168,10 @@ class WheelhousePlanner:
         self._publishers: set[str] = set()  # tags a node of this run was asked to publish
         self._lock = threading.Lock()
 
-    def offer_for(self, request: NodeRequest) -> WheelhouseOffer | None:
-        """The offer for one node, or None. Blocks (a manifest read per tag until one exists,
-        one presign). Idempotent but for the publisher: a tag's first asker in this planner."""
+    def offer_for(self, request: NodeRequest, module: str = "") -> WheelhouseOffer | None:
+        """The offer for one node whose strategy needs `module` on the image ("": none), or
+        None. Blocks (a manifest read per tag until one exists, one presign). Idempotent but for
+        the publisher: a tag's first asker in this planner."""
         forced = env.WHEELHOUSE_TAG.text()
         if forced:
             if not TAG_RE.match(forced):
@@ -177,7 +183,7 @@ class WheelhousePlanner:
         python = image_python(self.provider_name, request)
         if python is None:
             return None
-        pins = stack_pins(request.accelerator_count > 0)
+        pins = stack_pins(request.accelerator_count > 0, module)
         return self.offer_for_tag(tag(python, IMAGE_MACHINE, pins))
 
     def offer_for_tag(self, wheel_tag: str) -> WheelhouseOffer | None:

@@ -60,7 +60,8 @@ if [ "${1:-}" = -c ]; then
       if [ "$(printf '%s\\n%s\\n' "$3" "$SHIM_PYTHON_VERSION" | sort -V | head -n 1)" = "$3" ]; then
         ok=1
       fi
-      if shim_tf; then tf=2.21.0; fi
+      # the version pip installed (tensorflow and tf-keras alike), else the pinned stack's
+      if shim_tf; then tf=$(cat "$SHIM_STATE/tf-version" 2>/dev/null || echo 2.21.0); fi
       echo "$SHIM_PYTHON_VERSION $ok $tf $tf $(shim_cloudtrain)"
       exit 0 ;;
     *python_version*) echo "$SHIM_PYTHON_VERSION"; exit 0 ;; # the wheelhouse's stack_tag
@@ -88,6 +89,9 @@ fi
 case "$*" in
   *install*nvidia-driver-*-server* | *install*cuda-drivers*) touch "$SHIM_STATE/driver-installed" ;;
   *install*python3-venv*) touch "$SHIM_STATE/python3-venv" ;;
+esac
+case "$*" in
+  *install*python3-dev*) touch "$SHIM_STATE/python3-dev" ;;
 esac
 """,
     "apt-cache": "exit 0\n",
@@ -169,14 +173,21 @@ if [ "${1:-}" = -m ]; then
       exit 0 ;;
     pip)
       case "${3:-}" in
-        wheel) # `pip wheel -w DIR ...`: two fake wheels of the stack in DIR
-          dir="" prev=""
+        wheel) # `pip wheel -w DIR ...`: fake wheels of what it names in DIR
+          dir="" prev="" v=""
           for arg in "$@"; do
             if [ "$prev" = -w ]; then dir="$arg"; fi
+            case "$arg" in tensorflow*==*) v="${arg##*==}" ;; esac
             prev="$arg"
           done
-          echo "fake tensorflow wheel" >"$dir/tensorflow-2.21.0-cp310-cp310-manylinux_x86_64.whl"
-          echo "fake tf-keras wheel" >"$dir/tf_keras-2.21.0-py3-none-any.whl"
+          if [ -n "$v" ]; then
+            echo "fake tensorflow wheel" >"$dir/tensorflow-$v-cp310-cp310-manylinux_x86_64.whl"
+            echo "fake tf-keras wheel" >"$dir/tf_keras-$v-py3-none-any.whl"
+          fi
+          case "$*" in # a build from source (the stack's horovod)
+            *horovod==*)
+              echo "fake built wheel" >"$dir/horovod-0.28.1-cp310-cp310-linux_x86_64.whl" ;;
+          esac
           exit 0 ;;
         install)
           case "$*" in
@@ -186,12 +197,30 @@ if [ "${1:-}" = -m ]; then
                 if [ "$prev" = --find-links ]; then links="$arg"; fi
                 prev="$arg"
               done
-              if ! ls "$links"/tensorflow-*.whl "$links"/tf_keras-*.whl >/dev/null 2>&1; then
-                echo "ERROR: No matching distribution found for tensorflow (--no-index)" >&2
-                exit 1
-              fi ;;
+              case "$*" in
+                *tensorflow*)
+                  if ! ls "$links"/tensorflow-*.whl "$links"/tf_keras-*.whl >/dev/null 2>&1; then
+                    echo "ERROR: No matching distribution found for tensorflow (--no-index)" >&2
+                    exit 1
+                  fi ;;
+              esac
+              case "$*" in
+                *horovod==*)
+                  if ! ls "$links"/horovod-*.whl >/dev/null 2>&1; then
+                    echo "ERROR: No matching distribution found for horovod (--no-index)" >&2
+                    exit 1
+                  fi ;;
+              esac ;;
           esac
-          touch "$SHIM_STATE/tf-installed"; exit 0 ;;
+          for arg in "$@"; do
+            case "$arg" in
+              tensorflow*==*)
+                echo "${arg##*==}" >"$SHIM_STATE/tf-version"
+                touch "$SHIM_STATE/tf-installed" ;;
+              horovod==*) touch "$SHIM_STATE/horovod-installed" ;;
+            esac
+          done
+          exit 0 ;;
         list)
           echo "tensorflow 2.21.0"
           case "$(cat "$SHIM_CALLS")" in
@@ -212,8 +241,11 @@ if [ "${1:-}" = -c ]; then
       echo "W0000 cuda_dnn.cc: Cannot dlopen some GPU libraries (shim)" >&2
       echo "cloudtrain-gpus $gpus"
       exit 0 ;;
+    *Python.h*) # Python's headers, which a build from source needs (python3-dev)
+      if [ "$SHIM_HEADERS" = 1 ] || [ -e "$SHIM_STATE/python3-dev" ]; then exit 0; fi
+      exit 1 ;;
     *horovod*)
-      if [ "$SHIM_HOROVOD" = 1 ]; then exit 0; fi
+      if [ "$SHIM_HOROVOD" = 1 ] || [ -e "$SHIM_STATE/horovod-installed" ]; then exit 0; fi
       echo "ModuleNotFoundError: No module named 'horovod'" >&2
       exit 1 ;;
   esac
@@ -238,6 +270,7 @@ class Machine:
     apt_fails: bool = False  # apt-get install fails (apt-get update works)
     tf_gpus: int | None = None  # GPUs TensorFlow sees; default: 1 with a GPU, else 0
     horovod: bool = False
+    headers: bool = True  # Python's headers (python3-dev) for the venv's interpreter
     python: str = "3.10.12"  # the image's python3 (Ubuntu 22.04's), and so the venv's
 
 
@@ -374,6 +407,7 @@ class FakeNode:
             "SHIM_SYSTEM_TF": flag[machine.system_tf],
             "SHIM_TF_GPUS": str(tf_gpus),
             "SHIM_HOROVOD": flag[machine.horovod],
+            "SHIM_HEADERS": flag[machine.headers],
             "SHIM_ENSUREPIP": flag[machine.ensurepip],
             "SHIM_APT": "fail" if machine.apt_fails else "ok",
             "SHIM_PYTHON_VERSION": machine.python,

@@ -64,7 +64,7 @@ CT_BUNDLE_SHA256='ababababababababababababababababababababababababababababababab
 CT_LOG_URL='https://ct-golden.s3.eu-west-1.amazonaws.com/cloudtrain/runs/golden-run/bootstrap/worker-0.log?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Expires=3600&X-Amz-Signature=0123abcd'
 CT_VERSION='0.1.0'
 CT_TF_VERSION='2.21.0'
-CT_TF_KERAS_VERSION='2.21.0'
+CT_TF_KERAS_VERSION='2.21.0' # "": no tf-keras (a stack of its own, below)
 CT_GPU_COUNT='1'
 CT_PIP_EXTRA='aws'
 CT_MIN_PYTHON='3.10'
@@ -384,6 +384,12 @@ CT_WHEELHOUSE_SHA256=''
 CT_WHEELHOUSE_PUT_URL=''
 CT_WHEELHOUSE_MANIFEST_PUT_URL=''
 CT_WHEELS="$CT_WORK/wheelhouse"
+# a strategy's stack of its own (cloudtrain/run/startup.py: BuiltStack), else all three empty: the
+# requirement built from source against the installed TensorFlow, its build's environment
+# (NAME=VALUE words), the Pythons (X.Y) its TensorFlow has wheels for
+CT_STACK_BUILD=''
+CT_STACK_BUILD_ENV=''
+CT_STACK_PYTHONS=''
 ct_publisher="" # the pid of the background wheelhouse publisher, if any
 stack_tag() { # stack_tag REQUIREMENT...: this node's wheelhouse tag for these pins
   local version
@@ -438,9 +444,65 @@ wheelhouse_warm() { # wheelhouse_warm REQUIREMENT...: 0 if installed from the of
   fi
   rm -rf "$CT_WHEELS"
 }
+require_stack_python() { # the stack's TensorFlow has a wheel for the venv's Python, or the boot fails
+  local python=$CT_PYTHON where
+  if [ -z "$CT_STACK_PYTHONS" ]; then return 0; fi
+  if [ ! -x "$python" ]; then python=python3; fi
+  have_facts "$python" || fail "python: $python does not run"
+  where="$(command -v "$python" || echo "$python")"
+  case " $CT_STACK_PYTHONS " in
+    *" ${ct_py_version%.*} "*) return 0 ;;
+  esac
+  fail "python: tensorflow $CT_TF_VERSION (for $CT_STACK_BUILD) has wheels for Python $CT_STACK_PYTHONS only, but $where is Python $ct_py_version: use an image whose python3 is one of them (Ubuntu 22.04: 3.10, Debian 12: 3.11) or one that ships ${CT_STACK_BUILD%%=*}"
+}
+build_tools_missing() { # the packages missing to build $CT_STACK_BUILD: a C++ compiler, cmake, Python.h
+  command -v g++ >/dev/null 2>&1 || printf '%s\n' g++
+  command -v cmake >/dev/null 2>&1 || printf '%s\n' cmake
+  "$CT_PYTHON" -c 'import os, sys, sysconfig
+sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
+    >/dev/null 2>&1 || printf '%s\n' python3-dev
+}
+build_stack_module() { # build_stack_module DIR: pip wheel $CT_STACK_BUILD (and its dependencies)
+  # into DIR against the installed TensorFlow (minutes); the boot fails where it cannot
+  local t=$SECONDS rc=0 what=${CT_STACK_BUILD%%=*}
+  local -a missing build_env
+  mapfile -t missing < <(build_tools_missing)
+  if [ -n "${missing[*]}" ]; then
+    case "$(os_id)" in
+      ubuntu-22.04 | ubuntu-24.04 | debian-12)
+        phase "phase python: installing ${missing[*]} with apt to build $CT_STACK_BUILD"
+        apt_install "${missing[@]}"
+        step apt "$t"
+        mapfile -t missing < <(build_tools_missing)
+        ;;
+    esac
+  fi
+  if [ -n "${missing[*]}" ]; then
+    fail "python: building $CT_STACK_BUILD needs a C++ compiler, cmake and Python's headers, but ${missing[*]} is missing on $(os_name): use Ubuntu 22.04 or Debian 12, or an image that ships $what"
+  fi
+  phase "phase python: building $CT_STACK_BUILD against tensorflow $CT_TF_VERSION (minutes; the bucket's wheelhouse keeps the wheel for later nodes and runs)"
+  upload_log
+  t=$SECONDS
+  read -r -a build_env <<<"$CT_STACK_BUILD_ENV"
+  mkdir -p "$1"
+  env "${build_env[@]}" MAKEFLAGS="-j$(nproc)" "$CT_PYTHON" -m pip wheel -q \
+    --disable-pip-version-check --no-build-isolation -w "$1" "$CT_STACK_BUILD" \
+    >"$CT_WORK/stack-build.log" 2>&1 || rc=$?
+  step build "$t"
+  if [ "$rc" != 0 ]; then
+    tail -n 30 "$CT_WORK/stack-build.log" | diag
+    fail "python: pip could not build $CT_STACK_BUILD (exit $rc): see the build's last lines above"
+  fi
+}
 wheelhouse_cold() { # wheelhouse_cold REQUIREMENT...: 0 if built, installed and being published
-  local tag t=$SECONDS rc=0
+  # ($CT_STACK_BUILD among them is built from source once the rest is installed)
+  local tag t=$SECONDS rc=0 name
+  local -a plain=()
   tag="$(stack_tag "$@")"
+  local built=""
+  for name in "$@"; do
+    if [ "$name" = "$CT_STACK_BUILD" ]; then built=1; else plain+=("$name"); fi
+  done
   if [ "$CT_WHEELHOUSE_TAG" != "$tag" ]; then
     phase "phase python: wheelhouse not built: asked for $CT_WHEELHOUSE_TAG, this node is $tag; installing from the index"
     return 1
@@ -448,16 +510,24 @@ wheelhouse_cold() { # wheelhouse_cold REQUIREMENT...: 0 if built, installed and 
   phase "phase python: building the wheelhouse $tag (pip wheel $*)"
   upload_log
   rm -rf "$CT_WHEELS" && mkdir -p "$CT_WHEELS/wheels"
-  "$CT_PYTHON" -m pip wheel -q --disable-pip-version-check -w "$CT_WHEELS/wheels" "$@" || rc=$?
+  "$CT_PYTHON" -m pip wheel -q --disable-pip-version-check -w "$CT_WHEELS/wheels" "${plain[@]}" || rc=$?
   if [ "$rc" != 0 ]; then
     step pip "$t"
     phase "phase python: wheelhouse not built: pip wheel failed (exit $rc); installing from the index"
     return 1
   fi
-  phase "phase python: installing $* from the new wheelhouse (no index)"
-  install_from_wheels "$CT_WHEELS/wheels" "$@" ||
-    fail "python: pip could not install $* from the wheels it just built (exit $?)"
+  phase "phase python: installing ${plain[*]} from the new wheelhouse (no index)"
+  install_from_wheels "$CT_WHEELS/wheels" "${plain[@]}" ||
+    fail "python: pip could not install ${plain[*]} from the wheels it just built (exit $?)"
   step pip "$t"
+  if [ -n "$built" ]; then
+    forget_facts
+    build_stack_module "$CT_WHEELS/wheels"
+    t=$SECONDS
+    install_from_wheels "$CT_WHEELS/wheels" "$CT_STACK_BUILD" ||
+      fail "python: pip could not install $CT_STACK_BUILD from the wheel it just built (exit $?)"
+    step pip "$t"
+  fi
   publish_wheelhouse "$tag" "$@" &
   ct_publisher=$!
 }
@@ -541,7 +611,8 @@ require_python() { # require_python PYTHON: the node's agent runs on $CT_MIN_PYT
   phase "phase python: $where is Python $ct_py_version"
 }
 stack_ok() { # stack_ok PYTHON: the pinned tensorflow and tf-keras are installed for PYTHON
-  have_facts "$1" && [ "$ct_tf" = "$CT_TF_VERSION" ] && [ "$ct_tf_keras" = "$CT_TF_KERAS_VERSION" ]
+  have_facts "$1" && [ "$ct_tf" = "$CT_TF_VERSION" ] &&
+    { [ -z "$CT_TF_KERAS_VERSION" ] || [ "$ct_tf_keras" = "$CT_TF_KERAS_VERSION" ]; }
 }
 check_gpus() { # TensorFlow must see every GPU: a silent fallback to the CPU is refused
   local out n
@@ -602,7 +673,8 @@ if [ -x "$CT_PYTHON" ]; then
 elif command -v python3 >/dev/null 2>&1; then
   require_python python3
 fi
-if ! stack_ok "$CT_PYTHON"; then
+ct_has_module=""
+if [ -z "$ct_has_module" ] && ! stack_ok "$CT_PYTHON"; then
   if [ ! -x "$CT_PYTHON" ] && command -v python3 >/dev/null 2>&1 && stack_ok python3; then
     # a Deep Learning image: its python3 has the stack; the venv builds on it
     phase "phase python: making a venv over the image's python3, which has tensorflow $CT_TF_VERSION"
@@ -616,21 +688,27 @@ if ! stack_ok "$CT_PYTHON"; then
   fi
   if ! stack_ok "$CT_PYTHON"; then
     require_supported_os "tensorflow $CT_TF_VERSION"
+    require_stack_python
     if [ ! -x "$CT_PYTHON" ]; then make_venv; fi
     tf_pkg="tensorflow==$CT_TF_VERSION"
     if [ -n "$ct_gpu" ] || { [ "$CT_GPU_COUNT" -gt 0 ] && [ "${CT_ALLOW_NO_GPU:-}" != 1 ]; }; then
       tf_pkg="tensorflow[and-cuda]==$CT_TF_VERSION"
     fi
+    ct_pins=("$tf_pkg")
+    if [ -n "$CT_TF_KERAS_VERSION" ]; then ct_pins+=("tf-keras==$CT_TF_KERAS_VERSION"); fi
+    # the wheelhouse holds the built package too (the tag's pins name it)
+    ct_all_pins=("${ct_pins[@]}")
+    if [ -n "$CT_STACK_BUILD" ]; then ct_all_pins+=("$CT_STACK_BUILD"); fi
     ct_installed=""
     case "$CT_WHEELHOUSE_MODE" in
-      warm) if wheelhouse_warm "$tf_pkg" "tf-keras==$CT_TF_KERAS_VERSION"; then ct_installed=1; fi ;;
-      cold) if wheelhouse_cold "$tf_pkg" "tf-keras==$CT_TF_KERAS_VERSION"; then ct_installed=1; fi ;;
+      warm) if wheelhouse_warm "${ct_all_pins[@]}"; then ct_installed=1; fi ;;
+      cold) if wheelhouse_cold "${ct_all_pins[@]}"; then ct_installed=1; fi ;;
     esac
     if [ -z "$ct_installed" ]; then
       phase "phase python: installing $tf_pkg"
       upload_log
       t=$SECONDS
-      "$CT_PYTHON" -m pip install -q --disable-pip-version-check "$tf_pkg" "tf-keras==$CT_TF_KERAS_VERSION" ||
+      "$CT_PYTHON" -m pip install -q --disable-pip-version-check "${ct_pins[@]}" ||
         fail "python: pip could not install $tf_pkg (exit $?)"
       step pip "$t"
     fi

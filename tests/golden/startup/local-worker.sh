@@ -64,7 +64,7 @@ CT_BUNDLE_SHA256='ababababababababababababababababababababababababababababababab
 CT_LOG_URL='file:///srv/cloudtrain/bucket/cloudtrain/runs/golden-run/bootstrap/worker-1.log'
 CT_VERSION='0.1.0'
 CT_TF_VERSION='2.21.0'
-CT_TF_KERAS_VERSION='2.21.0'
+CT_TF_KERAS_VERSION='2.21.0' # "": no tf-keras (a stack of its own, below)
 CT_GPU_COUNT='0'
 CT_PIP_EXTRA=''
 CT_MIN_PYTHON='3.10'
@@ -341,7 +341,8 @@ require_python() { # require_python PYTHON: the node's agent runs on $CT_MIN_PYT
   phase "phase python: $where is Python $ct_py_version"
 }
 stack_ok() { # stack_ok PYTHON: the pinned tensorflow and tf-keras are installed for PYTHON
-  have_facts "$1" && [ "$ct_tf" = "$CT_TF_VERSION" ] && [ "$ct_tf_keras" = "$CT_TF_KERAS_VERSION" ]
+  have_facts "$1" && [ "$ct_tf" = "$CT_TF_VERSION" ] &&
+    { [ -z "$CT_TF_KERAS_VERSION" ] || [ "$ct_tf_keras" = "$CT_TF_KERAS_VERSION" ]; }
 }
 check_gpus() { # TensorFlow must see every GPU: a silent fallback to the CPU is refused
   local out n
@@ -400,7 +401,8 @@ if [ -x "$CT_PYTHON" ]; then
 elif command -v python3 >/dev/null 2>&1; then
   require_python python3
 fi
-if ! stack_ok "$CT_PYTHON"; then
+ct_has_module=""
+if [ -z "$ct_has_module" ] && ! stack_ok "$CT_PYTHON"; then
   fail "python: tensorflow $CT_TF_VERSION and tf-keras $CT_TF_KERAS_VERSION are not installed for $CT_PYTHON (pip install 'cloudtrain[tf]')"
 fi
 if [ -n "$ct_gpu" ] && [ "$CT_GPU_COUNT" -gt 0 ]; then check_gpus; fi

@@ -274,17 +274,60 @@ def test_deep_learning_image_python_is_reused_through_the_venv(node: FakeNode) -
     assert boot.called("apt-get") == []
 
 
-@pytest.mark.parametrize("importable", [False, True])
-def test_horovod_job_needs_horovod_on_the_image(
-    tmp_path: Path, bundle: Bundle, importable: bool
-) -> None:
+def test_horovod_job_uses_an_image_that_ships_horovod(tmp_path: Path, bundle: Bundle) -> None:
+    # its own TensorFlow (the pinned 2.21 here) and horovod: used as it is, nothing installed
     hvd = FakeNode(tmp_path / "hvd", bundle, aws_blocks(), gpu_count=1, require_horovod=True)
-    boot = hvd.boot(Machine(gpu=True, driver=True, tf=True, horovod=importable))
-    if importable:
-        assert_agent_started(boot, hvd)
-    else:
-        assert_failed(boot, hvd, "strategy horovod", "import horovod.tensorflow", "NGC")
-        assert "No module named 'horovod'" in (boot.uploaded_log or "")
+    boot = hvd.boot(Machine(gpu=True, driver=True, tf=True, horovod=True))
+    assert_agent_started(boot, hvd)
+    assert "has horovod.tensorflow (tensorflow 2.21.0): using it as it is" in boot.boot_log
+    assert not [c for c in boot.called("python") if " pip " in f" {c} "]
+
+
+def test_horovod_job_installs_its_stack_and_builds_horovod(tmp_path: Path, bundle: Bundle) -> None:
+    # the image lacks horovod: tensorflow 2.15.1 and tf-keras 2.15.1 from the index, then
+    # horovod 0.28.1 built against them (no wheelhouse offered), installed from its wheel
+    hvd = FakeNode(tmp_path / "hvd", bundle, aws_blocks(), gpu_count=1, require_horovod=True)
+    boot = hvd.boot(Machine(gpu=True, driver=True, tf=True))
+    assert_agent_started(boot, hvd)
+    pips = [c for c in boot.called("python") if c.startswith("-m pip")]
+    stack = "tensorflow[and-cuda]==2.15.1 tf-keras==2.15.1"
+    assert any(c.startswith("-m pip install") and c.endswith(stack) for c in pips), pips
+    (build,) = [c for c in pips if c.startswith("-m pip wheel")]
+    assert "--no-build-isolation" in build and build.endswith(" horovod==0.28.1"), build
+    assert any("--no-index" in c and c.endswith(" horovod==0.28.1") for c in pips), pips
+    assert "building horovod==0.28.1 against tensorflow 2.15.1" in boot.boot_log
+    assert boot.called("apt-get") == []  # the compiler, cmake and the headers are there
+
+
+def test_horovod_build_installs_pythons_headers_with_apt(tmp_path: Path, bundle: Bundle) -> None:
+    hvd = FakeNode(tmp_path / "hvd", bundle, aws_blocks(), gpu_count=1, require_horovod=True)
+    boot = hvd.boot(Machine(gpu=True, driver=True, tf=True, headers=False))
+    assert_agent_started(boot, hvd)
+    assert any("install" in c and c.endswith("python3-dev") for c in boot.called("apt-get"))
+    assert "installing python3-dev with apt to build horovod==0.28.1" in boot.boot_log
+
+
+def test_horovod_build_refuses_without_pythons_headers(tmp_path: Path, bundle: Bundle) -> None:
+    hvd = FakeNode(tmp_path / "hvd", bundle, aws_blocks(), gpu_count=1, require_horovod=True)
+    boot = hvd.boot(Machine(gpu=True, driver=True, tf=True, headers=False, apt_fails=True))
+    assert_failed(boot, hvd, "apt-get install python3-dev failed")
+    assert not [c for c in boot.called("python") if c.startswith("-m pip wheel")]
+
+
+def test_horovod_stack_refuses_a_python_tensorflow_215_has_no_wheel_for(
+    tmp_path: Path, bundle: Bundle
+) -> None:
+    # Ubuntu 24.04's python3 is 3.12: tensorflow 2.15.1 has wheels for 3.9-3.11 only
+    hvd = FakeNode(tmp_path / "hvd", bundle, aws_blocks(), gpu_count=1, require_horovod=True)
+    boot = hvd.boot(Machine(os="ubuntu-24.04", gpu=True, driver=True, python="3.12.3"))
+    assert_failed(
+        boot,
+        hvd,
+        "tensorflow 2.15.1 (for horovod==0.28.1) has wheels for Python 3.9 3.10 3.11 only",
+        "is Python 3.12.3",
+        "ships horovod",
+    )
+    assert not [c for c in boot.called("python") if "pip" in c]
 
 
 # --- shellcheck over every rendered variant ---------------------------------------------------

@@ -36,6 +36,7 @@ import pytest
 
 import cloudtrain
 from cloudtrain.core.errors import NotFound
+from cloudtrain.jobs.strategies import HOROVOD
 from cloudtrain.providers.base import NodeRequest, RunInfo, StartupBlocks, node_name
 from cloudtrain.providers.local import LocalCompute, LocalStore, session_pids
 from cloudtrain.run.bundle import build_bundle
@@ -117,6 +118,16 @@ VARIANTS: dict[str, tuple[StartupParams, StartupBlocks]] = {
     "local-worker": (local_params("worker", 1), LOCAL_BLOCKS),
     "cloud-gpu-worker": (cloud_params("worker", 0, gpu_count=1), CLOUD_BLOCKS),
     "cloud-cpu-ps": (cloud_params("ps", 0, gpu_count=0), CLOUD_BLOCKS),
+    # a strategy whose module has a stack of its own (horovod: tensorflow 2.15.1, horovod built)
+    "cloud-horovod-worker": (
+        dataclasses.replace(
+            cloud_params("worker", 1, gpu_count=2),
+            require_module=HOROVOD.image_module or "",
+            require_for=HOROVOD.name,
+            require_hint=HOROVOD.image_hint,
+        ),
+        CLOUD_BLOCKS,
+    ),
 }
 
 
@@ -193,10 +204,10 @@ def test_install_stack_decides_whether_the_script_installs() -> None:
         assert '--store-uri "$CT_STORE_URI" --work "$CT_WORK"\nagent_rc=$?' in text
         assert text.rstrip().endswith('exit "$agent_rc"')
     assert "install_driver" not in local and "load_driver" not in local
-    assert '"$tf_pkg" "tf-keras==' not in local
+    assert 'ct_pins+=("tf-keras==' not in local
     assert "this provider does not install drivers" in local
     assert "  install_driver\n  load_driver\n" in cloud
-    assert '"$tf_pkg" "tf-keras==$CT_TF_KERAS_VERSION"' in cloud
+    assert 'ct_pins+=("tf-keras==$CT_TF_KERAS_VERSION")' in cloud
     assert "CT_NVIDIA_BRANCH='580'\n" in cloud
     assert "horovod" not in cloud, "only a horovod job checks for horovod"
     assert "CT_PYTHON=${CT_PYTHON:-'/opt/cloudtrain/venv/bin/python'}\n" in cloud

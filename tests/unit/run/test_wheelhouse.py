@@ -21,7 +21,7 @@ import pytest
 from cloudtrain.core.errors import UsageError
 from cloudtrain.providers.base import NodeRequest
 from cloudtrain.providers.local import LocalStore
-from cloudtrain.run.startup import TF_KERAS_VERSION, TF_VERSION
+from cloudtrain.run.startup import HOROVOD_STACK, TF_KERAS_VERSION, TF_VERSION
 from cloudtrain.run.wheelhouse import (
     TAG_ENV,
     WheelhousePlanner,
@@ -150,6 +150,26 @@ def test_offer_for_a_node_and_the_tag_override(
     monkeypatch.setenv(TAG_ENV, "../../runs/x")
     with pytest.raises(UsageError, match=f"{TAG_ENV}=.* is not a wheelhouse tag"):
         planner.offer_for(_request("m5.large", 0))
+
+
+def test_a_strategy_with_a_stack_of_its_own_has_its_own_wheelhouse(
+    store: LocalStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # horovod's stack (cloudtrain/run/startup.py: HOROVOD_STACK): its TensorFlow and tf-keras,
+    # and the package the first node builds, whose wheel the tar keeps
+    monkeypatch.delenv(TAG_ENV, raising=False)
+    module = HOROVOD_STACK.module
+    pins = ["tensorflow==2.15.1", "tf-keras==2.15.1", "horovod==0.28.1"]
+    assert stack_pins(False, module) == pins
+    assert stack_pins(True, module)[0] == "tensorflow[and-cuda]==2.15.1"
+    assert stack_pins(False, "some.module") == stack_pins(False)  # no stack of its own
+    planner = WheelhousePlanner(store, "aws", 3600)
+    offer = planner.offer_for(_request("m5.large", 0), module)
+    assert offer is not None and offer.mode == "cold"
+    assert offer.tag == tag("3.10", "x86_64", pins) != CPU_TAG
+    # the pinned stack's first node is still offered its own build
+    plain = planner.offer_for(_request("m5.large", 0))
+    assert plain is not None and (plain.tag, plain.mode) == (CPU_TAG, "cold")
 
 
 def _script_value(script: str, name: str) -> str:

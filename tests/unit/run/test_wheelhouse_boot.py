@@ -20,7 +20,7 @@ import pytest
 from cloudtrain.providers.aws.compute import AwsCompute
 from cloudtrain.providers.base import NodeRequest, RunInfo
 from cloudtrain.run.bundle import Bundle
-from cloudtrain.run.startup import TF_KERAS_VERSION, TF_VERSION, WheelhouseOffer
+from cloudtrain.run.startup import HOROVOD_STACK, TF_KERAS_VERSION, TF_VERSION, WheelhouseOffer
 from cloudtrain.run.wheelhouse import (
     WheelhousePlanner,
     manifest_key,
@@ -225,3 +225,44 @@ def test_the_node_waits_for_a_slow_publish_before_powering_off(
     assert agent_end < published, "the publish outlasted the agent"
     assert boot.index(offer.manifest_put_url) < boot.index("shutdown -h now"), boot.calls
     assert read_manifest(node.store, TAG) is not None
+
+
+# --- a strategy's stack of its own: horovod's wheel is built once and kept in the tar ------------
+HVD_PINS = stack_pins(False, HOROVOD_STACK.module)
+HVD_TAG = tag("3.10", "x86_64", HVD_PINS)
+
+
+def hvd_node(root: Path, bundle: Bundle) -> FakeNode:
+    blocks = AwsCompute("us-east-1").startup_blocks(RUN, CPU_REQUEST)
+    return FakeNode(root, bundle, blocks, require_horovod=True)
+
+
+def test_horovod_cold_builds_horovod_into_the_wheelhouse_and_warm_builds_nothing(
+    tmp_path: Path, bundle: Bundle
+) -> None:
+    cold = hvd_node(tmp_path / "cold", bundle)
+    offer = WheelhousePlanner(cold.store, "aws", 3600).offer_for_tag(HVD_TAG)
+    boot = boot_ok(cold, offer)
+    wheels = f"{cold.work}/wheelhouse/wheels"
+    builds = [c for c in boot.called("python") if c.startswith("-m pip wheel")]
+    assert builds[0].endswith(f"-w {wheels} tensorflow==2.15.1 tf-keras==2.15.1"), builds
+    assert builds[1].endswith(f"--no-build-isolation -w {wheels} horovod==0.28.1"), builds
+    assert "building horovod==0.28.1 against tensorflow 2.15.1" in boot.boot_log
+    manifest = read_manifest(cold.store, HVD_TAG)
+    assert manifest is not None and manifest.pins == HVD_PINS
+    assert "horovod-0.28.1-cp310-cp310-linux_x86_64.whl" in manifest.files, manifest.files
+    # a later node (the lost one's replacement, a later run) fetches it: no build, no index
+    warm = hvd_node(tmp_path / "warm", bundle)
+    for key in (tar_key(HVD_TAG), manifest_key(HVD_TAG)):
+        warm.store.put(key, cold.store.get(key))
+    offer = WheelhousePlanner(warm.store, "aws", 3600).offer_for_tag(HVD_TAG)
+    assert offer is not None and offer.mode == "warm"
+    boot = boot_ok(warm, offer)
+    pips = [c for c in boot.called("python") if c.startswith("-m pip")]
+    wheels = f"{warm.work}/wheelhouse/wheels"
+    assert pips[0] == (
+        f"-m pip install -q --disable-pip-version-check --no-index --find-links {wheels} "
+        + " ".join(HVD_PINS)
+    ), pips
+    assert not [c for c in pips if c.startswith("-m pip wheel")], pips
+    assert "building horovod" not in boot.boot_log
