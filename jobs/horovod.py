@@ -14,19 +14,29 @@ with Horovod's Gloo environment:
 - ``HOROVOD_RANK``/``_SIZE``, ``HOROVOD_LOCAL_RANK``/``_SIZE``, ``HOROVOD_CROSS_RANK``/``_SIZE``
   and ``HOROVOD_HOSTNAME`` (the node's name, ``worker-<i>``: Gloo only uses it to name the
   node's local scope, and it stays unique where nodes share an IP, as on ``local``);
-- ``CUDA_VISIBLE_DEVICES`` = the local rank on a node with GPUs; never ``TF_CONFIG``.
+- ``CUDA_VISIBLE_DEVICES`` = the local rank on a node with GPUs; never ``TF_CONFIG``;
+- ``HOROVOD_GLOO_IFACE``: the interface that holds the node's registered address, unless the
+  job's environment names one. Without it Gloo binds the address its host name resolves to
+  (gloo/transport/tcp/device.cc: gethostname, then getaddrinfo), which is 127.0.0.1 wherever
+  /etc/hosts says so (this machine; Debian's and Ubuntu's 127.0.1.1 line): every rank would
+  publish a loopback address and no rank of another node could connect. ``horovodrun`` sets it
+  too (horovod/runner/gloo_run.py: the common NIC).
 
 The functions computing plans and environments are pure. Horovod itself is imported lazily,
-only by ``start_rendezvous_server`` on worker 0: it is absent from this machine (it does not
-build against TensorFlow 2.21), and images that ship it (NVIDIA's NGC TensorFlow containers)
-are the only place it runs.
+only by ``start_rendezvous_server`` on worker 0: it does not build against the nodes' pinned
+TensorFlow (2.21), so a horovod job's nodes run a stack of their own (tensorflow 2.15.1,
+horovod 0.28.1 built with Gloo: cloudtrain/run/startup.py, HOROVOD_STACK), which the bootstrap
+installs where the image lacks it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import signal
+import socket
+import struct
 import subprocess
 import threading
 import time
@@ -41,6 +51,7 @@ from cloudtrain.jobs.strategies import HOROVOD
 # jobs/rendezvous.py still compares a run's strategy with it
 STRATEGY = HOROVOD.name
 ROLE = "worker"  # every node of a horovod job; worker 0 hosts the rendezvous
+GLOO_IFACE = "HOROVOD_GLOO_IFACE"  # the interface Gloo binds (the module docstring)
 
 
 class HorovodError(RuntimeError):
@@ -162,6 +173,30 @@ def process_envs(
     return envs
 
 
+_SIOCGIFADDR = 0x8915  # linux/sockios.h: an interface's IPv4 address
+
+
+def interface_of(ip: str) -> str | None:
+    """The name of the network interface holding the IPv4 address ``ip`` in this network
+    namespace, or None (no such interface, not an IPv4 address, not Linux). Asks the kernel
+    (SIOCGIFADDR per interface); blocks for microseconds."""
+    try:
+        wanted = socket.inet_aton(ip)
+        names = [name for _, name in socket.if_nameindex()]
+    except (OSError, AttributeError):
+        return None
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        for name in names:
+            request = struct.pack("256s", name.encode()[:15])
+            try:
+                answer = fcntl.ioctl(sock.fileno(), _SIOCGIFADDR, request)
+            except OSError:  # no IPv4 address on it
+                continue
+            if answer[20:24] == wanted:
+                return name
+    return None
+
+
 def node_hosts(registrations: Sequence[Mapping[str, Any] | None]) -> list[tuple[str, int]]:
     """``[("worker-<i>", slots), ...]`` from the workers' registrations of the attempt, in index
     order. Raises HorovodError when one is missing or carries no valid ``slots``."""
@@ -218,8 +253,9 @@ def start_rendezvous_server(port: int, plan: Sequence[Slot], verbose: int = 0) -
     except Exception as exc:  # ImportError, or a broken install failing as it loads
         raise HorovodUnavailable(
             f"strategy {STRATEGY!r} needs the horovod package on worker-0 (the rendezvous host),"
-            f" but it cannot be imported ({type(exc).__name__}: {exc}); use an image that ships"
-            " Horovod, such as NVIDIA's NGC TensorFlow containers"
+            f" but it cannot be imported ({type(exc).__name__}: {exc}); the bootstrap installs"
+            " it (tensorflow 2.15.1, horovod 0.28.1) on images with Python 3.9-3.11, else use an"
+            " image whose python3 ships Horovod"
         ) from exc
     try:
         httpd = RendezvousHTTPServer(("", port), RendezvousHandler, verbose)
@@ -323,6 +359,10 @@ def launch_node(
         server = start_server(rendezvous[1], slot_plan(hosts))
         say(f"horovod: rendezvous server on port {rendezvous[1]} for {size} processes")
     ranks = [int(env["HOROVOD_RANK"]) for env in envs]
+    iface = base_env.get(GLOO_IFACE) or interface_of(split_address(addresses[node_index])[0])
+    if iface:
+        for env in envs:
+            env[GLOO_IFACE] = iface
     say(
         f"horovod: starting {len(envs)} process(es), ranks {ranks[0]}-{ranks[-1]} of {size},"
         f" rendezvous {rendezvous[0]}:{rendezvous[1]}"

@@ -2,11 +2,11 @@
 slot plans and process environments, the rendezvous server, and `ProcessGroup` and `launch_node`.
 The agent's launch of the ranks is in test_horovod_agent.py; `FakeServers` is horovod_kit.py's.
 
-Horovod itself cannot be installed here (0.28.1 does not build against TensorFlow 2.21), so:
+These run on every node Python (tests/node-side-tests.txt), where Horovod is not installed:
 the slot plans and environments are checked as pure functions; the rendezvous server is checked
-against a stub of `horovod.runner.http.http_server` (and against the real one when horovod is
-importable: skipped otherwise); the process groups are real bash processes. No Gloo collective
-runs anywhere in these tests.
+against a stub of `horovod.runner.http.http_server`; the process groups are real bash processes.
+Horovod itself (0.28.1 on tensorflow 2.15.1, built by the box) against this launcher, with a
+real Gloo allreduce, is test_horovod_real_stack.py's.
 
 The agent tests' autouse fixtures (the node's environment, process-group cleanup) are those of
 agent_kit.py, and apply here too.
@@ -106,21 +106,13 @@ def test_process_envs_on_a_node_without_gpus_pins_no_device() -> None:
 
 def test_slot_plan_is_horovods_assignment_for_two_nodes_of_two() -> None:
     # what horovod.runner.common.util.hosts.get_host_assignments gives for "a:2,b:2"
-    # (checked against horovod 0.28.1's code; see the importorskip test below)
+    # (checked against horovod 0.28.1's: test_horovod_real_stack.py)
     assert hvd.slot_plan([("a", 2), ("b", 2)]) == [
         hvd.Slot("a", 0, 0, 0, 4, 2, 2),
         hvd.Slot("a", 1, 1, 0, 4, 2, 2),
         hvd.Slot("b", 2, 0, 1, 4, 2, 2),
         hvd.Slot("b", 3, 1, 1, 4, 2, 2),
     ]
-
-
-@pytest.mark.parametrize("hosts", [[("a", 1)], [("a", 4)], [("a", 2), ("b", 2), ("c", 2)]])
-def test_slot_plan_equals_get_host_assignments(hosts: list[tuple[str, int]]) -> None:
-    util = pytest.importorskip("horovod.runner.common.util.hosts")
-    infos = [util.HostInfo(name, slots) for name, slots in hosts]
-    expected = util.get_host_assignments(infos, sum(slots for _, slots in hosts))
-    assert [vars(s) for s in hvd.slot_plan(hosts)] == [vars(s) for s in expected]
 
 
 @pytest.mark.parametrize(
@@ -183,7 +175,8 @@ def test_missing_horovod_fails_clearly(monkeypatch: pytest.MonkeyPatch) -> None:
         hvd.start_rendezvous_server(free_port(), hvd.slot_plan(hosts_of(2, 1)))
     message = str(info.value)
     assert "strategy 'horovod' needs the horovod package on worker-0" in message
-    assert "rendezvous host" in message and "image that ships Horovod" in message
+    assert "rendezvous host" in message and "image whose python3 ships Horovod" in message
+    assert "the bootstrap installs it (tensorflow 2.15.1, horovod 0.28.1)" in message
     assert isinstance(info.value, RuntimeError)  # the agent reports it as a failed node
 
 
@@ -240,21 +233,6 @@ def test_rendezvous_server_serves_on_the_given_port_until_stopped(
     hvd.start_rendezvous_server(port, plan).stop()  # released: the next attempt can bind it
 
 
-def test_rendezvous_server_with_real_horovod() -> None:
-    pytest.importorskip("horovod.runner.http.http_server")
-    port = free_port()
-    server = hvd.start_rendezvous_server(port, hvd.slot_plan(hosts_of(1, 2)))
-    try:  # what Gloo's HTTPStore does: PUT then GET a key of a scope
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-        conn.request("PUT", "/global/rank_0", body=b"addr")
-        assert conn.getresponse().read() == b""
-        conn.request("GET", "/global/rank_0")
-        assert conn.getresponse().read() == b"addr"
-        conn.close()
-    finally:
-        server.stop()
-
-
 # --- ProcessGroup and launch_node without the agent --------------------------------------------
 def _bash(command: str, group: int = 0) -> subprocess.Popen[bytes]:
     # Popen(process_group=) is 3.11+; these tests also run on the nodes' 3.10
@@ -291,6 +269,40 @@ def test_process_group_succeeds_when_every_rank_exits_0() -> None:
     assert group.poll() in (None, 0)
     assert group.wait(timeout=5) == 0
     assert (group.poll(), group.failed_rank) == (0, None)
+
+
+# --- the interface Gloo binds -------------------------------------------------------------------
+def test_interface_of_finds_the_interface_holding_an_address() -> None:
+    assert hvd.interface_of("127.0.0.1") == "lo"
+    assert hvd.interface_of("192.0.2.77") is None  # TEST-NET-1: on no interface here
+    assert hvd.interface_of("worker-0") is None  # not an IPv4 address
+    assert hvd.interface_of("::1") is None
+
+
+def _launched_envs(base_env: dict[str, str]) -> list[dict[str, str]]:
+    envs: list[dict[str, str]] = []
+
+    def start(command: str, env: dict[str, str], **kwargs: Any) -> subprocess.Popen[bytes]:
+        envs.append(env)
+        return _bash(command, kwargs["process_group"])
+
+    group = hvd.launch_node(
+        "exit 0", base_env, [f"{HOST}:2222", "192.0.2.8:2222"], [{"slots": 2}] * 2, 0,
+        start=start, start_server=FakeServers(),
+    )  # fmt: skip
+    assert group.wait(timeout=10) == 0
+    return envs
+
+
+def test_launch_node_has_gloo_bind_the_interface_of_the_nodes_address() -> None:
+    # the node registered 127.0.0.1: Gloo binds lo, whatever the host name resolves to
+    envs = _launched_envs({"CT_GPU_COUNT": "2"})
+    assert [env[hvd.GLOO_IFACE] for env in envs] == ["lo", "lo"]
+
+
+def test_launch_node_keeps_the_interface_the_job_names() -> None:
+    envs = _launched_envs({"CT_GPU_COUNT": "2", hvd.GLOO_IFACE: "eth7"})
+    assert [env[hvd.GLOO_IFACE] for env in envs] == ["eth7", "eth7"]
 
 
 def test_launch_node_cleans_up_when_a_rank_cannot_start() -> None:
