@@ -60,10 +60,12 @@ OPERATION_TIMEOUT_S = 900.0  # a TPU VM create takes minutes
 # how long a spot node's queued resource may wait for capacity: the run's boot timeout
 # (jobspec/run_options.py RunOptions.boot_timeout_s), which it counts against anyway
 QUEUED_WAIT_S = 1200.0
+QUEUED_GRACE_S = 60.0  # a queued resource's validUntilDuration outlasts the wait by this much
 POLL_S = (0.2, 5.0)  # first and longest pause between polls of an operation or a queued resource
 # google.rpc.Code RESOURCE_EXHAUSTED: the TPU API's answer both for no capacity in the zone and for
 # an exhausted quota (the message tells them apart)
 RESOURCE_EXHAUSTED = 8
+DEADLINE_EXCEEDED = 4  # google.rpc.Code: a queued resource whose valid-until time passed
 CAPACITY_HINT = "cloudtrain tries the region's next zone; a spot TPU may be sold out for hours"
 QUOTA_HINT = (
     "ask Google Cloud to raise the TPU quota it names (console: IAM & Admin > Quotas), or choose "
@@ -185,12 +187,22 @@ class TpuNodes:
         spot queued resource waited for until ACTIVE. Returns without waiting for boot. An
         existing live node of that name is returned as is (idempotent per name); a dead one, or
         a queued resource that failed or lost its VM, is deleted and a TransientError raised so
-        the retry makes it afresh. Raises NoCapacityError(zone) when the zone has no capacity or
-        a queued resource is not fulfilled in time (it is deleted first), QuotaError for a quota.
+        the retry makes it afresh. Raises NoCapacityError(zone) when the zone has no capacity,
+        does not sell the type (tpu_types; no call: the run's failover then tries its region's
+        next zone), or a queued resource is not fulfilled in time (it is deleted first), and
+        QuotaError for a quota.
         While `new_account` (a run's service account just made) is unknown, the create is tried
         again (identity.while_propagating). Blocks."""
-        client = self._need(f"create TPU VM {request.name}")
         what = f"create TPU VM {request.name} ({request.instance_type}) in {zone}"
+        known = tpu_types.tpu_type(request.instance_type)
+        if known is not None and zone not in known.zones:  # capacity failover's other zones
+            raise NoCapacityError(
+                f"{what}: the zone does not sell {request.instance_type} (sold in "
+                f"{', '.join(known.zones)})",
+                zone=zone,
+                hint="set zone: in job.yaml to one that sells it",
+            )
+        client = self._need(f"create TPU VM {request.name}")
         wait_s = self.queued_wait_s
         if deadline is not None:
             wait_s = max(1.0, min(wait_s, deadline - time.time()))
@@ -235,7 +247,10 @@ class TpuNodes:
         parent = tpu_bodies.location(self.project, zone)
         with tpu_errors(what, zone=zone):
             if request.spot:
-                queued = tpu_bodies.queued_body(self.project, zone, request.name, body, wait_s)
+                # lapses a minute after this wait gives up and deletes it: a backstop should
+                # that delete never come (a controller killed while it waited)
+                valid_s = wait_s + QUEUED_GRACE_S
+                queued = tpu_bodies.queued_body(self.project, zone, request.name, body, valid_s)
                 op = client.create_queued_resource(
                     request={
                         "parent": parent,
@@ -289,9 +304,10 @@ class TpuNodes:
             elif state == "FAILED":
                 code, message = tpu_bodies.queued_error(data)
                 self._delete_queued(client, zone, name)
-                if not code:
+                if code in (0, DEADLINE_EXCEEDED):  # its validUntilDuration lapsed unfulfilled
                     raise NoCapacityError(
-                        f"{what}: the queued resource failed (zone {zone})",
+                        f"{what}: the queued resource failed unfulfilled (zone {zone}): "
+                        f"{message or 'no reason given'}",
                         zone=zone,
                         hint=CAPACITY_HINT,
                     )

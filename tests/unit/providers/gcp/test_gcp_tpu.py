@@ -6,6 +6,7 @@ and startup script, listed, preempted, deleted with nothing left, and the accoun
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -16,8 +17,10 @@ from cloudtrain.providers.base import NodeRequest, ProviderConfig, RunInfo
 from cloudtrain.providers.gcp.compute import GcpCompute
 from cloudtrain.providers.gcp.provider import GcpProvider
 from cloudtrain.providers.gcp.tpu_nodes import tpu_zones
+from cloudtrain.run.startup import StartupParams, render_startup
 from tests.fakes.gce_fake import GceFake, start_gce_fake
 from tests.fakes.gce_instances import default_service_account
+from tests.fakes.shell import check_script
 from tests.fakes.tpu_fake import TpuFake, start_tpu_fake
 
 PROJECT = "ct-test"
@@ -137,6 +140,12 @@ def test_a_sold_out_zone_is_no_capacity_on_demand_and_spot_and_leaves_nothing(
         compute.create_node(run_info(), request(spot=True, index=1))
     assert spot.value.zone == ZONE and "WAITING_FOR_RESOURCES" in spot.value.message
     assert tpu.nodes(PROJECT) == [] and tpu.queued_resources(PROJECT) == []
+    # a zone of the region that does not sell the type: no capacity there, with no call
+    calls = len(tpu.requests)
+    elsewhere = NodeRequest(RUN, "worker", 2, TYPE, SCRIPT, zone="us-west4-b")
+    with pytest.raises(NoCapacityError, match="does not sell") as unsold:
+        compute.create_node(run_info(), elsewhere)
+    assert unsold.value.zone == "us-west4-b" and len(tpu.requests) == calls
 
 
 def test_quota_permission_and_a_disabled_api_are_the_projects_errors(
@@ -148,10 +157,10 @@ def test_quota_permission_and_a_disabled_api_are_the_projects_errors(
         compute.create_node(run_info(), request())
     tpu.account.set_quota(REGION, "v5litepod", 8)
     tpu.account.deny("tpu.nodes.create")
-    with pytest.raises(CredentialsError, match="tpu.nodes.create"):
+    with pytest.raises(CredentialsError, match=r"tpu\.nodes\.create"):
         compute.create_node(run_info(), request())
     tpu.account.disable()
-    with pytest.raises(ProviderError, match="tpu.googleapis.com"):
+    with pytest.raises(ProviderError, match=r"tpu\.googleapis\.com"):
         compute.create_node(run_info(), request())
     assert compute.list_nodes(RUN) == []  # an API that is off has no TPU VMs: not an error
 
@@ -205,3 +214,25 @@ def test_tpu_zones_are_the_regions_that_sell_tpus() -> None:
     assert tpu_zones("us-west4") == ["us-west4-a"]
     assert tpu_zones("asia-east1") == []  # no call where no TPU is sold
     assert "europe-west4-a" in tpu_zones(None)
+
+
+def test_a_tpu_vms_script_takes_the_images_tensorflow_and_passes_shellcheck(
+    compute: GcpCompute, tmp_path: Path
+) -> None:
+    scripts = {}
+    for kind, req in (("tpu", request()), ("cpu", NodeRequest(RUN, "ps", 0, "n2-standard-4", ""))):
+        params = StartupParams(
+            run_id=RUN, role=req.role, index=0, node_name=req.name, store_uri="gs://b",
+            bundle_url="https://storage.googleapis.com/b/k?X-Goog-Signature=ab",
+            bundle_sha256="ab" * 32,
+            log_put_url="https://storage.googleapis.com/b/l?X-Goog-Signature=cd",
+            version="0.1.0", deadline_epoch=1767225600, gpu_count=req.accelerator_count,
+            pip_extra="gcp",
+        )  # fmt: skip
+        script = tmp_path / f"{kind}.sh"
+        script.write_text(render_startup(params, compute.startup_blocks(run_info(), req)))
+        check_script(script)
+        scripts[kind] = script.read_text()
+    assert "\nimage_stack\n" in scripts["tpu"]  # the image's TensorFlow, never the pinned one
+    assert "export CT_GPU_COUNT='0'" in scripts["tpu"]
+    assert "image_stack" not in scripts["cpu"]  # other nodes' scripts are as they were
