@@ -10,13 +10,17 @@ runtime ships TensorFlow X.Y.Z. In the box that is:
 - `python3`: a copy of pyenv's 3.10 with `tensorflow==X.Y.Z` from PyPI installed (the
   distribution named `tensorflow`, as the runtime's is; a CPU run of it here: the box has no
   TPU, no libtpu.so and no PJRT plugin), plus `tf-keras` of the same minor (cloudtrain's node
-  runs Keras 2 through it, TF_USE_LEGACY_KERAS=1), the examples' scikit-learn and what the
-  cloudtrain wheel needs with its SDK extras (so a node installs nothing from an index).
+  runs Keras 2 through it, TF_USE_LEGACY_KERAS=1) and the examples' scikit-learn. Not
+  cloudtrain's SDK extras, unlike the GPU stack image (box_images): they cannot share one
+  environment with TensorFlow 2.16's `protobuf<5` pin (pip: "Cannot install
+  google-cloud-compute==1.49.0 ... 1.57.0 and tensorflow==2.16.1 because these package versions
+  have conflicting dependencies"), as on a real runtime image, where they are not either; the
+  node installs what it needs into its own venv from the box's wheelhouse.
 
 What differs from Google's image, exactly: the TensorFlow build (PyPI's CPU-capable wheel, not
 Google's TPU build linked with libtpu), no `/lib/libtpu.so`, the Ubuntu release (22.04 for every
-runtime), and tf-keras and cloudtrain's dependencies being there already (Google's pages in
-reach do not say whether its TensorFlow runtimes ship tf-keras).
+runtime), and tf-keras and scikit-learn being there already (Google's pages in reach do not say
+whether its TensorFlow runtimes ship tf-keras).
 
 `runtime_python(runtime)` builds it once per machine and TensorFlow version under
 $CLOUDTRAIN_BOX_CACHE (box_images' cache and build lock), keyed by the interpreter and the pins:
@@ -36,7 +40,6 @@ from tests.fakes.box_images import (
     SKLEARN,
     _built_once,
     _key,
-    _sdk_requirements,
     base_python,
 )
 from tests.fakes.tpu_catalog import tf_version_of
@@ -57,7 +60,7 @@ def runtime_requirements(runtime: str) -> list[str]:
     if version is None:
         raise NoTensorFlowRuntime(f"runtime {runtime!r} ships no TensorFlow: the box has no image")
     minor = ".".join(version.split(".")[:2])
-    return [f"tensorflow=={version}", f"tf-keras~={minor}.0", SKLEARN, *_sdk_requirements()]
+    return [f"tensorflow=={version}", f"tf-keras~={minor}.0", SKLEARN]
 
 
 def runtime_python(runtime: str) -> Path:
