@@ -549,10 +549,13 @@ def callbacks(epochs: int | None = None, batch_size: int | None = None) -> list[
     ckpt = checkpoint_dir()
     backup = tf.keras.callbacks.BackupAndRestore(backup_dir=os.path.join(ckpt, "backup"))
     # tf-keras 2.21 whitelists strategies and leaves out OneDeviceStrategy, which works the
-    # same as a single-device MirroredStrategy here (verified: backup and resume).
+    # same as a single-device MirroredStrategy here, and CentralStorageStrategy (one worker,
+    # its variables on the CPU), which raises NotImplementedError in on_train_begin without
+    # this (both verified here: backup, a process killed mid-fit, resume at its epoch)
     supported = getattr(backup, "_supported_strategies", None)
     if isinstance(supported, tuple):
-        backup._supported_strategies = (*supported, tf.distribute.OneDeviceStrategy)
+        central = tf.distribute.experimental.CentralStorageStrategy
+        backup._supported_strategies = (*supported, tf.distribute.OneDeviceStrategy, central)
     folder = os.path.join(ckpt, "ckpt") if is_chief() else _task_temp_dir("ckpt")
     return [
         backup,

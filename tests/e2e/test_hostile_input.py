@@ -270,6 +270,11 @@ FIELD_CASES = [
         r"cluster\.workers: must be 1 for strategy 'mirrored'",
     ),
     Case(
+        "central-storage-two-workers",
+        plan_spec(cluster={"strategy": "central_storage", "workers": 2}),
+        r"job\.yaml:\d+: cluster\.workers: must be 1 for strategy 'central_storage' \(got 2;",
+    ),
+    Case(
         "ps-without-ps",
         run_spec(cluster={"strategy": "parameter_server", "workers": 2, "ps": 0}),
         r"cluster\.ps: strategy 'parameter_server' needs at least 1",

@@ -11,9 +11,10 @@ import signal
 import time
 
 import pytest
+import yaml
 
 from tests.e2e import signals_kit
-from tests.e2e.conftest import Env, assert_clean
+from tests.e2e.conftest import EXAMPLES, Env, assert_clean
 from tests.e2e.trace_kit import assert_traced
 
 pytestmark = pytest.mark.e2e
@@ -45,6 +46,20 @@ def test_parameter_server_job_ends_its_servers(ct: Env) -> None:
     spans = json.loads(ct.cli("status", run_id, "--json").stdout)["trace"]["spans"]
     steps = {s["name"] for s in spans if s["node"] == "chief-0" and s["parent"] == "node"}
     assert {"first step", "after last step"} <= steps, sorted(steps)
+
+
+def test_central_storage_job_trains_on_one_node(ct: Env) -> None:
+    example = yaml.safe_load((EXAMPLES / "digits-mirrored" / "job.yaml").read_text())
+    cluster = {**example["cluster"], "strategy": "central_storage"}
+    job = ct.job("digits-mirrored", "python train.py --epochs 2", cluster=cluster)
+    proc = ct.cli("run", str(job))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "strategy central_storage, 1 node(s)" in proc.stdout, proc.stdout[-3000:]
+    (run_id,) = ct.run_ids()
+    logs = ct.cli("logs", run_id).stdout
+    assert "strategy CentralStorageStrategy: 1 replica(s)" in logs, logs[-3000:]
+    assert "final accuracy=" in logs, logs[-3000:]
+    assert_clean(ct, run_id)
 
 
 def test_killed_worker_resumes_from_the_synced_checkpoint(ct: Env) -> None:

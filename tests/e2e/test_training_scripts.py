@@ -236,6 +236,17 @@ def test_mirrored_single_node(tmp_path: Path) -> None:
     )
     assert codes == {"chief0": 0}
     _assert_outputs(nodes[0], epochs=2)
+    assert "strategy MirroredStrategy: 1 replica(s)" in nodes[0].output()
+
+
+def test_central_storage_single_node(tmp_path: Path) -> None:
+    # variables on the CPU, compute replicated on the node's devices (here its CPU alone)
+    nodes, codes = _run_to_completion(
+        tmp_path, "digits-mirrored", "central_storage", {"chief": 1}, ["--epochs", "2"]
+    )
+    assert codes == {"chief0": 0}
+    _assert_outputs(nodes[0], epochs=2)
+    assert "strategy CentralStorageStrategy: 1 replica(s)" in nodes[0].output()
 
 
 def test_multiworker_resume_after_kill(tmp_path: Path) -> None:
@@ -265,3 +276,22 @@ def test_multiworker_resume_after_kill(tmp_path: Path) -> None:
         assert "cloudtrain: epoch 4/4 done" in second
     _assert_outputs(chief, epochs=4)
     assert not (chief.ckpt / "backup" / "chief").exists()  # deleted after a finished fit
+
+
+def test_central_storage_resume_after_kill(tmp_path: Path) -> None:
+    # tf-keras' BackupAndRestore refuses CentralStorageStrategy unless the runtime admits it
+    args = ["--epochs", "3", "--epoch-seconds", "1.5"]
+    deadline = time.monotonic() + TIMEOUT
+    with _cluster(tmp_path, "digits-mirrored", {"chief": 1}) as (nodes, workdir):
+        (chief,) = nodes
+        _start(nodes, workdir, "central_storage", args, run=1)
+        _wait_for_line(chief, "cloudtrain: epoch 1/3 done", deadline, nodes)
+        _kill(nodes)
+        assert (chief.ckpt / "backup" / "chief" / "checkpoint").is_file()
+        _start(nodes, workdir, "central_storage", args, run=2)
+        assert _wait_chief(nodes, deadline) == 0, _logs(nodes)
+    second = chief.output().split("===== run 2", 1)[1]
+    assert "strategy CentralStorageStrategy" in second, _logs(nodes)
+    assert "cloudtrain: resumed at epoch 2" in second, _logs(nodes)
+    assert "cloudtrain: epoch 1/3 done" not in second
+    _assert_outputs(chief, epochs=3)

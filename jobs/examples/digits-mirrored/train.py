@@ -77,6 +77,7 @@ def main() -> None:
     """Train, save the model and print the final accuracy."""
     args = parse_args()
     strategy = runtime.strategy()  # before any other TensorFlow op
+    print(f"strategy {type(strategy).__name__}: {strategy.num_replicas_in_sync} replica(s)")
     x_train, y_train, x_test, y_test = load_data()
     train = tf.data.Dataset.from_tensor_slices((x_train, y_train)).shuffle(2048, seed=0)
     if args.steps_per_epoch:
