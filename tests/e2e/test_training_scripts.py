@@ -230,23 +230,21 @@ def test_parameter_server(tmp_path: Path) -> None:
         assert "serving the parameter-server cluster" in node.output(), _logs(nodes)
 
 
-def test_mirrored_single_node(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("strategy", "built"),
+    [
+        ("mirrored", "MirroredStrategy"),
+        # variables on the CPU, compute replicated on the node's devices (here its CPU alone)
+        ("central_storage", "CentralStorageStrategy"),
+    ],
+)
+def test_single_node(tmp_path: Path, strategy: str, built: str) -> None:
     nodes, codes = _run_to_completion(
-        tmp_path, "digits-mirrored", "mirrored", {"chief": 1}, ["--epochs", "2"]
+        tmp_path, "digits-mirrored", strategy, {"chief": 1}, ["--epochs", "2"]
     )
     assert codes == {"chief0": 0}
     _assert_outputs(nodes[0], epochs=2)
-    assert "strategy MirroredStrategy: 1 replica(s)" in nodes[0].output()
-
-
-def test_central_storage_single_node(tmp_path: Path) -> None:
-    # variables on the CPU, compute replicated on the node's devices (here its CPU alone)
-    nodes, codes = _run_to_completion(
-        tmp_path, "digits-mirrored", "central_storage", {"chief": 1}, ["--epochs", "2"]
-    )
-    assert codes == {"chief0": 0}
-    _assert_outputs(nodes[0], epochs=2)
-    assert "strategy CentralStorageStrategy: 1 replica(s)" in nodes[0].output()
+    assert f"strategy {built}: 1 replica(s)" in nodes[0].output()
 
 
 def test_multiworker_resume_after_kill(tmp_path: Path) -> None:
