@@ -274,7 +274,7 @@ def test_process_group_succeeds_when_every_rank_exits_0() -> None:
 # --- the interface Gloo binds -------------------------------------------------------------------
 def test_interface_of_finds_the_interface_holding_an_address() -> None:
     assert hvd.interface_of("127.0.0.1") == "lo"
-    assert hvd.interface_of("192.0.2.77") is None  # TEST-NET-1: on no interface here
+    assert hvd.interface_of("203.0.113.77") is None  # TEST-NET-3: on no interface here
     assert hvd.interface_of("worker-0") is None  # not an IPv4 address
     assert hvd.interface_of("::1") is None
 
@@ -287,7 +287,7 @@ def _launched_envs(base_env: dict[str, str]) -> list[dict[str, str]]:
         return _bash(command, kwargs["process_group"])
 
     group = hvd.launch_node(
-        "exit 0", base_env, [f"{HOST}:2222", "192.0.2.8:2222"], [{"slots": 2}] * 2, 0,
+        "exit 0", base_env, [f"{HOST}:2222", "203.0.113.8:2222"], [{"slots": 2}] * 2, 0,
         start=start, start_server=FakeServers(),
     )  # fmt: skip
     assert group.wait(timeout=10) == 0
