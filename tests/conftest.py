@@ -1,5 +1,5 @@
-"""Node ports per worker, and the suite's last check: nothing of it is left on this machine
-(issue 16).
+"""Node ports per worker, the files longest first (tests/suite_order.py), and the suite's last
+check: nothing of it is left on this machine (issue 16).
 
 After every test and fixture has been torn down, `pytest_sessionfinish` asks
 tests/fakes/netns.leftovers() for `ctb*` namespaces, links and /etc/netns folders, mounts under a
@@ -20,7 +20,12 @@ from tests.fakes.port_slices import worker_slice
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Under xdist, this worker's node ports come from its own slice (tests/fakes/port_slices)."""
+    """Under xdist, this worker's node ports come from its own slice (tests/fakes/port_slices).
+    With `--dist loadfile`, the files go to the workers in the collection's order (which
+    `pytest_collection_modifyitems` below sets: longest first), not xdist's most-tests-first,
+    which started the long end-to-end files (few tests each) last (tests/suite_order.py)."""
+    if getattr(config.option, "dist", None) == "loadfile":
+        config.option.loadscopereorder = False  # as --no-loadscope-reorder
     if PORTS_ENV in os.environ:  # set by whoever runs the suite: theirs to split
         return
     low, high = _port_range()
@@ -32,6 +37,20 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     if got is not None:
         os.environ[PORTS_ENV] = f"{got[0]}-{got[1]}"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under xdist, the files in tests/suite_order.py's order (the longest first, each file's
+    tests in their own order): xdist's reorder off (`pytest_configure`), this is the order the
+    workers take the files in. Not under xdist, the collection's order is kept."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    from tests.suite_order import order_files, read_table
+
+    by_file: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        by_file.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
+    items[:] = [item for path in order_files(by_file, read_table()) for item in by_file[path]]
 
 
 @pytest.hookimpl(trylast=True)
