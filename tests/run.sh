@@ -60,6 +60,8 @@ fi
 python3 -m tests.fakes.box_images 3.10
 # strategy horovod's stack (tensorflow 2.15.1, horovod 0.28.1 compiled with Gloo: ~3 min), once
 python3 -m tests.fakes.horovod_stack 3.10
+# a Cloud TPU VM's image in the GCP box: its runtime's TensorFlow (CPU build; no TPU, no libtpu), once
+python3 -m tests.fakes.tpu_images tpu-vm-tf-2.16.1-pjrt
 # The Debian 12 root (debootstrap, ~1 min) that tests/e2e/test_debian_boot.py boots as root, once
 python3 -m tests.fakes.debian_root
 # Two workers (pytest-xdist), whole files each: most of the suite waits on processes, clouds'
