@@ -128,13 +128,17 @@ def main() -> None:
         hvd.callbacks.BroadcastGlobalVariablesCallback(0),
         hvd.callbacks.MetricAverageCallback(),
     ]
-    # the runtime's checkpoints (on rank 0 only: the chief), progress lines and metrics; no
-    # BackupAndRestore, which would have every rank of a node write the same folder
+    # the runtime's checkpoints (rank 0's only: saving is no collective under Horovod, so the
+    # other ranks save nothing, not even to the runtime's throw-away folder), progress lines and
+    # metrics; no BackupAndRestore, which would have every rank of a node write one folder
     global_batch = args.batch_size * hvd.size()
+    skip = (tf.keras.callbacks.BackupAndRestore,)
+    if hvd.rank() != 0:
+        skip += (tf.keras.callbacks.ModelCheckpoint,)
     callbacks += [
         c
         for c in runtime.callbacks(args.epochs, batch_size=global_batch)
-        if not isinstance(c, tf.keras.callbacks.BackupAndRestore)
+        if not isinstance(c, skip)
     ]
     if args.epoch_seconds > 0:
         callbacks.append(MinEpochDuration(args.epoch_seconds))
