@@ -245,7 +245,8 @@ class Provisioner:
         if blocks.install_stack and not controller:
             if self._wheelhouse is None:
                 self._wheelhouse = WheelhousePlanner(st.store, st.provider.name, PRESIGN_TTL_S)
-            offer = self._wheelhouse.offer_for(skeleton)
+            # a strategy with a stack of its own (horovod) has a wheelhouse of its own
+            offer = self._wheelhouse.offer_for(skeleton, params.require_module)
             params = dataclasses.replace(params, wheelhouse=offer)
         script = render_startup(params, blocks)
         return NodeRequest(**{**skeleton.__dict__, "startup_script": script})

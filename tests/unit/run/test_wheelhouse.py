@@ -14,6 +14,7 @@ import hashlib
 import json
 import re
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,7 @@ from cloudtrain.providers.base import NodeRequest
 from cloudtrain.providers.local import LocalStore
 from cloudtrain.run.startup import HOROVOD_STACK, TF_KERAS_VERSION, TF_VERSION
 from cloudtrain.run.wheelhouse import (
+    IMAGE_MACHINE,
     TAG_ENV,
     WheelhousePlanner,
     image_python,
@@ -178,10 +180,11 @@ def _script_value(script: str, name: str) -> str:
     return found.group(1)
 
 
-def test_the_orchestrator_offers_the_first_node_the_build_and_later_runs_the_tar(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    moto = pytest.importorskip("moto")
+def _aws_requests(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cluster: str, store: LocalStore
+) -> Callable[[], list[NodeRequest]]:
+    """A renderer of the node requests the orchestrator makes for an AWS job with `cluster`
+    (YAML lines), on moto with the images' parameters seeded; call it inside moto.mock_aws()."""
     from cloudtrain.providers.aws.provider import AwsProvider
     from cloudtrain.providers.base import ProviderConfig
     from tests.unit import security_kit as kit
@@ -198,17 +201,29 @@ def test_the_orchestrator_offers_the_first_node_the_build_and_later_runs_the_tar
     for key, value in {"AWS_ACCESS_KEY_ID": "t", "AWS_SECRET_ACCESS_KEY": "t"}.items():
         monkeypatch.setenv(key, value)
     monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
-    store = LocalStore(f"file://{tmp_path / 'bucket'}")
-    store.ensure_bucket()
     job = kit.write_job(
         tmp_path / "job",
-        f"name: wh\nprovider: aws\nregion: {REGION}\nentrypoint: python train.py\n"
-        "cluster:\n  strategy: multi_worker_mirrored\n  workers: 2\n",
+        f"name: wh\nprovider: aws\nregion: {REGION}\nentrypoint: python train.py\n{cluster}",
     )
-    with moto.mock_aws():
+
+    def render() -> list[NodeRequest]:
         _seed_ssm({GPU_IMAGE_PARAM: GPU_AMI, CPU_IMAGE_PARAM: CPU_AMI})
         provider = AwsProvider(ProviderConfig(name="aws", region=REGION))
-        first = kit.render_requests(job, provider, tmp_path, store)
+        return kit.render_requests(job, provider, tmp_path, store)
+
+    return render
+
+
+def test_the_orchestrator_offers_the_first_node_the_build_and_later_runs_the_tar(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    moto = pytest.importorskip("moto")
+    store = LocalStore(f"file://{tmp_path / 'bucket'}")
+    store.ensure_bucket()
+    cluster = "cluster:\n  strategy: multi_worker_mirrored\n  workers: 2\n"
+    render = _aws_requests(tmp_path, monkeypatch, cluster, store)
+    with moto.mock_aws():
+        first = render()
         modes = [_script_value(r.startup_script, "CT_WHEELHOUSE_MODE") for r in first]
         assert modes == ["cold", ""], modes
         wheel_tag = _script_value(first[0].startup_script, "CT_WHEELHOUSE_TAG")
@@ -221,13 +236,32 @@ def test_the_orchestrator_offers_the_first_node_the_build_and_later_runs_the_tar
         doc = {"tag": wheel_tag, "sha256": sha, "size": len(data), "files": ["t.whl"]}
         doc["pins"] = stack_pins(first[0].accelerator_count > 0)
         store.put(manifest_key(wheel_tag), json.dumps(doc).encode())
-        later = kit.render_requests(job, provider, tmp_path, store)
+        later = render()
     for req in later:
         script = req.startup_script
         assert _script_value(script, "CT_WHEELHOUSE_MODE") == "warm"
         assert _script_value(script, "CT_WHEELHOUSE_SHA256") == sha
         assert _script_value(script, "CT_WHEELHOUSE_URL").endswith(f"/{wheel_tag}/wheels.tar")
         assert _script_value(script, "CT_WHEELHOUSE_PUT_URL") == ""
+
+
+def test_the_orchestrator_offers_a_horovod_node_its_own_stacks_wheelhouse(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # without it, horovod nodes were offered the standard stack's tar and compiled horovod
+    # each, from the index
+    moto = pytest.importorskip("moto")
+    store = LocalStore(f"file://{tmp_path / 'bucket'}")
+    store.ensure_bucket()
+    cluster = "cluster:\n  strategy: horovod\n  workers: 2\n"
+    with moto.mock_aws():
+        first = _aws_requests(tmp_path, monkeypatch, cluster, store)()
+    gpu = first[0].accelerator_count > 0
+    python = image_python("aws", first[0])
+    assert python is not None
+    expected = tag(python, IMAGE_MACHINE, stack_pins(gpu, HOROVOD_STACK.module))
+    assert expected != tag(python, IMAGE_MACHINE, stack_pins(gpu))
+    assert _script_value(first[0].startup_script, "CT_WHEELHOUSE_TAG") == expected
 
 
 def test_on_s3_under_a_prefix(monkeypatch: pytest.MonkeyPatch) -> None:
