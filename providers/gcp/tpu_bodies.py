@@ -33,6 +33,9 @@ from cloudtrain.providers.gcp.bodies import (
     labels,
 )
 
+# the QueuedResource field holding its node specs (tpu.v2 discovery document: QueuedResource.tpu)
+TPU_FIELD = "tpu"
+
 # tpu_v2.types.Node.State -> the project's node states. PREEMPTED: "TPU node has been preempted.
 # Only applies to Preemptible TPU Nodes"; TERMINATED: "terminated due to maintenance or has
 # reached the end of its life cycle (for preemptible nodes)" (google-cloud-tpu, cloud_tpu.py).
@@ -108,7 +111,7 @@ def queued_body(
     seconds (the API's `validUntilDuration`), so a request cloudtrain gave up on is never
     fulfilled later. Pure."""
     return {
-        "tpu": {
+        TPU_FIELD: {
             "nodeSpec": [
                 {"parent": location(project, zone), "nodeId": name, "node": dict(node)},
             ]
@@ -164,7 +167,7 @@ def queued_state(data: Mapping[str, Any]) -> str:
 
 def queued_node(data: Mapping[str, Any]) -> Mapping[str, Any]:
     """The node of a queued resource's (first) nodeSpec, or {}. Pure."""
-    specs = (data.get("tpu") or {}).get("nodeSpec") or [{}]
+    specs = (data.get(TPU_FIELD) or {}).get("nodeSpec") or [{}]
     return specs[0].get("node") or {}
 
 

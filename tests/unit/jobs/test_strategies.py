@@ -283,11 +283,22 @@ NAMES = "|".join(map(re.escape, STRATEGIES))
 QUOTED_NAME = re.compile(rf"""(["'])({NAMES})\1""")  # 'horovod' or "horovod", not "horovod.x"
 
 
+# (file, the whole line, stripped): why it may quote a strategy's name. Nothing else may.
+ALLOWED = {
+    ("providers/gcp/tpu_bodies.py", 'TPU_FIELD = "tpu"'): "the TPU API's QueuedResource field"
+    " `tpu` (tpu.v2 discovery document), a word of Google's, no strategy",
+}
+
+
 def quoted_names(files: Iterable[Path], root: Path = ROOT) -> list[str]:
-    """`PATH:LINE: text` for each line of `files` holding a declared strategy's name in quotes."""
+    """`PATH:LINE: text` for each line of `files` holding a declared strategy's name in quotes,
+    but the lines ALLOWED."""
     hits = []
     for path in files:
+        rel = path.relative_to(root).as_posix()
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if (rel, line.strip()) in ALLOWED:
+                continue
             if QUOTED_NAME.search(line):
                 hits.append(f"{path.relative_to(root)}:{number}: {line.strip()}")
     return hits
