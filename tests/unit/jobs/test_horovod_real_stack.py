@@ -35,8 +35,15 @@ PRELUDE = f"import cloudtrain\ncloudtrain.__path__.append({str(ROOT)!r})\n"
 
 def in_stack(code: str, timeout: float = 120) -> str:
     """Run `code` in the stack's interpreter; its stdout. Fails the test on a non-zero exit."""
+    proc = run_in_stack(code, timeout)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc.stdout
+
+
+def run_in_stack(code: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """Run `code` in the stack's interpreter to its end. Blocks."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "2"}
-    proc = subprocess.run(
+    return subprocess.run(
         [str(horovod_stack.python(PYTHON)), "-c", PRELUDE + textwrap.dedent(code)],
         capture_output=True,
         text=True,
@@ -44,8 +51,6 @@ def in_stack(code: str, timeout: float = 120) -> str:
         env=env,
         cwd=ROOT,
     )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return proc.stdout
 
 
 @pytest.mark.parametrize("hosts", [[("a", 1)], [("a", 4)], [("a", 2), ("b", 2), ("c", 2)]])
@@ -90,13 +95,16 @@ import horovod.tensorflow as hvd, os, tensorflow as tf
 hvd.init()
 total = hvd.allreduce(tf.constant([float(hvd.rank() + 1)]), op=hvd.Sum)
 first = hvd.broadcast(tf.constant([float(hvd.rank() + 10)]), 0)
-print("rank", hvd.rank(), hvd.size(), hvd.local_rank(), hvd.cross_rank(), hvd.gloo_enabled(),
-      float(total[0]), float(first[0]), os.environ["HOROVOD_GLOO_IFACE"], flush=True)
+fields = (hvd.rank(), hvd.size(), hvd.local_rank(), hvd.cross_rank(), hvd.gloo_enabled(),
+          float(total[0]), float(first[0]), os.environ["HOROVOD_GLOO_IFACE"])
+# one write per line: the four ranks share one pipe, and an unbuffered print writes each of
+# its arguments on its own (lines interleaved under load: "rankrank 1 4 ...")
+os.write(1, (" ".join(map(str, ("rank", *fields))) + "\\n").encode())
 """
 
 
 def test_two_nodes_of_two_ranks_allreduce_through_launch_node() -> None:
-    out = in_stack(
+    proc = run_in_stack(
         f"""
         import os, shlex, socket, subprocess, sys
         from cloudtrain.jobs import horovod as hvd
@@ -118,10 +126,13 @@ def test_two_nodes_of_two_ranks_allreduce_through_launch_node() -> None:
         """,
         timeout=200,
     )
+    out = proc.stdout
+    said = out[-3000:] + proc.stderr[-6000:]  # the ranks' stderr too
+    assert proc.returncode == 0, said
     lines = sorted(line.split() for line in out.splitlines() if line.startswith("rank "))
     # rank, size, local rank, cross rank, gloo, the allreduced sum (1+2+3+4), rank 0's value
     assert lines == [
         ["rank", str(r), "4", str(r % 2), str(r // 2), "True", "10.0", "10.0", "lo"]
         for r in range(4)
-    ], out
-    assert "exit [0, 0]" in out
+    ], said
+    assert "exit [0, 0]" in out, said
