@@ -227,7 +227,6 @@ esac"""
 def node_env(runtime: str, tensorflow: str) -> dict[str, str]:
     """The environment a TPU VM's bootstrap and agent get: the runtime version and the
     TensorFlow it ships (the bootstrap then uses the image's TensorFlow, never installing the GPU
-    nodes' pinned one; jobs/startup.sh.j2 `image_stack`). CT_GPU_COUNT is 0: the plan counts
-    a TPU slice's chips as its accelerators, and the bootstrap would otherwise look for that many
-    NVIDIA GPUs (exported after the script's own value, so this one holds). Pure."""
-    return {"CT_TPU_RUNTIME": runtime, "CT_TF_FROM_IMAGE": tensorflow, "CT_GPU_COUNT": "0"}
+    nodes' pinned one; jobs/startup.sh.j2 `image_stack`). Its GPU count is 0 by the strategy's
+    device (cloudtrain/run/provisioning.py), not by this environment. Pure."""
+    return {"CT_TPU_RUNTIME": runtime, "CT_TF_FROM_IMAGE": tensorflow}
