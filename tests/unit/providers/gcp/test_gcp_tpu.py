@@ -204,7 +204,7 @@ def test_the_tpu_vms_bootstrap_uses_the_images_tensorflow_and_tpu_name_local(
     blocks = compute.startup_blocks(run_info(), request())
     assert blocks.env["CT_TF_FROM_IMAGE"] == "2.16.1"  # tpu-vm-tf-2.16.1-pjrt's
     assert blocks.env["CT_TPU_RUNTIME"] == "tpu-vm-tf-2.16.1-pjrt"
-    assert blocks.env["CT_GPU_COUNT"] == "0"  # 8 chips, no GPU to look for
+    assert "CT_GPU_COUNT" not in blocks.env  # the provisioner passes 0 for a TPU device
     assert "export TPU_NAME=local" in blocks.metadata
     gpu = compute.startup_blocks(run_info(), NodeRequest(RUN, "worker", 0, "n1-standard-8", ""))
     assert "CT_TF_FROM_IMAGE" not in gpu.env and "TPU_NAME" not in gpu.metadata
@@ -226,7 +226,7 @@ def test_a_tpu_vms_script_takes_the_images_tensorflow_and_passes_shellcheck(
             bundle_url="https://storage.googleapis.com/b/k?X-Goog-Signature=ab",
             bundle_sha256="ab" * 32,
             log_put_url="https://storage.googleapis.com/b/l?X-Goog-Signature=cd",
-            version="0.1.0", deadline_epoch=1767225600, gpu_count=req.accelerator_count,
+            version="0.1.0", deadline_epoch=1767225600, gpu_count=0,  # a TPU (provisioning.py)
             pip_extra="gcp",
         )  # fmt: skip
         script = tmp_path / f"{kind}.sh"
@@ -234,5 +234,5 @@ def test_a_tpu_vms_script_takes_the_images_tensorflow_and_passes_shellcheck(
         check_script(script)
         scripts[kind] = script.read_text()
     assert "\nimage_stack\n" in scripts["tpu"]  # the image's TensorFlow, never the pinned one
-    assert "export CT_GPU_COUNT='0'" in scripts["tpu"]
+    assert "\nCT_GPU_COUNT='0'\n" in scripts["tpu"]
     assert "image_stack" not in scripts["cpu"]  # other nodes' scripts are as they were
