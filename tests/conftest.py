@@ -1,5 +1,6 @@
-"""Node ports per worker, the files longest first (tests/suite_order.py), and the suite's last
-check: nothing of it is left on this machine (issue 16).
+"""Node ports per worker, the files longest first (tests/suite_order.py), no test leaving a
+cloud's credential variables behind, and the suite's last check: nothing of it is left on this
+machine (issue 16).
 
 After every test and fixture has been torn down, `pytest_sessionfinish` asks
 tests/fakes/netns.leftovers() for `ctb*` namespaces, links and /etc/netns folders, mounts under a
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Iterator
 
 import pytest
 
@@ -51,6 +53,35 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         by_file.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
     items[:] = [item for path in order_files(by_file, read_table()) for item in by_file[path]]
+
+
+def _credential_variables() -> tuple[str, ...]:
+    """Every variable a cloud's credential chain reads (`ProviderInfo.credential_env`), the ones
+    that `plan` looks at to decide whether to ask an account (loading that cloud's SDK)."""
+    from cloudtrain.providers.registry import infos
+
+    return tuple(
+        dict.fromkeys(n for i in infos() for n in (*i.credential_env, "AWS_SECRET_ACCESS_KEY"))
+    )
+
+
+@pytest.fixture(autouse=True)
+def _no_credentials_left_behind() -> Iterator[None]:
+    """Fail the test that changes a cloud's credential variables in this process and leaves them
+    so: the tests after it in this worker would see an account (one did: `plan` on `cheapest`
+    loaded botocore in CI, after a test whose monkeypatch restored moto's fake keys). Set up
+    before the test's own fixtures, so checked after they are undone."""
+    names = _credential_variables()
+    before = {n: os.environ.get(n) for n in names}
+    yield
+    after = {n: os.environ.get(n) for n in names}
+    changed = sorted(n for n in names if before[n] != after[n])
+    for name in changed:  # put back, so that one leak fails one test, not the ones after it
+        if before[name] is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = before[name]  # type: ignore[assignment]
+    assert not changed, f"the test left these credential variables changed: {changed}"
 
 
 @pytest.hookimpl(trylast=True)

@@ -184,7 +184,9 @@ def _aws_requests(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cluster: str, store: LocalStore
 ) -> Callable[[], list[NodeRequest]]:
     """A renderer of the node requests the orchestrator makes for an AWS job with `cluster`
-    (YAML lines), on moto with the images' parameters seeded; call it inside moto.mock_aws()."""
+    (YAML lines), on moto with the images' parameters seeded. Call this outside moto.mock_aws()
+    and what it returns inside: monkeypatching the keys inside moto's fake ones restores moto's
+    keys when the test ends, leaving them in this process for the tests after it."""
     from cloudtrain.providers.aws.provider import AwsProvider
     from cloudtrain.providers.base import ProviderConfig
     from tests.unit import security_kit as kit
@@ -254,8 +256,9 @@ def test_the_orchestrator_offers_a_horovod_node_its_own_stacks_wheelhouse(
     store = LocalStore(f"file://{tmp_path / 'bucket'}")
     store.ensure_bucket()
     cluster = "cluster:\n  strategy: horovod\n  workers: 2\n"
+    render = _aws_requests(tmp_path, monkeypatch, cluster, store)  # outside moto: see its doc
     with moto.mock_aws():
-        first = _aws_requests(tmp_path, monkeypatch, cluster, store)()
+        first = render()
     gpu = first[0].accelerator_count > 0
     python = image_python("aws", first[0])
     assert python is not None
