@@ -136,6 +136,18 @@ def checkpoints_in(box: NetBox, vm_id: str) -> list[Path]:
     return sorted(box.harness.vm_dir(vm_id).rglob("epoch-*.index"))
 
 
+def newest_epoch(box: NetBox, vm_id: str) -> int:
+    """The newest epoch whose checkpoint (its .index, written last) is on the VM's disk; 0 if
+    none."""
+    found = [re.fullmatch(r"epoch-(\d+)\.index", p.name) for p in checkpoints_in(box, vm_id)]
+    return max((int(m.group(1)) for m in found if m), default=0)
+
+
+def synced(box: NetBox, key: str) -> bool:
+    """Whether checkpoint `key` (ending in "epoch-NNN.") has its index and data in the bucket."""
+    return {k.split(key, 1)[1][:4] for k in box.keys(key)} == {"inde", "data"}
+
+
 def test_horovod_example_trains_across_hosts_and_resumes_after_a_lost_node(
     hvd_box: NetBox,
 ) -> None:
@@ -156,10 +168,17 @@ def test_horovod_example_trains_across_hosts_and_resumes_after_a_lost_node(
         before = epochs_done(box, run_id, "worker-1")
         assert before < EPOCHS - 1, f"epoch {before} done already: no epoch left to lose a node in"
         wait("an epoch's end", lambda: epochs_done(box, run_id, "worker-1") > before, 300)
-        done = epochs_done(box, run_id, "worker-1")
         (victim,) = node_vms(box, run_id, "worker-1")
         (first,) = node_vms(box, run_id, "worker-0")
-        time.sleep(3)  # mid-epoch: the epoch's checkpoint is synced (every 2 s)
+        # rank 0's newest checkpoint, read off worker-0's disk (the logs' epoch lines come
+        # seconds late under load: CI saw the next epoch end before a kill timed by them)
+        done = newest_epoch(box, first)
+        assert 0 < done < EPOCHS, f"epoch {done} checkpointed: no epoch left to lose a node in"
+        key = f"{protocol.checkpoints_prefix(run_id)}ckpt/epoch-{done:03d}."
+        wait(f"{key}index/data in the bucket", lambda: synced(box, key), 60)
+        # mid-epoch: the next epoch ends no sooner than --epoch-seconds after this one, and
+        # its checkpoint needs worker-1's ranks (MetricAverageCallback's allreduce comes first)
+        assert newest_epoch(box, first) == done, "the next epoch ended before the kill"
         box.ec2.terminate_instances(InstanceIds=[victim])
         assert cli.wait(timeout=600) == 0, box.ct.output()[-5000:]
     finally:
