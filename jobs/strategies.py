@@ -116,6 +116,12 @@ class StrategyInfo:
     # accelerator names and which only providers that declare TPU types sell
     device: Literal["gpu", "tpu"] = "gpu"
 
+    @property
+    def on_tpu(self) -> bool:
+        """Whether its nodes are Cloud TPU VMs (a run's launcher then needs the TPU API and its
+        rights). Pure."""
+        return self.device == "tpu"
+
     def counts(self) -> dict[str, Count]:
         """The count rule per role, in ROLES' order. Pure."""
         return {

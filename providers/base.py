@@ -453,10 +453,11 @@ class Provider(ABC):
         ledger, so `down` and `status` reach the same one. None where there is no such thing."""
         return self.config.account
 
-    def account_probe(self) -> AccountProbe | None:
+    def account_probe(self, tpu: bool = False) -> AccountProbe | None:
         """The read-only probe of the caller's account (providers/account.py): credentials,
-        APIs, rights, quotas. None where there is no account to ask (local). Creates nothing;
-        may open SDK clients."""
+        APIs, rights, quotas; of a TPU run (`tpu`: its strategy's device is a Cloud TPU VM) the
+        TPU API and rights too, where the cloud sells TPUs. None where there is no account to
+        ask (local). Creates nothing; may open SDK clients."""
         return None
 
 
@@ -497,6 +498,6 @@ class ProviderWrapper(Provider):
         """Passed through."""
         return self.inner.account()
 
-    def account_probe(self) -> AccountProbe | None:
+    def account_probe(self, tpu: bool = False) -> AccountProbe | None:
         """Passed through: a probe only reads, and its caller says what failed."""
-        return self.inner.account_probe()
+        return self.inner.account_probe(tpu)

@@ -168,7 +168,8 @@ def _check_job(
         built = run_provider(spec, placed)
     except UsageError as exc:
         return CloudCheck(name, None, error=str(exc))
-    return _ask(name, built.account_probe(), candidates, catalog)
+    probe = built.account_probe(tpu=spec.cluster.strategy_info.on_tpu)
+    return _ask(name, probe, candidates, catalog)
 
 
 def _ask(

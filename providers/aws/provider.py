@@ -40,9 +40,10 @@ class AwsProvider(Provider):
         """One bucket per account and region, owned by cloudtrain."""
         return "s3://" + DEFAULT_BUCKET.format(account=account_id(self.region), region=self.region)
 
-    def account_probe(self):  # type: ignore[no-untyped-def]
+    def account_probe(self, tpu: bool = False):  # type: ignore[no-untyped-def]
         """The read-only probe of the caller's account in this region
-        (providers/aws/account.py). Creates nothing; clients are made on first use."""
+        (providers/aws/account.py); AWS sells no TPU, so `tpu` changes nothing. Creates
+        nothing; clients are made on first use."""
         from cloudtrain.providers.aws.account import AwsAccountProbe
 
         return AwsAccountProbe(self.region)

@@ -99,10 +99,11 @@ class AzureProvider(Provider):
         """The subscription (recorded in the ledger so `down` reaches the same one)."""
         return self.auth().subscription
 
-    def account_probe(self) -> AccountProbe:
+    def account_probe(self, tpu: bool = False) -> AccountProbe:
         """The subscription's read-only probe (account_probe.py), through this provider's
         credential and clients; the region (if any) names the group whose permissions it asks.
-        Builds no client and reads no credential until a method is called."""
+        Azure sells no TPU, so `tpu` changes nothing. Builds no client and reads no
+        credential until a method is called."""
         from cloudtrain.providers.azure.account_probe import AzureAccountProbe
 
         return AzureAccountProbe(self.auth, self.clients, self.region)

@@ -6,11 +6,12 @@
   service account's email where the credentials know one, and the project (clients.py's
   order: the spec, the environment, ADC). On the box (CLOUDTRAIN_GCE_ENDPOINT) the caller is
   anonymous.
-- `apis()`: each API a run calls (`RUN_APIS`), asked of Service Usage v1
+- `apis()`: each API a run calls (`RUN_APIS`; a TPU run's `TPU_API` too), asked of Service Usage v1
   (`GET https://serviceusage.googleapis.com/v1/projects/{p}/services/{name}` -> `state`
   ENABLED or DISABLED; cloud.google.com/service-usage/docs/reference/rest/v1/services/get).
-- `missing_rights()`: `controller_identity.RUN_PERMISSIONS` (the one list of what a run uses)
-  less what Resource Manager's `projects.testIamPermissions` says the caller holds
+- `missing_rights()`: `controller_identity.RUN_PERMISSIONS` (the one list of what a run uses;
+  a TPU run's `TPU_PERMISSIONS` too) less what Resource Manager's `projects.testIamPermissions`
+  says the caller holds
   (`POST https://cloudresourcemanager.googleapis.com/v1/projects/{p}:testIamPermissions`;
   cloud.google.com/resource-manager/reference/rest/v1/projects/testIamPermissions: "There are
   no permissions required for making this API call"; the probe sends at most 100 a call).
@@ -54,6 +55,7 @@ RUN_APIS = (
     "cloudresourcemanager.googleapis.com",
     "storage.googleapis.com",
 )
+TPU_API = "tpu.googleapis.com"  # a TPU run's too (tpu_nodes.py calls Cloud TPU API v2)
 SERVICEUSAGE_ENDPOINT_ENV = env.SERVICEUSAGE_ENDPOINT.name
 SERVICEUSAGE_API = "https://serviceusage.googleapis.com"
 TEST_PERMISSIONS_MAX = 100
@@ -110,8 +112,9 @@ class GcpAccountProbe(AccountProbe):
     """The caller's project (the spec's, else the environment's, else ADC's), asked
     read-only. Thread-safe; credentials and clients are built on first use."""
 
-    def __init__(self, project: str | None = None) -> None:
+    def __init__(self, project: str | None = None, tpu: bool = False) -> None:
         self._project = project
+        self._tpu = tpu  # a TPU run's: the TPU API and TPU_PERMISSIONS are asked too
         self._lock = threading.Lock()
         self._resolved: GcpAuth | None = None
         self._clients_built: tuple[ComputeClients, IamClient] | None = None
@@ -165,7 +168,7 @@ class GcpAccountProbe(AccountProbe):
             env.SERVICEUSAGE_ENDPOINT.text() or env.IAM_ENDPOINT.text() or SERVICEUSAGE_API
         ).rstrip("/")
         out = []
-        for name in RUN_APIS:
+        for name in (*RUN_APIS, TPU_API) if self._tpu else RUN_APIS:
             url = f"{base}/v1/projects/{project}/services/{name}"
             try:
                 state = self._session().call("GET", url, f"ask Service Usage about {name}")
@@ -180,13 +183,18 @@ class GcpAccountProbe(AccountProbe):
         return out
 
     def missing_rights(self) -> list[str]:
-        """RUN_PERMISSIONS the caller does not hold in the project, sorted (testIamPermissions,
-        100 at a time). Raises ProviderError when Resource Manager refuses. Blocks."""
-        from cloudtrain.providers.gcp.controller_identity import RUN_PERMISSIONS, _crm_base
+        """RUN_PERMISSIONS (and a TPU run's TPU_PERMISSIONS) the caller does not hold in the
+        project, sorted (testIamPermissions, 100 at a time). Raises ProviderError when Resource
+        Manager refuses. Blocks."""
+        from cloudtrain.providers.gcp.controller_identity import (
+            RUN_PERMISSIONS,
+            TPU_PERMISSIONS,
+            _crm_base,
+        )
 
         project = self._auth().project
         url = f"{_crm_base(project)}:testIamPermissions"
-        wanted = sorted(set(RUN_PERMISSIONS))
+        wanted = sorted({*RUN_PERMISSIONS, *(TPU_PERMISSIONS if self._tpu else ())})
         held: set[str] = set()
         for start in range(0, len(wanted), TEST_PERMISSIONS_MAX):
             chunk = wanted[start : start + TEST_PERMISSIONS_MAX]

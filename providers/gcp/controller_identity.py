@@ -134,6 +134,24 @@ RUN_PERMISSIONS: tuple[str, ...] = (
     "storage.objects.get",
     "storage.objects.list",
 )
+# What a TPU run's launcher uses besides (tpu_nodes.py: nodes and their operations for an
+# on-demand TPU VM, queued resources for a spot one, both listed by `down` and `gc`), by the
+# permission Cloud TPU's IAM reference names for each call
+# (docs.cloud.google.com/iam/docs/roles-permissions/tpu), the names the box's TPU fake
+# enforces (tests/fakes/tpu_access.py). Asked only of a TPU run (account.py): a GPU run's
+# caller needs none of them. The controller node of a managed run gets none (no per-run TPU
+# grant exists: Cloud TPU has no resource-level IAM), so a TPU run is not handed to one.
+TPU_PERMISSIONS: tuple[str, ...] = (
+    "tpu.nodes.create",
+    "tpu.nodes.delete",
+    "tpu.nodes.get",
+    "tpu.nodes.list",
+    "tpu.operations.get",
+    "tpu.queuedResources.create",
+    "tpu.queuedResources.delete",
+    "tpu.queuedResources.get",
+    "tpu.queuedResources.list",
+)
 
 
 def controller_account_id(run_id: str) -> str:

@@ -93,10 +93,10 @@ class GcpProvider(Provider):
         """The project (recorded in the ledger so `down` reaches the same one)."""
         return self.project
 
-    def account_probe(self) -> AccountProbe:
+    def account_probe(self, tpu: bool = False) -> AccountProbe:
         """The read-only probe of the project (providers/gcp/account.py): ADC's link, the
-        enabled APIs, the run's missing permissions, the region's GPU and vCPU quotas. Builds
-        no client and reads no credentials until asked."""
+        enabled APIs, the run's missing permissions (a TPU run's too: `tpu`), the
+        region's GPU and vCPU quotas. Builds no client and reads no credentials until asked."""
         from cloudtrain.providers.gcp.account import GcpAccountProbe
 
-        return GcpAccountProbe(self.config.account)
+        return GcpAccountProbe(self.config.account, tpu=tpu)
