@@ -172,7 +172,7 @@ def account_probe_of(spec: JobSpec) -> Callable[[str, Plan], AccountProbe | None
         if visible(info(cloud)) is None:
             return None
         try:
-            return run_provider(spec, placed).account_probe()
+            return run_provider(spec, placed).account_probe(tpu=spec.cluster.strategy_info.on_tpu)
         except UsageError:  # the cloud's extra is not installed: nothing to ask with
             return None
 
@@ -341,6 +341,10 @@ def launch(
         options = replace(options, detach=True)
     if not controller and options.controller:
         options = replace(options, controller=False)
+    if options.detach and options.controller:  # before anything exists
+        from cloudtrain.managed.controller_offer import check_hand_off
+
+        check_hand_off(ready.spec.cluster.strategy_info)
     seen = observer if observer is not None else SilentObserver()
     from cloudtrain.catalog.offers import Catalog
     from cloudtrain.run.failover import places_for

@@ -59,6 +59,13 @@ def attach(
             f"run {rid} has ended: {rec.outcome or 'done'}",
             hint=f"`cloudtrain status {rid}` shows it",
         )
+    if detach:  # refused before the lease is taken: nobody would control the run
+        from cloudtrain.jobs.strategies import strategy
+        from cloudtrain.managed.controller_offer import check_hand_off
+
+        declared = strategy(str((rec.plan or {}).get("strategy") or ""))
+        if declared is not None:
+            check_hand_off(declared)
     store_uri = rec.store_uri or ""
     prov = api_build.record_provider(rec)
     store = prov.store(store_uri)

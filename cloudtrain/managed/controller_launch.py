@@ -36,8 +36,9 @@ def launch_controller(orch: Orchestrator) -> str:
     """Create the controller node of `orch`'s run (identity first) and hand it the lease.
     Returns the node's name. Raises what the provider raises (the caller tears down). Blocks
     until the create call returns, not until the node boots."""
-    from cloudtrain.managed.controller_offer import controller_offer
+    from cloudtrain.managed.controller_offer import check_hand_off, controller_offer
 
+    check_hand_off(orch.spec.cluster.strategy_info)  # the callers asked already: the last guard
     run_id, ledger, compute = orch.run_id, orch.ledger, orch.provider.compute
     offer = controller_offer(orch.provider.name, orch.plan.region)
     name = node_name(run_id, ROLE, 0)

@@ -13,7 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cloudtrain.catalog.offers import Catalog, Offer
-from cloudtrain.core.errors import PlanError
+from cloudtrain.core.errors import PlanError, UsageError
+from cloudtrain.jobs.strategies import StrategyInfo
 from cloudtrain.providers.registry import declared
 
 MIN_MEMORY_GB = 2.0
@@ -72,3 +73,18 @@ def controller_offer(
         memory_gb=best.memory_gib,
         vcpus=best.vcpus,
     )
+
+
+def check_hand_off(strategy: StrategyInfo) -> None:
+    """Raise UsageError when a run of `strategy` may not be handed to a controller node: a TPU
+    run's, whose controller would need TPU rights over the whole project (Cloud TPU has no
+    resource-level IAM to scope them to the run's TPU VMs, and the controller's identity may
+    touch only its run: providers/gcp/controller_identity.py). Called before anything is
+    created or a lease is taken. Pure."""
+    if strategy.on_tpu:
+        raise UsageError(
+            f"a run of strategy {strategy.name!r} cannot be handed to a controller node: it "
+            f"would need TPU rights over the whole project",
+            hint="run it attached, or with --detach --no-controller (its nodes then stop "
+            "themselves at the deadline)",
+        )

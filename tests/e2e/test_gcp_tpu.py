@@ -198,3 +198,39 @@ def test_gc_and_down_find_a_tpu_vm_after_kill_9(tpu_box: TpuBox) -> None:
     down = tpu_box.run("down", run_id)
     assert down.returncode == 0, down.stdout + down.stderr
     tpu_box.assert_nothing_left(run_id)
+
+
+def test_a_caller_without_tpu_rights_is_told_by_check_and_run_creates_nothing(
+    tpu_box: TpuBox,
+) -> None:
+    # the rights a TPU run uses are asked of a TPU run only: a GPU run's caller needs none
+    tpu_box.tpu.tpu.account.deny("tpu.queuedResources.create")
+    job = _job(tpu_box.ct, spot=True)
+    line = "the GCP credentials lack 1 right(s) a run needs: tpu.queuedResources.create"
+    check = tpu_box.run("check", "--provider", "gcp", "--region", REGION, str(job))
+    assert check.returncode == 1 and line in check.stdout, check.stdout + check.stderr
+    proc = tpu_box.run("run", "--provider", "gcp", "--region", REGION, str(job))
+    assert proc.returncode != 0
+    assert line in proc.stdout + proc.stderr, proc.stdout[-3000:] + proc.stderr[-2000:]
+    writes = [r for r in tpu_box.tpu.tpu.requests if r.startswith(("POST", "DELETE"))]
+    assert writes == [] and tpu_box.tpu.tpu.nodes() == [], writes
+    assert tpu_box.cloud.gce.service_accounts() == [] and tpu_box.cloud.gce.firewalls() == []
+    # the TPU API switched off is said by check, as the GPU APIs are
+    tpu_box.tpu.tpu.account.allow("tpu.queuedResources.create")
+    tpu_box.tpu.tpu.account.disable()
+    check = tpu_box.run("check", "--provider", "gcp", "--region", REGION, str(job))
+    assert check.returncode == 1, check.stdout + check.stderr
+    assert "gcloud services enable tpu.googleapis.com" in check.stdout, check.stdout
+
+
+def test_a_tpu_run_is_not_handed_to_a_controller_node(tpu_box: TpuBox) -> None:
+    # its controller would need TPU rights over the whole project: refused before anything
+    job = _job(tpu_box.ct, spot=False)
+    proc = tpu_box.run("run", "--detach", "--provider", "gcp", "--region", REGION, str(job))
+    assert proc.returncode != 0
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "cannot be handed to a controller node" in lines[0], proc.stderr
+    assert "Traceback" not in proc.stdout + proc.stderr
+    assert not [r for r in tpu_box.tpu.tpu.requests if r.startswith(("POST", "DELETE"))]
+    assert tpu_box.cloud.gce.service_accounts() == [] and tpu_box.cloud.gce.firewalls() == []
+    assert tpu_box.ct.run_ids() == []

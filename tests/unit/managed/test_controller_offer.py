@@ -15,8 +15,14 @@ import pytest
 
 from cloudtrain.catalog import build as catalog_build
 from cloudtrain.catalog.offers import LOCAL_PRICE_ENV, Catalog
-from cloudtrain.core.errors import PlanError
-from cloudtrain.managed.controller_offer import MIN_MEMORY_GB, ControllerOffer, controller_offer
+from cloudtrain.core.errors import PlanError, UsageError
+from cloudtrain.jobs.strategies import STRATEGIES
+from cloudtrain.managed.controller_offer import (
+    MIN_MEMORY_GB,
+    ControllerOffer,
+    check_hand_off,
+    controller_offer,
+)
 from cloudtrain.providers.gcp.tpu_types import tpu_type
 
 HEADER = ",".join(catalog_build.HEADER)
@@ -128,3 +134,14 @@ def test_import_stays_light() -> None:
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_only_a_tpu_run_is_refused_a_controller_node() -> None:
+    refused = []
+    for info in STRATEGIES.values():
+        try:
+            check_hand_off(info)
+        except UsageError as exc:
+            refused.append(info.name)
+            assert "--no-controller" in str(exc.hint)
+    assert refused == [i.name for i in STRATEGIES.values() if i.on_tpu] != []
