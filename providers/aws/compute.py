@@ -95,6 +95,15 @@ _SELF_SHUTDOWN = shutdown_at_deadline(
 )
 
 
+# The node's role credentials come from EC2's metadata service, which throttles per instance
+# (docs.aws.amazon.com/AWSEC2/latest/UserGuide/instancedata-data-retrieval.html, "Query
+# throttling": retry with backoff) and which botocore asks once, for 1 s, by default
+# (AWS_METADATA_SERVICE_NUM_ATTEMPTS and _TIMEOUT, both 1: docs.aws.amazon.com/sdkref/latest/
+# guide/feature-ec2-instance-metadata.html): one slow answer left the agent with no credentials
+# and failed the run. 5 attempts of up to 3 s each.
+IMDS_PATIENCE = {"AWS_METADATA_SERVICE_NUM_ATTEMPTS": "5", "AWS_METADATA_SERVICE_TIMEOUT": "3"}
+
+
 def _profile_not_ready(exc: ClientError) -> bool:
     """An instance profile IAM has made but EC2 does not see yet (eventual consistency)."""
     message = str(exc.response.get("Error", {}).get("Message", "")).lower()
@@ -477,12 +486,13 @@ class AwsCompute(Compute):
     def startup_blocks(self, run: RunInfo, request: NodeRequest) -> StartupBlocks:
         """A venv Python (created by the script if the stack is missing), the address from
         IMDSv2 (unless CLOUDTRAIN_NODE_HOST is set), a `shutdown -h` at the deadline (which
-        terminates the instance), and power-off when the agent exits. Pure."""
+        terminates the instance), and power-off when the agent exits; the agent's botocore
+        patient with the metadata service its credentials come from (IMDS_PATIENCE). Pure."""
         return StartupBlocks(
             python=VENV_PYTHON,
             metadata=_METADATA,
             self_shutdown=_SELF_SHUTDOWN,
-            env={"AWS_DEFAULT_REGION": self.region},
+            env={"AWS_DEFAULT_REGION": self.region, **IMDS_PATIENCE},
             install_stack=True,
             power_off="shutdown -h now",
         )

@@ -329,7 +329,11 @@ def test_startup_blocks_render_into_a_valid_script(tmp_path: Path) -> None:
     ct = AwsCompute(REGION)
     blocks = ct.startup_blocks(run_info(), request())
     assert blocks.python == "/opt/cloudtrain/venv/bin/python" and blocks.install_stack
-    assert dict(blocks.env) == {"AWS_DEFAULT_REGION": REGION}
+    assert dict(blocks.env) == {
+        "AWS_DEFAULT_REGION": REGION,
+        "AWS_METADATA_SERVICE_NUM_ATTEMPTS": "5",
+        "AWS_METADATA_SERVICE_TIMEOUT": "3",
+    }
     assert blocks.power_off == "shutdown -h now"
     assert "X-aws-ec2-metadata-token-ttl-seconds: 300" in blocks.metadata
     assert "latest/meta-data/local-ipv4" in blocks.metadata
