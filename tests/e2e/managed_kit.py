@@ -45,7 +45,11 @@ ckpt.mkdir(parents=True, exist_ok=True)
 done = max((int(p.name.split("-")[1]) for p in ckpt.glob("epoch-*")), default=0)
 if done:
     print(f"cloudtrain: resumed at epoch {done + 1}", flush=True)
+gate = os.environ.get("TICK_GATE")  # a path: past epoch TICK_HOLD_AT, wait until it exists
+hold_at = int(os.environ.get("TICK_HOLD_AT") or 0)
 for i in range(done + 1, epochs + 1):
+    while gate and i > hold_at and not os.path.exists(gate):
+        time.sleep(0.1)
     time.sleep(seconds)
     (ckpt / f"epoch-{i}").write_text(str(i))
     print(f"cloudtrain: epoch {i}/{epochs} done", flush=True)
@@ -54,7 +58,9 @@ for i in range(done + 1, epochs + 1):
 
 def resumable_job(ct: Env, name: str, epochs: int, seconds: float, **fields: Any) -> Path:
     """Two workers (digits-multiworker's spec, `spot: true` unless `cluster` says otherwise)
-    running RESUMABLE_TICK; `fields` override job.yaml's."""
+    running RESUMABLE_TICK; `fields` override job.yaml's. With `env` TICK_GATE (a path on this
+    machine: the boxes' VMs share its files) and TICK_HOLD_AT, training holds after that epoch
+    until the test creates the path: an event, not a race against the clock."""
     dest = ct.home / "jobs" / name
     dest.mkdir(parents=True, exist_ok=True)
     (dest / "tick.py").write_text(RESUMABLE_TICK)

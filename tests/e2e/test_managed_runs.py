@@ -435,7 +435,11 @@ def test_controller_vm_dies_and_attach_takes_the_run_to_its_end(
     provider: str, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
     cloud = _cloud(request, provider)
-    job = resumable_job(cloud.ct, "orphan", EPOCHS, SECONDS)
+    # training holds after epoch 3 until the controller is cut: however slowly the controller
+    # VM boots, it dies mid-run (a 30 s run left unheld was over by then once, under load)
+    gate = tmp_path / "gate"
+    env = {"TICK_GATE": str(gate), "TICK_HOLD_AT": "3"}
+    job = resumable_job(cloud.ct, "orphan", EPOCHS, SECONDS, env=env)
     run_id = _detach(cloud, job)
     inventory = Inventory(cloud, run_id)
     inventory.start()
@@ -450,6 +454,7 @@ def test_controller_vm_dies_and_attach_takes_the_run_to_its_end(
         )
         cloud.power_cut(controller_of(run_id))
         at_cut = _epoch_of(cloud.consoles(chief)[-1])
+        gate.touch()  # the workers train on with no controller
         attached = cloud.ct.cli("attach", run_id, timeout=300)
         assert attached.returncode == 0, attached.stdout[-4000:] + attached.stderr[-3000:]
         _wait_gone(cloud, inventory, timeout=120)
@@ -458,7 +463,7 @@ def test_controller_vm_dies_and_attach_takes_the_run_to_its_end(
     assert inventory.duplicates == [], inventory.duplicates
     assert inventory.creates() == {"worker-0": 1, "worker-1": 1, "controller-0": 1}, inventory.ids
     final = cloud.consoles(chief)[-1]
-    assert _epoch_of(final) == EPOCHS and at_cut < EPOCHS - 10, (at_cut, final[-3000:])
+    assert _epoch_of(final) == EPOCHS and at_cut <= 3, (at_cut, final[-3000:])
     assert "resumed at epoch" not in final, "training went on through the controller's death"
     status = _status(cloud, tmp_path, run_id)
     assert (status["status"], status["outcome"]) == ("done", "succeeded"), status
