@@ -25,12 +25,6 @@ from cloudtrain.providers.registry import declared
 JobSpec = Any
 
 
-def runs_on_tpu(info: StrategyInfo) -> bool:
-    """True for the strategy that runs on a Cloud TPU VM (its declaration, jobs/strategies.py).
-    Pure."""
-    return info.device == TPU.device
-
-
 @functools.cache
 def tpu_module(provider: str) -> ModuleType | None:
     """The TPU types module provider `provider` declares (`ProviderInfo.tpu_types`), or None
@@ -50,7 +44,7 @@ def tpu_of(spec: JobSpec) -> Any:
     whose strategy is not the TPU one. Pure."""
     module = tpu_module(spec.provider)
     info = getattr(spec.cluster, "strategy_info", None)  # a stand-in spec (tests) may lack it
-    if module is None or info is None or not runs_on_tpu(info):
+    if module is None or info is None or not info.on_tpu:
         return None
     return module.tpu_type(spec.cluster.accelerator_name or "")
 
@@ -81,7 +75,7 @@ def check_tpu(spec: JobSpec, filename: str) -> None:
 def _problem(spec: JobSpec) -> tuple[tuple[str, ...], str] | None:
     cluster = spec.cluster
     info = cluster.strategy_info
-    if not runs_on_tpu(info):
+    if not info.on_tpu:
         return _tpu_elsewhere(spec, info)
     module = tpu_module(spec.provider)
     if module is None:

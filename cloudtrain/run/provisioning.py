@@ -199,10 +199,6 @@ class Provisioner:
         self.state.cluster = dataclasses.replace(self.state.cluster, attempt=self.state.attempt)
         self.state.store.put(protocol.cluster_key(self.run_id), self.state.cluster.to_json())
 
-    def _on_gpus(self) -> bool:
-        """Whether the strategy's nodes compute on GPU machines (not a TPU VM). Pure."""
-        return self.spec.cluster.strategy_info.device == "gpu"
-
     def node_request(self, node: NodePlan) -> NodeRequest:
         """The create request of `node`: its startup script (presigned bundle and log URLs,
         the wheelhouse where the image is bare). Blocks (presigning; a wheelhouse listing)."""
@@ -241,7 +237,7 @@ class Provisioner:
             # the controller node outlives the nodes by the teardown: its dead-man switch too
             deadline_epoch=int(st.deadline + (CONTROLLER_GRACE_S if controller else 0)),
             # a TPU slice's chips are its accelerators, not GPUs the bootstrap should look for
-            gpu_count=node.accelerator_count if self._on_gpus() else 0,
+            gpu_count=0 if self.spec.cluster.strategy_info.on_tpu else node.accelerator_count,
             pip_extra=st.provider.name,
             **({} if controller else _image_module(self.spec)),
         )
