@@ -12,7 +12,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -141,6 +141,12 @@ class Env:
 
     def heartbeat(self, run_id: str, node: str) -> dict[str, object]:
         return json.loads((self.bucket / run_id / "heartbeat" / f"{node}.json").read_text())
+
+
+def checkpoint_synced(keys: Callable[[str], Iterable[str]], prefix: str) -> bool:
+    """Whether TensorFlow checkpoint `prefix` (a bucket key ending in "epoch-NNN.") has both its
+    index and its data in the bucket, `keys(prefix)` listing the keys under it. Pure."""
+    return {k.split(prefix, 1)[1][:4] for k in keys(prefix)} == {"inde", "data"}
 
 
 def assert_clean(env: Env, run_id: str) -> None:

@@ -29,7 +29,7 @@ import pytest
 
 from cloudtrain.core.crashpoints import CRASH_ENV
 from cloudtrain.jobs.protocol import checkpoints_prefix
-from tests.e2e.conftest import Env
+from tests.e2e.conftest import Env, checkpoint_synced
 from tests.e2e.test_gcp_in_a_box import GcpBox, _discover
 from tests.fakes.boot_harness import BootHarness
 from tests.fakes.gce_node_identity import LAPTOP_ENV
@@ -148,7 +148,7 @@ def test_a_preempted_spot_tpu_is_recreated_and_the_run_resumes(tpu_box: TpuBox) 
         # the finished epoch's checkpoint (index and data) is in the bucket: then preempt
         epoch = f"{checkpoints_prefix(run_id)}ckpt/epoch-{done:03d}."
         deadline = time.monotonic() + 60
-        while {k.split(epoch, 1)[1][:4] for k in tpu_box.keys(epoch)} != {"inde", "data"}:
+        while not checkpoint_synced(tpu_box.keys, epoch):
             assert time.monotonic() < deadline, f"no {epoch}index/data in the bucket in 60 s"
             time.sleep(0.2)
         (node,) = [n for n in fake.nodes() if n.get("state") == "READY"]

@@ -39,6 +39,7 @@ from cloudtrain.jobs import protocol
 from cloudtrain.jobs.strategies import HOROVOD
 from cloudtrain.providers.aws.network import TAG_INDEX, TAG_ROLE, TAG_RUN
 from cloudtrain.run.wheelhouse import IMAGE_MACHINE, manifest_key, stack_pins, tag
+from tests.e2e.conftest import checkpoint_synced
 from tests.e2e.test_aws_in_a_box import BUCKET, REGION
 from tests.e2e.test_netns_runs import NetBox, box
 from tests.fakes import horovod_stack
@@ -143,11 +144,6 @@ def newest_epoch(box: NetBox, vm_id: str) -> int:
     return max((int(m.group(1)) for m in found if m), default=0)
 
 
-def synced(box: NetBox, key: str) -> bool:
-    """Whether checkpoint `key` (ending in "epoch-NNN.") has its index and data in the bucket."""
-    return {k.split(key, 1)[1][:4] for k in box.keys(key)} == {"inde", "data"}
-
-
 def test_horovod_example_trains_across_hosts_and_resumes_after_a_lost_node(
     hvd_box: NetBox,
 ) -> None:
@@ -175,7 +171,7 @@ def test_horovod_example_trains_across_hosts_and_resumes_after_a_lost_node(
         done = newest_epoch(box, first)
         assert 0 < done < EPOCHS, f"epoch {done} checkpointed: no epoch left to lose a node in"
         key = f"{protocol.checkpoints_prefix(run_id)}ckpt/epoch-{done:03d}."
-        wait(f"{key}index/data in the bucket", lambda: synced(box, key), 60)
+        wait(f"{key}index/data in the bucket", lambda: checkpoint_synced(box.keys, key), 60)
         # mid-epoch: the next epoch ends no sooner than --epoch-seconds after this one, and
         # its checkpoint needs worker-1's ranks (MetricAverageCallback's allreduce comes first)
         assert newest_epoch(box, first) == done, "the next epoch ended before the kill"
