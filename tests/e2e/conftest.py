@@ -28,11 +28,15 @@ from tests.fakes.moto_server import (  # noqa: F401 - fixtures for the cloud-in-
 )
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "jobs" / "examples"
-# a job that ticks instead of training: `python tick.py EPOCHS SECONDS` prints an epoch line
+# a job that ticks instead of training: `python tick.py EPOCHS SECONDS` prints an epoch line;
+# with TICK_GATE (a path) in its environment it holds after epoch TICK_HOLD_AT until that exists
 TICK = """\
-import sys, time
+import os, sys, time
 epochs, seconds = int(sys.argv[1]), float(sys.argv[2])
+gate, hold_at = os.environ.get("TICK_GATE"), int(os.environ.get("TICK_HOLD_AT") or 0)
 for i in range(1, epochs + 1):
+    while gate and i > hold_at and not os.path.exists(gate):
+        time.sleep(0.1)
     time.sleep(seconds)
     print(f"cloudtrain: epoch {i}/{epochs} done", flush=True)
 """
@@ -64,15 +68,24 @@ class Env:
         (dest / "job.yaml").write_text(yaml.safe_dump(spec))
         return dest / "job.yaml"
 
-    def tick_job(self, name: str, epochs: int = 200, seconds: float = 0.5) -> Path:
+    def tick_job(
+        self,
+        name: str,
+        epochs: int = 200,
+        seconds: float = 0.5,
+        gate: tuple[Path, int] | None = None,
+    ) -> Path:
         """A two-worker local job (digits-multiworker's spec) whose workers print an epoch line
-        every `seconds`, `epochs` times, with no TensorFlow: for tests of the run's protocol."""
+        every `seconds`, `epochs` times, with no TensorFlow: for tests of the run's protocol.
+        `gate` (path, epoch): the workers hold after that epoch until the test creates path."""
         dest = self.home / "jobs" / name
         dest.mkdir(parents=True, exist_ok=True)
         (dest / "tick.py").write_text(TICK)
         spec = yaml.safe_load((EXAMPLES / "digits-multiworker" / "job.yaml").read_text())
         spec.pop("setup", None)
         spec.update(name=name, workdir=".", entrypoint=f"python tick.py {epochs} {seconds}")
+        if gate is not None:
+            spec["env"] = {"TICK_GATE": str(gate[0]), "TICK_HOLD_AT": str(gate[1])}
         (dest / "job.yaml").write_text(yaml.safe_dump(spec))
         return dest / "job.yaml"
 

@@ -42,13 +42,15 @@ def _wait(what: str, ready: Callable[[], bool], timeout: float = 120.0) -> None:
     raise AssertionError(f"not in {timeout:.0f} s: {what}")
 
 
-def _start_and_pause(ct: Env, name: str) -> tuple[subprocess.Popen[str], str]:
+def _start_and_pause(ct: Env, name: str, gate: Path) -> tuple[subprocess.Popen[str], str]:
     """A two-worker tick run, attached, SIGSTOPped once its workers tick. Returns the stopped
-    CLI and the run id; the lease has expired (by its own document) when this returns."""
+    CLI and the run id; the lease has expired (by its own document) when this returns. The
+    workers hold after epoch 3 until `gate` exists: the pause lies inside the training however
+    long it takes, and they have 9 epochs left to tick after it."""
     ct.env["CLOUDTRAIN_LEASE_TTL_S"] = str(TTL_S)
-    job = ct.tick_job(name, epochs=80, seconds=0.5)  # ~40 s of ticks: the pause lies inside
+    job = ct.tick_job(name, epochs=12, seconds=0.5, gate=(gate, 3))
     cli = ct.start("run", str(job))
-    ct.wait_for_node_line("worker-1", r"epoch 3/80")
+    ct.wait_for_node_line("worker-1", r"epoch 3/12")
     run_id = ct.run_ids()[0]
     os.kill(cli.pid, signal.SIGSTOP)  # the lid closes: no thread of the controller runs
     expires = float(_lease(ct, run_id)["expires"])  # type: ignore[arg-type]
@@ -58,10 +60,14 @@ def _start_and_pause(ct: Env, name: str) -> tuple[subprocess.Popen[str], str]:
     return cli, run_id
 
 
-def test_a_controller_paused_past_its_lease_takes_it_back_and_finishes(ct: Env) -> None:
-    cli, run_id = _start_and_pause(ct, "lid-closed")
+def test_a_controller_paused_past_its_lease_takes_it_back_and_finishes(
+    ct: Env, tmp_path: Path
+) -> None:
+    gate = tmp_path / "gate"
+    cli, run_id = _start_and_pause(ct, "lid-closed", gate)
     term = _lease(ct, run_id)["term"]
     os.kill(cli.pid, signal.SIGCONT)  # the lid opens
+    gate.touch()
     assert cli.wait(timeout=240) == 0, ct.output()[-4000:]
     out = ct.output()
     assert "succeeded" in out, out[-3000:]
@@ -73,7 +79,8 @@ def test_a_controller_paused_past_its_lease_takes_it_back_and_finishes(ct: Env) 
 def test_a_paused_controller_whose_run_was_attached_names_the_holder_and_deletes_nothing(
     ct: Env, tmp_path: Path
 ) -> None:
-    cli, run_id = _start_and_pause(ct, "lid-attached")
+    gate = tmp_path / "gate"
+    cli, run_id = _start_and_pause(ct, "lid-attached", gate)
     attach_log = tmp_path / "attach.log"
     attach = ct.start("attach", run_id, log=attach_log)
     try:
@@ -92,6 +99,7 @@ def test_a_paused_controller_whose_run_was_attached_names_the_holder_and_deletes
         deleted = [r.resource_id for r in ct.ledger().resources(run_id) if r.state == "deleted"]
         assert deleted == [], deleted
         assert ct.live_processes(), "the old controller ended the nodes"
+        gate.touch()  # the workers finish under attach
         assert attach.wait(timeout=240) == 0, attach_log.read_text()[-4000:]
     finally:
         for proc in (cli, attach):
