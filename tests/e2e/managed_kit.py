@@ -194,7 +194,10 @@ def node_sessions(nodes: Path) -> list[tuple[str, str]]:
     """The live local nodes under the folder `nodes`, as the machine runs them: every process
     session one of whose live processes has CT_WORK (the node's folder, which the local
     provider gives each node's session and its processes inherit) in `nodes`, by node name and
-    session id. Unlike the nodes' node.json (one per name), this sees two sessions of one name."""
+    session id. Unlike the nodes' node.json (one per name), this sees two sessions of one name.
+    A child between its setsid() and its exec() (a copy of its parent, same environment and
+    command line, in a new session: the controller starting a node) is not a session of its own
+    yet (tests/e2e/test_managed_kit.py)."""
     marker = f"{WORK_ENV}={nodes}{os.sep}".encode()
     found: set[tuple[str, str]] = set()
     for entry in os.listdir("/proc"):
@@ -206,13 +209,28 @@ def node_sessions(nodes: Path) -> list[tuple[str, str]]:
             sid = os.getsid(int(entry))
         except OSError:  # gone meanwhile (ProcessLookupError is an OSError)
             continue
-        if stat.rsplit(")", 1)[-1].split()[0] == "Z":
+        state, ppid = stat.rsplit(")", 1)[-1].split()[:2]
+        if state == "Z" or _forked_not_yet_execd(entry, ppid, environ, sid):
             continue
         for item in environ.split(b"\0"):
             if item.startswith(marker):
                 name = item[len(marker) :].decode(errors="replace").split(os.sep)[0]
                 found.add((name, str(sid)))
     return sorted(found)
+
+
+def _forked_not_yet_execd(pid: str, ppid: str, environ: bytes, sid: int) -> bool:
+    """Whether process `pid` is its parent's copy in another session: same environment and
+    command line as `ppid`, so it has not exec'd since its fork and setsid."""
+    try:
+        return (
+            sid != os.getsid(int(ppid))
+            and Path(f"/proc/{ppid}/environ").read_bytes() == environ
+            and Path(f"/proc/{ppid}/cmdline").read_bytes()
+            == Path(f"/proc/{pid}/cmdline").read_bytes()
+        )
+    except (OSError, ValueError):  # the parent (or the child) gone meanwhile
+        return False
 
 
 def local_cloud(ct: Env) -> Cloud:
