@@ -28,18 +28,33 @@ from tests.fakes.moto_server import (  # noqa: F401 - fixtures for the cloud-in-
 )
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "jobs" / "examples"
-# a job that ticks instead of training: `python tick.py EPOCHS SECONDS` prints an epoch line;
-# with TICK_GATE (a path) in its environment it holds after epoch TICK_HOLD_AT until that exists
-TICK = """\
-import os, sys, time
-epochs, seconds = int(sys.argv[1]), float(sys.argv[2])
-gate, hold_at = os.environ.get("TICK_GATE"), int(os.environ.get("TICK_HOLD_AT") or 0)
-for i in range(1, epochs + 1):
-    while gate and i > hold_at and not os.path.exists(gate):
+# the tick jobs' hold: with TICK_GATE (a path) in its environment, a job holds before epoch i
+# past TICK_HOLD_AT until that path exists (the test's event, not a race against the clock)
+TICK_HOLD = """\
+def hold(i):
+    gate, at = os.environ.get("TICK_GATE"), int(os.environ.get("TICK_HOLD_AT") or 0)
+    while gate and i > at and not os.path.exists(gate):
         time.sleep(0.1)
+"""
+# a job that ticks instead of training: `python tick.py EPOCHS SECONDS` prints an epoch line
+TICK = (
+    "import os, sys, time\n"
+    + TICK_HOLD
+    + """\
+epochs, seconds = int(sys.argv[1]), float(sys.argv[2])
+for i in range(1, epochs + 1):
+    hold(i)
     time.sleep(seconds)
     print(f"cloudtrain: epoch {i}/{epochs} done", flush=True)
 """
+)
+
+
+def tick_held(gate: Path, at: int) -> dict[str, str]:
+    """A tick job's `env` that holds its training after epoch `at` until `gate` exists."""
+    return {"TICK_GATE": str(gate), "TICK_HOLD_AT": str(at)}
+
+
 RUN_ID_RE = re.compile(r"cloudtrain run (\S+) on ")
 
 
@@ -85,7 +100,7 @@ class Env:
         spec.pop("setup", None)
         spec.update(name=name, workdir=".", entrypoint=f"python tick.py {epochs} {seconds}")
         if gate is not None:
-            spec["env"] = {"TICK_GATE": str(gate[0]), "TICK_HOLD_AT": str(gate[1])}
+            spec["env"] = tick_held(*gate)
         (dest / "job.yaml").write_text(yaml.safe_dump(spec))
         return dest / "job.yaml"
 

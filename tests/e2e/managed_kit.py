@@ -28,7 +28,7 @@ import yaml
 
 from cloudtrain.providers.base import node_name
 from cloudtrain.providers.local import WORK_ENV, session_pids
-from tests.e2e.conftest import EXAMPLES, Env
+from tests.e2e.conftest import EXAMPLES, TICK_HOLD, Env
 from tests.fakes.boot_harness import BootHarness
 
 PREFIX = "cloudtrain/runs/"  # a run's keys: under PREFIX<run id>/
@@ -36,30 +36,29 @@ LEASE_TTL_S = "6"  # the controller's lease expires fast, so attach takes over w
 # A tick job that checkpoints: each epoch writes `epoch-<n>` into CLOUDTRAIN_CHECKPOINT_DIR (the
 # chief's folder the agent mirrors to the bucket and restores at each attempt) and a restarted
 # attempt resumes after the last one there, as Keras' BackupAndRestore does; no TensorFlow.
-RESUMABLE_TICK = """\
-import os, sys, time
-from pathlib import Path
+RESUMABLE_TICK = (
+    "import os, sys, time\nfrom pathlib import Path\n"
+    + TICK_HOLD
+    + """\
 epochs, seconds = int(sys.argv[1]), float(sys.argv[2])
 ckpt = Path(os.environ.get("CLOUDTRAIN_CHECKPOINT_DIR") or "checkpoints")
 ckpt.mkdir(parents=True, exist_ok=True)
 done = max((int(p.name.split("-")[1]) for p in ckpt.glob("epoch-*")), default=0)
 if done:
     print(f"cloudtrain: resumed at epoch {done + 1}", flush=True)
-gate = os.environ.get("TICK_GATE")  # a path: past epoch TICK_HOLD_AT, wait until it exists
-hold_at = int(os.environ.get("TICK_HOLD_AT") or 0)
 for i in range(done + 1, epochs + 1):
-    while gate and i > hold_at and not os.path.exists(gate):
-        time.sleep(0.1)
+    hold(i)
     time.sleep(seconds)
     (ckpt / f"epoch-{i}").write_text(str(i))
     print(f"cloudtrain: epoch {i}/{epochs} done", flush=True)
 """
+)
 
 
 def resumable_job(ct: Env, name: str, epochs: int, seconds: float, **fields: Any) -> Path:
     """Two workers (digits-multiworker's spec, `spot: true` unless `cluster` says otherwise)
-    running RESUMABLE_TICK; `fields` override job.yaml's. With `env` TICK_GATE (a path on this
-    machine: the boxes' VMs share its files) and TICK_HOLD_AT, training holds after that epoch
+    running RESUMABLE_TICK; `fields` override job.yaml's. With `env=conftest.tick_held(...)`
+    (its path on this machine: the boxes' VMs share its files), training holds after that epoch
     until the test creates the path: an event, not a race against the clock."""
     dest = ct.home / "jobs" / name
     dest.mkdir(parents=True, exist_ok=True)

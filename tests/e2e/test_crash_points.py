@@ -44,7 +44,7 @@ from cloudtrain.providers.aws.network import TAG_RUN
 from cloudtrain.providers.local import session_pids
 from cloudtrain.state.ledger import Ledger
 from tests.e2e import reliability_report, signals_kit
-from tests.e2e.conftest import EXAMPLES, Env
+from tests.e2e.conftest import EXAMPLES, TICK, Env
 from tests.e2e.test_aws_in_a_box import AwsBox, aws
 from tests.e2e.test_azure_in_a_box import AzureBox, azure, azure_cloud, azurite, azurite_session
 from tests.e2e.test_gcp_in_a_box import GcpBox, gcp, gcp_cloud, gcs_emulator, gcs_emulator_session
@@ -86,13 +86,6 @@ BOOTED_POINTS = (
 )
 LONG_JOB_POINTS = ("training", "stop")
 REGIONS = {"local": None, "aws": "us-east-1", "gcp": "us-central1", "azure": "eastus"}
-TICK = """\
-import sys, time
-epochs, seconds = int(sys.argv[1]), float(sys.argv[2])
-for i in range(1, epochs + 1):
-    time.sleep(seconds)
-    print(f"cloudtrain: epoch {i}/{epochs} done", flush=True)
-"""
 
 
 def _short(point: str) -> str:

@@ -38,6 +38,7 @@ import pytest
 
 from cloudtrain.providers.local import session_pids
 from cloudtrain.run.bundle import build_wheel
+from tests.e2e.conftest import tick_held
 from tests.e2e.managed_kit import (
     LEASE_TTL_S,
     Cloud,
@@ -82,11 +83,6 @@ EPOCHS, SECONDS = 12, 0.5
 # attach took the run) creates the gate: however slowly a VM boots under load, the event comes
 # mid-run, and no test sleeps through epochs it does not need
 HOLD_AT = 3
-
-
-def _held(gate: Path) -> dict[str, str]:
-    """The job's `env` that holds its training after epoch HOLD_AT until `gate` exists."""
-    return {"TICK_GATE": str(gate), "TICK_HOLD_AT": str(HOLD_AT)}
 
 
 # -- the box, ready for a controller VM ---------------------------------------------------------
@@ -359,7 +355,7 @@ def test_detached_run_survives_a_preemption_and_cleans_up_after_itself(
 ) -> None:
     cloud = _cloud(request, provider)
     gate = tmp_path / "gate"
-    job = resumable_job(cloud.ct, "managed", EPOCHS, SECONDS, env=_held(gate))
+    job = resumable_job(cloud.ct, "managed", EPOCHS, SECONDS, env=tick_held(gate, HOLD_AT))
     started = time.monotonic()
     run_id = _detach(cloud, job)
     detached_s = time.monotonic() - started
@@ -456,7 +452,7 @@ def test_controller_vm_dies_and_attach_takes_the_run_to_its_end(
     # dies mid-run (a 30 s run left unheld was over by then once, under load), and attach
     # follows a run that still trains
     gate = tmp_path / "gate"
-    job = resumable_job(cloud.ct, "orphan", EPOCHS, SECONDS, env=_held(gate))
+    job = resumable_job(cloud.ct, "orphan", EPOCHS, SECONDS, env=tick_held(gate, HOLD_AT))
     run_id = _detach(cloud, job)
     inventory = Inventory(cloud, run_id)
     inventory.start()
