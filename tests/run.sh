@@ -64,9 +64,10 @@ python3 -m tests.fakes.horovod_stack 3.10
 python3 -m tests.fakes.tpu_images tpu-vm-tf-2.16.1-pjrt
 # The Debian 12 root (debootstrap, ~1 min) that tests/e2e/test_debian_boot.py boots as root, once
 python3 -m tests.fakes.debian_root
-# Two workers (pytest-xdist), whole files each: most of the suite waits on processes, clouds'
-# fakes and polls rather than computing, and every test keeps to its own CLOUDTRAIN_HOME, ports,
-# namespaces (claimed per process: tests/fakes/netns.py) and fakes, so files run side by side.
-# CT_TEST_WORKERS=0 runs it in this one process. The 30 slowest tests are listed at the end:
-# where the suite's 40 minutes go.
-exec python3 -m pytest -q -n "${CT_TEST_WORKERS:-2}" --dist loadfile --durations=30 "$@"
+# Three workers (pytest-xdist), whole files each, on this 2-core machine: with two, the CPUs sat
+# idle a sixth of the time (a sampled run of the two longest files: 833 CPU-s in 496 s), as
+# much of the suite waits on processes, clouds' fakes and polls; every test keeps to its own
+# CLOUDTRAIN_HOME, ports (a slice per worker), namespaces (claimed per process:
+# tests/fakes/netns.py) and fakes, so files run side by side. CT_TEST_WORKERS=0 runs it in this
+# one process. The 30 slowest tests are listed at the end: where the suite's 40 minutes go.
+exec python3 -m pytest -q -n "${CT_TEST_WORKERS:-3}" --dist loadfile --durations=30 "$@"

@@ -1,4 +1,4 @@
-"""The order the suite's files are handed to its two workers in: the longest first.
+"""The order the suite's files are handed to its workers in: the longest first.
 
 tests/run.sh runs the suite with `--dist loadfile`: pytest-xdist gives each worker a whole file
 at a time, in the order of a queue. Left to itself, xdist orders that queue by the number of tests
