@@ -21,6 +21,8 @@ with Horovod's Gloo environment:
   /etc/hosts says so (this machine; Debian's and Ubuntu's 127.0.1.1 line): every rank would
   publish a loopback address and no rank of another node could connect. ``horovodrun`` sets it
   too (horovod/runner/gloo_run.py: the common NIC).
+- ``HOROVOD_GLOO_TIMEOUT_SECONDS``: ``GLOO_TIMEOUT_S`` (Horovod's 30 s is shorter than a slow
+  node's TensorFlow import), unless the job's environment names one.
 
 The functions computing plans and environments are pure. Horovod itself is imported lazily,
 only by ``start_rendezvous_server`` on worker 0: it does not build against the nodes' pinned
@@ -52,6 +54,14 @@ from cloudtrain.jobs.strategies import HOROVOD
 STRATEGY = HOROVOD.name
 ROLE = "worker"  # every node of a horovod job; worker 0 hosts the rendezvous
 GLOO_IFACE = "HOROVOD_GLOO_IFACE"  # the interface Gloo binds (the module docstring)
+# How long a rank waits for every other rank at Gloo's rendezvous (gloo_context.cc reads it;
+# Horovod's default, and horovodrun's --gloo-timeout-seconds, is 30 s). The ranks of the nodes
+# start at once but import TensorFlow at their own speed: a fresh VM reading its stack from a
+# cold disk, or a replacement node, can be minutes behind (CI saw 30 s pass while the
+# replacement's ranks loaded). Determined AI raises it to 240 s for the same reason
+# (constants.HOROVOD_GLOO_TIMEOUT_SECONDS); a job's own value is kept.
+GLOO_TIMEOUT = "HOROVOD_GLOO_TIMEOUT_SECONDS"
+GLOO_TIMEOUT_S = 300
 
 
 class HorovodError(RuntimeError):
@@ -363,6 +373,9 @@ def launch_node(
     if iface:
         for env in envs:
             env[GLOO_IFACE] = iface
+    timeout = base_env.get(GLOO_TIMEOUT) or str(GLOO_TIMEOUT_S)
+    for env in envs:
+        env[GLOO_TIMEOUT] = timeout
     say(
         f"horovod: starting {len(envs)} process(es), ranks {ranks[0]}-{ranks[-1]} of {size},"
         f" rendezvous {rendezvous[0]}:{rendezvous[1]}"

@@ -305,6 +305,20 @@ def test_launch_node_keeps_the_interface_the_job_names() -> None:
     assert [env[hvd.GLOO_IFACE] for env in envs] == ["eth7", "eth7"]
 
 
+def test_launch_node_gives_gloo_minutes_for_the_slowest_node_to_connect() -> None:
+    # Horovod's default is 30 s (gloo_context.cc). A node whose ranks import TensorFlow from a
+    # cold disk, or a replacement still loading, is later than that: CI saw the survivor's ranks
+    # abort "Wait timeout after 30 seconds for key(s): 4" while the replacement's were importing
+    envs = _launched_envs({"CT_GPU_COUNT": "2"})
+    assert [env[hvd.GLOO_TIMEOUT] for env in envs] == [str(hvd.GLOO_TIMEOUT_S)] * 2
+    assert hvd.GLOO_TIMEOUT_S >= 240
+
+
+def test_launch_node_keeps_the_gloo_timeout_the_job_names() -> None:
+    envs = _launched_envs({"CT_GPU_COUNT": "2", hvd.GLOO_TIMEOUT: "900"})
+    assert [env[hvd.GLOO_TIMEOUT] for env in envs] == ["900", "900"]
+
+
 def test_launch_node_cleans_up_when_a_rank_cannot_start() -> None:
     started: list[subprocess.Popen[bytes]] = []
 

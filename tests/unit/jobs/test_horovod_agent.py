@@ -141,6 +141,7 @@ def test_rendezvous_host_starts_the_server_then_one_process_per_gpu(
             "HOROVOD_CROSS_RANK": "0",
             "HOROVOD_CROSS_SIZE": "2",
             "HOROVOD_GLOO_IFACE": "lo",  # the interface of its registered address, 127.0.0.1
+            "HOROVOD_GLOO_TIMEOUT_SECONDS": "300",  # Horovod's own 30 s is too short
         }
         assert env["CUDA_VISIBLE_DEVICES"] == str(rank)
         assert env["CLOUDTRAIN_IS_CHIEF"] == ("1" if rank == 0 else "0")
