@@ -48,7 +48,9 @@ from tests.fakes.box_images import sdk_wheelhouse
 from tests.fakes.netns import Host
 
 __all__ = ["box"]  # fixtures, for pytest
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
+# 382 s alone; 450 s and 610 s in the suite's three workers (CI13, CI14), where it starts beside
+# the crash points and the managed runs: its bound leaves that load room
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
 PYTHON = "3.10"  # the stock AWS GPU image's (Ubuntu 22.04)
 EPOCHS = 4
 TRAIN = f"python train.py --epochs {EPOCHS} --steps-per-epoch 4 --epoch-seconds 12"
