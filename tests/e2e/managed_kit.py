@@ -204,31 +204,39 @@ def node_sessions(nodes: Path) -> list[tuple[str, str]]:
             continue
         try:
             environ = Path(f"/proc/{entry}/environ").read_bytes()
-            stat = Path(f"/proc/{entry}/stat").read_text()
+            names = [i[len(marker) :] for i in environ.split(b"\0") if i.startswith(marker)]
+            if not names:  # not a node's process: no more to read of it
+                continue
+            state, ppid = proc_stat(entry)
             sid = os.getsid(int(entry))
         except OSError:  # gone meanwhile (ProcessLookupError is an OSError)
             continue
-        state, ppid = stat.rsplit(")", 1)[-1].split()[:2]
         if state == "Z" or _forked_not_yet_execd(entry, ppid, environ, sid):
             continue
-        for item in environ.split(b"\0"):
-            if item.startswith(marker):
-                name = item[len(marker) :].decode(errors="replace").split(os.sep)[0]
-                found.add((name, str(sid)))
+        name = names[0].decode(errors="replace").split(os.sep)[0]
+        found.add((name, str(sid)))
     return sorted(found)
 
 
-def _forked_not_yet_execd(pid: str, ppid: str, environ: bytes, sid: int) -> bool:
+def proc_stat(pid: str | int) -> tuple[str, int]:
+    """Process `pid`'s state letter and parent pid, from /proc/<pid>/stat (the command name in
+    parentheses may hold spaces and parentheses: the fields after its last ')' are read).
+    OSError when the process is gone."""
+    state, ppid = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[:2]
+    return state, int(ppid)
+
+
+def _forked_not_yet_execd(pid: str, ppid: int, environ: bytes, sid: int) -> bool:
     """Whether process `pid` is its parent's copy in another session: same environment and
     command line as `ppid`, so it has not exec'd since its fork and setsid."""
     try:
         return (
-            sid != os.getsid(int(ppid))
+            sid != os.getsid(ppid)
             and Path(f"/proc/{ppid}/environ").read_bytes() == environ
             and Path(f"/proc/{ppid}/cmdline").read_bytes()
             == Path(f"/proc/{pid}/cmdline").read_bytes()
         )
-    except (OSError, ValueError):  # the parent (or the child) gone meanwhile
+    except OSError:  # the parent (or the child) gone meanwhile
         return False
 
 

@@ -12,21 +12,21 @@ import sys
 import time
 from pathlib import Path
 
-from tests.e2e.managed_kit import WORK_ENV, node_sessions
+from tests.e2e.managed_kit import WORK_ENV, node_sessions, proc_stat
 
 # the parent stays; its child leaves the session and waits, as a child between setsid and exec
 FORKS_AND_WAITS = """
-import os, sys, time
+import os, signal
 if os.fork() == 0:
     os.setsid()
-    time.sleep(60)
+    signal.pause()
     os._exit(0)
 print("forked", flush=True)
-time.sleep(60)
+signal.pause()
 """
 
 # a node started anew under the same name: its own command line, the node's own folder
-SECOND_NODE = "import time; print('up', flush=True); time.sleep(60)"
+SECOND_NODE = "import signal; print('up', flush=True); signal.pause()"
 
 
 def _start(nodes: Path, name: str, code: str) -> subprocess.Popen[str]:
@@ -58,7 +58,7 @@ def test_a_child_between_setsid_and_exec_is_not_a_second_session_of_its_node(
             children = [
                 p
                 for p in os.listdir("/proc")
-                if p.isdigit() and _ppid(p) == parent.pid and os.getsid(int(p)) != parent.pid
+                if p.isdigit() and _ppid(p) == parent.pid and _sid(p) != parent.pid
             ]
         assert children, "the child never left its parent's session"
         assert node_sessions(tmp_path) == [("ct-x-controller-0", str(parent.pid))]
@@ -82,6 +82,13 @@ def test_two_sessions_of_one_node_are_both_seen(tmp_path: Path) -> None:
 
 def _ppid(pid: str) -> int:
     try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[1])
-    except (OSError, ValueError):
+        return proc_stat(pid)[1]
+    except OSError:  # gone meanwhile
+        return -1
+
+
+def _sid(pid: str) -> int:
+    try:
+        return os.getsid(int(pid))
+    except OSError:
         return -1
