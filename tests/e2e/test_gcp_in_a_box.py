@@ -18,6 +18,7 @@ controller's identity is issue 30's).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -34,6 +35,7 @@ from tests.e2e.trace_kit import assert_traced
 from tests.fakes.boot_harness import BootHarness, Vm
 from tests.fakes.gce_node_identity import LAPTOP_ENV, NodeIdentities
 from tests.fakes.gcp_cloud import GcpCloud, gcp_cloud, gcs_emulator, gcs_emulator_session
+from tests.fakes.netns import Network
 
 __all__ = ["gcp_cloud", "gcs_emulator", "gcs_emulator_session"]  # fixtures, for pytest
 pytestmark = pytest.mark.e2e
@@ -64,6 +66,18 @@ class GcpBox:
 
         client = storage.Client(credentials=AnonymousCredentials(), project=self.cloud.project)
         return [b.name for b in client.list_blobs(self.bucket, prefix=prefix)]
+
+    def read(self, key: str) -> bytes | None:
+        """The object `key` of the run bucket, None if there is none (now)."""
+        from google.api_core.exceptions import NotFound
+        from google.auth.credentials import AnonymousCredentials
+        from google.cloud import storage
+
+        client = storage.Client(credentials=AnonymousCredentials(), project=self.cloud.project)
+        try:
+            return bytes(client.bucket(self.bucket).blob(key).download_as_bytes())
+        except NotFound:
+            return None
 
     def run_firewalls(self, run_id: str) -> list[dict[str, Any]]:
         return [f for f in self.cloud.gce.firewalls() if run_id in f["name"]]
@@ -111,8 +125,13 @@ def _discover(cloud: GcpCloud, identities: NodeIdentities) -> list[Vm]:
     return vms
 
 
-@pytest.fixture
-def gcp(ct: Env, gcp_cloud: GcpCloud, tmp_path: Path) -> Iterator[GcpBox]:
+@contextlib.contextmanager
+def gcp_box(
+    ct: Env, cloud: GcpCloud, root: Path, network: Network | None = None
+) -> Iterator[GcpBox]:
+    """The GCP box over `cloud`: the harness booting its instances under `root`, with the node
+    identities; with `network`, every VM its own host there (the identities on the network's
+    host address: the cloud's emulators must be there too). Stopped on exit."""
     names = (
         "CLOUDTRAIN_GCE_ENDPOINT",
         "CLOUDTRAIN_IAM_ENDPOINT",
@@ -123,23 +142,33 @@ def gcp(ct: Env, gcp_cloud: GcpCloud, tmp_path: Path) -> Iterator[GcpBox]:
     ct.env.update(LAPTOP_ENV)
 
     def power_off(vm_id: str) -> None:  # `shutdown -h now` on GCE stops the VM: TERMINATED
-        for inst in gcp_cloud.gce.instances():
+        for inst in cloud.gce.instances():
             if str(inst["id"]) == vm_id:
                 zone = inst["zone"].rsplit("/", 1)[-1]
-                gcp_cloud.gce.set_instance_status(inst["name"], "TERMINATED", zone)
+                cloud.gce.set_instance_status(inst["name"], "TERMINATED", zone)
 
-    identities = NodeIdentities(gcp_cloud).start()
-    harness = BootHarness(
-        tmp_path / "box",
-        lambda: _discover(gcp_cloud, identities),
-        dict(ct.env),
-        on_power_off=power_off,
-    ).start()
+    identities = NodeIdentities(cloud)
+    harness: BootHarness | None = None
     try:
-        yield GcpBox(ct, harness, gcp_cloud, identities)
+        identities.start(network.host_ip if network is not None else "127.0.0.1")
+        harness = BootHarness(
+            root,
+            lambda: _discover(cloud, identities),
+            dict(ct.env),
+            on_power_off=power_off,
+            network=network,
+        ).start()
+        yield GcpBox(ct, harness, cloud, identities)
     finally:
-        harness.stop()
+        if harness is not None:
+            harness.stop()
         identities.close()
+
+
+@pytest.fixture
+def gcp(ct: Env, gcp_cloud: GcpCloud, tmp_path: Path) -> Iterator[GcpBox]:
+    with gcp_box(ct, gcp_cloud, tmp_path / "box") as box:
+        yield box
 
 
 def test_run_on_gcp_trains_for_real_and_leaves_nothing(gcp: GcpBox) -> None:

@@ -63,13 +63,14 @@ class NodeIdentities:
         self.metadata: MetadataServer | None = None
         self.front: GcsFront | None = None
 
-    def start(self) -> NodeIdentities:
-        """Serve both on 127.0.0.1 (daemon threads); ready on return."""
-        self.metadata = MetadataServer()
+    def start(self, host: str = "127.0.0.1") -> NodeIdentities:
+        """Serve both on `host` (daemon threads; a box whose VMs are hosts of their own gives
+        its network's host address); ready on return."""
+        self.metadata = MetadataServer(host=host)
         self.metadata.add_route(
             "/", service_account_route(self.cloud.gce, self.book, self.cloud.project)
         )
-        self.front = GcsFront(self.cloud.gcs.url, self.book).start()
+        self.front = GcsFront(self.cloud.gcs.url, self.book, host=host).start()
         return self
 
     def close(self) -> None:

@@ -15,6 +15,7 @@ the emulator is missing.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -36,6 +37,7 @@ __all__ = [
     "GcpCloud",
     "gcp_available",
     "gcp_cloud",
+    "gcp_cloud_on",
     "gcs_emulator",
     "gcs_emulator_session",
 ]
@@ -63,9 +65,11 @@ def gcp_available() -> bool:
     return importlib.util.find_spec("google.cloud.compute_v1") is not None
 
 
-@pytest.fixture
-def gcp_cloud(gcs_emulator: GcsEmulator, monkeypatch: pytest.MonkeyPatch) -> Iterator[GcpCloud]:
-    """A fresh GCE fake plus the wiped GCS emulator, with the environment pointed at both."""
+@contextlib.contextmanager
+def gcp_cloud_on(emulator: GcsEmulator, monkeypatch: pytest.MonkeyPatch) -> Iterator[GcpCloud]:
+    """A fresh GCE fake beside `emulator` (this process's GCS environment already pointed at
+    it), with the environment pointed at the fake; stopped on exit. Skips without
+    google-cloud-compute."""
     if not gcp_available():
         pytest.skip("google-cloud-compute is not installed: pip install 'cloudtrain[gcp]'")
     fake = start_gce_fake()
@@ -74,6 +78,13 @@ def gcp_cloud(gcs_emulator: GcsEmulator, monkeypatch: pytest.MonkeyPatch) -> Ite
     monkeypatch.setenv(IAM_ENDPOINT_ENV, fake.url)
     monkeypatch.delenv("CLOUDTRAIN_GCP_SERVICE_ACCOUNT", raising=False)
     try:
-        yield GcpCloud(fake, gcs_emulator)
+        yield GcpCloud(fake, emulator)
     finally:
         fake.stop()
+
+
+@pytest.fixture
+def gcp_cloud(gcs_emulator: GcsEmulator, monkeypatch: pytest.MonkeyPatch) -> Iterator[GcpCloud]:
+    """A fresh GCE fake plus the wiped GCS emulator, with the environment pointed at both."""
+    with gcp_cloud_on(gcs_emulator, monkeypatch) as cloud:
+        yield cloud

@@ -47,6 +47,7 @@ import logging
 import os
 import socket
 import threading
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -325,9 +326,9 @@ def gcs_emulator_available() -> bool:
     )
 
 
-def _free_port() -> int:
+def _free_port(host: str = HOST) -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((HOST, 0))
+        s.bind((host, 0))
         return int(s.getsockname()[1])
 
 
@@ -341,8 +342,9 @@ def _deepen_backlog(server: Any) -> None:
         httpd.socket.listen(128)
 
 
-def start_gcs_emulator(attempts: int = 3) -> GcsEmulator:
-    """Start the emulator in memory on a free port of 127.0.0.1; ready when this returns.
+def start_gcs_emulator(attempts: int = 3, host: str = HOST) -> GcsEmulator:
+    """Start the emulator in memory on a free port of `host` (default 127.0.0.1; a box whose
+    VMs are hosts of their own gives its network's host address); ready when this returns.
 
     The emulator binds in its own thread and `Server.start()` waits without a timeout, so a
     port taken in between would hang it: start runs in a helper thread, and a start that does
@@ -355,12 +357,12 @@ def start_gcs_emulator(attempts: int = 3) -> GcsEmulator:
     for name in ("gcp_storage_emulator.storage", "api.object", "api.bucket"):
         logging.getLogger(name).setLevel(logging.CRITICAL)
     for _ in range(attempts):
-        port = _free_port()
-        server = create_server(HOST, port, in_memory=True)
+        port = _free_port(host)
+        server = create_server(host, port, in_memory=True)
         starter = threading.Thread(target=server.start, name="gcs-emulator-start", daemon=True)
         starter.start()
         starter.join(START_TIMEOUT_S)
-        emulator = GcsEmulator(server=server, url=f"http://{HOST}:{port}")
+        emulator = GcsEmulator(server=server, url=f"http://{host}:{port}")
         if not starter.is_alive() and emulator.healthy():
             _deepen_backlog(server)
             return emulator
@@ -381,9 +383,10 @@ def use_gcs_emulator(
     # google-auth never probes for a metadata server here (the store looks for the
     # environment's credentials on an emulator: providers/gcp/storage.py)
     monkeypatch.setenv("NO_GCE_CHECK", "true")
-    for name in ("NO_PROXY", "no_proxy"):  # loopback never through a proxy (SDK and curl)
+    host = urllib.parse.urlsplit(emulator.url).hostname or HOST
+    for name in ("NO_PROXY", "no_proxy"):  # the box never through a proxy (SDK and curl)
         current = os.environ.get(name, "")
-        monkeypatch.setenv(name, f"{current},{HOST}" if current else HOST)
+        monkeypatch.setenv(name, f"{current},{host}" if current else host)
 
 
 @pytest.fixture(scope="session")
