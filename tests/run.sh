@@ -6,7 +6,8 @@
 #   chromium (the report's browser check, tests/e2e/browser_kit.py), and
 #   iproute2, nftables and debootstrap for the box's machines (a network namespace per node, each
 #   cloud's firewall as nftables rules, a Debian 12 root booted as root: tests/fakes/netns.py,
-#   debian_root.py; the suite runs as root, as CI does);
+#   debian_root.py; the suite runs as root, as CI does); Slurm 22.05 (slurmctld, slurmd,
+#   slurm-client), munge and OpenSSH for the box's real Slurm cluster (tests/fakes/slurm_box.py);
 #   venvs for Python 3.10 and 3.12 (pyenv's) in tests/.venvs, for the node-side tests; and the
 #   cloud-in-a-box's image interpreter with the stack baked in (tests/fakes/box_images.py, cached
 #   in ~/.cache/cloudtrain-box).
@@ -22,7 +23,9 @@ fi
 
 # Debian packages the suite needs, by the command each provides
 missing=()
-for pair in shellcheck:shellcheck ip:iproute2 nft:nftables debootstrap:debootstrap chromium:chromium; do
+for pair in shellcheck:shellcheck ip:iproute2 nft:nftables debootstrap:debootstrap chromium:chromium \
+  slurmctld:slurmctld slurmd:slurmd sbatch:slurm-client munged:munge sshd:openssh-server \
+  ssh:openssh-client; do
   command -v "${pair%%:*}" >/dev/null 2>&1 || missing+=("${pair#*:}")
 done
 if [ "${#missing[@]}" -gt 0 ]; then
