@@ -39,8 +39,11 @@ import shlex
 import shutil
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+from tests.fakes import netns
 from tests.fakes.netns import Host, Network
 
 CLIENT_COMMANDS = ("sbatch", "squeue", "sacct", "scancel", "scontrol", "sinfo", "srun")
@@ -58,10 +61,22 @@ class SlurmError(RuntimeError):
     """The box could not start, or a command through it failed."""
 
 
+@contextlib.contextmanager
+def slurm_cluster(factory: Any, **options: Any) -> Iterator[SlurmBox]:
+    """A started SlurmBox (`options` as SlurmBox takes them) in a new folder of pytest's
+    `tmp_path_factory`, closed on exit: a module's fixture. Fails where the machine cannot
+    make namespaces (tests/run.sh installs what they need), never skips."""
+    netns.require()
+    with SlurmBox(factory.mktemp("slurm") / "box", **options) as box:
+        yield box
+
+
 class SlurmBox:
     """The cluster of the module docstring under `root`. `start()` (or `with`), always
     `close()`. `partitions` maps a partition name to its compute hosts ("c1", ...); the first
-    is the default. `gpus` is the GPUs of each compute host (0: none, no GRES)."""
+    is the default. `gpus` is the GPUs of each compute host (0: none, no GRES). `login_path`
+    replaces the PATH of SSH sessions on the login host (a login host without Slurm's
+    commands)."""
 
     def __init__(
         self,
@@ -70,10 +85,12 @@ class SlurmBox:
         gpus: int = 2,
         partitions: dict[str, list[str]] | None = None,
         cpus: int = 2,
+        login_path: str | None = None,
     ) -> None:
         self.root = root
         self.computes = [f"c{i}" for i in range(1, computes + 1)]
         self.gpus, self.cpus = gpus, cpus
+        self.login_path = login_path  # the PATH of SSH sessions on the login host (None: sshd's)
         self.partitions = partitions or {"gpu" if gpus else "cpu": list(self.computes)}
         self.network: Network | None = None
         self.hosts: dict[str, Host] = {}
@@ -287,7 +304,7 @@ KbdInteractiveAuthentication no
 UsePAM no
 StrictModes no
 PidFile {ssh}/sshd.pid
-SetEnv SLURM_CONF={self._conf_path("login")}
+SetEnv SLURM_CONF={self._conf_path("login")}{f" PATH={self.login_path}" if self.login_path else ""}
 """)
         self._spawn(
             "login",

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.fakes import netns
-from tests.fakes.slurm_box import SlurmBox, SlurmError
+from tests.fakes.slurm_box import SlurmBox, SlurmError, slurm_cluster
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -24,8 +24,7 @@ STEP = "echo $(hostname) $(hostname -I) gpus=$CUDA_VISIBLE_DEVICES node=$SLURM_N
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmBox]:
-    netns.require()  # fails, never skips: tests/run.sh installs what it needs
-    with SlurmBox(tmp_path_factory.mktemp("slurm") / "box") as box:
+    with slurm_cluster(tmp_path_factory) as box:
         yield box
 
 

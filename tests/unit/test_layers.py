@@ -74,7 +74,7 @@ def test_the_contracts_name_folders_never_modules() -> None:
     assert named <= folders | {f"{f}.{c}" for f in ["cloudtrain.providers"] for c in CLOUDS}
 
 
-CLOUDS = ("aws", "azure", "gcp", "local")
+CLOUDS = ("aws", "azure", "gcp", "local", "slurm")
 
 
 def test_an_upward_import_breaks_the_layers(tmp_path: Path) -> None:

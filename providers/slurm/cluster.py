@@ -1,0 +1,137 @@
+"""What a Slurm cluster has and when it could start a job, read through its login host: the
+partitions with their nodes and GPUs, free and in all (`sinfo`), and Slurm's own start estimate
+for an allocation (`sbatch --test-only`, which submits nothing).
+
+Sources: sinfo(1) (`--Format`/`-O` with a `|` suffix per field; the default partition's name
+ends in `*`; a state's suffix `*` is "not responding"), gres.conf(5) and sinfo's Gres and
+GresUsed fields (`gpu:2`, `gpu:a100:4(S:0-1)`, `gpu:a100:1(IDX:0)`, `(null)`), sbatch(1)
+`--test-only` ("sbatch: Job N to start at TIME using N processors on nodes LIST in partition P",
+on stderr). Slurm 22.05. Everything read is untrusted: a line that does not parse is skipped,
+names are bounded, counts are whole numbers.
+"""
+
+from __future__ import annotations
+
+import datetime
+import re
+from dataclasses import dataclass
+
+from cloudtrain.core.errors import ProviderError
+from providers.slurm.login import LoginHost, run_on_login, run_on_login_both
+
+SINFO_FORMAT = "NodeList:|,Partition:|,Gres:|,GresUsed:|,StateLong:|,Time:|"
+# a node in these states (the long names, lower case, without a suffix) takes new jobs
+TAKING_JOBS = frozenset({"idle", "mixed", "allocated", "completing", "planned"})
+_GPU = re.compile(r"(?:^|,)gpu(?::[A-Za-z0-9_.-]+)?:(\d+)")
+_NAME = re.compile(r"^[A-Za-z0-9_.\-\[\],]{1,200}$")
+_TEST_ONLY = re.compile(
+    r"Job \d+ to start at (\S+) using (\d+) processors on nodes (\S+) in partition (\S+)"
+)
+
+
+@dataclass(frozen=True)
+class Partition:
+    """One partition: its nodes, how many take jobs now, and their GPUs (free: not allocated,
+    on nodes that take jobs)."""
+
+    name: str
+    default: bool
+    nodes: int
+    nodes_taking_jobs: int
+    gpus_per_node: int  # the most GPUs one of its nodes has
+    gpus: int
+    gpus_free: int
+    time_limit: str  # as sinfo shows it: "infinite", "1-00:00:00", ...
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Slurm's answer to `sbatch --test-only`: when and where the job would start."""
+
+    start: datetime.datetime | None  # None: Slurm named no time it could parse
+    processors: int
+    nodes: str
+    partition: str
+
+
+def gpu_count(gres: str) -> int:
+    """The GPUs in a Gres or GresUsed field (`gpu:2`, `gpu:a100:4(S:0-1)`, several types
+    comma-separated; `(null)`: 0). Pure."""
+    text = re.sub(r"\([^)]*\)", "", gres)  # the (S:0-1) / (IDX:0-1) parts hold commas too
+    return sum(int(n) for n in _GPU.findall(text))
+
+
+def _taking_jobs(state: str) -> bool:
+    if state.endswith("*"):  # not responding
+        return False
+    return re.sub(r"[^a-z]+$", "", state.lower()) in TAKING_JOBS
+
+
+def parse_partitions(text: str) -> list[Partition]:
+    """`sinfo -h -N -O SINFO_FORMAT`'s output as partitions, in the order sinfo gives them. A
+    line that does not parse is skipped. Pure."""
+    rows: dict[str, list[tuple[int, int, bool]]] = {}
+    defaults: set[str] = set()
+    limits: dict[str, str] = {}
+    for line in text.splitlines():
+        fields = [f.strip() for f in line.split("|")]
+        if len(fields) < 6:
+            continue
+        node, partition, gres, used, state, limit = fields[:6]
+        if partition.endswith("*"):
+            partition = partition[:-1]
+            defaults.add(partition)
+        if not (_NAME.match(node) and _NAME.match(partition)):
+            continue
+        rows.setdefault(partition, []).append(
+            (gpu_count(gres), gpu_count(used), _taking_jobs(state))
+        )
+        limits.setdefault(partition, limit[:40])
+    return [
+        Partition(
+            name=name,
+            default=name in defaults,
+            nodes=len(nodes),
+            nodes_taking_jobs=sum(1 for _, _, up in nodes if up),
+            gpus_per_node=max(g for g, _, _ in nodes),
+            gpus=sum(g for g, _, _ in nodes),
+            gpus_free=sum(max(0, g - u) for g, u, up in nodes if up),
+            time_limit=limits[name],
+        )
+        for name, nodes in rows.items()
+    ]
+
+
+def read_partitions(login: LoginHost) -> list[Partition]:
+    """The cluster's partitions (every one, hidden too). Blocks (one ssh); read-only."""
+    return parse_partitions(run_on_login(login, ["sinfo", "-a", "-h", "-N", "-O", SINFO_FORMAT]))
+
+
+def parse_estimate(stderr: str) -> Estimate | None:
+    """`sbatch --test-only`'s answer, None when it gave none. Pure."""
+    match = _TEST_ONLY.search(stderr)
+    if match is None:
+        return None
+    when, processors, nodes, partition = match.groups()
+    try:
+        start: datetime.datetime | None = datetime.datetime.fromisoformat(when)
+    except ValueError:
+        start = None
+    return Estimate(start, int(processors), nodes[:200], partition[:100])
+
+
+def start_estimate(
+    login: LoginHost, partition: str, nodes: int, gpus_per_node: int, minutes: int
+) -> Estimate:
+    """When Slurm would start `nodes` nodes of `partition` with `gpus_per_node` GPUs each
+    for `minutes` (`sbatch --test-only`: nothing is submitted). Blocks (one ssh). Raises
+    ProviderError with Slurm's reason when no node could ever run it."""
+    command = ["sbatch", "--test-only", f"--partition={partition}", f"--nodes={nodes}"]
+    if gpus_per_node:
+        command.append(f"--gpus-per-node={gpus_per_node}")
+    command += [f"--time={minutes}", "--wrap", "true"]
+    _, stderr = run_on_login_both(login, command)
+    estimate = parse_estimate(stderr)
+    if estimate is None:
+        raise ProviderError(f"{login.where}: sbatch --test-only gave no start estimate")
+    return estimate

@@ -1,0 +1,183 @@
+"""A command on a Slurm cluster's login host, over SSH, the way its user runs one by hand:
+OpenSSH's `ssh` client with the user's key, in batch mode (never a prompt: no password, no
+passphrase, no "accept this host key?"), the host key checked against known_hosts (never
+accepted blindly: an unknown or changed key is refused). The remote command is one string,
+every word quoted (`shlex.join`), as the login shell splits it.
+
+What comes back is untrusted: stdout is bounded (MAX_OUTPUT_BYTES) and read as UTF-8 with
+U+FFFD for what is not; what an error shows of stderr is one bounded line with every control
+character escaped (cloudtrain/core/node_text.py).
+
+Failures, each one error naming the host (ssh(1): exit 255 is ssh's own, any other the remote
+command's; bash's 127 is "command not found"):
+- the host key unknown or changed: CredentialsError, hint: check its fingerprint, then
+  ssh-keyscan into known_hosts;
+- the key refused ("Permission denied (publickey)"), or a key file that cannot be read:
+  CredentialsError;
+- the host unreachable (no such name, refused, timed out): ProviderError;
+- the command missing on the login host (exit 127): ProviderError naming it ("is this a Slurm
+  login node?");
+- any other non-zero exit: ProviderError with the command and the last line it wrote to stderr.
+"""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cloudtrain.core.errors import CredentialsError, ProviderError
+from cloudtrain.core.node_text import shown
+
+MAX_OUTPUT_BYTES = 4 * 1024 * 1024  # of one command's stdout; more is an error, not a cut
+STDERR_KEPT_BYTES = 64 * 1024  # of one command's stderr, its end
+SSH_FAILED = 255  # ssh(1): "exits with 255 if an error occurred" (its own, not the command's)
+NOT_FOUND = 127  # the login shell: the command is not on the PATH
+_UNREACHABLE = (
+    "Could not resolve hostname",
+    "Connection refused",
+    "Connection timed out",
+    "No route to host",
+    "Network is unreachable",
+    "Connection closed by",
+)
+
+
+@dataclass(frozen=True)
+class LoginHost:
+    """Where and as whom: `user@host:port` with the private key `key` (None: ssh's own default
+    keys and agent), the host keys in `known_hosts` (None: ssh's ~/.ssh/known_hosts), and
+    extra `-o Name=value` options (a ProxyJump, say)."""
+
+    host: str
+    user: str
+    key: Path | None = None
+    port: int = 22
+    known_hosts: Path | None = None
+    options: tuple[str, ...] = field(default=())
+    connect_timeout_s: int = 15
+
+    @property
+    def where(self) -> str:
+        port = f":{self.port}" if self.port != 22 else ""
+        return f"{self.user}@{self.host}{port}"
+
+    def ssh_argv(self) -> list[str]:
+        """The `ssh` command line up to the remote command. Pure."""
+        argv = ["ssh", "-p", str(self.port), "-o", "BatchMode=yes"]
+        argv += [
+            "-o",
+            "StrictHostKeyChecking=yes",
+            "-o",
+            f"ConnectTimeout={self.connect_timeout_s}",
+        ]
+        if self.key is not None:
+            argv += ["-i", str(self.key), "-o", "IdentitiesOnly=yes"]
+        if self.known_hosts is not None:
+            argv += ["-o", f"UserKnownHostsFile={self.known_hosts}"]
+        for option in self.options:
+            argv += ["-o", option]
+        return [*argv, "--", f"{self.user}@{self.host}"]
+
+
+def run_on_login(
+    login: LoginHost, command: Sequence[str], *, timeout_s: float = 120, stdin: bytes = b""
+) -> str:
+    """Run `command` (its words) on the login host; its stdout. Blocks up to `timeout_s` (then
+    ProviderError; the remote command may go on). Not idempotent by itself: the command
+    decides. Raises CredentialsError or ProviderError as the module docstring says."""
+    return run_on_login_both(login, command, timeout_s=timeout_s, stdin=stdin)[0]
+
+
+def run_on_login_both(
+    login: LoginHost, command: Sequence[str], *, timeout_s: float = 120, stdin: bytes = b""
+) -> tuple[str, str]:
+    """`run_on_login`, with what the command wrote to stderr too (bounded to its last 64 KiB,
+    as text): for the commands that answer there (`sbatch --test-only`). Blocks; raises as
+    `run_on_login`."""
+    if not command:
+        raise ValueError("no command")
+    remote = shlex.join(command)
+    try:
+        done = subprocess.run(
+            [*login.ssh_argv(), remote],
+            input=stdin,
+            capture_output=True,
+            timeout=timeout_s,
+            check=False,
+        )
+    except FileNotFoundError as exc:
+        raise ProviderError(
+            "the Slurm provider needs OpenSSH's ssh client on this machine",
+            hint="install openssh-client",
+        ) from exc
+    except subprocess.TimeoutExpired as exc:
+        raise ProviderError(
+            f"{login.where}: `{shown(remote, 200)}` took over {timeout_s:.0f} s"
+        ) from exc
+    if done.returncode != 0:
+        raise _failure(login, command, remote, done.returncode, done.stderr)
+    if len(done.stdout) > MAX_OUTPUT_BYTES:
+        raise ProviderError(
+            f"{login.where}: `{shown(remote, 200)}` wrote {len(done.stdout)} bytes, over the "
+            f"{MAX_OUTPUT_BYTES} cloudtrain reads"
+        )
+    stderr = done.stderr[-STDERR_KEPT_BYTES:].decode("utf-8", errors="replace")
+    return done.stdout.decode("utf-8", errors="replace"), stderr
+
+
+def _last_line(stderr: bytes) -> str:
+    lines = [
+        line
+        for line in stderr[-8192:].decode("utf-8", errors="replace").splitlines()
+        if line.strip()
+    ]
+    return shown(lines[-1], 300) if lines else "(nothing on stderr)"
+
+
+def _failure(
+    login: LoginHost, command: Sequence[str], remote: str, code: int, stderr: bytes
+) -> Exception:
+    text = stderr[-8192:].decode("utf-8", errors="replace")
+    where = login.where
+    if code == SSH_FAILED:
+        if (
+            "Host key verification failed" in text
+            or "REMOTE HOST IDENTIFICATION HAS CHANGED" in text
+        ):
+            known = login.known_hosts or "~/.ssh/known_hosts"
+            return CredentialsError(
+                f"{where}: its SSH host key is not in {known}, or differs from the one there: "
+                "cloudtrain never accepts a host key it has not been given",
+                hint=f"check the key's fingerprint with the cluster's admins, then "
+                f"`ssh-keyscan -p {login.port} {login.host} >> {known}`",
+                codes=frozenset({"host-key"}),
+            )
+        if "Permission denied" in text or "Load key" in text or "no such identity" in text:
+            return CredentialsError(
+                f"{where} refused the SSH key {login.key or '(ssh default keys)'}: "
+                f"{_last_line(stderr)}",
+                hint="the key's public half must be in the user's ~/.ssh/authorized_keys on the "
+                "login host; a key with a passphrase needs ssh-agent",
+                codes=frozenset({"key-refused"}),
+            )
+        if any(marker in text for marker in _UNREACHABLE):
+            return ProviderError(
+                f"{where}: the login host cannot be reached: {_last_line(stderr)}",
+                codes=frozenset({"unreachable"}),
+            )
+        return ProviderError(f"ssh to {where} failed: {_last_line(stderr)}")
+    if code == NOT_FOUND:
+        return ProviderError(
+            f"{where}: `{shown(command[0], 100)}` is not on the login host's PATH: is this a "
+            "Slurm login node?",
+            hint="cloudtrain runs the cluster's own commands (sbatch, squeue, sacct, scancel, "
+            "scontrol, sinfo) there",
+            codes=frozenset({"not-found"}),
+        )
+    return ProviderError(
+        f"{where}: `{shown(remote, 200)}` exited {code}: {_last_line(stderr)}",
+        codes=frozenset({f"exit-{code}"}),
+    )

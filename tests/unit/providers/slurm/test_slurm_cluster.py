@@ -1,0 +1,123 @@
+"""providers/slurm/cluster.py: the partitions and GPUs a cluster has, free and in all, and
+Slurm's start estimate, read from a real Slurm (tests/fakes/slurm_box.py) and from sinfo lines
+of the forms real clusters print."""
+
+from __future__ import annotations
+
+import datetime
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from cloudtrain.core.errors import ProviderError
+from providers.slurm.cluster import (
+    Partition,
+    gpu_count,
+    parse_estimate,
+    parse_partitions,
+    read_partitions,
+    start_estimate,
+)
+from providers.slurm.login import LoginHost
+from tests.fakes.slurm_box import SlurmBox, slurm_cluster
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.mark.parametrize(
+    ("gres", "count"),
+    [
+        ("gpu:2", 2),
+        ("gpu:0", 0),
+        ("(null)", 0),
+        ("", 0),
+        ("gpu:a100:4(S:0-1)", 4),
+        ("gpu:a100:1(IDX:0),gpu:v100:2(IDX:1-2)", 3),
+        ("gpu:tesla_v100-sxm2:8(S:0,1)", 8),
+        ("shard:8,gpu:2", 2),
+        ("mps:100", 0),
+    ],
+)
+def test_gpu_count(gres: str, count: int) -> None:
+    assert gpu_count(gres) == count
+
+
+def test_partitions_from_the_lines_real_clusters_print() -> None:
+    text = "\n".join(
+        [
+            "g1|gpu*|gpu:a100:4(S:0-1)|gpu:a100:4(IDX:0-3)|allocated|2-00:00:00|",
+            "g2|gpu*|gpu:a100:4(S:0-1)|gpu:a100:1(IDX:0)|mixed|2-00:00:00|",
+            "g3|gpu*|gpu:a100:4(S:0-1)|gpu:a100:0|drained|2-00:00:00|",
+            "g4|gpu*|gpu:a100:4(S:0-1)|gpu:a100:0|idle*|2-00:00:00|",
+            "c1|cpu|(null)|gpu:0|idle|infinite|",
+            "garbage without fields",
+            "bad name;rm|cpu|(null)|gpu:0|idle|infinite|",
+        ]
+    )
+    assert parse_partitions(text) == [
+        Partition("gpu", True, 4, 2, 4, 16, 3, "2-00:00:00"),
+        Partition("cpu", False, 1, 1, 0, 0, 0, "infinite"),
+    ]
+
+
+def test_an_estimate_from_sbatch_test_only() -> None:
+    line = (
+        "sbatch: Job 3 to start at 2026-11-29T15:03:13 using 2 processors on nodes c[1-2]"
+        " in partition gpu\n"
+    )
+    estimate = parse_estimate(line)
+    assert estimate is not None
+    assert estimate.start == datetime.datetime(2026, 11, 29, 15, 3, 13)
+    assert (estimate.processors, estimate.nodes, estimate.partition) == (2, "c[1-2]", "gpu")
+    assert parse_estimate("sbatch: error: something else\n") is None
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmBox]:
+    partitions = {"gpu": ["c1", "c2", "c3"], "small": ["c1"]}
+    with slurm_cluster(tmp_path_factory, partitions=partitions) as box:
+        yield box
+
+
+def login_of(box: SlurmBox) -> LoginHost:
+    return LoginHost(box.login_ip, box.user, box.key, known_hosts=box.known_hosts)
+
+
+def test_partitions_and_free_gpus_of_a_real_slurm(cluster: SlurmBox) -> None:
+    login = login_of(cluster)
+    assert read_partitions(login) == [
+        Partition("gpu", True, 3, 3, 2, 6, 6, "infinite"),
+        Partition("small", False, 1, 1, 2, 2, 2, "infinite"),
+    ]
+    job = cluster.ssh(
+        "sbatch", "--parsable", "-w", "c1", "--gpus-per-node=1", "--wrap", "sleep 300"
+    )
+    job = job.strip()
+    try:
+        deadline = time.monotonic() + 60
+        while read_partitions(login)[0].gpus_free != 5:
+            assert time.monotonic() < deadline, read_partitions(login)
+            time.sleep(0.3)
+        cluster.set_state("c3", "DRAIN")
+        gpu, small = read_partitions(login)
+        assert (gpu.nodes_taking_jobs, gpu.gpus_free) == (2, 3), gpu
+        assert (small.nodes_taking_jobs, small.gpus_free) == (1, 1), small
+    finally:
+        cluster.ssh("scancel", job)
+        cluster.set_state("c3", "RESUME")
+
+
+def test_slurms_start_estimate_submits_nothing(cluster: SlurmBox) -> None:
+    login = login_of(cluster)
+    before = datetime.datetime.now()
+    estimate = start_estimate(login, "gpu", nodes=2, gpus_per_node=1, minutes=30)
+    assert estimate.partition == "gpu" and estimate.processors >= 2, estimate
+    assert estimate.start is not None
+    assert before - datetime.timedelta(seconds=5) <= estimate.start, estimate
+    assert estimate.start <= datetime.datetime.now() + datetime.timedelta(minutes=1), estimate
+    assert cluster.ssh("squeue", "-h") == ""
+    with pytest.raises(ProviderError, match="Requested node configuration is not available"):
+        start_estimate(login, "gpu", nodes=1, gpus_per_node=3, minutes=30)
+    with pytest.raises(ProviderError, match="Invalid partition name specified"):
+        start_estimate(login, "nosuch", nodes=1, gpus_per_node=1, minutes=30)

@@ -1,0 +1,125 @@
+"""providers/slurm/login.py against the Slurm box's real sshd and Slurm (tests/fakes/
+slurm_box.py): a command runs on the login host with its words intact; a host key that is
+unknown or changed, a key the host refuses, a host that does not answer, a command the login
+host lacks and a command that fails each give one clear error, the untrusted stderr escaped."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from cloudtrain.core.errors import CredentialsError, ProviderError
+from providers.slurm import login as login_module
+from providers.slurm.login import LoginHost, run_on_login
+from tests.fakes import netns
+from tests.fakes.slurm_box import SlurmBox, slurm_cluster
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmBox]:
+    with slurm_cluster(tmp_path_factory, computes=1, gpus=0) as box:
+        yield box
+
+
+def login_of(box: SlurmBox, **changes: object) -> LoginHost:
+    fields: dict[str, object] = {
+        "host": box.login_ip,
+        "user": box.user,
+        "key": box.key,
+        "known_hosts": box.known_hosts,
+    }
+    fields.update(changes)
+    return LoginHost(**fields)  # type: ignore[arg-type]
+
+
+def one_line(error: BaseException) -> str:
+    text = str(error)
+    assert "\n" not in text and "\x1b" not in text, text
+    return text
+
+
+def test_a_command_runs_on_the_login_host_with_its_words_intact(cluster: SlurmBox) -> None:
+    login = login_of(cluster)
+    assert run_on_login(login, ["sinfo", "-h", "-o", "%D %T"]) == "1 idle\n"
+    assert (
+        run_on_login(login, ["echo", "a  b", "$HOME", "'q'", ";", "true"])
+        == "a  b $HOME 'q' ; true\n"
+    )
+
+
+def test_an_unknown_host_key_is_refused_never_accepted(cluster: SlurmBox, tmp_path: Path) -> None:
+    empty = tmp_path / "known_hosts"
+    empty.write_text("")
+    with pytest.raises(CredentialsError) as caught:
+        run_on_login(login_of(cluster, known_hosts=empty), ["sinfo"])
+    assert caught.value.codes == {"host-key"}
+    assert f"root@{cluster.login_ip}: its SSH host key is not in {empty}" in one_line(caught.value)
+    assert "ssh-keyscan -p 22" in str(caught.value)
+    assert empty.read_text() == "", "nothing was added to known_hosts"
+
+
+def test_a_changed_host_key_is_refused(cluster: SlurmBox, tmp_path: Path) -> None:
+    other = tmp_path / "other"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
+    kind, blob = Path(f"{other}.pub").read_text().split()[:2]
+    known = tmp_path / "known_hosts"
+    known.write_text(f"{cluster.login_ip} {kind} {blob}\n")
+    with pytest.raises(CredentialsError) as caught:
+        run_on_login(login_of(cluster, known_hosts=known), ["sinfo"])
+    assert caught.value.codes == {"host-key"}
+
+
+def test_a_key_the_host_does_not_know_is_refused(cluster: SlurmBox, tmp_path: Path) -> None:
+    stranger = tmp_path / "id_stranger"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(stranger)], check=True)
+    with pytest.raises(CredentialsError) as caught:
+        run_on_login(login_of(cluster, key=stranger), ["sinfo"])
+    assert caught.value.codes == {"key-refused"}
+    assert f"root@{cluster.login_ip} refused the SSH key {stranger}" in one_line(caught.value)
+    assert "Permission denied" in str(caught.value)
+
+
+def test_a_host_that_does_not_answer(cluster: SlurmBox) -> None:
+    with pytest.raises(ProviderError) as caught:
+        run_on_login(login_of(cluster, port=2), ["sinfo"])
+    assert caught.value.codes == {"unreachable"}
+    assert "the login host cannot be reached" in one_line(caught.value)
+    assert "Connection refused" in str(caught.value)
+
+
+def test_a_login_host_without_sbatch(tmp_path: Path) -> None:
+    netns.require()
+    with SlurmBox(tmp_path / "box", computes=1, gpus=0, login_path="/nowhere") as bare:
+        with pytest.raises(ProviderError) as caught:
+            run_on_login(login_of(bare), ["sbatch", "--wrap", "true"])
+        assert caught.value.codes == {"not-found"}
+        text = one_line(caught.value)
+        assert "`sbatch` is not on the login host's PATH: is this a Slurm login node?" in text
+        assert bare.ssh("squeue", "-h", check=False) == ""  # nothing was submitted
+
+
+def test_a_failing_command_shows_its_last_stderr_line_escaped(cluster: SlurmBox) -> None:
+    with pytest.raises(ProviderError) as caught:
+        run_on_login(login_of(cluster), ["squeue", "-h", "-j", "999999"])
+    assert caught.value.codes == {"exit-1"}
+    assert "`squeue -h -j 999999` exited 1: slurm_load_jobs error: Invalid job id" in one_line(
+        caught.value
+    )
+    script = "printf 'first\\n\\033[2Jcleared\\n' >&2; exit 3"
+    with pytest.raises(ProviderError) as caught:
+        run_on_login(login_of(cluster), ["bash", "-c", script])
+    assert one_line(caught.value).endswith("exited 3: \\x1b[2Jcleared")
+
+
+def test_output_over_the_bound_is_an_error(
+    cluster: SlurmBox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(login_module, "MAX_OUTPUT_BYTES", 10)
+    assert run_on_login(login_of(cluster), ["echo", "123456789"]) == "123456789\n"
+    with pytest.raises(ProviderError, match="wrote 11 bytes, over the 10 cloudtrain reads"):
+        run_on_login(login_of(cluster), ["echo", "1234567890"])
