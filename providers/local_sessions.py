@@ -58,7 +58,10 @@ END_NODE_SH = r"""ct_end_node() {
   done
   pkill "-$1" -s "$$" || true
 }""".replace("MARK", NODE_ENV)
-DEADMAN_SH = """( sleep "$(( DEADLINE_EPOCH > $(date +%s) ? DEADLINE_EPOCH - $(date +%s) : 0 ))"
+# (its subshell drops the bootstrap's ERR trap, which `set -E` hands it: killed at power-off,
+# its `sleep` would otherwise write FAILED into the node's log after the agent's own verdict)
+DEADMAN_SH = """( trap - ERR
+  sleep "$(( DEADLINE_EPOCH > $(date +%s) ? DEADLINE_EPOCH - $(date +%s) : 0 ))"
   echo "cloudtrain: node deadline reached, shutting down"; trap "" TERM
   ct_end_node TERM; sleep 5; ct_end_node KILL ) </dev/null >/dev/null 2>&1 &"""
 POWER_OFF_SH = "ct_end_node KILL  # the node is its session and its marked processes: end all"
