@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 
 from cloudtrain.core.errors import ProviderError
-from providers.slurm.login import LoginHost, run_on_login, run_on_login_both
+from cloudtrain.providers.slurm.login import LoginHost, run_on_login, run_on_login_both
 
 SINFO_FORMAT = "NodeList:|,Partition:|,Gres:|,GresUsed:|,StateLong:|,Time:|"
 # a node in these states (the long names, lower case, without a suffix) takes new jobs

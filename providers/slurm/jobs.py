@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass
 
 from cloudtrain.core.errors import ProviderError
-from providers.slurm.login import LoginHost, run_on_login
+from cloudtrain.providers.slurm.login import LoginHost, run_on_login
 
 NAME_PREFIX = "cloudtrain-"
 # squeue -o: id, name, state, reason, nodes, start (expected, for a pending job), comment

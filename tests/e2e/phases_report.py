@@ -84,7 +84,7 @@ def aws_fakes(harness: Any) -> dict[str, Any]:
     """The AWS box's: moto in the test process, the boot harness's poll for new instances."""
     import moto
 
-    from providers.aws.compute import TERMINATE_POLL_S
+    from cloudtrain.providers.aws.compute import TERMINATE_POLL_S
 
     return {
         "moto": f"moto {moto.__version__} server, in-process: no added latency, an instance is "
@@ -98,7 +98,7 @@ def aws_fakes(harness: Any) -> dict[str, Any]:
 def gcp_fakes(cloud: Any, harness: Any) -> dict[str, Any]:
     """The GCP box's: the GCE fake's operation polls and IAM lag, the GCS emulator, the
     harness's poll, the adapter's quick re-poll of an operation wait."""
-    from providers.gcp.clients import QUICK_POLL_S
+    from cloudtrain.providers.gcp.clients import QUICK_POLL_S
 
     return {
         "gce_operation_polls_to_done": cloud.gce.operation_polls_to_done,

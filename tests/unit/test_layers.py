@@ -111,3 +111,41 @@ def test_every_package_folder_is_in_the_distribution() -> None:
             if "__pycache__" not in rel and not any(p.startswith(".") for p in rel):
                 found.add(".".join((name, *rel)))
     assert found == listed
+
+
+def checkout_only_imports(top: Path, root: Path = ROOT) -> list[str]:
+    """`file:line module` for each import under `top` of a name that exists only in a checkout:
+    `providers` and `jobs` are installed as cloudtrain.providers and cloudtrain.jobs
+    (pyproject's package-dir), so such an import fails once cloudtrain is installed. Pure."""
+    import ast
+
+    found = []
+    for path in sorted(top.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = []
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            elif isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            for name in names:
+                if name.split(".")[0] in ("providers", "jobs"):
+                    found.append(f"{path.relative_to(root)}:{node.lineno} {name}")
+    return found
+
+
+def test_modules_import_the_installed_package_names() -> None:
+    tops = ("cloudtrain", "providers", "jobs")
+    found = [i for top in tops for i in checkout_only_imports(ROOT / top)]
+    assert found == [], found
+
+
+def test_a_checkout_only_import_is_found(tmp_path: Path) -> None:
+    (tmp_path / "providers").mkdir()
+    planted = tmp_path / "providers" / "planted.py"
+    planted.write_text(
+        "import os\nfrom providers.local_sessions import NODE_ENV\nimport jobs.agent\n"
+    )
+    assert checkout_only_imports(tmp_path / "providers", tmp_path) == [
+        "providers/planted.py:2 providers.local_sessions",
+        "providers/planted.py:3 jobs.agent",
+    ]

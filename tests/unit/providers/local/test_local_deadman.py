@@ -13,7 +13,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from providers.local_sessions import DEADMAN_SH, END_NODE_SH
+from cloudtrain.providers.local_sessions import DEADMAN_SH, END_NODE_SH
 
 
 def _sleeps_of(pid: int) -> list[int]:

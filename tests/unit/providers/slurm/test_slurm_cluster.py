@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from cloudtrain.core.errors import ProviderError
-from providers.slurm.cluster import (
+from cloudtrain.providers.slurm.cluster import (
     Partition,
     gpu_count,
     parse_estimate,
@@ -19,7 +19,7 @@ from providers.slurm.cluster import (
     read_partitions,
     start_estimate,
 )
-from providers.slurm.login import LoginHost
+from cloudtrain.providers.slurm.login import LoginHost
 from tests.fakes.slurm_box import SlurmBox, slurm_cluster
 
 pytestmark = pytest.mark.timeout(300)

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from cloudtrain.core.errors import ProviderError
-from providers.slurm.jobs import (
+from cloudtrain.providers.slurm.jobs import (
     Allocation,
     Job,
     cancel,
@@ -20,7 +20,7 @@ from providers.slurm.jobs import (
     state,
     submit,
 )
-from providers.slurm.login import LoginHost
+from cloudtrain.providers.slurm.login import LoginHost
 from tests.fakes.slurm_box import SlurmBox, slurm_cluster
 
 pytestmark = pytest.mark.timeout(300)

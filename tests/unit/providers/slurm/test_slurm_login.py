@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from cloudtrain.core.errors import CredentialsError, ProviderError
-from providers.slurm import login as login_module
-from providers.slurm.login import LoginHost, run_on_login
+from cloudtrain.providers.slurm import login as login_module
+from cloudtrain.providers.slurm.login import LoginHost, run_on_login
 from tests.fakes import netns
 from tests.fakes.slurm_box import SlurmBox, slurm_cluster
 
