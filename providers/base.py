@@ -288,6 +288,12 @@ class Compute(ABC):
     # InstanceInitiatedShutdownBehavior=terminate): the controller node then deletes its
     # identity first and ends by powering off, needing no right to delete its own VM
     deletes_on_power_off: bool = False
+    # True: a gang scheduler's compute (Slurm): a run's nodes are ONE allocation, made whole or
+    # not at all, never a partial cluster. `create_nodes` is then given every node of the run
+    # at once and calls `create_allocation`; no node is created alone (`create_node` refuses),
+    # and losing one node loses them all, so a recovery creates every node again (a new
+    # allocation). False: each node is created, replaced and deleted alone (the VMs).
+    gang: bool = False
 
     @abstractmethod
     def planned_network(self, run: RunInfo) -> list[Resource]:
@@ -337,7 +343,8 @@ class Compute(ABC):
         requests: list[NodeRequest],
         on_created: Callable[[str, float, float], None] | None = None,
     ) -> list[Node]:
-        """`prepare_nodes`, then `self.create_node` for every request in parallel. Idempotent;
+        """`prepare_nodes`, then `self.create_node` for every request in parallel (a gang
+        compute: `self.create_allocation` of them all instead). Idempotent;
         does not wait for boot. Retries nothing itself: on a provider from the registry, `self`
         is a RetryingCompute (providers/retrying.py), whose `create_node` retries each node.
         Adapters override `create_node` and `prepare_nodes`, never this.
@@ -348,6 +355,8 @@ class Compute(ABC):
         one that raised), from the fan-out's threads (the run's trace)."""
         from cloudtrain.core.crashpoints import crash_point
 
+        if self.gang:
+            return self.create_allocation(run, requests, on_created)
         if requests:
             self.prepare_nodes(run, requests)
         done = Counter()
@@ -367,6 +376,20 @@ class Compute(ABC):
             return node
 
         return first_error(parallel_map(create, requests, self.max_parallel))
+
+    def create_allocation(
+        self,
+        run: RunInfo,
+        requests: list[NodeRequest],
+        on_created: Callable[[str, float, float], None] | None = None,
+    ) -> list[Node]:
+        """A gang compute's create (`gang`): one allocation holding every request's node, all
+        or none. Idempotent per run: while the run has an allocation, its nodes are returned
+        and nothing more is asked for. Returns without waiting for the allocation to start.
+        `on_created` as for `create_nodes`. Raises ProviderError (NoCapacityError,
+        QuotaError) with the scheduler's reason when it refuses. Not offered by a per-node
+        compute."""
+        raise NotImplementedError(f"{type(self).__name__} creates nodes one by one")
 
     def delete_nodes(self, run_id: str, names: list[str] | None = None) -> None:
         """Delete the run's nodes (all, or `names`) in parallel and wait until they are gone

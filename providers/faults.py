@@ -225,6 +225,7 @@ class FaultyCompute(Compute):
         self.max_parallel = inner.max_parallel
         self.holds_nodes_kinds = inner.holds_nodes_kinds
         self.deletes_on_power_off = inner.deletes_on_power_off
+        self.gang = inner.gang
         self.created: list[str] = []
         self.lost_replies = 0  # creates that succeeded but answered with an error
         self._faults = _Injector(plan.latency_s, plan.error_rate, plan.seed)
@@ -309,6 +310,16 @@ class FaultyCompute(Compute):
                 self.lost_replies += 1
             raise TransientError(f"{THROTTLED}: reply to create {request.name} lost")
         return node
+
+    def create_allocation(
+        self,
+        run: RunInfo,
+        requests: list[NodeRequest],
+        on_created: Callable[[str, float, float], None] | None = None,
+    ) -> list[Node]:
+        """The inner `create_allocation` with latency (a gang compute's one create)."""
+        self._faults.gate("create_allocation")
+        return self.inner.create_allocation(run, requests, on_created)
 
     def list_nodes(self, run_id: str) -> list[Node]:
         """The inner `list_nodes` with latency and throttling. Nodes past their `preempt_after_s`

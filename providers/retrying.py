@@ -54,6 +54,7 @@ DEADLINES_S: dict[str, float] = {
     "ensure_network": 120.0,
     "prepare_nodes": 120.0,
     "create_node": 120.0,
+    "create_allocation": 120.0,  # a gang compute's one create of all the run's nodes (Slurm)
     "list_nodes": 120.0,
     "delete_node": 120.0,
     "delete_listed": 120.0,  # only for adapters that delete many nodes in one call (AWS)
@@ -101,6 +102,7 @@ class RetryingCompute(Compute):
         self.max_parallel = self.inner.max_parallel
         self.holds_nodes_kinds = self.inner.holds_nodes_kinds
         self.deletes_on_power_off = self.inner.deletes_on_power_off
+        self.gang = self.inner.gang
 
     def planned_network(self, run: RunInfo) -> list[Resource]:
         """See Compute.planned_network (pure: not retried)."""
@@ -133,6 +135,21 @@ class RetryingCompute(Compute):
         """See Compute.create_node; retried (idempotent per name). Does not wait for boot."""
         what = f"create node {request.name}"
         return _retry("create_node", what, lambda: self.inner.create_node(run, request))
+
+    def create_allocation(
+        self,
+        run: RunInfo,
+        requests: list[NodeRequest],
+        on_created: Callable[[str, float, float], None] | None = None,
+    ) -> list[Node]:
+        """See Compute.create_allocation; retried as a whole (idempotent per run). Does not
+        wait for the allocation to start."""
+        what = f"create the allocation of run {run.run_id} ({len(requests)} node(s))"
+        return _retry(
+            "create_allocation",
+            what,
+            lambda: self.inner.create_allocation(run, requests, on_created),
+        )
 
     def list_nodes(self, run_id: str) -> list[Node]:
         """See Compute.list_nodes; retried. Blocks."""

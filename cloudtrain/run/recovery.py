@@ -166,10 +166,14 @@ class Recovery:
 
     def _recreate(self, shorts: list[str]) -> None:
         """Delete these nodes (e.g. "worker-1") and create them again, each bootstrap log
-        archived first (`archive_bootstrap_log`). Blocks until the create calls return."""
+        archived first (`archive_bootstrap_log`); on a gang compute (`Compute.gang`: one
+        allocation holds them all) every node of the plan, whichever were lost. Blocks until
+        the create calls return."""
         if not shorts:
             return
         by_short = {node_id(n.role, n.index): n for n in self.state.plan.nodes}
+        if self.state.provider.compute.gang:
+            shorts = list(by_short)
         names = [self._name(by_short[s]) for s in shorts]
         self.state.provider.compute.delete_nodes(self.run_id, names)  # retried by the provider
         for name in names:

@@ -99,29 +99,45 @@ def _comment(name: str) -> str:
     return f"{name} (cloudtrain)"
 
 
-def submit(login: LoginHost, allocation: Allocation) -> str:
-    """Submit the allocation; its job id. Blocks (one ssh). Not idempotent: a caller records
-    the run's job name first and, after an unclear failure, looks for it (`find`) before
-    submitting again. Raises ProviderError with Slurm's reason when it refuses the job."""
+def sbatch_options(allocation: Allocation) -> list[str]:
+    """The sbatch options of the allocation (no `--parsable`, no script): its name and
+    comment, N whole nodes of one task each, its time limit (none when `minutes` is 0: the
+    partition's default), `--no-requeue`, and the partition, GPUs, account and QOS when given.
+    Pure."""
     a = allocation
-    command = [
-        "sbatch", "--parsable", f"--job-name={a.name}", f"--comment={_comment(a.name)}",
-        f"--nodes={a.nodes}", "--ntasks-per-node=1", f"--time={max(1, a.minutes)}",
-        "--no-requeue", "--exclusive",
+    options = [
+        f"--job-name={a.name}", f"--comment={_comment(a.name)}", f"--nodes={a.nodes}",
+        "--ntasks-per-node=1", "--no-requeue", "--exclusive",
     ]  # fmt: skip
+    if a.minutes > 0:
+        options.append(f"--time={a.minutes}")
     if a.partition:
-        command.append(f"--partition={a.partition}")
+        options.append(f"--partition={a.partition}")
     if a.gpus_per_node:
-        command.append(f"--gpus-per-node={a.gpus_per_node}")
+        options.append(f"--gpus-per-node={a.gpus_per_node}")
     if a.account:
-        command.append(f"--account={a.account}")
+        options.append(f"--account={a.account}")
     if a.qos:
-        command.append(f"--qos={a.qos}")
-    out = run_on_login(login, command, stdin=a.script.encode())
+        options.append(f"--qos={a.qos}")
+    return options
+
+
+def job_id_of(login: LoginHost, out: str) -> str:
+    """The job id in `sbatch --parsable`'s answer ("jobid[;cluster]"). ProviderError when it
+    holds none. Pure."""
     job_id = out.strip().split(";", 1)[0]
     if not _JOB_ID.match(job_id):
         raise ProviderError(f"{login.where}: sbatch answered no job id: {out[:200]!r}")
     return job_id
+
+
+def submit(login: LoginHost, allocation: Allocation) -> str:
+    """Submit the allocation, its script on stdin; its job id. Blocks (one ssh). Not
+    idempotent: a caller records the run's job name first and, after an unclear failure, looks
+    for it (`find`) before submitting again. Raises ProviderError with Slurm's reason when it
+    refuses the job."""
+    command = ["sbatch", "--parsable", *sbatch_options(allocation)]
+    return job_id_of(login, run_on_login(login, command, stdin=allocation.script.encode()))
 
 
 def _start(text: str) -> datetime.datetime | None:

@@ -83,16 +83,27 @@ class LoginHost:
 
 
 def run_on_login(
-    login: LoginHost, command: Sequence[str], *, timeout_s: float = 120, stdin: bytes = b""
+    login: LoginHost,
+    command: Sequence[str],
+    *,
+    timeout_s: float = 120,
+    stdin: bytes = b"",
+    what: str | None = None,
 ) -> str:
     """Run `command` (its words) on the login host; its stdout. Blocks up to `timeout_s` (then
     ProviderError; the remote command may go on). Not idempotent by itself: the command
-    decides. Raises CredentialsError or ProviderError as the module docstring says."""
-    return run_on_login_both(login, command, timeout_s=timeout_s, stdin=stdin)[0]
+    decides. Raises CredentialsError or ProviderError as the module docstring says; their
+    messages name the command as `what` when given (a script's purpose, not its text)."""
+    return run_on_login_both(login, command, timeout_s=timeout_s, stdin=stdin, what=what)[0]
 
 
 def run_on_login_both(
-    login: LoginHost, command: Sequence[str], *, timeout_s: float = 120, stdin: bytes = b""
+    login: LoginHost,
+    command: Sequence[str],
+    *,
+    timeout_s: float = 120,
+    stdin: bytes = b"",
+    what: str | None = None,
 ) -> tuple[str, str]:
     """`run_on_login`, with what the command wrote to stderr too (bounded to its last 64 KiB,
     as text): for the commands that answer there (`sbatch --test-only`). Blocks; raises as
@@ -100,6 +111,7 @@ def run_on_login_both(
     if not command:
         raise ValueError("no command")
     remote = shlex.join(command)
+    shown_as = what or remote
     try:
         done = subprocess.run(
             [*login.ssh_argv(), remote],
@@ -115,13 +127,13 @@ def run_on_login_both(
         ) from exc
     except subprocess.TimeoutExpired as exc:
         raise ProviderError(
-            f"{login.where}: `{shown(remote, 200)}` took over {timeout_s:.0f} s"
+            f"{login.where}: `{shown(shown_as, 200)}` took over {timeout_s:.0f} s"
         ) from exc
     if done.returncode != 0:
-        raise _failure(login, command, remote, done.returncode, done.stderr)
+        raise _failure(login, command, shown_as, done.returncode, done.stderr)
     if len(done.stdout) > MAX_OUTPUT_BYTES:
         raise ProviderError(
-            f"{login.where}: `{shown(remote, 200)}` wrote {len(done.stdout)} bytes, over the "
+            f"{login.where}: `{shown(shown_as, 200)}` wrote {len(done.stdout)} bytes, over the "
             f"{MAX_OUTPUT_BYTES} cloudtrain reads"
         )
     stderr = done.stderr[-STDERR_KEPT_BYTES:].decode("utf-8", errors="replace")
@@ -171,8 +183,8 @@ def _failure(
         return ProviderError(f"ssh to {where} failed: {_last_line(stderr)}")
     if code == NOT_FOUND:
         return ProviderError(
-            f"{where}: `{shown(command[0], 100)}` is not on the login host's PATH: is this a "
-            "Slurm login node?",
+            f"{where}: `{shown(remote.split(' ', 1)[0], 100)}` is not on the login host's "
+            "PATH: is this a Slurm login node?",
             hint="cloudtrain runs the cluster's own commands (sbatch, squeue, sacct, scancel, "
             "scontrol, sinfo) there",
             codes=frozenset({"not-found"}),

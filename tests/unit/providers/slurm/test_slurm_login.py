@@ -5,6 +5,7 @@ host lacks and a command that fails each give one clear error, the untrusted std
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,7 +13,9 @@ from pathlib import Path
 import pytest
 
 from cloudtrain.core.errors import CredentialsError, ProviderError
+from cloudtrain.providers.base import NodeRequest, RunInfo
 from cloudtrain.providers.slurm import login as login_module
+from cloudtrain.providers.slurm.compute import SlurmCompute
 from cloudtrain.providers.slurm.login import LoginHost, run_on_login
 from tests.fakes import netns
 from tests.fakes.slurm_box import SlurmBox, slurm_cluster
@@ -94,12 +97,24 @@ def test_a_host_that_does_not_answer(cluster: SlurmBox) -> None:
 
 def test_a_login_host_without_sbatch(tmp_path: Path) -> None:
     netns.require()
-    with SlurmBox(tmp_path / "box", computes=1, gpus=0, login_path="/nowhere") as bare:
+    # the login host's PATH: squeue and the shell's tools, but no sbatch
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("squeue", "mkdir", "ls", "tar"):
+        (bin_dir / tool).symlink_to(shutil.which(tool) or tool)
+    with SlurmBox(tmp_path / "box", computes=1, gpus=0, login_path=str(bin_dir)) as bare:
         with pytest.raises(ProviderError) as caught:
             run_on_login(login_of(bare), ["sbatch", "--wrap", "true"])
         assert caught.value.codes == {"not-found"}
         text = one_line(caught.value)
         assert "`sbatch` is not on the login host's PATH: is this a Slurm login node?" in text
+        # the compute's submit, a script of its own, names sbatch too
+        compute = SlurmCompute(login_of(bare), str(tmp_path / "shared"))
+        run = RunInfo("digits-0a1b2c", None, None, (20000, 20100))
+        request = NodeRequest("digits-0a1b2c", "chief", 0, "cpu", "#!/bin/bash\ntrue\n")
+        with pytest.raises(ProviderError) as caught:
+            compute.create_nodes(run, [request])
+        assert "`sbatch` is not on the login host's PATH" in one_line(caught.value)
         assert bare.ssh("squeue", "-h", check=False) == ""  # nothing was submitted
 
 
