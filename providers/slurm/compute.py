@@ -308,9 +308,7 @@ class SlurmCompute(Compute):
         for run_id in runs:
             nodes = self.list_nodes(run_id)
             out += [Tagged(run_id, "node", n.name, None, n.instance_type) for n in nodes]
-        listing = run_on_login(
-            self.login, _sh('ls -1 "$1/runs" 2>/dev/null; exit 0', self.workdir)
-        )
+        listing = run_on_login(self.login, _sh('ls -1 "$1/runs" 2>/dev/null; exit 0', self.workdir))
         for name in listing.splitlines()[:10000]:
             try:
                 folder = self.run_dir(name)

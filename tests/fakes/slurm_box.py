@@ -39,9 +39,9 @@ import shlex
 import shutil
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from tests.fakes import netns
 from tests.fakes.netns import Host, Network
@@ -57,8 +57,25 @@ def missing() -> list[str]:
     return [c for c in (*DAEMONS, *CLIENT_COMMANDS, "ssh", "ssh-keygen") if not shutil.which(c)]
 
 
+T = TypeVar("T")
+
+
 class SlurmError(RuntimeError):
     """The box could not start, or a command through it failed."""
+
+
+def wait_for(
+    what: str, read: Callable[[], T], done: Callable[[T], bool] = bool, timeout: float = 60
+) -> T:
+    """`read()` again and again (every 0.3 s) until `done` holds for its value; that value.
+    AssertionError naming `what` and the last value after `timeout` seconds. Blocks."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = read()
+        if done(value):
+            return value
+        assert time.monotonic() < deadline, f"not in {timeout:.0f} s: {what}: {value!r}"
+        time.sleep(0.3)
 
 
 @contextlib.contextmanager
@@ -196,6 +213,11 @@ class SlurmBox:
             raise SlurmError(f"{' '.join(command)}: exit {done.returncode}: {done.stderr[-2000:]}")
         return done.stdout
 
+    def cancel_all(self, timeout: float = 60) -> None:
+        """Cancel every job of the box's user and wait until the queue is empty. Blocks."""
+        self.ssh("scancel", f"--user={self.user}")
+        wait_for("an empty queue", lambda: self.ssh("squeue", "-h").strip() == "", timeout=timeout)
+
     def set_state(self, node: str, state: str, reason: str = "cloudtrain box") -> None:
         """`scontrol update NodeName=<node> State=<state>` as the cluster's administrator."""
         self.ssh("scontrol", "update", f"NodeName={node}", f"State={state}", f"Reason={reason}")
@@ -321,9 +343,9 @@ SetEnv SLURM_CONF={self._conf_path("login")}{f" PATH={self.login_path}" if self.
         states = dict(line.split() for line in done.stdout.splitlines() if line.strip())
         return sorted(states) == sorted(self.computes) and set(states.values()) == {"idle"}
 
-    def _wait(self, check: object, what: str) -> None:
+    def _wait(self, check: Callable[[], bool], what: str) -> None:
         deadline = time.monotonic() + START_TIMEOUT_S
-        while not check():  # type: ignore[operator]
+        while not check():
             if any(p.poll() is not None for p in self._procs):
                 logs = "\n".join(
                     f"{p.name}: {p.read_text(errors='replace')[-800:]}"

@@ -8,14 +8,13 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.fakes import netns
-from tests.fakes.slurm_box import SlurmBox, SlurmError, slurm_cluster
+from tests.fakes.slurm_box import SlurmBox, SlurmError, slurm_cluster, wait_for
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -26,13 +25,6 @@ STEP = "echo $(hostname) $(hostname -I) gpus=$CUDA_VISIBLE_DEVICES node=$SLURM_N
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmBox]:
     with slurm_cluster(tmp_path_factory) as box:
         yield box
-
-
-def wait_for(what: str, check: object, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():  # type: ignore[operator]
-        assert time.monotonic() < deadline, f"not in {timeout:.0f} s: {what}"
-        time.sleep(0.3)
 
 
 def test_a_job_gets_every_compute_host_and_its_gpus_through_the_login_host(

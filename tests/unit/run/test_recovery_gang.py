@@ -30,9 +30,10 @@ class _Compute:
 
 def recovery(tmp_path: Path, gang: bool) -> tuple[Recovery, _Compute, list[list[str]]]:
     compute = _Compute(gang)
-    plan = [SimpleNamespace(role="chief", index=0), *(
-        SimpleNamespace(role="worker", index=i) for i in range(2)
-    )]
+    plan = [
+        SimpleNamespace(role="chief", index=0),
+        *(SimpleNamespace(role="worker", index=i) for i in range(2)),
+    ]
     store = LocalStore(_path_to_uri(tmp_path / "bucket"))
     store.put(protocol.bootstrap_log_key(RUN, "worker-1"), b"the lost node's log\n")
     state = SimpleNamespace(

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import shlex
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -16,7 +16,7 @@ from cloudtrain.core.errors import ProviderError
 from cloudtrain.providers.base import Node, NodeRequest, Resource, RunInfo
 from cloudtrain.providers.slurm.compute import FOLDER_KIND, SlurmCompute
 from cloudtrain.providers.slurm.login import LoginHost
-from tests.fakes.slurm_box import SlurmBox, slurm_cluster
+from tests.fakes.slurm_box import SlurmBox, slurm_cluster, wait_for
 
 pytestmark = pytest.mark.timeout(300)
 RUN = "digits-0a1b2c"
@@ -33,11 +33,7 @@ def compute(cluster: SlurmBox, tmp_path: Path) -> Iterator[SlurmCompute]:
     login = LoginHost(cluster.login_ip, cluster.user, cluster.key, known_hosts=cluster.known_hosts)
     compute = SlurmCompute(login, str(tmp_path / "shared"), partition="gpu")
     yield compute
-    cluster.ssh("scancel", "--me")
-    deadline = time.monotonic() + 60
-    while cluster.ssh("squeue", "-h").strip():
-        assert time.monotonic() < deadline, cluster.ssh("squeue")
-        time.sleep(0.3)
+    cluster.cancel_all()
 
 
 def run_info(deadline_s: float = 600) -> RunInfo:
@@ -46,8 +42,7 @@ def run_info(deadline_s: float = 600) -> RunInfo:
 
 def requests(script: str, roles: tuple[tuple[str, int], ...]) -> list[NodeRequest]:
     return [
-        NodeRequest(RUN, role, index, "gpu", script, accelerator_count=2)
-        for role, index in roles
+        NodeRequest(RUN, role, index, "gpu", script, accelerator_count=2) for role, index in roles
     ]
 
 
@@ -64,14 +59,10 @@ printf '%s %s %s %s %s\\n' "$(hostname)" "$SLURM_PROCID" "${{CUDA_VISIBLE_DEVICE
 """
 
 
-def wait_nodes(compute: SlurmCompute, check, timeout: float = 90) -> list[Node]:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while True:
-        nodes = compute.list_nodes(RUN)
-        if check(nodes):
-            return nodes
-        assert time.monotonic() < deadline, nodes
-        time.sleep(0.3)
+def wait_nodes(
+    compute: SlurmCompute, check: Callable[[list[Node]], bool], timeout: float = 90
+) -> list[Node]:
+    return wait_for(f"run {RUN}'s nodes", lambda: compute.list_nodes(RUN), check, timeout)
 
 
 def with_metadata(compute: SlurmCompute, script: str, run: RunInfo) -> str:
@@ -94,10 +85,7 @@ def test_one_allocation_runs_each_rank_on_its_own_host_and_is_cancelled_whole(
 
     nodes = wait_nodes(compute, lambda ns: len(ns) == 3 and all(n.state == "running" for n in ns))
     assert [(n.role, n.index) for n in nodes] == [("chief", 0), ("worker", 0), ("worker", 1)]
-    deadline = time.monotonic() + 60
-    while len(list(out.iterdir())) < 3:
-        assert time.monotonic() < deadline, list(out.iterdir())
-        time.sleep(0.2)
+    wait_for("every rank's report", lambda: sorted(out.iterdir()), lambda f: len(f) == 3)
     seen = [(out / f"rank-{r}").read_text().split() for r in range(3)]
     assert sorted(s[0] for s in seen) == ["c1", "c2", "c3"]  # each rank on its own host
     assert [s[1] for s in seen] == ["0", "1", "2"]

@@ -4,7 +4,6 @@ requeued), cancel idempotent, and cloudtrain's jobs found by name and comment.""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -21,7 +20,7 @@ from cloudtrain.providers.slurm.jobs import (
     submit,
 )
 from cloudtrain.providers.slurm.login import LoginHost
-from tests.fakes.slurm_box import SlurmBox, slurm_cluster
+from tests.fakes.slurm_box import SlurmBox, slurm_cluster, wait_for
 
 pytestmark = pytest.mark.timeout(300)
 SLEEP = "#!/bin/bash\nsrun bash -c 'echo $(hostname) $SLURM_PROCID; sleep 300'\n"
@@ -35,24 +34,14 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmBox]:
 
 @pytest.fixture
 def login(cluster: SlurmBox) -> Iterator[LoginHost]:
-    login = LoginHost(cluster.login_ip, cluster.user, cluster.key, known_hosts=cluster.known_hosts)
-    yield login
-    for job in parse_squeue(cluster.ssh("squeue", "-h", "-o", "%i|%j|%T|%r|%N|%S|%k")):
-        cluster.ssh("scancel", job.job_id)
-    deadline = time.monotonic() + 60
-    while cluster.ssh("squeue", "-h").strip():
-        assert time.monotonic() < deadline, cluster.ssh("squeue")
-        time.sleep(0.3)
+    yield LoginHost(cluster.login_ip, cluster.user, cluster.key, known_hosts=cluster.known_hosts)
+    cluster.cancel_all()
 
 
 def until(login: LoginHost, job_id: str, check: Callable[[Job], bool], timeout: float = 60) -> Job:
-    deadline = time.monotonic() + timeout
-    while True:
-        job = state(login, job_id)
-        if job is not None and check(job):
-            return job
-        assert time.monotonic() < deadline, job
-        time.sleep(0.3)
+    return wait_for(  # type: ignore[return-value]
+        f"job {job_id}", lambda: state(login, job_id), lambda j: j is not None and check(j), timeout
+    )
 
 
 def test_one_allocation_of_whole_nodes_runs_is_found_and_cancelled(
