@@ -38,6 +38,8 @@ NODE_ENTRY_POINTS = (
     # the controller node's process (issue 17), started by the startup script of a node of role
     # controller on the image's Python: the controller's whole watch loop runs on 3.10 there
     "cloudtrain.managed.controller_node",
+    # the Slurm provider's bucket, served on the cluster by its Python (issue 33)
+    "cloudtrain.providers.slurm.folder_serve",
 )
 MIN_NODE_PYTHON = "3.10"
 # a dotted module name, or a "module:attr" reference (a ProviderInfo field: providers/info.py)

@@ -8,7 +8,7 @@ same path):
         a<k>/                               attempt k's allocation, made at its submission
             batch.sh                        the batch script: `srun` one task per node
             rank-<r>.sh                     node r's startup script (jobs/startup.sh.j2)
-            nodes                           the node names, one per line, in rank order
+            nodes                           `<node name> <instance type>` per line, rank order
             job                             the Slurm job id sbatch answered
             rank-<r>.out                    node r's console (its script's stdout and stderr)
             work-<r>/                       node r's work folder (CT_WORK)
@@ -57,7 +57,7 @@ CANCEL_WAIT_S = 120.0  # until a cancelled job has left the queue (it may be COM
 CANCEL_POLL_S = 1.0
 CONSOLE_BYTES = 64 * 1024
 _RANK_ENDED = re.compile(r"^rank-(\d{1,5})\.ended$")
-_NODE_LINE = re.compile(r"^ct-[a-z0-9-]{1,120}$")
+_NODE_LINE = re.compile(r"^(ct-[a-z0-9-]{1,120}) ([A-Za-z0-9._:+-]{1,64})$")
 
 # the batch script: one task per node, each its rank's startup script in its own work folder,
 # then the script's exit status in rank-<r>.ended (the controller's sign that the node is gone)
@@ -229,7 +229,7 @@ class SlurmCompute(Compute):
                 on_created(request.name, start, time.time())
         return [
             Node(r.name, run.run_id, r.role, r.index, "pending", cloud_id=job_id,
-                 instance_type=self.partition or PROVIDER)
+                 zone=self.region, instance_type=_type(r))
             for r in requests
         ]  # fmt: skip
 
@@ -257,10 +257,12 @@ class SlurmCompute(Compute):
             return []
         out = run_on_login(self.login, _sh(_ATTEMPT_SH, self.run_dir(run_id), str(job.run[1])))
         names_part, _, ended_part = out.partition("---\n")
-        names = [n for n in names_part.splitlines()[:10000] if _NODE_LINE.match(n)]
+        listed = [
+            m.groups() for line in names_part.splitlines()[:10000] if (m := _NODE_LINE.match(line))
+        ]
         ended = {int(m[1]) for line in ended_part.splitlines() if (m := _RANK_ENDED.match(line))}
         nodes = []
-        for rank, name in enumerate(names):
+        for rank, (name, instance_type) in enumerate(listed):
             parsed = _parse(name, run_id)
             if parsed is None:
                 continue
@@ -268,9 +270,14 @@ class SlurmCompute(Compute):
             state = "pending" if job.pending else "terminated" if rank in ended else "running"
             nodes.append(
                 Node(name, run_id, role, index, state, cloud_id=job.job_id,  # type: ignore[arg-type]
-                     instance_type=self.partition or PROVIDER)
+                     zone=self.region, instance_type=instance_type)
             )  # fmt: skip
         return nodes
+
+    @property
+    def region(self) -> str:
+        """Where a node is, as `gc` and the ledger say it: the partition (or "default")."""
+        return self.partition or "default"
 
     def delete_node(self, node: Node) -> None:
         """Cancel the node's allocation: a gang's nodes go together. Idempotent; blocks until
@@ -304,17 +311,21 @@ class SlurmCompute(Compute):
         """Every node of every cloudtrain job of this user in the queue, and every run folder
         under the workdir. Blocks (one ssh per run with a job, plus two); read-only."""
         out: list[Tagged] = []
-        runs = sorted({j.run[0] for j in jobs.find(self.login) if j.run and not j.ended})
-        for run_id in runs:
-            nodes = self.list_nodes(run_id)
-            out += [Tagged(run_id, "node", n.name, None, n.instance_type) for n in nodes]
+        live = [j for j in jobs.find(self.login) if j.run and not j.ended]
+        for run_id in sorted({j.run[0] for j in live if j.run}):
+            submitted = [j.submitted for j in live if j.run and j.run[0] == run_id and j.submitted]
+            created = max(submitted).timestamp() if submitted else None
+            out += [
+                Tagged(run_id, "node", n.name, created, n.instance_type, self.region)
+                for n in self.list_nodes(run_id)
+            ]
         listing = run_on_login(self.login, _sh('ls -1 "$1/runs" 2>/dev/null; exit 0', self.workdir))
         for name in listing.splitlines()[:10000]:
             try:
                 folder = self.run_dir(name)
             except ValueError:
                 continue
-            out.append(Tagged(name, FOLDER_KIND, folder, None))
+            out.append(Tagged(name, FOLDER_KIND, folder, None, region=self.region))
         return out
 
     def console_output(self, node: Node) -> str:
@@ -346,11 +357,17 @@ def _parse(name: str, run_id: str) -> tuple[str, int] | None:
     return parsed[1], parsed[2]
 
 
+def _type(request: NodeRequest) -> str:
+    """The request's instance type as the nodes file keeps it (one word). Pure."""
+    kept = re.sub(r"[^A-Za-z0-9._:+-]", "_", request.instance_type)[:64]
+    return kept or PROVIDER
+
+
 def _tar(allocation: Allocation, requests: list[NodeRequest]) -> bytes:
     """The attempt's files as a tar: batch.sh, rank-<r>.sh per request and `nodes`. Pure."""
     files = {
         "batch.sh": allocation.script.encode(),
-        "nodes": "".join(f"{r.name}\n" for r in requests).encode(),
+        "nodes": "".join(f"{r.name} {_type(r)}\n" for r in requests).encode(),
     }
     for rank, request in enumerate(requests):
         files[f"rank-{rank}.sh"] = request.startup_script.encode()

@@ -25,8 +25,9 @@ from cloudtrain.core.errors import ProviderError
 from cloudtrain.providers.slurm.login import LoginHost, run_on_login
 
 NAME_PREFIX = "cloudtrain-"
-# squeue -o: id, name, state, reason, nodes, start (expected, for a pending job), comment
-SQUEUE_FORMAT = "%i|%j|%T|%r|%N|%S|%k"
+# squeue -o: id, name, state, reason, nodes, start (expected, for a pending job), submitted,
+# comment (last: free text, it may hold a "|")
+SQUEUE_FORMAT = "%i|%j|%T|%r|%N|%S|%V|%k"
 PENDING_STATES = frozenset({"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "RESIZING"})
 LOST_STATES = frozenset({"NODE_FAIL", "PREEMPTED", "BOOT_FAIL"})
 ENDED_STATES = frozenset(
@@ -67,6 +68,8 @@ class Job:
     start: datetime.datetime | None = None  # Slurm's expected start of a pending job
     name: str = ""
     comment: str = ""
+    # when it was submitted, as the cluster's clock and zone print it (squeue %V)
+    submitted: datetime.datetime | None = None
 
     @property
     def pending(self) -> bool:
@@ -153,14 +156,17 @@ def parse_squeue(text: str) -> list[Job]:
     jobs = []
     for line in text.splitlines():
         fields = line.split("|")
-        if len(fields) < 7 or not _JOB_ID.match(fields[0]):
+        if len(fields) < 8 or not _JOB_ID.match(fields[0]):
             continue
-        job_id, name, state, reason, nodes, start = (f.strip() for f in fields[:6])
-        comment = "|".join(fields[6:]).strip()[:300]  # free text: it may hold a "|"
+        job_id, name, state, reason, nodes, start, submitted = (f.strip() for f in fields[:7])
+        comment = "|".join(fields[7:]).strip()[:300]  # free text: it may hold a "|"
         base = state.split()[0].upper()[:40] if state.strip() else "UNKNOWN"
         jobs.append(
-            Job(job_id, base, reason[:200], nodes[:200], _start(start), name[:200], comment)
-        )
+            Job(
+                job_id, base, reason[:200], nodes[:200], _start(start), name[:200], comment,
+                _start(submitted),
+            )
+        )  # fmt: skip
     return jobs
 
 

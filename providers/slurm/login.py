@@ -22,9 +22,10 @@ command's; bash's 127 is "command not found"):
 
 from __future__ import annotations
 
+import contextlib
 import shlex
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -108,36 +109,69 @@ def run_on_login_both(
     """`run_on_login`, with what the command wrote to stderr too (bounded to its last 64 KiB,
     as text): for the commands that answer there (`sbatch --test-only`). Blocks; raises as
     `run_on_login`."""
+    out, err, _ = run_on_login_raw(login, command, timeout_s=timeout_s, stdin=stdin, what=what)
+    return out.decode("utf-8", errors="replace"), err.decode("utf-8", errors="replace")
+
+
+def run_on_login_raw(
+    login: LoginHost,
+    command: Sequence[str],
+    *,
+    timeout_s: float = 120,
+    stdin: bytes | Path = b"",
+    stdout_to: Path | None = None,
+    what: str | None = None,
+    max_bytes: int = MAX_OUTPUT_BYTES,
+    accept: Collection[int] = (),
+) -> tuple[bytes, bytes, int]:
+    """`run_on_login` as bytes: (stdout, the last 64 KiB of stderr, the exit status). `stdin`
+    is the bytes to send or a file to stream; with `stdout_to`, stdout streams into that file
+    (unbounded: the caller's file) and b"" comes back; otherwise more than `max_bytes` of it is
+    an error. An exit status in `accept` (the command's own answers) comes back instead of
+    raising. Blocks; raises as `run_on_login`."""
     if not command:
         raise ValueError("no command")
     remote = shlex.join(command)
     shown_as = what or remote
-    try:
-        done = subprocess.run(
-            [*login.ssh_argv(), remote],
-            input=stdin,
-            capture_output=True,
-            timeout=timeout_s,
-            check=False,
-        )
-    except FileNotFoundError as exc:
-        raise ProviderError(
-            "the Slurm provider needs OpenSSH's ssh client on this machine",
-            hint="install openssh-client",
-        ) from exc
-    except subprocess.TimeoutExpired as exc:
-        raise ProviderError(
-            f"{login.where}: `{shown(shown_as, 200)}` took over {timeout_s:.0f} s"
-        ) from exc
-    if done.returncode != 0:
+    with contextlib.ExitStack() as stack:
+        source = stack.enter_context(open(stdin, "rb")) if isinstance(stdin, Path) else None
+        sink = stack.enter_context(open(stdout_to, "wb")) if stdout_to is not None else None
+        try:
+            done = subprocess.run(
+                [*login.ssh_argv(), remote],
+                input=None if source is not None else stdin,
+                stdin=source,
+                stdout=sink if sink is not None else subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                timeout=timeout_s,
+                check=False,
+            )
+        except FileNotFoundError as exc:
+            raise ProviderError(
+                "the Slurm provider needs OpenSSH's ssh client on this machine",
+                hint="install openssh-client",
+            ) from exc
+        except subprocess.TimeoutExpired as exc:
+            raise ProviderError(
+                f"{login.where}: `{shown(shown_as, 200)}` took over {timeout_s:.0f} s"
+            ) from exc
+    if done.returncode != 0 and done.returncode not in accept:
         raise _failure(login, command, shown_as, done.returncode, done.stderr)
-    if len(done.stdout) > MAX_OUTPUT_BYTES:
+    stdout = done.stdout or b""
+    if len(stdout) > max_bytes:
         raise ProviderError(
-            f"{login.where}: `{shown(shown_as, 200)}` wrote {len(done.stdout)} bytes, over the "
-            f"{MAX_OUTPUT_BYTES} cloudtrain reads"
+            f"{login.where}: `{shown(shown_as, 200)}` wrote {len(stdout)} bytes, over the "
+            f"{max_bytes} cloudtrain reads"
         )
-    stderr = done.stderr[-STDERR_KEPT_BYTES:].decode("utf-8", errors="replace")
-    return done.stdout.decode("utf-8", errors="replace"), stderr
+    return stdout, done.stderr[-STDERR_KEPT_BYTES:], done.returncode
+
+
+def _missing(command: Sequence[str], shown_as: str) -> str:
+    """The command the login shell did not find: the first word, or for a shell script of
+    ours (`/bin/sh -c`), the first word of what it is shown as (its purpose: "sbatch"). Pure."""
+    if command[0] in ("sh", "/bin/sh") and list(command[1:2]) == ["-c"]:
+        return shown_as.split(" ", 1)[0]
+    return command[0]
 
 
 def _last_line(stderr: bytes) -> str:
@@ -183,7 +217,7 @@ def _failure(
         return ProviderError(f"ssh to {where} failed: {_last_line(stderr)}")
     if code == NOT_FOUND:
         return ProviderError(
-            f"{where}: `{shown(remote.split(' ', 1)[0], 100)}` is not on the login host's "
+            f"{where}: `{shown(_missing(command, remote), 100)}` is not on the login host's "
             "PATH: is this a Slurm login node?",
             hint="cloudtrain runs the cluster's own commands (sbatch, squeue, sacct, scancel, "
             "scontrol, sinfo) there",

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import sys
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -46,6 +47,7 @@ from tests.fakes.moto_server import (
     moto_server,
     moto_server_session,
 )
+from tests.fakes.slurm_box import SlurmBox, slurm_cluster
 
 __all__ = [  # fixtures, for pytest
     "azure_cloud",
@@ -121,6 +123,42 @@ def _azure_build(tmp: Path) -> Provider:
     return AzureProvider(azure_config("eastus"))
 
 
+# the Slurm box of this test session (tests/fakes/slurm_box.py), started by the `slurm_box`
+# fixture the slurm case names, once per session (per xdist worker)
+_SLURM_BOXES: list[SlurmBox] = []
+
+
+@pytest.fixture(scope="session")
+def slurm_box(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmBox]:
+    """A real Slurm cluster for the slurm case, closed at the session's end."""
+    with slurm_cluster(tmp_path_factory) as box:
+        _SLURM_BOXES.append(box)
+        try:
+            yield box
+        finally:
+            _SLURM_BOXES.remove(box)
+
+
+def _slurm_build(tmp: Path) -> Provider:
+    """The Slurm provider on the box, as a user configures it: the login host, user, key and
+    known host key; the workdir on the shared filesystem; the cluster's Python (this one, with
+    cloudtrain, as the node stack's venv would be)."""
+    from cloudtrain.providers.slurm.provider import SlurmProvider
+
+    box = _SLURM_BOXES[-1]
+    options = {
+        "host": box.login_ip, "user": box.user, "key": str(box.key),
+        "known_hosts": str(box.known_hosts), "workdir": str(tmp / "shared"),
+        "python": sys.executable, "partition": "gpu",
+    }  # fmt: skip
+    return SlurmProvider(ProviderConfig(name="slurm", options=options))
+
+
+def _slurm_cleanup(provider: Provider) -> None:
+    if _SLURM_BOXES:
+        _SLURM_BOXES[-1].cancel_all()
+
+
 def _memory_build(tmp: Path) -> Provider:
     from tests.fakes.memory_provider import MemoryProvider
 
@@ -162,10 +200,19 @@ CASES: dict[str, ProviderCase] = {
         fixtures=("azure_cloud",),  # the ARM fake and Azurite, env pointed at both
         put_headers=("x-ms-blob-type: BlockBlob",),  # Put Blob needs it (as on Azure)
     ),
+    "slurm": ProviderCase(
+        name="slurm",
+        build=_slurm_build,
+        store_uri=lambda tmp: f"slurm://{tmp / 'bucket'}",
+        force_cleanup=_slurm_cleanup,
+        fixtures=("slurm_box",),  # a real Slurm: login host, controller, three compute hosts
+    ),
 }
 
 
-TEST_ONLY = ("memory",)  # providers the contract covers that are not registered (test doubles)
+# providers the contract covers that are not registered: test doubles, and slurm while it is
+# being built (issue 33)
+TEST_ONLY = ("memory", "slurm")
 CONTRACT = tuple(sorted({*names(), *TEST_ONLY}))  # what the `provider` fixture runs over
 
 

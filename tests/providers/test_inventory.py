@@ -29,6 +29,7 @@ TIMED_KINDS: dict[str, set[str]] = {
     "aws": {"iam-role", "instance-profile"},  # EC2 gives security groups no creation time
     "gcp": {"firewall"},
     "azure": set(),  # ARM gives resource groups (and NSGs/VNets) none
+    "slurm": set(),  # a run folder: no creation time (its jobs give the nodes theirs)
 }
 
 

@@ -4,6 +4,7 @@ requeued), cancel idempotent, and cloudtrain's jobs found by name and comment.""
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -115,10 +116,11 @@ def test_job_names_and_squeue_lines() -> None:
             job_name(*bad)
     text = "\n".join(
         [
-            "12|cloudtrain-r-x-a1|PENDING|Priority|(null)|2026-11-29T16:00:00|c|omment",
-            "13|n|RUNNING|None|c[1-2]|N/A|",
+            "12|cloudtrain-r-x-a1|PENDING|Priority|(null)|2026-11-29T16:00:00|"
+            "2026-11-29T15:59:58|c|omment",
+            "13|n|RUNNING|None|c[1-2]|N/A|2026-11-29T15:00:00|",
             "x|junk",
-            "abc|n|RUNNING|None|c1|N/A|",
+            "abc|n|RUNNING|None|c1|N/A|N/A|",
         ]
     )
     jobs = parse_squeue(text)
@@ -128,3 +130,4 @@ def test_job_names_and_squeue_lines() -> None:
     ]
     assert jobs[0].run == ("r-x", 1) and jobs[1].run is None
     assert jobs[0].start is not None and jobs[1].start is None
+    assert jobs[0].submitted == datetime.datetime(2026, 11, 29, 15, 59, 58)

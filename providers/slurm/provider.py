@@ -1,0 +1,107 @@
+"""The Slurm provider: a cluster reached through its login host (`providers.slurm` options).
+
+On the controller (options name a `host`): the compute is `SlurmCompute` and the bucket a
+`SlurmStore`, both through the login host. On the cluster (a node opens its store by URI with
+no options): the bucket is the shared folder itself. Nothing here is installed on the cluster
+by an administrator; cloudtrain runs the cluster's own commands and Python.
+"""
+
+from __future__ import annotations
+
+import getpass
+import threading
+from pathlib import Path
+
+from cloudtrain.core.errors import UsageError
+from cloudtrain.providers.base import ObjectStore, Provider, ProviderConfig
+from cloudtrain.providers.slurm.compute import SlurmCompute
+from cloudtrain.providers.slurm.login import LoginHost, run_on_login
+from cloudtrain.providers.slurm.storage import SlurmStore, node_store, uri_of
+
+DEFAULT_WORKDIR = "cloudtrain"  # the options' default (options.py): under the user's home
+BUCKET_FOLDER = "bucket"  # under the workdir: the runs' bucket when the spec names none
+
+
+class SlurmProvider(Provider):
+    """A Slurm cluster as a provider. Creates nothing until asked; thread-safe."""
+
+    name = "slurm"
+
+    def __init__(self, config: ProviderConfig | None = None) -> None:
+        super().__init__(config or ProviderConfig(name="slurm"))
+        self._compute: SlurmCompute | None = None
+        self._workdir_path: str | None = None
+        self._lock = threading.Lock()
+
+    def login(self) -> LoginHost | None:
+        """The login host the options name, or None (on the cluster: no options). Pure."""
+        host = self.config.option("host")
+        if host is None:
+            return None
+        key, known = self.config.option("key"), self.config.option("known_hosts")
+        return LoginHost(
+            host=host,
+            user=self.config.option("user") or getpass.getuser(),  # ssh's own default
+            key=Path(key).expanduser() if key else None,
+            port=int(self.config.option("port", 22)),
+            known_hosts=Path(known).expanduser() if known else None,
+            options=tuple(self.config.option("options", ())),
+        )
+
+    def _login_or_refuse(self) -> LoginHost:
+        login = self.login()
+        if login is None:
+            raise UsageError(
+                "the Slurm provider needs the cluster's login host",
+                hint="set providers.slurm.host (and user, key) in job.yaml or config.yaml",
+            )
+        return login
+
+    @property
+    def python(self) -> str:
+        return str(self.config.option("python", "python3"))
+
+    @property
+    def compute(self) -> SlurmCompute:
+        """The cluster's compute, through the login host. UsageError without one."""
+        with self._lock:
+            if self._compute is None:
+                self._compute = SlurmCompute(
+                    self._login_or_refuse(),
+                    str(self.config.option("workdir", DEFAULT_WORKDIR)),
+                    python=self.python,
+                    partition=self.config.option("partition"),
+                    account=self.config.option("account"),
+                    qos=self.config.option("qos"),
+                )
+            return self._compute
+
+    def store(self, uri: str) -> ObjectStore:
+        """The bucket at a slurm:///PATH URI: through the login host on the controller, the
+        folder itself on the cluster. Creates nothing."""
+        login = self.login()
+        if login is None:
+            return node_store(uri)
+        return SlurmStore(uri, login, self.python)
+
+    def workdir_path(self) -> str:
+        """The workdir's absolute path on the cluster (made if missing). Blocks (one ssh,
+        once)."""
+        with self._lock:
+            if self._workdir_path is None:
+                workdir = str(self.config.option("workdir", DEFAULT_WORKDIR)).removeprefix("~/")
+                out = run_on_login(
+                    self._login_or_refuse(),
+                    ["sh", "-c", 'mkdir -p -m 700 "$1" && cd "$1" && pwd -P', "sh", workdir],
+                    what=f"mkdir {workdir}",
+                )
+                path = out.strip().splitlines()[-1] if out.strip() else ""
+                if not path.startswith("/"):
+                    raise UsageError(f"the cluster's workdir {workdir!r} has no absolute path")
+                self._workdir_path = path
+            return self._workdir_path
+
+    def default_store_uri(self, run_id: str) -> str:
+        """One bucket for the user's runs on this cluster: `<workdir>/bucket`. Blocks (one ssh,
+        once)."""
+        return uri_of(f"{self.workdir_path()}/{BUCKET_FOLDER}")
