@@ -60,6 +60,8 @@ class Recovery:
         self.state, self.spec, self.ledger, self.observer = state, spec, ledger, observer
         self.options, self.run_id, self.provisioner = options, run_id, provisioner
         self.restarts = 0  # of lost nodes (max_restarts)
+        # node -> when it was last seen pending in a gang compute's queue (`lost_nodes`)
+        self._queued_at: dict[str, float] = {}
         self.error_retries = 0  # of failed nodes (max_restarts_on_errors)
 
     def noticed(self, snap: Snapshot) -> list[str]:
@@ -72,19 +74,26 @@ class Recovery:
 
     def lost_nodes(self, snap: Snapshot, attempt_started: float) -> list[str]:
         """Nodes gone from the cloud, preempted, silent past the heartbeat timeout, or never
-        booted within the boot timeout."""
+        booted within the boot timeout. On a gang compute (a scheduler's queue: Slurm) a node
+        still pending waits for its allocation, not for a machine: it is never lost for that,
+        and its boot timeout counts from when it was last seen pending."""
         opts = self.options
         listed = self.provisioner.list_nodes()
         live = {n.name: n for n in listed}
         lost = []
         now = time.time()
+        queued = self.state.provider.compute.gang
         for nv in self.state.view.nodes:
             short = node_id(nv.role, nv.index)
             node = live.get(nv.name)
             nv.cloud_state = node.state if node else "missing"
+            if queued and node is not None and node.state == "pending":
+                self._queued_at[short] = now
+                continue
             beat = snap.heartbeats.get(short)
             beat_time = beat.time if beat else None
-            if node_lost(node is not None and node.alive, beat_time, attempt_started, now, opts):
+            started = max(attempt_started, self._queued_at.get(short, 0.0))
+            if node_lost(node is not None and node.alive, beat_time, started, now, opts):
                 lost.append(short)
         return lost
 

@@ -4,6 +4,7 @@ while a per-node compute creates only the lost one again."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -11,6 +12,7 @@ import pytest
 
 from cloudtrain.jobs import protocol
 from cloudtrain.jobspec.runrules import Verdict
+from cloudtrain.providers.base import Node
 from cloudtrain.providers.local_store import LocalStore, _path_to_uri
 from cloudtrain.run.recovery import Recovery
 
@@ -66,3 +68,33 @@ def test_a_lost_node_restarts_the_whole_gang_or_only_itself(tmp_path: Path, gang
     # the lost node's log was archived before its successor could write its own
     archived = protocol.archived_bootstrap_log_key(RUN, 1, "worker-1")
     assert rec.state.store.get(archived) == b"the lost node's log\n"
+
+
+@pytest.mark.parametrize("gang", [True, False])
+def test_a_node_waiting_in_the_queue_is_not_lost_and_boots_from_its_allocation(
+    tmp_path: Path, gang: bool
+) -> None:
+    rec, _, _ = recovery(tmp_path, gang)
+    names = [f"ct-{RUN}-{n}" for n in ("chief-0", "worker-0", "worker-1")]
+    listed: list[Node] = []
+    rec.provisioner = SimpleNamespace(list_nodes=lambda: listed)  # type: ignore[assignment]
+    rec.state.view.nodes = [
+        SimpleNamespace(role=n.rsplit("-", 2)[-2], index=int(n[-1]), name=n, cloud_state="")
+        for n in names
+    ]
+    rec.options = SimpleNamespace(boot_timeout_s=60.0, heartbeat_timeout_s=30.0)  # type: ignore[assignment]
+    snap = SimpleNamespace(heartbeats={})
+    hour_ago = time.time() - 3600  # the attempt began an hour ago: the job waited in the queue
+
+    def nodes(state: str) -> list[Node]:
+        return [Node(n, RUN, n.rsplit("-", 2)[-2], int(n[-1]), state) for n in names]  # type: ignore[arg-type]
+
+    listed[:] = nodes("pending")
+    if not gang:  # a VM pending for an hour never booted: lost
+        assert rec.lost_nodes(snap, hour_ago) == ["chief-0", "worker-0", "worker-1"]
+        return
+    assert rec.lost_nodes(snap, hour_ago) == []  # waiting for its allocation
+    listed[:] = nodes("running")  # the allocation started: its boot timeout starts now
+    assert rec.lost_nodes(snap, hour_ago) == []
+    rec._queued_at = {k: v - 61 for k, v in rec._queued_at.items()}  # 61 s later, still silent
+    assert rec.lost_nodes(snap, hour_ago) == ["chief-0", "worker-0", "worker-1"]
