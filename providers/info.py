@@ -60,6 +60,11 @@ class ProviderInfo:
     # `single_host_types()`, `multi_host_problem(t)`, `runtime_problem(t, runtime)`,
     # `resolved_runtime(t, given)`, `runtime_tensorflow(runtime)`, RUNTIME_OPTION); None: no TPUs
     tpu_types: str | None = None
+    # "module:function" of offers read live from the provider (a cluster's partitions), added to
+    # the catalog when a plan is made for it (cloudtrain/plan/live_offers.py):
+    # fn(config, accelerator, nodes, gpus_per_node, hours) -> (rows as dicts of Offer's fields,
+    # the plan's notes); None: the bundled catalog only
+    live_offers: str | None = None
 
     @property
     def label(self) -> str:

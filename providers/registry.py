@@ -28,6 +28,7 @@ REGISTERED: dict[str, str] = {
     "aws": "cloudtrain.providers.aws",
     "gcp": "cloudtrain.providers.gcp",
     "azure": "cloudtrain.providers.azure",
+    "slurm": "cloudtrain.providers.slurm",
 }
 _BUILT_IN = tuple(REGISTERED)
 # The provider of a spec that names none (`JobSpec.provider`'s default)

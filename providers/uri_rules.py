@@ -8,6 +8,8 @@ with by the same function of its scheme (`providers/local.py`, `providers/aws/st
 
 Every function returns what is wrong in one line, or None. The URIs:
 - `file:///ABSOLUTE/PATH` (host empty or `localhost`), percent-encoding allowed;
+- `slurm:///ABSOLUTE/PATH` (no host: the cluster is the provider's login host), a folder on a
+  Slurm cluster's shared filesystem, by the same path rules, but never `/` itself;
 - `s3://BUCKET[/PREFIX]`, `gs://BUCKET[/PREFIX]`, `az://ACCOUNT/CONTAINER[/PREFIX]`.
 None may hold a query or fragment (`?`, `#`: a URL parser would drop them silently; encode them
 as %3F and %23), a `..` segment, or a control character (they end up in HTTP paths and headers,
@@ -183,6 +185,11 @@ def split_uri(uri: str) -> tuple[str, str, str]:
         if host not in ("", "localhost"):
             raise ValueError("a file:// URI has no host but localhost: file:///PATH")
         return scheme, "", urllib.parse.unquote(slash + path)
+    if scheme == "slurm":
+        if host:
+            raise ValueError("a slurm:// URI has no host (the login host is the provider's): "
+                             "slurm:///PATH")  # fmt: skip
+        return scheme, "", urllib.parse.unquote(slash + path)
     if scheme == "az":
         container, _, path = path.partition("/")
         host = f"{host}/{container}"
@@ -209,6 +216,10 @@ def uri_problem(uri: str, scheme: str | None = None) -> str | None:
         return str(exc)
     if scheme == "file":
         return file_path_problem(prefix)
+    if scheme == "slurm":
+        if not prefix.strip("/"):
+            return "a bucket is a folder under /, not / itself: slurm:///PATH"
+        return file_path_problem(prefix)
     if scheme == "s3":
         problem = s3_bucket_problem(location)
     elif scheme == "gs":
@@ -230,7 +241,8 @@ def checkpoint_problem(uri: str, provider: str | None) -> str | None:
         )
     m = _URI_RE.match(uri)
     if not m or m["scheme"] not in SCHEMES.values():
-        return f"must be a file://, s3://, gs:// or az:// URI (got {got})"
+        known = [f"{scheme}://" for scheme in SCHEMES.values()]
+        return f"must be a {', '.join(known[:-1])} or {known[-1]} URI (got {got})"
     scheme = SCHEMES.get(provider or "local")
     if m["scheme"] != scheme:  # each provider's store opens its own scheme only
         return f"provider {provider!r} keeps checkpoints at {scheme}:// URIs (got {got})"

@@ -145,17 +145,20 @@ def plan(
     SpecError for a bad spec, PlanError for a plan that cannot be (over budget, no quota)."""
     from cloudtrain.catalog.offers import Catalog
     from cloudtrain.jobspec.provider_config import read_once
+    from cloudtrain.plan.live_offers import add_notes, with_live_offers
     from cloudtrain.plan.planner import make_plan
 
     spec, layers = _loaded(job, provider=provider, region=region, zone=zone)
-    catalog = Catalog.bundled()
     with read_once(layers):  # every place planned takes the options from this one read
+        # a cluster's partitions and queue, read live (none for a cloud: its bundled catalog)
+        catalog, live_notes = with_live_offers(spec, Catalog.bundled())
         if account:
             from cloudtrain.plan.account_plan import plan_for_account
 
             the_plan = plan_for_account(spec, catalog, account_probe_of(spec))
         else:
             the_plan = make_plan(spec, catalog)
+        the_plan = add_notes(the_plan, live_notes)
         warn_deprecated(spec, the_plan)  # the plan shows the options: say what is deprecated
     return the_plan
 

@@ -23,6 +23,7 @@ SINFO_FORMAT = "NodeList:|,Partition:|,Gres:|,GresUsed:|,StateLong:|,Time:|"
 # a node in these states (the long names, lower case, without a suffix) takes new jobs
 TAKING_JOBS = frozenset({"idle", "mixed", "allocated", "completing", "planned"})
 _GPU = re.compile(r"(?:^|,)gpu(?::[A-Za-z0-9_.-]+)?:(\d+)")
+_GPU_TYPE = re.compile(r"(?:^|,)gpu:([A-Za-z][A-Za-z0-9_.-]{0,40}):\d+")
 _NAME = re.compile(r"^[A-Za-z0-9_.\-\[\],]{1,200}$")
 _TEST_ONLY = re.compile(
     r"Job \d+ to start at (\S+) using (\d+) processors on nodes (\S+) in partition (\S+)"
@@ -42,6 +43,7 @@ class Partition:
     gpus: int
     gpus_free: int
     time_limit: str  # as sinfo shows it: "infinite", "1-00:00:00", ...
+    gpu_type: str | None = None  # as gres.conf names it ("a100"), None: untyped
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,13 @@ def gpu_count(gres: str) -> int:
     return sum(int(n) for n in _GPU.findall(text))
 
 
+def gpu_type(gres: str) -> str | None:
+    """The first GPU type a Gres field names (`gpu:a100:4` -> "a100"), None for untyped GPUs
+    (`gpu:2`) or none. Pure."""
+    match = _GPU_TYPE.search(re.sub(r"\([^)]*\)", "", gres))
+    return match[1] if match else None
+
+
 def _taking_jobs(state: str) -> bool:
     if state.endswith("*"):  # not responding
         return False
@@ -71,6 +80,7 @@ def parse_partitions(text: str) -> list[Partition]:
     """`sinfo -h -N -O SINFO_FORMAT`'s output as partitions, in the order sinfo gives them. A
     line that does not parse is skipped. Pure."""
     rows: dict[str, list[tuple[int, int, bool]]] = {}
+    types: dict[str, str] = {}
     defaults: set[str] = set()
     limits: dict[str, str] = {}
     for line in text.splitlines():
@@ -87,6 +97,9 @@ def parse_partitions(text: str) -> list[Partition]:
             (gpu_count(gres), gpu_count(used), _taking_jobs(state))
         )
         limits.setdefault(partition, limit[:40])
+        typed = gpu_type(gres)
+        if typed:
+            types.setdefault(partition, typed)
     return [
         Partition(
             name=name,
@@ -97,6 +110,7 @@ def parse_partitions(text: str) -> list[Partition]:
             gpus=sum(g for g, _, _ in nodes),
             gpus_free=sum(max(0, g - u) for g, u, up in nodes if up),
             time_limit=limits[name],
+            gpu_type=types.get(name),
         )
         for name, nodes in rows.items()
     ]
@@ -130,7 +144,7 @@ def start_estimate(
     if gpus_per_node:
         command.append(f"--gpus-per-node={gpus_per_node}")
     command += [f"--time={minutes}", "--wrap", "true"]
-    _, stderr = run_on_login_both(login, command)
+    _, stderr = run_on_login_both(login, command, what="sbatch --test-only")
     estimate = parse_estimate(stderr)
     if estimate is None:
         raise ProviderError(f"{login.where}: sbatch --test-only gave no start estimate")

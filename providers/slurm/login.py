@@ -14,7 +14,9 @@ command's; bash's 127 is "command not found"):
   ssh-keyscan into known_hosts;
 - the key refused ("Permission denied (publickey)"), or a key file that cannot be read:
   CredentialsError;
-- the host unreachable (no such name, refused, timed out): ProviderError;
+- the host unreachable (no such name, refused, timed out): ProviderError; a connection the
+  host reset or closed before the command ran (sshd's MaxStartups drops connections past 10
+  unauthenticated at once, sshd_config(5)): TransientError, which the retry layer retries;
 - the command missing on the login host (exit 127): ProviderError naming it ("is this a Slurm
   login node?");
 - any other non-zero exit: ProviderError with the command and the last line it wrote to stderr.
@@ -25,11 +27,12 @@ from __future__ import annotations
 import contextlib
 import shlex
 import subprocess
+import threading
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cloudtrain.core.errors import CredentialsError, ProviderError
+from cloudtrain.core.errors import CredentialsError, ProviderError, TransientError
 from cloudtrain.core.node_text import shown
 
 MAX_OUTPUT_BYTES = 4 * 1024 * 1024  # of one command's stdout; more is an error, not a cut
@@ -42,8 +45,22 @@ _UNREACHABLE = (
     "Connection timed out",
     "No route to host",
     "Network is unreachable",
-    "Connection closed by",
 )
+# the connection went before the command ran: a busy sshd (MaxStartups), worth another try
+_DROPPED = ("Connection reset by", "Connection closed by", "kex_exchange_identification")
+# ssh connections one process opens to one login host at once: below sshd's MaxStartups
+# (default 10:30:100: past 10 unauthenticated connections, new ones are dropped at random)
+MAX_CONNECTIONS = 4
+_SLOTS: dict[tuple[str, int, str], threading.BoundedSemaphore] = {}
+_SLOTS_LOCK = threading.Lock()
+
+
+def _slot(login: LoginHost) -> threading.BoundedSemaphore:
+    """The semaphore that bounds this process's connections to `login`'s host."""
+    with _SLOTS_LOCK:
+        return _SLOTS.setdefault(
+            (login.host, login.port, login.user), threading.BoundedSemaphore(MAX_CONNECTIONS)
+        )
 
 
 @dataclass(frozen=True)
@@ -121,14 +138,14 @@ def run_on_login_raw(
     stdin: bytes | Path = b"",
     stdout_to: Path | None = None,
     what: str | None = None,
-    max_bytes: int = MAX_OUTPUT_BYTES,
+    max_bytes: int | None = None,
     accept: Collection[int] = (),
 ) -> tuple[bytes, bytes, int]:
     """`run_on_login` as bytes: (stdout, the last 64 KiB of stderr, the exit status). `stdin`
     is the bytes to send or a file to stream; with `stdout_to`, stdout streams into that file
-    (unbounded: the caller's file) and b"" comes back; otherwise more than `max_bytes` of it is
-    an error. An exit status in `accept` (the command's own answers) comes back instead of
-    raising. Blocks; raises as `run_on_login`."""
+    (unbounded: the caller's file) and b"" comes back; otherwise more than `max_bytes` of it
+    (None: MAX_OUTPUT_BYTES) is an error. An exit status in `accept` (the command's own
+    answers) comes back instead of raising. Blocks; raises as `run_on_login`."""
     if not command:
         raise ValueError("no command")
     remote = shlex.join(command)
@@ -137,15 +154,16 @@ def run_on_login_raw(
         source = stack.enter_context(open(stdin, "rb")) if isinstance(stdin, Path) else None
         sink = stack.enter_context(open(stdout_to, "wb")) if stdout_to is not None else None
         try:
-            done = subprocess.run(
-                [*login.ssh_argv(), remote],
-                input=None if source is not None else stdin,
-                stdin=source,
-                stdout=sink if sink is not None else subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                timeout=timeout_s,
-                check=False,
-            )
+            with _slot(login):
+                done = subprocess.run(
+                    [*login.ssh_argv(), remote],
+                    input=None if source is not None else stdin,
+                    stdin=source,
+                    stdout=sink if sink is not None else subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    timeout=timeout_s,
+                    check=False,
+                )
         except FileNotFoundError as exc:
             raise ProviderError(
                 "the Slurm provider needs OpenSSH's ssh client on this machine",
@@ -158,6 +176,7 @@ def run_on_login_raw(
     if done.returncode != 0 and done.returncode not in accept:
         raise _failure(login, command, shown_as, done.returncode, done.stderr)
     stdout = done.stdout or b""
+    max_bytes = MAX_OUTPUT_BYTES if max_bytes is None else max_bytes
     if len(stdout) > max_bytes:
         raise ProviderError(
             f"{login.where}: `{shown(shown_as, 200)}` wrote {len(stdout)} bytes, over the "
@@ -208,6 +227,11 @@ def _failure(
                 hint="the key's public half must be in the user's ~/.ssh/authorized_keys on the "
                 "login host; a key with a passphrase needs ssh-agent",
                 codes=frozenset({"key-refused"}),
+            )
+        if any(marker in text for marker in _DROPPED):
+            return TransientError(
+                f"{where}: the login host dropped the connection: {_last_line(stderr)}",
+                codes=frozenset({"dropped"}),
             )
         if any(marker in text for marker in _UNREACHABLE):
             return ProviderError(

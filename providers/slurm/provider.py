@@ -48,7 +48,8 @@ class SlurmProvider(Provider):
             options=tuple(self.config.option("options", ())),
         )
 
-    def _login_or_refuse(self) -> LoginHost:
+    def login_host(self) -> LoginHost:
+        """The login host; UsageError when the options name none. Pure."""
         login = self.login()
         if login is None:
             raise UsageError(
@@ -67,10 +68,11 @@ class SlurmProvider(Provider):
         with self._lock:
             if self._compute is None:
                 self._compute = SlurmCompute(
-                    self._login_or_refuse(),
+                    self.login_host(),
                     str(self.config.option("workdir", DEFAULT_WORKDIR)),
                     python=self.python,
-                    partition=self.config.option("partition"),
+                    # the option, else the partition the plan chose (its region)
+                    partition=self.config.option("partition") or self.config.region,
                     account=self.config.option("account"),
                     qos=self.config.option("qos"),
                 )
@@ -91,7 +93,7 @@ class SlurmProvider(Provider):
             if self._workdir_path is None:
                 workdir = str(self.config.option("workdir", DEFAULT_WORKDIR)).removeprefix("~/")
                 out = run_on_login(
-                    self._login_or_refuse(),
+                    self.login_host(),
                     ["sh", "-c", 'mkdir -p -m 700 "$1" && cd "$1" && pwd -P', "sh", workdir],
                     what=f"mkdir {workdir}",
                 )

@@ -24,9 +24,9 @@ from cloudtrain.core.errors import NotFound, PreconditionFailed, ProviderError, 
 from cloudtrain.providers.base import ObjectInfo, Resource
 from cloudtrain.providers.local_store import LocalStore, _path_to_uri
 from cloudtrain.providers.slurm import folder_serve as fs
-from cloudtrain.providers.slurm.login import MAX_OUTPUT_BYTES, LoginHost, run_on_login_raw
+from cloudtrain.providers.slurm.login import LoginHost, run_on_login_raw
 from cloudtrain.providers.transfer import report, sidecar_path
-from cloudtrain.providers.uri_rules import file_path_problem
+from cloudtrain.providers.uri_rules import split_uri, uri_problem
 
 SCHEME = "slurm"
 SERVE_MODULE = "cloudtrain.providers.slurm.folder_serve"
@@ -36,19 +36,14 @@ _ANSWERS = (fs.EXIT_NOT_FOUND, fs.EXIT_TOO_LARGE, fs.EXIT_PRECONDITION)
 
 
 def folder_of(uri: str) -> str:
-    """The absolute path of a `slurm:///PATH` URI (percent-decoded). ProviderError for any
-    other URI. Pure."""
-    prefix = f"{SCHEME}://"
-    host, _, path = uri.removeprefix(prefix).partition("/")
-    path = urllib.parse.unquote("/" + path)
-    problem = None if uri.startswith(prefix) and host == "" else "not a slurm:///PATH URI"
-    problem = problem or file_path_problem(path)
-    if not problem and not path.strip("/"):
-        problem = "a bucket is a folder under /, not / itself"
-    if problem or "?" in uri or "#" in uri:
-        raise ProviderError(f"the Slurm provider's buckets are slurm:///PATH URIs, not {uri!r}: "
-                            f"{problem or 'no ? or #'}")  # fmt: skip
-    return path.rstrip("/") or "/"
+    """The absolute path of a `slurm:///PATH` URI (percent-decoded), by the URI rules the spec
+    applies too (providers/uri_rules.py). ProviderError for any other URI. Pure."""
+    problem = uri_problem(uri, SCHEME)
+    if problem:
+        raise ProviderError(
+            f"the Slurm provider's buckets are slurm:///PATH URIs, not {uri!r}: {problem}"
+        )
+    return split_uri(uri)[2].rstrip("/")
 
 
 def uri_of(path: str) -> str:
@@ -77,10 +72,11 @@ class SlurmStore:
         stdin: bytes | Path = b"",
         stdout_to: Path | None = None,
         timeout_s: float = 120,
-        max_bytes: int = MAX_OUTPUT_BYTES,
+        max_bytes: int | None = None,
     ) -> bytes:
-        """Run `op`; its stdout (at most `max_bytes`). Raises NotFound, TooLarge (with the
-        object's tag), PreconditionFailed or ProviderError as folder_serve answered."""
+        """Run `op`; its stdout (at most `max_bytes`, None: login's bound). Raises NotFound,
+        TooLarge (with the object's tag), PreconditionFailed or ProviderError as folder_serve
+        answered."""
         command = [self.python, "-m", SERVE_MODULE, op, self.root, *args]
         out, err, code = run_on_login_raw(
             self.login, command, stdin=stdin, stdout_to=stdout_to, timeout_s=timeout_s,

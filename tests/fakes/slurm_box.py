@@ -93,7 +93,7 @@ class SlurmBox:
     `close()`. `partitions` maps a partition name to its compute hosts ("c1", ...); the first
     is the default. `gpus` is the GPUs of each compute host (0: none, no GRES). `login_path`
     replaces the PATH of SSH sessions on the login host (a login host without Slurm's
-    commands)."""
+    commands); `login_env` adds variables to them (and so to the jobs submitted there)."""
 
     def __init__(
         self,
@@ -103,11 +103,15 @@ class SlurmBox:
         partitions: dict[str, list[str]] | None = None,
         cpus: int = 2,
         login_path: str | None = None,
+        login_env: dict[str, str] | None = None,
     ) -> None:
         self.root = root
         self.computes = [f"c{i}" for i in range(1, computes + 1)]
         self.gpus, self.cpus = gpus, cpus
         self.login_path = login_path  # the PATH of SSH sessions on the login host (None: sshd's)
+        # more variables of SSH sessions on the login host, which sbatch passes on to the jobs
+        # (--export=ALL): a test harness's, as CT_ALLOW_NO_GPU=1 on a cluster without GPUs
+        self.login_env = dict(login_env or {})
         self.partitions = partitions or {"gpu" if gpus else "cpu": list(self.computes)}
         self.network: Network | None = None
         self.hosts: dict[str, Host] = {}
@@ -316,6 +320,8 @@ SlurmdTimeout=30
         host_key = Path(f"{ssh}/host_ed25519.pub").read_text().split()
         self.known_hosts.write_text(f"{self.login_ip} {host_key[0]} {host_key[1]}\n")
         Path("/run/sshd").mkdir(exist_ok=True)  # sshd's privilege separation folder
+        env = {**({"PATH": self.login_path} if self.login_path else {}), **self.login_env}
+        extra = "".join(f" {k}={v}" for k, v in env.items())
         (ssh / "sshd_config").write_text(f"""ListenAddress {self.login_ip}
 Port 22
 HostKey {ssh}/host_ed25519
@@ -326,7 +332,7 @@ KbdInteractiveAuthentication no
 UsePAM no
 StrictModes no
 PidFile {ssh}/sshd.pid
-SetEnv SLURM_CONF={self._conf_path("login")}{f" PATH={self.login_path}" if self.login_path else ""}
+SetEnv SLURM_CONF={self._conf_path("login")}{extra}
 """)
         self._spawn(
             "login",

@@ -210,9 +210,7 @@ CASES: dict[str, ProviderCase] = {
 }
 
 
-# providers the contract covers that are not registered: test doubles, and slurm while it is
-# being built (issue 33)
-TEST_ONLY = ("memory", "slurm")
+TEST_ONLY = ("memory",)  # providers the contract covers that are not registered (test doubles)
 CONTRACT = tuple(sorted({*names(), *TEST_ONLY}))  # what the `provider` fixture runs over
 
 

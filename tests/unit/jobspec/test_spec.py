@@ -70,7 +70,7 @@ BAD_SPECS = [
         "name: job\nprovider: gpc\nentrypoint: x\n",
         2,
         "provider",
-        "must be one of: local, aws, gcp, azure, cheapest (got 'gpc')",
+        "must be one of: local, aws, gcp, azure, slurm, cheapest (got 'gpc')",
     ),
     (
         "strategy",

@@ -56,7 +56,7 @@ def test_partitions_from_the_lines_real_clusters_print() -> None:
         ]
     )
     assert parse_partitions(text) == [
-        Partition("gpu", True, 4, 2, 4, 16, 3, "2-00:00:00"),
+        Partition("gpu", True, 4, 2, 4, 16, 3, "2-00:00:00", gpu_type="a100"),
         Partition("cpu", False, 1, 1, 0, 0, 0, "infinite"),
     ]
 
