@@ -159,6 +159,10 @@ class Node:
     zone: str | None = None
     instance_type: str | None = None
     cloud_id: str | None = None
+    # the cloud's own words for the state, shown in its place: why a queued node waits and when
+    # the scheduler expects to start it ("PENDING (Resources), start 2026-11-29 18:40:00");
+    # untrusted
+    detail: str | None = None
 
     @property
     def alive(self) -> bool:

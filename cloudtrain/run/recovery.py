@@ -87,6 +87,8 @@ class Recovery:
             short = node_id(nv.role, nv.index)
             node = live.get(nv.name)
             nv.cloud_state = node.state if node else "missing"
+            if node is not None and node.detail:  # the cloud's words: why it waits
+                nv.cloud_state = node.detail[:120]
             if queued and node is not None and node.state == "pending":
                 self._queued_at[short] = now
                 continue

@@ -270,7 +270,7 @@ class SlurmCompute(Compute):
             state = "pending" if job.pending else "terminated" if rank in ended else "running"
             nodes.append(
                 Node(name, run_id, role, index, state, cloud_id=job.job_id,  # type: ignore[arg-type]
-                     zone=self.region, instance_type=instance_type)
+                     zone=self.region, instance_type=instance_type, detail=_waiting(job))
             )  # fmt: skip
         return nodes
 
@@ -337,6 +337,16 @@ class SlurmCompute(Compute):
         """The cluster's Python (`python`), the compute node's address, no dead-man switch of
         its own (the job's time limit is the deadline) and no power-off (the task ends). Pure."""
         return StartupBlocks(python=self.python, metadata=_METADATA, install_stack=False)
+
+
+def _waiting(job: Job) -> str | None:
+    """Why a pending job waits, as Slurm says it (`Resources`, `Priority`, ...), with Slurm's
+    expected start when it names one; None for a job that does not wait. Pure."""
+    if not job.pending:
+        return None
+    reason = f" ({job.reason})" if job.reason and job.reason != "None" else ""
+    when = f", start {job.start.isoformat(sep=' ')}" if job.start else ""
+    return f"{job.state}{reason}{when}"
 
 
 def _minutes_until(deadline: float | None) -> int:

@@ -75,6 +75,13 @@ def live_offers(
         f"Slurm partition {target.name}: {target.gpus_free} of {target.gpus} GPUs free, "
         f"{target.nodes_taking_jobs} of {target.nodes} nodes taking jobs"
     )
+    if gpus > target.gpus_per_node:
+        asked = f"{accelerator} x{gpus}" if accelerator else f"{gpus} GPU(s)"
+        raise PlanError(
+            f"Slurm partition {target.name}'s nodes have {target.gpus_per_node} GPU(s) at most;"
+            f" the job asks {asked} per node",
+            hint="choose a partition with GPUs (providers.slurm.partition) or fewer GPUs",
+        )
     minutes = max(1, int(hours * 60))
     try:
         estimate = start_estimate(login, target.name, nodes, gpus, minutes)

@@ -8,6 +8,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
+import shutil
+import signal
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,18 +19,22 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.e2e import signals_kit
 from tests.e2e.conftest import Env, assert_clean
-from tests.fakes.slurm_box import SlurmBox, slurm_cluster
+from tests.fakes.slurm_box import SlurmBox, slurm_cluster, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmBox]:
-    # four compute hosts of one GPU each (a parameter-server job needs four); the box has no
-    # GPU behind its GRES devices, so its jobs may train on the CPU (a test harness's variable)
+    # four compute hosts of one GPU each in partition gpu (a parameter-server job needs four)
+    # and one without in partition cpu; the box has no GPU behind its GRES devices, so its
+    # jobs may train on the CPU (a test harness's variable)
+    harness = {"CT_ALLOW_NO_GPU": "1"}
+    parts = {"gpu": ["c1", "c2", "c3", "c4"], "cpu": ["c5"]}
     with slurm_cluster(
-        tmp_path_factory, computes=4, gpus=1, login_env={"CT_ALLOW_NO_GPU": "1"}
+        tmp_path_factory, computes=5, gpus=1, partitions=parts, no_gpus=("c5",), login_env=harness
     ) as box:
         yield box
 
@@ -98,3 +106,162 @@ def assert_nothing_left(cluster: SlurmBox, shared: Path, run_id: str) -> None:
             if proc.name.isdigit() and marker in (proc / "environ").read_bytes().split(b"\0"):
                 pytest.fail(f"process {proc.name} of run {run_id} is left")
     assert not (shared / "runs" / run_id).exists()
+
+
+def slurm_job(env: Env, path: Path) -> Path:
+    """The job at `path` (an Env job) run on Slurm."""
+    spec = yaml.safe_load(path.read_text())
+    spec["provider"] = "slurm"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def test_a_parameter_server_job_runs_each_task_on_its_own_host(
+    slurm: Env, cluster: SlurmBox, tmp_path: Path
+) -> None:
+    job = slurm_job(slurm, slurm.job("digits-ps", "python train.py --epochs 2"))
+    proc = slurm.cli("run", str(job), timeout=600)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-3000:]
+    (run_id,) = slurm.run_ids()
+    status = tmp_path / "shared" / "bucket" / "cloudtrain" / "runs" / run_id / "status"
+    statuses = {p.stem: p.read_text() for p in status.glob("*.json")}
+    assert set(statuses) == {"chief-0", "worker-0", "worker-1", "ps-0"}
+    assert all("chief finished" in statuses[n] for n in ("worker-0", "worker-1", "ps-0"))
+    assert_clean(slurm, run_id)
+    assert_on_own_hosts(cluster, tmp_path / "shared", run_id, 4)
+    assert_nothing_left(cluster, tmp_path / "shared", run_id)
+
+
+def test_a_queued_job_shows_slurms_reason_and_ctrl_c_cancels_it(
+    slurm: Env, cluster: SlurmBox, tmp_path: Path
+) -> None:
+    blocker = cluster.ssh(
+        "sbatch", "--parsable", "-N4", "--gpus-per-node=1", "-t", "10", "--wrap", "sleep 600"
+    ).strip()
+    running = (
+        "the blocker running",
+        lambda: cluster.ssh("squeue", "-h", "-o", "%T", "-j", blocker),
+    )
+    wait_for(*running, lambda state: state.strip() == "RUNNING")
+    job = slurm_job(slurm, slurm.tick_job("queued", epochs=5, seconds=1))
+    cli = signals_kit.start(slurm.env, ["run", str(job)], log=slurm.home / "cli.log")
+    try:
+        slurm.wait_for(r"worker-0: PENDING \(Resources\)")
+        cli.send_signal(signal.SIGINT)
+        code = cli.wait(timeout=180)
+    finally:
+        cli.kill()
+    out = slurm.output()
+    assert "Slurm partition gpu: 0 of 4 GPUs free" in out, out[-3000:]
+    assert code == 130, out[-3000:]
+    (run_id,) = slurm.run_ids()
+    # only the blocker is left in the queue: the run's job was cancelled while it waited
+    assert cluster.ssh("squeue", "-h", "-o", "%i").split() == [blocker]
+    cluster.cancel_all()
+    assert_clean(slurm, run_id)
+    assert_nothing_left(cluster, tmp_path / "shared", run_id)
+
+
+def test_down_after_kill_9_leaves_no_job(slurm: Env, cluster: SlurmBox, tmp_path: Path) -> None:
+    job = slurm_job(slurm, slurm.tick_job("crashed", epochs=60, seconds=2))
+    cli = slurm.start("run", str(job))
+    try:
+        slurm.wait_for(r"^\[worker-0\] cloudtrain: epoch 1/60 done", timeout=300)
+        cli.send_signal(signal.SIGKILL)
+        cli.wait(timeout=30)
+    finally:
+        cli.kill()
+    (run_id,) = slurm.run_ids()
+    assert cluster.ssh("squeue", "-h", "-o", "%j").split() == [f"cloudtrain-{run_id}-a1"]
+    proc = slurm.cli("down", run_id)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "nothing of it is left" in proc.stdout, proc.stdout
+    assert_clean(slurm, run_id)
+    assert_nothing_left(cluster, tmp_path / "shared", run_id)
+    again = slurm.cli("down", run_id)  # idempotent
+    assert again.returncode == 0, again.stdout + again.stderr
+
+
+def test_a_node_set_down_ends_the_allocation_and_the_next_one_resumes(
+    slurm: Env, cluster: SlurmBox, tmp_path: Path
+) -> None:
+    job = slurm_job(
+        slurm, slurm.job("digits-multiworker", "python train.py --epochs 30 --epoch-seconds 2")
+    )
+    cli = slurm.start("run", str(job))
+    downed = None
+    try:
+        slurm.wait_for(r"^\[worker-1\] cloudtrain: epoch 2/30 done", timeout=400)
+        (run_id,) = slurm.run_ids()
+        nodes = tmp_path / "shared" / "bucket" / "cloudtrain" / "runs" / run_id / "attempt-1"
+        address = json.loads((nodes / "nodes" / "worker-1.json").read_text())["address"]
+        by_ip = {cluster.hosts[c].ip: c for c in cluster.computes}
+        downed = by_ip[address.rsplit(":", 1)[0]]
+        cluster.set_state(downed, "DOWN", "a failed GPU")  # as an administrator would
+        assert cli.wait(timeout=600) == 0, slurm.output()[-4000:]
+    finally:
+        cli.kill()
+        if downed:
+            cluster.set_state(downed, "RESUME")
+    out = slurm.output()
+    assert "restart 1/" in out and "attempt 2" in out, out[-4000:]
+    resumed = re.findall(r"^\[worker-\d\] cloudtrain: resumed at epoch (\d+)", out, re.M)
+    assert resumed and all(int(e) >= 2 for e in resumed), out[-4000:]
+    jobs = cluster.ssh("sacct", "-c", "-X", "-n", "-P", "-o", "JobName,State").split()
+    states = dict(line.split("|", 1) for line in jobs if line.startswith(f"cloudtrain-{run_id}"))
+    assert states[f"cloudtrain-{run_id}-a1"].startswith("NODE_FAIL"), states
+    assert_clean(slurm, run_id)
+    assert_nothing_left(cluster, tmp_path / "shared", run_id)
+
+
+def one_error_line(proc: subprocess.CompletedProcess[str]) -> str:
+    """The command's one error line: it failed, wrote no traceback, and said one `error:`."""
+    assert proc.returncode != 0, proc.stdout[-2000:]
+    assert "Traceback" not in proc.stderr + proc.stdout, proc.stderr[-3000:]
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1, proc.stderr[-3000:]
+    return lines[0]
+
+
+def with_options(env: Env, **options: object) -> None:
+    """config.yaml's providers.slurm with `options` changed."""
+    path = env.home / "config.yaml"
+    config = yaml.safe_load(path.read_text())
+    config["providers"]["slurm"].update(options)
+    path.write_text(yaml.safe_dump(config))
+
+
+def test_four_mistakes_are_one_clear_error_each_and_nothing_is_submitted(
+    slurm: Env, cluster: SlurmBox, tmp_path: Path
+) -> None:
+    job = slurm_job(slurm, slurm.tick_job("mistakes", epochs=5, seconds=1))
+    with_options(slurm, partition="cpu")  # GPUs asked of a partition without any
+    line = one_error_line(slurm.cli("run", str(job)))
+    assert "partition cpu's nodes have 0 GPU(s) at most; the job asks T4 x1 per node" in line
+
+    stranger = tmp_path / "stranger"  # a key the login host does not know
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(stranger)], check=True)
+    with_options(slurm, partition=None, key=str(stranger))
+    line = one_error_line(slurm.cli("run", str(job)))
+    assert f"refused the SSH key {stranger}" in line, line
+
+    empty = tmp_path / "known_hosts"  # the login host's key is not in it
+    empty.write_text("")
+    with_options(slurm, key=str(cluster.key), known_hosts=str(empty))
+    line = one_error_line(slurm.cli("run", str(job)))
+    assert f"its SSH host key is not in {empty}" in line, line
+
+    # a login host whose PATH has Slurm's other commands but no sbatch
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("sinfo", "squeue", "scancel", "sacct", "mkdir", "ls", "tar", "cat", "rm"):
+        (bin_dir / tool).symlink_to(shutil.which(tool) or tool)
+    with SlurmBox(tmp_path / "bare", computes=1, gpus=1, login_path=str(bin_dir)) as bare:
+        with_options(
+            slurm, host=bare.login_ip, key=str(bare.key), known_hosts=str(bare.known_hosts)
+        )
+        line = one_error_line(slurm.cli("run", str(job)))
+        assert "`sbatch` is not on the login host's PATH: is this a Slurm login node?" in line
+        assert bare.ssh("squeue", "-h", check=False).strip() == ""
+    assert cluster.ssh("squeue", "-h").strip() == ""  # nothing was submitted, anywhere
+    assert slurm.run_ids() == []  # nor recorded

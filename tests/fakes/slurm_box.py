@@ -93,7 +93,8 @@ class SlurmBox:
     `close()`. `partitions` maps a partition name to its compute hosts ("c1", ...); the first
     is the default. `gpus` is the GPUs of each compute host (0: none, no GRES). `login_path`
     replaces the PATH of SSH sessions on the login host (a login host without Slurm's
-    commands); `login_env` adds variables to them (and so to the jobs submitted there)."""
+    commands); `login_env` adds variables to them (and so to the jobs submitted there);
+    `no_gpus` names compute hosts without GPUs (a CPU partition's)."""
 
     def __init__(
         self,
@@ -104,6 +105,7 @@ class SlurmBox:
         cpus: int = 2,
         login_path: str | None = None,
         login_env: dict[str, str] | None = None,
+        no_gpus: tuple[str, ...] = (),
     ) -> None:
         self.root = root
         self.computes = [f"c{i}" for i in range(1, computes + 1)]
@@ -112,6 +114,7 @@ class SlurmBox:
         # more variables of SSH sessions on the login host, which sbatch passes on to the jobs
         # (--export=ALL): a test harness's, as CT_ALLOW_NO_GPU=1 on a cluster without GPUs
         self.login_env = dict(login_env or {})
+        self.no_gpus = no_gpus  # compute hosts without GPUs (a CPU partition's)
         self.partitions = partitions or {"gpu" if gpus else "cpu": list(self.computes)}
         self.network: Network | None = None
         self.hosts: dict[str, Host] = {}
@@ -242,10 +245,10 @@ class SlurmBox:
     def _write_conf(self, name: str) -> None:
         folder = self.root / "etc" / name
         folder.mkdir(parents=True, exist_ok=True)
-        gres = f" Gres=gpu:{self.gpus}" if self.gpus else ""
+        gpu_hosts = [n for n in self.computes if self.gpus and n not in self.no_gpus]
         nodes = "\n".join(
-            f"NodeName={n} NodeAddr={self.hosts[n].ip} CPUs={self.cpus} RealMemory=1000{gres}"
-            " State=UNKNOWN"
+            f"NodeName={n} NodeAddr={self.hosts[n].ip} CPUs={self.cpus} RealMemory=1000"
+            f"{f' Gres=gpu:{self.gpus}' if n in gpu_hosts else ''} State=UNKNOWN"
             for n in self.computes
         )
         parts = "\n".join(
@@ -289,7 +292,8 @@ SlurmdTimeout=30
         if self.gpus:
             last = self.gpus - 1
             devices = f"{r}/dev/nvidia[0-{last}]" if last else f"{r}/dev/nvidia0"
-            (folder / "gres.conf").write_text(f"Name=gpu File={devices}\n")
+            hosts = ",".join(gpu_hosts)
+            (folder / "gres.conf").write_text(f"NodeName={hosts} Name=gpu File={devices}\n")
         (folder / "cgroup.conf").write_text("CgroupPlugin=cgroup/v1\n")
 
     def _spawn(self, name: str, host: Host, args: list[str], daemon: str) -> None:

@@ -5,6 +5,7 @@ while a per-node compute creates only the lost one again."""
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -93,7 +94,12 @@ def test_a_node_waiting_in_the_queue_is_not_lost_and_boots_from_its_allocation(
     if not gang:  # a VM pending for an hour never booted: lost
         assert rec.lost_nodes(snap, hour_ago) == ["chief-0", "worker-0", "worker-1"]
         return
+    listed[:] = [
+        replace(n, detail="PENDING (Resources), start 2026-11-29 18:40:00") for n in listed
+    ]
     assert rec.lost_nodes(snap, hour_ago) == []  # waiting for its allocation
+    # the live view shows the scheduler's own words
+    assert rec.state.view.nodes[0].cloud_state == "PENDING (Resources), start 2026-11-29 18:40:00"
     listed[:] = nodes("running")  # the allocation started: its boot timeout starts now
     assert rec.lost_nodes(snap, hour_ago) == []
     rec._queued_at = {k: v - 61 for k, v in rec._queued_at.items()}  # 61 s later, still silent
