@@ -77,7 +77,8 @@ def _taking_jobs(state: str) -> bool:
 
 
 def parse_partitions(text: str) -> list[Partition]:
-    """`sinfo -h -N -O SINFO_FORMAT`'s output as partitions, in the order sinfo gives them. A
+    """`sinfo -h -N -O SINFO_FORMAT`'s output as partitions, the default first, then by name
+    (sinfo's node-by-node lines give a node's partitions in no fixed order). A
     line that does not parse is skipped. Pure."""
     rows: dict[str, list[tuple[int, int, bool]]] = {}
     types: dict[str, str] = {}
@@ -112,7 +113,7 @@ def parse_partitions(text: str) -> list[Partition]:
             time_limit=limits[name],
             gpu_type=types.get(name),
         )
-        for name, nodes in rows.items()
+        for name, nodes in sorted(rows.items(), key=lambda row: (row[0] not in defaults, row[0]))
     ]
 
 

@@ -61,6 +61,13 @@ def test_partitions_from_the_lines_real_clusters_print() -> None:
     ]
 
 
+def test_partitions_come_default_first_then_by_name_whatever_sinfo_s_order() -> None:
+    lines = ["c1|small|gpu:2|gpu:0|idle|infinite|", "c1|gpu*|gpu:2|gpu:0|idle|infinite|",
+             "c2|big|gpu:2|gpu:0|idle|infinite|"]  # fmt: skip
+    for text in ("\n".join(lines), "\n".join(reversed(lines))):
+        assert [p.name for p in parse_partitions(text)] == ["gpu", "big", "small"]
+
+
 def test_an_estimate_from_sbatch_test_only() -> None:
     line = (
         "sbatch: Job 3 to start at 2026-11-29T15:03:13 using 2 processors on nodes c[1-2]"
