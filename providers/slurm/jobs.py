@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass
 
 from cloudtrain.core.errors import ProviderError
-from cloudtrain.providers.slurm.login import LoginHost, run_on_login
+from cloudtrain.providers.slurm.login import LoginHost, run_on_login, run_unless_said
 
 NAME_PREFIX = "cloudtrain-"
 # squeue -o: id, name, state, reason, nodes, start (expected, for a pending job), submitted,
@@ -34,6 +34,11 @@ ENDED_STATES = frozenset(
     {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "DEADLINE", *LOST_STATES}
 )
 _JOB_ID = re.compile(r"^\d{1,12}$")
+# what Slurm's commands write to stderr when they answer rather than fail (squeue(1), scancel(1),
+# sacct(1) as Slurm 22.05 prints them)
+NO_SUCH_JOB = "Invalid job id specified"
+ENDED = "Job/step already completing or completed"
+NO_ACCOUNTING = "accounting storage is disabled"
 _RUN_ID = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 _NAME = re.compile(rf"^{NAME_PREFIX}([a-z0-9][a-z0-9-]{{0,62}})-a(\d{{1,4}})$")
 
@@ -176,12 +181,8 @@ def state(login: LoginHost, job_id: str) -> Job | None:
     Slurm knows no such job. Blocks (one to three ssh calls); read-only."""
     if not _JOB_ID.match(job_id):
         raise ValueError(f"not a Slurm job id: {job_id!r}")
-    try:
-        out = run_on_login(login, ["squeue", "-h", "-j", job_id, "-o", SQUEUE_FORMAT])
-    except ProviderError as exc:
-        if "Invalid job id" not in str(exc):
-            raise
-        out = ""
+    command = ["squeue", "-h", "-j", job_id, "-o", SQUEUE_FORMAT]
+    out = run_unless_said(login, command, [NO_SUCH_JOB]) or ""  # a job the queue forgot
     found = [j for j in parse_squeue(out) if j.job_id == job_id]
     if found:
         return found[0]
@@ -190,11 +191,8 @@ def state(login: LoginHost, job_id: str) -> Job | None:
 
 def _accounted(login: LoginHost, job_id: str) -> Job | None:
     fields = ["sacct", "-X", "-n", "-P", "-j", job_id, "-o", "JobIDRaw,State,JobName,NodeList"]
-    try:
-        out = run_on_login(login, fields)
-    except ProviderError as exc:
-        if "accounting storage is disabled" not in str(exc):
-            raise
+    out = run_unless_said(login, fields, [NO_ACCOUNTING])
+    if out is None:  # no slurmdbd: the job completion log
         out = run_on_login(login, ["sacct", "-c", *fields[1:]])
     for line in out.splitlines():
         parts = line.split("|")
@@ -209,11 +207,7 @@ def cancel(login: LoginHost, job_id: str) -> None:
     done. Blocks (one ssh)."""
     if not _JOB_ID.match(job_id):
         raise ValueError(f"not a Slurm job id: {job_id!r}")
-    try:
-        run_on_login(login, ["scancel", job_id])
-    except ProviderError as exc:
-        if "Invalid job id" not in str(exc) and "already completing or completed" not in str(exc):
-            raise
+    run_unless_said(login, ["scancel", job_id], [NO_SUCH_JOB, ENDED])
 
 
 def find(login: LoginHost, run_id: str | None = None) -> list[Job]:

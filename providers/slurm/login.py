@@ -185,6 +185,24 @@ def run_on_login_raw(
     return stdout, done.stderr[-STDERR_KEPT_BYTES:], done.returncode
 
 
+# the exit statuses of the remote command itself (not ssh's 255, not the shell's 127)
+_COMMAND_EXITS = frozenset(range(1, 255)) - {SSH_FAILED, NOT_FOUND}
+
+
+def run_unless_said(
+    login: LoginHost, command: Sequence[str], said: Sequence[str], *, timeout_s: float = 120
+) -> str | None:
+    """`run_on_login`, except that a command that fails having written one of `said` to
+    stderr (its own answer, as scancel's "Invalid job id specified") gives None. Blocks;
+    raises as `run_on_login` for any other failure."""
+    out, err, code = run_on_login_raw(login, command, timeout_s=timeout_s, accept=_COMMAND_EXITS)
+    if code == 0:
+        return out.decode("utf-8", errors="replace")
+    if any(answer in err.decode("utf-8", errors="replace") for answer in said):
+        return None
+    raise _failure(login, command, shlex.join(command), code, err)
+
+
 def _missing(command: Sequence[str], shown_as: str) -> str:
     """The command the login shell did not find: the first word, or for a shell script of
     ours (`/bin/sh -c`), the first word of what it is shown as (its purpose: "sbatch"). Pure."""
