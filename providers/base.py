@@ -298,6 +298,16 @@ class Compute(ABC):
     # and losing one node loses them all, so a recovery creates every node again (a new
     # allocation). False: each node is created, replaced and deleted alone (the VMs).
     gang: bool = False
+    # what a wrapper of a compute (the retry layer, the fault injector, the lease's fence) takes
+    # from the compute it wraps (`take_traits`): the callers read them through the wrapper
+    TRAITS: tuple[str, ...] = (
+        "provider_name", "max_parallel", "holds_nodes_kinds", "deletes_on_power_off", "gang",
+    )  # fmt: skip
+
+    def take_traits(self, inner: Compute) -> None:
+        """Copy every one of `TRAITS` from `inner`: a wrapper's constructor. Pure."""
+        for name in self.TRAITS:
+            setattr(self, name, getattr(inner, name))
 
     @abstractmethod
     def planned_network(self, run: RunInfo) -> list[Resource]:

@@ -221,11 +221,7 @@ class FaultyCompute(Compute):
         self.inner = inner
         self.plan = plan
         self.clock = clock
-        self.provider_name = inner.provider_name
-        self.max_parallel = inner.max_parallel
-        self.holds_nodes_kinds = inner.holds_nodes_kinds
-        self.deletes_on_power_off = inner.deletes_on_power_off
-        self.gang = inner.gang
+        self.take_traits(inner)
         self.created: list[str] = []
         self.lost_replies = 0  # creates that succeeded but answered with an error
         self._faults = _Injector(plan.latency_s, plan.error_rate, plan.seed)

@@ -98,11 +98,7 @@ class RetryingCompute(Compute):
 
     def __init__(self, inner: Compute) -> None:
         self.inner: Compute = inner.inner if isinstance(inner, RetryingCompute) else inner
-        self.provider_name = self.inner.provider_name
-        self.max_parallel = self.inner.max_parallel
-        self.holds_nodes_kinds = self.inner.holds_nodes_kinds
-        self.deletes_on_power_off = self.inner.deletes_on_power_off
-        self.gang = self.inner.gang
+        self.take_traits(self.inner)
 
     def planned_network(self, run: RunInfo) -> list[Resource]:
         """See Compute.planned_network (pure: not retried)."""

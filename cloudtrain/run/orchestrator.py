@@ -580,13 +580,15 @@ class Orchestrator:
         self.ledger.set_status(self.run_id, "stopping")
         if not request_stop(self.provider, self.store_uri, self.run_id, str(reason)):
             return
+        live, queued = self.provisioner.agent_nodes()
+        if queued and not live:
+            self.observer.event("stop requested: the job still waits in the queue, no agent runs")
+            return
         self.observer.event("stop requested: agents flush a checkpoint")
         crash_point("stop")
         # the watch's reader, where its cursors are: a new one would print every line again
         nodes = [node_id(nv.role, nv.index) for nv in self.view.nodes]
         reader = self.reader or RunReader(self.store, self.run_id, nodes=nodes)
-        listed = self.provisioner.list_nodes()
-        live = {node_id(n.role, n.index) for n in listed if n.alive and n.role != "controller"}
         end = time.time() + self.options.stop_grace_s
         waiter = self._waiter()
         while time.time() < end and live:

@@ -165,6 +165,19 @@ class Provisioner:
         """The run's nodes from the cloud (the provider retries the call). Blocks."""
         return self.state.provider.compute.list_nodes(self.run_id)
 
+    def agent_nodes(self) -> tuple[set[str], int]:
+        """The nodes ("worker-0") whose agent may run: alive, not the controller, and not still
+        pending in a gang compute's queue (Slurm: no agent runs before the allocation starts);
+        and how many are so queued. Blocks (one listing)."""
+        gang = self.state.provider.compute.gang
+        live, queued = set(), 0
+        for n in self.list_nodes():
+            if gang and n.state == "pending":
+                queued += 1
+            elif n.alive and n.role != "controller":
+                live.add(node_id(n.role, n.index))
+        return live, queued
+
     def _delete_nodes(self) -> None:
         """Delete every node of the run (not its network) and mark them in the ledger."""
         compute = self.state.provider.compute

@@ -34,10 +34,7 @@ class FencedCompute(Compute):
 
     def __init__(self, inner: Compute, lease: Lease) -> None:
         self.inner, self.lease = inner, lease
-        self.provider_name = inner.provider_name
-        self.max_parallel = inner.max_parallel
-        self.holds_nodes_kinds = inner.holds_nodes_kinds
-        self.deletes_on_power_off = inner.deletes_on_power_off
+        self.take_traits(inner)
 
     # --- mutating: fenced ------------------------------------------------------------------
     def ensure_network(self, run: RunInfo) -> list[Resource]:

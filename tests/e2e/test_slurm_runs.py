@@ -154,6 +154,8 @@ def test_a_queued_job_shows_slurms_reason_and_ctrl_c_cancels_it(
     out = slurm.output()
     assert "Slurm partition gpu: 0 of 4 GPUs free" in out, out[-3000:]
     assert code == 130, out[-3000:]
+    # nothing to flush: no agent waits for a stop grace that only a running one could use
+    assert "stop requested: the job still waits in the queue, no agent runs" in out, out[-3000:]
     (run_id,) = slurm.run_ids()
     # only the blocker is left in the queue: the run's job was cancelled while it waited
     assert cluster.ssh("squeue", "-h", "-o", "%i").split() == [blocker]
