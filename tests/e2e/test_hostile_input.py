@@ -223,7 +223,7 @@ FIELD_CASES = [
     Case(
         "checkpoint-http",
         run_spec(checkpoint="http://example.com/x"),
-        r"checkpoint: must be a file://, s3://, gs:// or az:// URI",
+        r"checkpoint: must be a file://, s3://, gs://, az:// or slurm:// URI",
     ),
     Case(
         "checkpoint-wrong-cloud",
