@@ -46,6 +46,7 @@ from cloudtrain.providers.base import (
     RunInfo,
     StartupBlocks,
     Tagged,
+    parse_node_name,
 )
 from cloudtrain.providers.slurm import jobs
 from cloudtrain.providers.slurm.jobs import Allocation, Job
@@ -205,7 +206,7 @@ class SlurmCompute(Compute):
             return []
         live = self._live_job(run.run_id)
         if live is not None:
-            return self.list_nodes(run.run_id)
+            return self._nodes_of(run.run_id, live)
         start = time.time()
         folder = self.run_dir(run.run_id)
         attempt = self._next_attempt(folder)
@@ -253,7 +254,12 @@ class SlurmCompute(Compute):
         waits, running while it runs, terminated once a node's script has ended. Blocks (two
         ssh calls); read-only."""
         job = self._live_job(run_id)
-        if job is None or job.run is None:
+        return [] if job is None else self._nodes_of(run_id, job)
+
+    def _nodes_of(self, run_id: str, job: Job) -> list[Node]:
+        """The nodes of `job`, the run's job in the queue, as `list_nodes` says. Blocks (one
+        ssh: the attempt's node list and ended ranks)."""
+        if job.run is None:
             return []
         out = run_on_login(self.login, _sh(_ATTEMPT_SH, self.run_dir(run_id), str(job.run[1])))
         names_part, _, ended_part = out.partition("---\n")
@@ -359,8 +365,6 @@ def _minutes_until(deadline: float | None) -> int:
 
 def _parse(name: str, run_id: str) -> tuple[str, int] | None:
     """(role, index) of a node name of run `run_id`, None for any other line. Pure."""
-    from cloudtrain.providers.base import parse_node_name
-
     parsed = parse_node_name(name)
     if parsed is None or parsed[0] != run_id:
         return None
