@@ -120,6 +120,20 @@ class RunInfo:
     # the node ids of the run's plan ("worker-0", ...): one identity each, whose bucket rights
     # are jobs/node_rights.py's for that node (the chief is `node_rights.chief_of(nodes)`)
     nodes: tuple[str, ...] = ()
+    # what the nodes run on, for a compute that builds it once for every node (Slurm: a venv on
+    # the shared filesystem); None where the run did not pack one (an adopted run)
+    node_stack: NodeStack | None = None
+
+
+@dataclass(frozen=True)
+class NodeStack:
+    """The node stack of a run: the requirements a bare Python installs (TensorFlow, tf-keras,
+    a strategy's own build: cloudtrain/run/wheelhouse.py stack_pins) and the run's bundle on
+    this machine, whose `wheel/` holds the cloudtrain wheel the nodes run."""
+
+    pins: tuple[str, ...]
+    bundle_path: str
+    wheel_name: str
 
 
 @dataclass(frozen=True)

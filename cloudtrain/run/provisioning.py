@@ -14,10 +14,10 @@ from cloudtrain.core.errors import CloudtrainError, NoCapacityError
 from cloudtrain.jobs import protocol
 from cloudtrain.jobs import trace as tr
 from cloudtrain.jobs.protocol import ClusterDoc, node_id
-from cloudtrain.providers.base import Node, NodeRequest, Resource, node_name
+from cloudtrain.providers.base import Node, NodeRequest, NodeStack, Resource, node_name
 from cloudtrain.run.resume import copy_checkpoints
 from cloudtrain.run.startup import StartupParams, render_startup
-from cloudtrain.run.wheelhouse import WheelhousePlanner
+from cloudtrain.run.wheelhouse import WheelhousePlanner, stack_pins
 from cloudtrain.state import launch_doc
 
 if TYPE_CHECKING:
@@ -42,9 +42,9 @@ class Provisioner:
 
     Inputs: the run's shared `state`, its `spec`, `ledger`, `observer`, `options`, `run_id`,
     `trace`, the `lease_holder` (a new run's lease is taken in `open_store`) and `resume_from`
-    (whose checkpoints a new run copies). It changes `state.zone`, `state.info` (the zone the
-    nodes are made in) and `state.cluster`; its wheelhouse planner is its own (`new_place`
-    forgets it)."""
+    (whose checkpoints a new run copies). It changes `state.zone`, `state.info` (its node
+    stack; the zone the nodes are made in) and `state.cluster`; its wheelhouse planner is its
+    own (`new_place` forgets it)."""
 
     def __init__(
         self,
@@ -82,6 +82,7 @@ class Provisioner:
         key = protocol.bundle_key(self.run_id, st.bundle.sha256)
         if not st.store.list(key):
             st.store.put_file(key, str(st.bundle.path))
+        st.info = dataclasses.replace(st.info, node_stack=self._node_stack())
         left = st.bundle.left_out
         self.observer.event(
             f"bundle {st.bundle.sha256[:12]} ({st.bundle.files} files, "
@@ -115,6 +116,16 @@ class Provisioner:
             key=self.ledger.run_key(self.run_id),
         )
         self.ledger.set_status(self.run_id, "provisioning")
+
+    def _node_stack(self) -> NodeStack:
+        """The pins a bare node installs (with the CUDA wheels where a node has GPUs; a
+        strategy's own stack) and the bundle holding the wheel: what a compute that builds
+        the stack once for all nodes needs (Slurm). Pure."""
+        st, declared = self.state, self.spec.cluster.strategy_info
+        assert st.bundle is not None
+        gpu = not declared.on_tpu and any(n.accelerator_count for n in st.plan.nodes)
+        pins = stack_pins(gpu, declared.image_module or "")
+        return NodeStack(tuple(pins), str(st.bundle.path), st.bundle.wheel_name)
 
     def place_nodes(self) -> None:
         """The network, then every node at once in one zone of the plan's region, each in the

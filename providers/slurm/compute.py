@@ -4,6 +4,8 @@ Slurm job of N whole nodes per attempt, reached through the login host (`login.p
 Where a run's files live on the cluster's shared filesystem (every node sees `workdir` at the
 same path):
 
+    <workdir>/stack/<tag>/                  the node stack: one venv per pin set, shared by
+                                            every run (stack.py)
     <workdir>/runs/<run id>/                the run's folder (its `job-folder` resource)
         a<k>/                               attempt k's allocation, made at its submission
             batch.sh                        the batch script: `srun` one task per node
@@ -33,6 +35,7 @@ from __future__ import annotations
 import io
 import math
 import re
+import shlex
 import tarfile
 import time
 from collections.abc import Callable
@@ -51,6 +54,7 @@ from cloudtrain.providers.base import (
 from cloudtrain.providers.slurm import jobs
 from cloudtrain.providers.slurm.jobs import Allocation, Job
 from cloudtrain.providers.slurm.login import LoginHost, run_on_login
+from cloudtrain.providers.slurm.stack import ensure_stack
 
 PROVIDER = "slurm"
 FOLDER_KIND = "job-folder"
@@ -66,7 +70,7 @@ BATCH_SCRIPT = """\
 #!/bin/bash
 # cloudtrain: run {run_id}, attempt {attempt}: one task per node, each its rank's startup script
 cd "$SLURM_SUBMIT_DIR" || exit 1
-exec srun --kill-on-bad-exit=0 --output='rank-%t.out' bash -c '
+{python_line}exec srun --kill-on-bad-exit=0 --output='rank-%t.out' bash -c '
 r=$SLURM_PROCID
 mkdir -p "work-$r"
 CT_WORK="$PWD/work-$r" bash "rank-$r.sh"
@@ -215,7 +219,9 @@ class SlurmCompute(Compute):
             attempt=attempt,
             nodes=len(requests),
             minutes=_minutes_until(run.deadline),
-            script=BATCH_SCRIPT.format(run_id=run.run_id, attempt=attempt),
+            script=BATCH_SCRIPT.format(
+                run_id=run.run_id, attempt=attempt, python_line=self._python_line(run)
+            ),
             partition=self.partition,
             gpus_per_node=max(r.accelerator_count for r in requests),
             account=self.account,
@@ -233,6 +239,16 @@ class SlurmCompute(Compute):
                  zone=self.region, instance_type=_type(r))
             for r in requests
         ]  # fmt: skip
+
+    def _python_line(self, run: RunInfo) -> str:
+        """The batch script's line that names the node stack's python to every task (srun
+        passes the environment on; jobs/startup.sh.j2 takes CT_PYTHON from it), built first
+        when no run built it (stack.py); none for a run without a node stack (an adopted run:
+        the `python` option then runs the agent as it is). Blocks (one ssh; a build: minutes)."""
+        if run.node_stack is None:
+            return ""
+        python = ensure_stack(self.login, self.workdir, self.python, run.node_stack)
+        return f"export CT_PYTHON={shlex.quote(python)}\n"
 
     def _next_attempt(self, folder: str) -> int:
         """One more than the run's highest attempt folder (made or not: a refused submit
@@ -340,7 +356,9 @@ class SlurmCompute(Compute):
         return run_on_login(self.login, _sh(script, self.run_dir(node.run_id), node.name))
 
     def startup_blocks(self, run: RunInfo, request: NodeRequest) -> StartupBlocks:
-        """The cluster's Python (`python`), the compute node's address, no dead-man switch of
+        """The cluster's Python (`python`; the batch script names the node stack's venv in
+        CT_PYTHON instead, which the script prefers), no install (the stack is built once on
+        the login host, never by a node), the compute node's address, no dead-man switch of
         its own (the job's time limit is the deadline) and no power-off (the task ends). Pure."""
         return StartupBlocks(python=self.python, metadata=_METADATA, install_stack=False)
 

@@ -58,7 +58,8 @@ class SlurmOptions(ProviderOptions):
     )
     python: str = Field(
         "python3",
-        description="the interpreter on the compute nodes that runs cloudtrain's agent",
+        description="the cluster's Python (3.10+) over which the node stack's venv is made on"
+        " the login host, once per pin set; with the pinned TensorFlow it is used as it is",
     )
     gpu_hour_usd: float | None = Field(
         None, ge=0, description="what one GPU-hour costs on this cluster (for cost and budget)"

@@ -86,6 +86,14 @@ def test_a_multiworker_job_plans_from_the_cluster_and_trains_on_three_hosts(
     assert_nothing_left(cluster, tmp_path / "shared", run_id)
     slurm_cost = slurm.ledger().billed_cost(run_id)
     assert slurm_cost > 0  # GPU-hours at the configured rate
+    # the node stack: one venv, built on the login host, run by every node
+    (stack,) = (tmp_path / "shared" / "stack").iterdir()
+    assert (stack / ".complete").exists()
+    bootstrap = tmp_path / "shared" / "bucket" / "cloudtrain" / "runs" / run_id / "bootstrap"
+    for worker in range(3):
+        boot = (bootstrap / f"worker-{worker}.log").read_text()
+        assert f"phase python: {stack}/bin/python is Python" in boot, boot[-2000:]
+        assert "installing" not in boot, boot[-2000:]  # neither the stack nor the wheel
 
 
 def assert_on_own_hosts(cluster: SlurmBox, shared: Path, run_id: str, count: int) -> None:
