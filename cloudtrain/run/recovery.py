@@ -97,6 +97,8 @@ class Recovery:
             started = max(attempt_started, self._queued_at.get(short, 0.0))
             if node_lost(node is not None and node.alive, beat_time, started, now, opts):
                 lost.append(short)
+                if node is not None and node.state == "preempted":  # the cloud's, or Slurm's
+                    self.observer.event(f"{short}: preempted ({node.detail or 'by the cloud'})")
         return lost
 
     def heard(self, snap: Snapshot) -> dict[str, float]:

@@ -101,6 +101,21 @@ for f in rank-*.ended; do [ -e "$f" ] && printf '%s\\n' "$f"; done
 exit 0
 """
 
+# on the login host: the run's latest attempt's node list and how its job ended, as accounting
+# says (`sacct -c`, the completion log, where the cluster keeps no accounting database)
+_ENDED_SH = """\
+cd "$1" 2>/dev/null || exit 0
+k=$(ls -d a[0-9]* 2>/dev/null | sed 's/^a//' | sort -n | tail -n 1)
+[ -n "$k" ] && [ -r "a$k/job" ] || exit 0
+id=$(head -c 32 "a$k/job")
+case "$id" in ''|*[!0-9]*) exit 0 ;; esac
+cat "a$k/nodes" 2>/dev/null
+echo ---
+set -- -X -n -P -j "$id" -o JobIDRaw,State
+sacct "$@" 2>/dev/null | grep -q . && exec sacct "$@"
+exec sacct -c "$@" 2>/dev/null
+"""
+
 # on the login host: the end of the console of node $2 in the run's latest attempt holding it
 _CONSOLE_SH = """\
 cd "$1" 2>/dev/null || exit 0
@@ -266,11 +281,33 @@ class SlurmCompute(Compute):
         return max(live, key=lambda j: j.run[1] if j.run else 0, default=None)
 
     def list_nodes(self, run_id: str) -> list[Node]:
-        """The nodes of the run's job in the queue (none when it has none): pending while it
-        waits, running while it runs, terminated once a node's script has ended. Blocks (two
+        """The nodes of the run's job in the queue: pending while it waits, running while it
+        runs, terminated once a node's script has ended; when the run has no job in the queue,
+        those of its latest job if Slurm preempted it (`preempted`), else none. Blocks (two
         ssh calls); read-only."""
         job = self._live_job(run_id)
-        return [] if job is None else self._nodes_of(run_id, job)
+        return self._preempted(run_id) if job is None else self._nodes_of(run_id, job)
+
+    def _preempted(self, run_id: str) -> list[Node]:
+        """The nodes of the run's latest job, `preempted`, when Slurm preempted it (a job of a
+        higher priority tier took its nodes: as the job may not be requeued, Slurm cancelled
+        it); none for a job that ended any other way. Blocks (one ssh); read-only."""
+        out = run_on_login(self.login, _sh(_ENDED_SH, self.run_dir(run_id)))
+        names_part, _, states = out.partition("---\n")
+        if not any(
+            line.split("|")[1:2] == ["PREEMPTED"] for line in states.splitlines()[:100]
+        ):
+            return []
+        nodes = []
+        for line in names_part.splitlines()[:10000]:
+            match = _NODE_LINE.match(line)
+            parsed = _parse(match[1], run_id) if match else None
+            if match and parsed:
+                nodes.append(
+                    Node(match[1], run_id, parsed[0], parsed[1], "preempted",
+                         zone=self.region, instance_type=match[2], detail="PREEMPTED by Slurm")
+                )  # fmt: skip
+        return nodes
 
     def _nodes_of(self, run_id: str, job: Job) -> list[Node]:
         """The nodes of `job`, the run's job in the queue, as `list_nodes` says. Blocks (one

@@ -25,6 +25,7 @@ command's; bash's 127 is "command not found"):
 from __future__ import annotations
 
 import contextlib
+import re
 import shlex
 import subprocess
 import threading
@@ -39,6 +40,8 @@ MAX_OUTPUT_BYTES = 4 * 1024 * 1024  # of one command's stdout; more is an error,
 STDERR_KEPT_BYTES = 64 * 1024  # of one command's stderr, its end
 SSH_FAILED = 255  # ssh(1): "exits with 255 if an error occurred" (its own, not the command's)
 NOT_FOUND = 127  # the login shell: the command is not on the PATH
+# how dash and bash say it: "sh: 1: NAME: not found", "bash: line 1: NAME: command not found"
+_NOT_FOUND_LINE = re.compile(r"(?:^|: )([A-Za-z0-9_.+-]{1,64}): (?:command )?not found$")
 _UNREACHABLE = (
     "Could not resolve hostname",
     "Connection refused",
@@ -203,11 +206,13 @@ def run_unless_said(
     raise _failure(login, command, shlex.join(command), code, err)
 
 
-def _missing(command: Sequence[str], shown_as: str) -> str:
+def _missing(command: Sequence[str], shown_as: str, stderr: bytes = b"") -> str:
     """The command the login shell did not find: the first word, or for a shell script of
-    ours (`/bin/sh -c`), the first word of what it is shown as (its purpose: "sbatch"). Pure."""
+    ours (`/bin/sh -c`), the one its shell named ("sh: 1: mktemp: not found"), else the first
+    word of what it is shown as (its purpose: "sbatch"). Pure."""
     if command[0] in ("sh", "/bin/sh") and list(command[1:2]) == ["-c"]:
-        return shown_as.split(" ", 1)[0]
+        found = _NOT_FOUND_LINE.search(_last_line(stderr))
+        return found[1] if found else shown_as.split(" ", 1)[0]
     return command[0]
 
 
@@ -259,8 +264,8 @@ def _failure(
         return ProviderError(f"ssh to {where} failed: {_last_line(stderr)}")
     if code == NOT_FOUND:
         return ProviderError(
-            f"{where}: `{shown(_missing(command, remote), 100)}` is not on the login host's "
-            "PATH: is this a Slurm login node?",
+            f"{where}: `{shown(_missing(command, remote, stderr), 100)}` is not on the login "
+            "host's PATH: is this a Slurm login node?",
             hint="cloudtrain runs the cluster's own commands (sbatch, squeue, sacct, scancel, "
             "scontrol, sinfo) there",
             codes=frozenset({"not-found"}),

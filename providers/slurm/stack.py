@@ -43,9 +43,11 @@ _WHEEL_NAME = re.compile(r"^[A-Za-z0-9_.+-]{1,200}\.whl$")
 
 # on the login host: $1 workdir, $2 tag, $3 the cluster's python, $4 the wheel's file name,
 # $5.. the pins; the wheel on stdin (read only when building). Prints the venv's python,
-# absolute; `found` or `built` on stderr's last line.
+# absolute; `found` or `built` on stderr's last line. A login host without sbatch is no Slurm
+# login node: said first, as the submission would say it (exit 127).
 _ENSURE_SH = """\
 set -eu
+command -v sbatch >/dev/null || { echo "sh: sbatch: not found" >&2; exit 127; }
 top=$1 tag=$2 py=$3 wheel=$4
 shift 4
 mkdir -p -m 700 "$top/stack"

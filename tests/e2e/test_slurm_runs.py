@@ -42,23 +42,25 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmBox]:
 @pytest.fixture
 def slurm(ct: Env, cluster: SlurmBox, tmp_path: Path) -> Iterator[Env]:
     """`ct` with config.yaml naming the box's login host, as a user's would."""
-    shared = tmp_path / "shared"  # the cluster's shared filesystem (every host sees this one)
-    config = {
-        "providers": {
-            "slurm": {
-                "host": cluster.login_ip,
-                "user": cluster.user,
-                "key": str(cluster.key),
-                "known_hosts": str(cluster.known_hosts),
-                "workdir": str(shared),
-                "python": sys.executable,  # the cluster's Python with the node stack
-                "gpu_hour_usd": 0.5,
-            }
-        }
-    }
-    (ct.home / "config.yaml").write_text(yaml.safe_dump(config))
+    write_config(ct, cluster, tmp_path / "shared")
     yield ct
     cluster.cancel_all()
+
+
+def write_config(env: Env, box: SlurmBox, shared: Path, **options: object) -> None:
+    """config.yaml naming the box's login host, as a user's would; `shared` is the cluster's
+    shared filesystem (every host sees this one)."""
+    slurm = {
+        "host": box.login_ip,
+        "user": box.user,
+        "key": str(box.key),
+        "known_hosts": str(box.known_hosts),
+        "workdir": str(shared),
+        "python": sys.executable,  # the cluster's Python, with the pinned TensorFlow
+        "gpu_hour_usd": 0.5,
+        **options,
+    }
+    (env.home / "config.yaml").write_text(yaml.safe_dump({"providers": {"slurm": slurm}}))
 
 
 def test_a_multiworker_job_plans_from_the_cluster_and_trains_on_three_hosts(
@@ -222,6 +224,48 @@ def test_a_node_set_down_ends_the_allocation_and_the_next_one_resumes(
     assert states[f"cloudtrain-{run_id}-a1"].startswith("NODE_FAIL"), states
     assert_clean(slurm, run_id)
     assert_nothing_left(cluster, tmp_path / "shared", run_id)
+
+
+def test_a_preempted_allocation_is_recognised_and_the_next_one_resumes(
+    ct: Env, tmp_path: Path
+) -> None:
+    # a cluster whose `urgent` partition, on the same hosts, preempts `gpu`'s jobs
+    parts = {"gpu": ["c1", "c2"], "urgent": ["c1", "c2"]}
+    with SlurmBox(
+        tmp_path / "tiers", computes=2, gpus=1, partitions=parts,
+        tiers={"gpu": 1, "urgent": 10}, login_env={"CT_ALLOW_NO_GPU": "1"},
+    ) as box:  # fmt: skip
+        write_config(ct, box, tmp_path / "shared", partition="gpu")
+        spec = {"strategy": "multi_worker_mirrored", "workers": 2, "accelerator": "T4:1"}
+        job = ct.job(
+            "digits-multiworker",
+            "python train.py --epochs 30 --epoch-seconds 2",
+            provider="slurm",
+            cluster=spec,
+        )
+        cli = ct.start("run", str(job))
+        try:
+            ct.wait_for(r"^\[worker-1\] cloudtrain: epoch 2/30 done", timeout=400)
+            box.ssh(
+                "sbatch", "--partition=urgent", "--exclusive", "-N1", "-t", "5",
+                "--wrap", "sleep 20",
+            )  # fmt: skip
+            assert cli.wait(timeout=600) == 0, ct.output()[-4000:]
+        finally:
+            cli.kill()
+            box.cancel_all()
+        (run_id,) = ct.run_ids()
+        jobs = box.ssh("sacct", "-c", "-X", "-n", "-P", "-o", "JobName,State").split()
+    out = ct.output()
+    assert "worker-0: preempted (PREEMPTED by Slurm)" in out, out[-4000:]
+    assert "restart 1/" in out and "attempt 2" in out, out[-4000:]
+    resumed = re.findall(r"^\[worker-\d\] cloudtrain: resumed at epoch (\d+)", out, re.M)
+    assert resumed and all(int(e) >= 2 for e in resumed), out[-4000:]
+    states = dict(line.split("|", 1) for line in jobs if line.startswith(f"cloudtrain-{run_id}"))
+    assert states[f"cloudtrain-{run_id}-a1"] == "PREEMPTED", states
+    # the second allocation ran to the end (the teardown cancels it once the job is done)
+    assert states[f"cloudtrain-{run_id}-a2"].split()[0] in ("COMPLETED", "CANCELLED"), states
+    assert_clean(ct, run_id)
 
 
 def one_error_line(proc: subprocess.CompletedProcess[str]) -> str:

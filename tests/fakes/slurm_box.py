@@ -94,7 +94,11 @@ class SlurmBox:
     is the default. `gpus` is the GPUs of each compute host (0: none, no GRES). `login_path`
     replaces the PATH of SSH sessions on the login host (a login host without Slurm's
     commands); `login_env` adds variables to them (and so to the jobs submitted there);
-    `no_gpus` names compute hosts without GPUs (a CPU partition's)."""
+    `no_gpus` names compute hosts without GPUs (a CPU partition's). `tiers` gives partitions a
+    PriorityTier: with any, a job of a higher tier preempts those of lower ones on its nodes
+    (PreemptType=preempt/partition_prio, PreemptMode=REQUEUE: a job that may not be requeued,
+    as sbatch --no-requeue makes it, is cancelled instead; slurm.conf(5), Slurm's preempt
+    guide)."""
 
     def __init__(
         self,
@@ -106,6 +110,7 @@ class SlurmBox:
         login_path: str | None = None,
         login_env: dict[str, str] | None = None,
         no_gpus: tuple[str, ...] = (),
+        tiers: dict[str, int] | None = None,
     ) -> None:
         self.root = root
         self.computes = [f"c{i}" for i in range(1, computes + 1)]
@@ -115,6 +120,7 @@ class SlurmBox:
         # (--export=ALL): a test harness's, as CT_ALLOW_NO_GPU=1 on a cluster without GPUs
         self.login_env = dict(login_env or {})
         self.no_gpus = no_gpus  # compute hosts without GPUs (a CPU partition's)
+        self.tiers = dict(tiers or {})  # partition -> PriorityTier (preemption between them)
         self.partitions = partitions or {"gpu" if gpus else "cpu": list(self.computes)}
         self.network: Network | None = None
         self.hosts: dict[str, Host] = {}
@@ -254,8 +260,10 @@ class SlurmBox:
         parts = "\n".join(
             f"PartitionName={p} Nodes={','.join(hosts)} Default={'YES' if i == 0 else 'NO'}"
             " MaxTime=INFINITE State=UP"
+            + (f" PriorityTier={self.tiers[p]}" if p in self.tiers else "")
             for i, (p, hosts) in enumerate(self.partitions.items())
         )
+        preempt = "PreemptType=preempt/partition_prio\nPreemptMode=REQUEUE" if self.tiers else ""
         r = self.root
         (folder / "slurm.conf").write_text(f"""ClusterName=ctbox
 SlurmctldHost=ctl({self.hosts["ctl"].ip})
@@ -285,6 +293,7 @@ JobAcctGatherType=jobacct_gather/none
 MailProg=/bin/true
 SlurmctldTimeout=30
 SlurmdTimeout=30
+{preempt}
 {"GresTypes=gpu" if self.gpus else ""}
 {nodes}
 {parts}

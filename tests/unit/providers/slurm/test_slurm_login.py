@@ -108,6 +108,10 @@ def test_a_login_host_without_sbatch(tmp_path: Path) -> None:
         assert caught.value.codes == {"not-found"}
         text = one_line(caught.value)
         assert "`sbatch` is not on the login host's PATH: is this a Slurm login node?" in text
+        # a script of ours missing another tool: the one its shell named
+        with pytest.raises(ProviderError) as caught:
+            run_on_login(login_of(bare), ["/bin/sh", "-c", "mktemp -d", "sh"], what="a folder")
+        assert "`mktemp` is not on the login host's PATH" in one_line(caught.value)
         # the compute's submit, a script of its own, names sbatch too
         compute = SlurmCompute(login_of(bare), str(tmp_path / "shared"))
         run = RunInfo("digits-0a1b2c", None, None, (20000, 20100))
