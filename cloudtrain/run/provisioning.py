@@ -19,6 +19,7 @@ from cloudtrain.run.resume import copy_checkpoints
 from cloudtrain.run.startup import StartupParams, render_startup
 from cloudtrain.run.wheelhouse import WheelhousePlanner, stack_pins
 from cloudtrain.state import launch_doc
+from cloudtrain.state.ledger import ALLOCATION
 
 if TYPE_CHECKING:
     from cloudtrain.insight.run_trace import RunTrace
@@ -62,6 +63,7 @@ class Provisioner:
         self.options, self.run_id, self.trace = options, run_id, trace
         self.lease_holder, self.resume_from = lease_holder, resume_from
         self._wheelhouse: WheelhousePlanner | None = None  # made at the first node's request
+        self._billed_jobs: set[str] = set()  # a gang compute's jobs in the ledger (bill_...)
 
     def new_place(self) -> None:
         """The run moved to another place (a failover): the next node's request plans its
@@ -189,6 +191,32 @@ class Provisioner:
                 live.add(node_id(n.role, n.index))
         return live, queued
 
+    def bill_allocations(self, nodes: list[Node]) -> None:
+        """On a gang compute, the allocation of every job among `nodes` seen running (or past
+        it) for the first time goes into the ledger (kind ALLOCATION, its id `job-<cloud id>`)
+        at the plan's $/h: what the run's GPUs cost from now to its end (`end_allocations`,
+        or the teardown). Queue time costs nothing. Idempotent (a job is recorded once); no
+        call on a VM compute. Blocks (ledger writes)."""
+        if not self.state.provider.compute.gang:
+            return
+        started = {n.cloud_id for n in nodes if n.cloud_id and n.state != "pending"}
+        for job in sorted(started - self._billed_jobs):
+            hourly = sum(n.price_hourly for n in self.state.plan.nodes)
+            resource = Resource(
+                self.state.provider.name, ALLOCATION, f"job-{job}", self.state.plan.region,
+                self.run_id, cloud_id=job,
+            )  # fmt: skip
+            self.ledger.record_intent(resource, hourly)
+            self.ledger.mark_created(self.run_id, ALLOCATION, resource.id, job)
+            self._billed_jobs.add(job)
+
+    def end_allocations(self) -> None:
+        """The run's allocations in the ledger end now (their jobs were cancelled): their
+        bills stop. Idempotent. Blocks (ledger writes)."""
+        for rec in self.ledger.resources(self.run_id, live_only=True):
+            if rec.kind == ALLOCATION:
+                self.ledger.mark_deleted(self.run_id, ALLOCATION, rec.resource_id)
+
     def _delete_nodes(self) -> None:
         """Delete every node of the run (not its network) and mark them in the ledger."""
         compute = self.state.provider.compute
@@ -280,7 +308,12 @@ class Provisioner:
         """Record every node in the ledger, then create them all in parallel. Raises
         NoCapacityError/QuotaError (with a hint) after every request was attempted."""
         requests = [self.node_request(n) for n in nodes]
+        # a gang compute's nodes wait in its queue for free: their allocation bills once it
+        # runs (`bill_allocations`)
+        gang = self.state.provider.compute.gang
         prices = {node_name(self.run_id, n.role, n.index): n.price_hourly for n in nodes}
+        if gang:
+            prices = dict.fromkeys(prices, 0.0)
         for req in requests:
             self.ledger.record_intent(
                 Resource(

@@ -79,6 +79,7 @@ class Recovery:
         and its boot timeout counts from when it was last seen pending."""
         opts = self.options
         listed = self.provisioner.list_nodes()
+        self.provisioner.bill_allocations(listed)  # a gang's bill starts when its job runs
         live = {n.name: n for n in listed}
         lost = []
         now = time.time()
@@ -191,6 +192,7 @@ class Recovery:
         self.state.provider.compute.delete_nodes(self.run_id, names)  # retried by the provider
         for name in names:
             self.ledger.mark_deleted(self.run_id, "node", name)
+        self.provisioner.end_allocations()  # the cancelled job's bill stops
         for short in shorts:  # the old log must not speak for the new node
             archive_bootstrap_log(self.state.store, self.run_id, short, self.state.attempt - 1)
         self.provisioner.create_nodes([by_short[s] for s in shorts])

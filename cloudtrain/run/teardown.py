@@ -22,7 +22,7 @@ from cloudtrain.jobs.protocol import ClusterDoc, cluster_key, stop_key
 from cloudtrain.jobs.trace import TEARDOWN, Tracer
 from cloudtrain.jobspec.run_ids import RunRef
 from cloudtrain.providers.base import Compute, Provider, Resource
-from cloudtrain.state.ledger import Ledger
+from cloudtrain.state.ledger import BILLED_KINDS, Ledger
 
 CONTROLLER_KIND_PREFIX = "controller-"  # the controller node's identity (Compute docs)
 
@@ -148,8 +148,8 @@ def teardown(
     names = [n.name for n in nodes]
     if ledger is not None:
         for rec in ledger.resources(run_id, live_only=True):
-            if rec.kind == "node" and rec.resource_id != spare:
-                ledger.mark_deleting(run_id, "node", rec.resource_id)
+            if rec.kind in BILLED_KINDS and rec.resource_id != spare:
+                ledger.mark_deleting(run_id, rec.kind, rec.resource_id)
     if names:
         say(f"deleting {len(names)} node(s)")
         compute.delete_listed(nodes)
@@ -163,15 +163,15 @@ def teardown(
         )
     if ledger is not None:
         for rec in ledger.resources(run_id, live_only=True):
-            if rec.kind == "node" and rec.resource_id != spare:
-                ledger.mark_deleted(run_id, "node", rec.resource_id)
+            if rec.kind in BILLED_KINDS and rec.resource_id != spare:
+                ledger.mark_deleted(run_id, rec.kind, rec.resource_id)
     steps.done("confirm nodes gone")
     crash_point("nodes-deleted")
     # network and identity: the ledger's record and the cloud's tags, deduplicated
     found: dict[tuple[str, str], Resource] = {}
     if ledger is not None:
         for rec in ledger.resources(run_id, live_only=True):
-            if rec.kind not in ("node", "bucket"):
+            if rec.kind not in (*BILLED_KINDS, "bucket"):
                 found[(rec.kind, rec.resource_id)] = rec.to_resource()
     tagged = compute.list_resources(run_id)
     for res in tagged:

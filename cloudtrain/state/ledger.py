@@ -41,6 +41,8 @@ if TYPE_CHECKING:
     from cloudtrain.jobspec.run_ids import RunRef
 
 __all__ = [  # the records live in ledger_records (this file's size); import them from either
+    "ALLOCATION",
+    "BILLED_KINDS",
     "JOURNAL_OPS",
     "OUTCOMES",
     "RESOURCE_STATES",
@@ -53,6 +55,12 @@ __all__ = [  # the records live in ledger_records (this file's size); import the
     "RunRecord",
     "state_entries",
 ]
+
+# The resource kinds that bill at their price_hourly while they live: a VM provider's nodes, and
+# a gang compute's allocations (Slurm: its nodes wait in the queue for free, and the allocation
+# bills from when the job is seen running to its end: cloudtrain/run/provisioning.py).
+ALLOCATION = "allocation"
+BILLED_KINDS = ("node", ALLOCATION)
 
 # the run row's fields a move_run entry sets, then the run it names (Ledger.move_run)
 MOVE_FIELDS = ("provider", "region", "zone", "store_uri", "plan_json", "account", "run_id")
@@ -522,14 +530,15 @@ class Ledger:
             return [ResourceRecord(**dict(r)) for r in rows.fetchall()]
 
     def billed_cost(self, run_id: str, now: float | None = None) -> float:
-        """USD billed so far for the run's nodes: price_hourly x (deleted_at or now - created_at).
+        """USD billed so far for the run's nodes (and a gang compute's allocations: BILLED_KINDS):
+        price_hourly x (deleted_at or now - created_at).
 
         Counts from the intent (slightly over, never under). Read-only.
         """
         at = self.clock() if now is None else now
         total = 0.0
         for r in self.resources(run_id):
-            if r.kind == "node" and r.price_hourly:
+            if r.kind in BILLED_KINDS and r.price_hourly:
                 end = r.deleted_at if r.deleted_at is not None else at
                 total += r.price_hourly * max(0.0, end - r.created_at) / 3600.0
         return total
@@ -537,13 +546,14 @@ class Ledger:
     def node_bills(
         self, run_id: str, job_end: float | None = None, now: float | None = None
     ) -> dict[str, tuple[float, float | None]]:
-        """Per node: (USD billed, seconds billed after `job_end`). A node accrues from its
-        intent to its confirmed delete (or `now` while it lives), and never after; its idle
-        seconds are known only once it is deleted and the job's end is. Read-only."""
+        """Per node (and a gang compute's allocation: BILLED_KINDS): (USD billed, seconds
+        billed after `job_end`). A node accrues from its intent to its confirmed delete (or
+        `now` while it lives), and never after; its idle seconds are known only once it is
+        deleted and the job's end is. Read-only."""
         at = self.clock() if now is None else now
         bills: dict[str, tuple[float, float | None]] = {}
         for r in self.resources(run_id):
-            if r.kind != "node":
+            if r.kind not in BILLED_KINDS:
                 continue
             end = r.deleted_at if r.deleted_at is not None else at
             cost = r.price_hourly * max(0.0, end - r.created_at) / 3600.0

@@ -86,8 +86,16 @@ def test_a_multiworker_job_plans_from_the_cluster_and_trains_on_three_hosts(
     assert_clean(slurm, run_id)
     assert_on_own_hosts(cluster, tmp_path / "shared", run_id, 3)
     assert_nothing_left(cluster, tmp_path / "shared", run_id)
-    slurm_cost = slurm.ledger().billed_cost(run_id)
-    assert slurm_cost > 0  # GPU-hours at the configured rate
+    # the bill: the allocation's GPU-hours at the rate (3 x $0.5/h), queue time free: within a
+    # node listing (15 s) and the teardown of the job's run time in Slurm's accounting
+    billed = slurm.ledger().billed_cost(run_id)
+    (elapsed,) = [
+        int(line.split("|")[1])
+        for line in cluster.ssh("sacct", "-c", "-X", "-n", "-P", "-o", "JobName,ElapsedRaw")
+        .splitlines()
+        if line.startswith(f"cloudtrain-{run_id}-a1|")
+    ]
+    assert abs(billed * 3600 / 1.5 - elapsed) <= 30, (billed, elapsed)
     # the node stack: one venv, built on the login host, run by every node
     (stack,) = (tmp_path / "shared" / "stack").iterdir()
     assert (stack / ".complete").exists()
@@ -167,6 +175,7 @@ def test_a_queued_job_shows_slurms_reason_and_ctrl_c_cancels_it(
     # nothing to flush: no agent waits for a stop grace that only a running one could use
     assert "stop requested: the job still waits in the queue, no agent runs" in out, out[-3000:]
     (run_id,) = slurm.run_ids()
+    assert slurm.ledger().billed_cost(run_id) == 0.0  # it never ran: queue time is free
     # only the blocker is left in the queue: the run's job was cancelled while it waited
     assert cluster.ssh("squeue", "-h", "-o", "%i").split() == [blocker]
     cluster.cancel_all()

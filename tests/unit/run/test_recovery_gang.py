@@ -47,6 +47,7 @@ def recovery(tmp_path: Path, gang: bool) -> tuple[Recovery, _Compute, list[list[
     provisioner = SimpleNamespace(
         write_cluster=lambda: None,
         create_nodes=lambda nodes: created.append([f"{n.role}-{n.index}" for n in nodes]),
+        end_allocations=lambda: None,  # tests/unit/run/test_gang_billing.py
     )
     spec = SimpleNamespace(max_restarts=2)
     ledger = SimpleNamespace(event=lambda *a: None, mark_deleted=lambda *a: None)
@@ -78,7 +79,9 @@ def test_a_node_waiting_in_the_queue_is_not_lost_and_boots_from_its_allocation(
     rec, _, _ = recovery(tmp_path, gang)
     names = [f"ct-{RUN}-{n}" for n in ("chief-0", "worker-0", "worker-1")]
     listed: list[Node] = []
-    rec.provisioner = SimpleNamespace(list_nodes=lambda: listed)  # type: ignore[assignment]
+    rec.provisioner = SimpleNamespace(  # type: ignore[assignment]
+        list_nodes=lambda: listed, bill_allocations=lambda nodes: None
+    )
     rec.state.view.nodes = [
         SimpleNamespace(role=n.rsplit("-", 2)[-2], index=int(n[-1]), name=n, cloud_state="")
         for n in names

@@ -1,0 +1,80 @@
+"""A gang compute's bill (cloudtrain/run/provisioning.py bill_allocations, end_allocations) in a
+real ledger: its nodes wait in the queue for free; the allocation bills at the plan's $/h from
+when its job is first seen running to when it is cancelled; a restart's new job is a new
+allocation; a VM compute records none (its nodes bill from their intent)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from cloudtrain.providers.base import Node, Resource
+from cloudtrain.run.provisioning import Provisioner
+from cloudtrain.state.ledger import ALLOCATION, Ledger
+
+RUN = "digits-0a1b2c"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def setup(tmp_path: Path, gang: bool) -> tuple[Provisioner, Ledger, Clock]:
+    clock = Clock()
+    ledger = Ledger(tmp_path / "ledger.db", clock=clock)
+    ledger.create_run(RUN, "digits", "slurm", "gpu", None, "", "slurm:///b", "{}")
+    plan = SimpleNamespace(
+        region="gpu", nodes=[SimpleNamespace(price_hourly=0.5) for _ in range(3)]
+    )
+    state = SimpleNamespace(
+        plan=plan, provider=SimpleNamespace(name="slurm", compute=SimpleNamespace(gang=gang))
+    )
+    prov = Provisioner(state, None, ledger, None, None, RUN, None, None)  # type: ignore[arg-type]
+    return prov, ledger, clock
+
+
+def nodes(state: str, job: str) -> list[Node]:
+    return [
+        Node(f"ct-{RUN}-worker-{i}", RUN, "worker", i, state, cloud_id=job)  # type: ignore[arg-type]
+        for i in range(3)
+    ]
+
+
+def test_queue_time_is_free_and_each_allocation_bills_while_its_job_runs(tmp_path: Path) -> None:
+    prov, ledger, clock = setup(tmp_path, gang=True)
+    for i in range(3):  # the nodes' intents, as create_nodes records them on a gang compute
+        ledger.record_intent(Resource("slurm", "node", f"ct-{RUN}-worker-{i}", "gpu", RUN), 0.0)
+    prov.bill_allocations(nodes("pending", "41"))
+    clock.now += 7200  # two hours in the queue
+    prov.bill_allocations(nodes("pending", "41"))
+    assert ledger.billed_cost(RUN) == 0.0
+    prov.bill_allocations(nodes("running", "41"))  # it starts: 3 nodes x $0.5/h from now
+    clock.now += 1800
+    prov.bill_allocations(nodes("running", "41"))  # seen again: still one allocation
+    assert ledger.billed_cost(RUN) == pytest.approx(0.75)
+    prov.end_allocations()  # a restart cancelled it
+    clock.now += 3600  # the next job waits an hour: free
+    prov.bill_allocations(nodes("pending", "42"))
+    assert ledger.billed_cost(RUN) == pytest.approx(0.75)
+    prov.bill_allocations(nodes("running", "42"))
+    clock.now += 3600
+    prov.end_allocations()
+    assert ledger.billed_cost(RUN) == pytest.approx(0.75 + 1.5)
+    rows = [r for r in ledger.resources(RUN) if r.kind == ALLOCATION]
+    assert [(r.resource_id, r.state) for r in rows] == [
+        ("job-41", "deleted"),
+        ("job-42", "deleted"),
+    ]
+    assert set(ledger.node_bills(RUN)) >= {"job-41", "job-42"}
+
+
+def test_a_vm_compute_records_no_allocation(tmp_path: Path) -> None:
+    prov, ledger, _ = setup(tmp_path, gang=False)
+    prov.bill_allocations(nodes("running", "i-0abc"))
+    assert [r for r in ledger.resources(RUN) if r.kind == ALLOCATION] == []
