@@ -203,6 +203,31 @@ def test_down_after_kill_9_leaves_no_job(slurm: Env, cluster: SlurmBox, tmp_path
     assert again.returncode == 0, again.stdout + again.stderr
 
 
+def test_gc_finds_the_job_of_a_run_this_machine_never_recorded(
+    slurm: Env, cluster: SlurmBox, tmp_path: Path
+) -> None:
+    job = slurm_job(slurm, slurm.tick_job("orphan", epochs=60, seconds=2))
+    cli = slurm.start("run", str(job))
+    try:
+        slurm.wait_for(r"^\[worker-0\] cloudtrain: epoch 1/60 done", timeout=300)
+        cli.send_signal(signal.SIGKILL)
+        cli.wait(timeout=30)
+    finally:
+        cli.kill()
+    (run_id,) = slurm.run_ids()
+    for ledger in slurm.home.glob("ledger.db*"):  # the run was started from another machine
+        ledger.unlink()
+    survey = slurm.cli("gc", "--provider", "slurm")
+    assert survey.returncode == 0, survey.stdout + survey.stderr
+    assert run_id in survey.stdout, survey.stdout
+    assert cluster.ssh("squeue", "-h", "-o", "%j").split() == [f"cloudtrain-{run_id}-a1"]
+    proc = slurm.cli("gc", "--provider", "slurm", "--yes")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert_nothing_left(cluster, tmp_path / "shared", run_id)
+    again = slurm.cli("gc", "--provider", "slurm", "--yes")  # nothing more to find
+    assert again.returncode == 0 and run_id not in again.stdout, again.stdout + again.stderr
+
+
 def test_a_node_set_down_ends_the_allocation_and_the_next_one_resumes(
     slurm: Env, cluster: SlurmBox, tmp_path: Path
 ) -> None:
