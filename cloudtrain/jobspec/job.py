@@ -246,6 +246,13 @@ class JobSpec(BaseModel):
     checkpoint: str | None = Field(None, description="storage URI for checkpoints")
     max_hours: float = Field(1.0, gt=0, le=168, description="wall-clock limit of the run")
     max_cost_usd: float | None = Field(None, gt=0, allow_inf_nan=False, description="cost cap")
+    max_gpu_hours: float | None = Field(
+        None,
+        gt=0,
+        allow_inf_nan=False,
+        description="GPU-hour cap: the plan's GPUs x the hours they run, every attempt (the"
+        " unit a cluster charges in)",
+    )
     teardown: Literal["always", "keep-on-failure"] = Field("always", description="when to delete")
     max_restarts: int = Field(
         2, ge=0, le=20, description="restarts after a node is lost (gone, preempted, silent)"

@@ -301,7 +301,8 @@ def make_plan(spec: JobSpec, catalog: Catalog, *, avoid: Mapping[Place, str] | N
 
     Raises PlanError when the cluster is empty, `provider: cheapest` comes with a region or zone,
     nothing in the catalog fits (the message names the nearest feasible alternatives), or the
-    estimate exceeds `max_cost_usd` (the message says how many hours the budget affords).
+    estimate exceeds `max_cost_usd` or its GPUs for `max_hours` exceed `max_gpu_hours` (the
+    message says how many hours the budget affords).
     """
     counts = _ordered_roles(spec.cluster.roles())
     if not counts:
@@ -358,6 +359,7 @@ def make_plan(spec: JobSpec, catalog: Catalog, *, avoid: Mapping[Place, str] | N
             f"at ${hourly:.2f}/h",
             hint=_BUDGET_HINT_SPOT if spot else _BUDGET_HINT,
         )
+    _check_gpu_hours(spec.max_gpu_hours, nodes, max_hours)
     return Plan(
         run_name=spec.name,
         provider=provider,
@@ -525,6 +527,19 @@ def _offer_notes(choice: Choice, spot: bool) -> list[str]:
 def _fmt_hours(hours: float) -> str:
     """`2.0 h`, `0.25 h`: one decimal when exact, else two."""
     return f"{hours:.1f} h" if round(hours, 1) == hours else f"{hours:.2f} h"
+
+
+def _check_gpu_hours(cap: float | None, nodes: list[NodePlan], max_hours: float) -> None:
+    """PlanError when the plan's GPUs for `max_hours` exceed max_gpu_hours `cap`, saying how
+    long the cap lasts on them. Pure."""
+    gpus = sum(n.accelerator_count for n in nodes)
+    if cap is None or gpus * max_hours <= cap + 1e-9:
+        return
+    raise PlanError(
+        f"{gpus} GPU(s) for {_fmt_hours(max_hours)} is {gpus * max_hours:g} GPU-hours, over "
+        f"max_gpu_hours {cap:g}; that budget affords {_fmt_hours(cap / gpus)} on them",
+        hint="lower max_hours, raise max_gpu_hours, or ask for fewer GPUs",
+    )
 
 
 def _fmt_affordable(budget: float, hourly: float) -> str:

@@ -178,10 +178,10 @@ class Failover:
     Inputs: the run's shared `state`, its `spec`, `ledger`, `observer`, `run_id`, `places` (how
     to plan and reach another place; None: the run stays), the `provisioner` (which makes the
     network and nodes, and opens a new store), the `lease_holder` (which fences a new place's
-    provider and lets a left store's lease go), `resume_from` and `over_budget` (whether the
-    cost so far reached the budget). It changes `state.plan`, `provider`, `store`,
-    `store_uri`, `zone`, `info` and `view` (cost, $/h, nodes) when the run moves, and keeps the
-    path taken in `route`."""
+    provider and lets a left store's lease go), `resume_from` and `budget_spent` (why the run
+    must stop for its budget, None while it may go on: cloudtrain/run/budget.py). It changes
+    `state.plan`, `provider`, `store`, `store_uri`, `zone`, `info` and `view` (cost, $/h,
+    nodes) when the run moves, and keeps the path taken in `route`."""
 
     def __init__(
         self,
@@ -194,12 +194,12 @@ class Failover:
         provisioner: Provisioner,
         lease_holder: LeaseHolder,
         resume_from: ResumeSource | None,
-        over_budget: Callable[[], bool],
+        budget_spent: Callable[[], str | None],
     ) -> None:
         self.state, self.spec, self.ledger, self.observer = state, spec, ledger, observer
         self.run_id, self.places, self.resume_from = run_id, places, resume_from
         self.provisioner, self.lease_holder = provisioner, lease_holder
-        self.over_budget = over_budget
+        self.budget_spent = budget_spent
         self.route: Route | None = None  # the places tried, once `land` began
 
     def land(self) -> None:
@@ -281,11 +281,9 @@ class Failover:
         if time.time() > self.state.deadline:
             raise Stop(Outcome.DEADLINE, f"max_hours ({self.spec.max_hours} h) reached")
         self.state.view.cost_usd = self.ledger.billed_cost(self.run_id)
-        if self.over_budget():
-            raise Stop(
-                Outcome.BUDGET_EXCEEDED,
-                f"cost ${self.state.view.cost_usd:.2f} reached the budget while failing over",
-            )
+        spent = self.budget_spent()
+        if spent is not None:
+            raise Stop(Outcome.BUDGET_EXCEEDED, f"{spent} while failing over")
 
     def _move_to(self, plan: Plan, made_in: Place) -> Place:
         """Make `plan` the run's: its provider, place and nodes, the run's record first (nothing

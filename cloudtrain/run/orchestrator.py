@@ -39,6 +39,7 @@ from cloudtrain.jobspec.run_options import RunOptions
 from cloudtrain.jobspec.runrules import judge_attempt, port_range_for
 from cloudtrain.providers.base import Provider, RunInfo, node_name
 from cloudtrain.providers.change_wait import ChangeWaiter
+from cloudtrain.run.budget import Budget
 from cloudtrain.run.bundle import build_spec_bundle
 from cloudtrain.run.failover import Failover, Places
 from cloudtrain.run.lease_holder import STOPPED_BY_DOWN, LeaseHolder
@@ -181,11 +182,12 @@ class Orchestrator:
             self.provisioner,
             self.lease_holder,
             resume_from,
-            self._over_budget,
+            self._budget_spent,
         )
         self.recovery = Recovery(
             self.state, spec, ledger, self.observer, self.options, run_id, self.provisioner
         )
+        self.budget = Budget(self.state, spec, ledger, self.options, run_id)
 
     # --- what callers ask of the parts -----------------------------------------------------
     def provision(self) -> None:
@@ -483,12 +485,9 @@ class Orchestrator:
                 continue
             if now > self.deadline:
                 raise Stop(Outcome.DEADLINE, f"max_hours ({self.spec.max_hours} h) reached")
-            if self._over_budget():
-                raise Stop(
-                    Outcome.BUDGET_EXCEEDED,
-                    f"cost ${self.view.cost_usd:.2f} reached the budget "
-                    f"(${self.spec.max_cost_usd:.2f}, less the teardown margin)",
-                )
+            spent = self._budget_spent()
+            if spent is not None:
+                raise Stop(Outcome.BUDGET_EXCEEDED, spent)
             waiter.wait(opts.poll_s)  # on local: up as soon as a status, notice or control changes
 
     def _show_lines(self, snap: Snapshot) -> None:
@@ -514,16 +513,10 @@ class Orchestrator:
         folders = [protocol.status_prefix(self.run_id), f"{run}notice/", f"{run}control/"]
         return ChangeWaiter(self.store.uri, folders)
 
-    def _over_budget(self) -> bool:
-        """Whether the cost so far plus what the graceful stop and the teardown will cost (the
-        cluster's $/h for `stop_grace_s + teardown_margin_s`) reaches max_cost_usd."""
-        budget = self.spec.max_cost_usd
-        if budget is None:
-            return False
-        opts = self.options
-        hourly = self.plan.hourly_usd + self.extra_hourly_usd
-        margin = hourly * (opts.stop_grace_s + opts.teardown_margin_s) / 3600
-        return self.view.cost_usd + margin >= budget
+    def _budget_spent(self) -> str | None:
+        """Why the budget stops the run, None while it may go on (cloudtrain/run/budget.py).
+        Blocks (a ledger read)."""
+        return self.budget.reached(self.extra_hourly_usd)
 
     def _settle(self, reader: RunReader) -> None:
         """After the chief's success, give the other agents `settle_s` to report their end

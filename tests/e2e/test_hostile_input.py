@@ -186,6 +186,8 @@ FIELD_CASES = [
     Case("max-hours-inf", run_spec(max_hours=float("inf")), r"max_hours: must be at most 168"),
     Case("budget-nan", run_spec(max_cost_usd=float("nan")), r"max_cost_usd: must be a finite"),
     Case("budget-zero", run_spec(max_cost_usd=0), r"max_cost_usd: must be more than 0"),
+    Case("gpu-hours-nan", run_spec(max_gpu_hours=float("nan")), r"max_gpu_hours: must be a finite"),
+    Case("gpu-hours-zero", run_spec(max_gpu_hours=0), r"max_gpu_hours: must be more than 0"),
     Case(
         "budget-too-small",
         run_spec("--provider", "aws", cluster=GPU, max_hours=10, max_cost_usd=0.05),

@@ -142,6 +142,7 @@ def test_a_gpu_job_never_gets_a_small_cpu_machine_for_its_gpu_roles() -> None:
                 zone=None,
                 max_hours=2.0,
                 max_cost_usd=None,
+                max_gpu_hours=None,
                 cluster=cluster,
             )
             plan = make_plan(spec, cat)

@@ -65,6 +65,7 @@ def make_spec(
     roles: dict[str, int] | None = None,
     max_hours: float = 2.0,
     max_cost_usd: float | None = None,
+    max_gpu_hours: float | None = None,
 ) -> Any:
     """A stand-in for cloudtrain.jobspec.job's job spec with only the attributes the planner
     reads."""
@@ -84,6 +85,7 @@ def make_spec(
         zone=zone,
         max_hours=max_hours,
         max_cost_usd=max_cost_usd,
+        max_gpu_hours=max_gpu_hours,
         cluster=cluster,
     )
 
@@ -273,6 +275,18 @@ def test_over_budget_names_estimate_budget_and_affordable_hours() -> None:
     assert error.hint and "lower max_hours" in error.hint and "spot: true" in error.hint
     # within budget: no error
     assert make_plan(make_spec(region="r-east", max_cost_usd=18.74), CATALOG).estimate_usd == 18.74
+
+
+def test_over_a_gpu_hour_budget_names_the_gpu_hours_and_affordable_hours() -> None:
+    # chief and 2 workers with a V100 each (the ps has none): 3 GPUs for 2 h
+    with pytest.raises(PlanError) as caught:
+        make_plan(make_spec(region="r-east", max_gpu_hours=4.5), CATALOG)
+    assert caught.value.message == (
+        "3 GPU(s) for 2.0 h is 6 GPU-hours, over max_gpu_hours 4.5; that budget affords 1.5 h "
+        "on them"
+    )
+    assert caught.value.hint and "raise max_gpu_hours" in caught.value.hint
+    assert make_plan(make_spec(region="r-east", max_gpu_hours=6), CATALOG).hourly_usd > 0
 
 
 def test_infeasible_gpu_in_region_names_alternatives() -> None:
