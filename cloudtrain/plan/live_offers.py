@@ -8,8 +8,9 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
-from cloudtrain.catalog.offers import Catalog, Offer, canonical_accelerator
+from cloudtrain.catalog.offers import Catalog, Offer
 from cloudtrain.jobspec.provider_config import make_config, resolve
+from cloudtrain.plan.planner import request_of
 from cloudtrain.providers.registry import declared, load
 
 if TYPE_CHECKING:
@@ -26,11 +27,9 @@ def with_live_offers(spec: JobSpec, catalog: Catalog) -> tuple[Catalog, tuple[st
     ref = declared(spec.provider).live_offers
     if not ref:
         return catalog, ()
-    cluster = spec.cluster
-    name = cluster.accelerator_name
-    accelerator = canonical_accelerator(name) if name and name.strip() else None
-    gpus = int(cluster.accelerator_count or (1 if accelerator else 0))
-    nodes = sum(cluster.roles().values())
+    request = request_of(spec)
+    accelerator, gpus = request.accelerator, request.count or 0
+    nodes = sum(spec.cluster.roles().values())
     options = resolve(spec, spec.provider).options
     config = make_config(spec.provider, spec.region, spec.zone, options)
     rows, notes = load(ref)(config, accelerator, nodes, gpus, float(spec.max_hours))

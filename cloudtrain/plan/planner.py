@@ -207,7 +207,7 @@ def placements(spec: JobSpec, catalog: Catalog) -> list[Placement]:
     counts = _ordered_roles(spec.cluster.roles())
     if not counts:
         raise PlanError("the cluster has no nodes", hint="give the cluster at least a chief")
-    request = _request_of(spec)
+    request = request_of(spec)
     if declared(spec.provider).on_this_machine:
         choice, _notes, _spot = _local_choice(spec, catalog, request, sum(n for _, n in counts))
         return [Placement(spec.provider, choice.region, choice.zone, round(choice.hourly, 6))]
@@ -310,7 +310,7 @@ def make_plan(spec: JobSpec, catalog: Catalog, *, avoid: Mapping[Place, str] | N
     max_hours = float(spec.max_hours)
     if not max_hours > 0 or math.isinf(max_hours):
         raise PlanError(f"max_hours must be a positive number, not {spec.max_hours!r}")
-    request = _request_of(spec)
+    request = request_of(spec)
 
     runner_ups: tuple[Alternative, ...] = ()
     provider = spec.provider
@@ -419,7 +419,9 @@ def _refuse_place(region: str | None, zone: str | None) -> None:
             )
 
 
-def _request_of(spec: JobSpec) -> Request:
+def request_of(spec: JobSpec) -> Request:
+    """What the spec asks of one GPU node: accelerator (canonical) and count, instance type,
+    spot; a TPU job its TPU type's. Pure."""
     tpu = tpu_request(spec)  # a TPU job: its TPU type's offer
     if tpu is not None:
         return tpu
