@@ -298,16 +298,11 @@ class SlurmCompute(Compute):
             line.split("|")[1:2] == ["PREEMPTED"] for line in states.splitlines()[:100]
         ):
             return []
-        nodes = []
-        for line in names_part.splitlines()[:10000]:
-            match = _NODE_LINE.match(line)
-            parsed = _parse(match[1], run_id) if match else None
-            if match and parsed:
-                nodes.append(
-                    Node(match[1], run_id, parsed[0], parsed[1], "preempted",
-                         zone=self.region, instance_type=match[2], detail="PREEMPTED by Slurm")
-                )  # fmt: skip
-        return nodes
+        return [
+            Node(name, run_id, role, index, "preempted", zone=self.region,
+                 instance_type=instance_type, detail="PREEMPTED by Slurm")
+            for _, name, instance_type, role, index in _listed(names_part, run_id)
+        ]  # fmt: skip
 
     def _nodes_of(self, run_id: str, job: Job) -> list[Node]:
         """The nodes of `job`, the run's job in the queue, as `list_nodes` says. Blocks (one
@@ -316,16 +311,9 @@ class SlurmCompute(Compute):
             return []
         out = run_on_login(self.login, _sh(_ATTEMPT_SH, self.run_dir(run_id), str(job.run[1])))
         names_part, _, ended_part = out.partition("---\n")
-        listed = [
-            m.groups() for line in names_part.splitlines()[:10000] if (m := _NODE_LINE.match(line))
-        ]
         ended = {int(m[1]) for line in ended_part.splitlines() if (m := _RANK_ENDED.match(line))}
         nodes = []
-        for rank, (name, instance_type) in enumerate(listed):
-            parsed = _parse(name, run_id)
-            if parsed is None:
-                continue
-            role, index = parsed
+        for rank, name, instance_type, role, index in _listed(names_part, run_id):
             state = "pending" if job.pending else "terminated" if rank in ended else "running"
             nodes.append(
                 Node(name, run_id, role, index, state, cloud_id=job.job_id,  # type: ignore[arg-type]
@@ -416,6 +404,19 @@ def _minutes_until(deadline: float | None) -> int:
     if deadline is None:
         return 0
     return max(1, math.ceil((deadline - time.time()) / 60))
+
+
+def _listed(nodes_file: str, run_id: str) -> list[tuple[int, str, str, str, int]]:
+    """(rank, name, instance type, role, index) of each node of run `run_id` in an attempt's
+    `nodes` file, its rank being its line's; other lines are skipped but keep their rank.
+    Pure."""
+    out = []
+    lines = [m for line in nodes_file.splitlines()[:10000] if (m := _NODE_LINE.match(line))]
+    for rank, match in enumerate(lines):
+        parsed = _parse(match[1], run_id)
+        if parsed is not None:
+            out.append((rank, match[1], match[2], *parsed))
+    return out
 
 
 def _parse(name: str, run_id: str) -> tuple[str, int] | None:

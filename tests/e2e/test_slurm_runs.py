@@ -183,16 +183,23 @@ def test_a_queued_job_shows_slurms_reason_and_ctrl_c_cancels_it(
     assert_nothing_left(cluster, tmp_path / "shared", run_id)
 
 
-def test_down_after_kill_9_leaves_no_job(slurm: Env, cluster: SlurmBox, tmp_path: Path) -> None:
-    job = slurm_job(slurm, slurm.tick_job("crashed", epochs=60, seconds=2))
-    cli = slurm.start("run", str(job))
+def killed_run(env: Env, name: str) -> str:
+    """The id of a run of job `name` (60 epochs of 2 s) on Slurm whose controller was killed
+    with SIGKILL once worker-0 finished its first epoch: its job goes on in the queue."""
+    job = slurm_job(env, env.tick_job(name, epochs=60, seconds=2))
+    cli = env.start("run", str(job))
     try:
-        slurm.wait_for(r"^\[worker-0\] cloudtrain: epoch 1/60 done", timeout=300)
+        env.wait_for(r"^\[worker-0\] cloudtrain: epoch 1/60 done", timeout=300)
         cli.send_signal(signal.SIGKILL)
         cli.wait(timeout=30)
     finally:
         cli.kill()
-    (run_id,) = slurm.run_ids()
+    (run_id,) = env.run_ids()
+    return run_id
+
+
+def test_down_after_kill_9_leaves_no_job(slurm: Env, cluster: SlurmBox, tmp_path: Path) -> None:
+    run_id = killed_run(slurm, "crashed")
     assert cluster.ssh("squeue", "-h", "-o", "%j").split() == [f"cloudtrain-{run_id}-a1"]
     proc = slurm.cli("down", run_id)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -206,15 +213,7 @@ def test_down_after_kill_9_leaves_no_job(slurm: Env, cluster: SlurmBox, tmp_path
 def test_gc_finds_the_job_of_a_run_this_machine_never_recorded(
     slurm: Env, cluster: SlurmBox, tmp_path: Path
 ) -> None:
-    job = slurm_job(slurm, slurm.tick_job("orphan", epochs=60, seconds=2))
-    cli = slurm.start("run", str(job))
-    try:
-        slurm.wait_for(r"^\[worker-0\] cloudtrain: epoch 1/60 done", timeout=300)
-        cli.send_signal(signal.SIGKILL)
-        cli.wait(timeout=30)
-    finally:
-        cli.kill()
-    (run_id,) = slurm.run_ids()
+    run_id = killed_run(slurm, "orphan")
     for ledger in slurm.home.glob("ledger.db*"):  # the run was started from another machine
         ledger.unlink()
     survey = slurm.cli("gc", "--provider", "slurm")
