@@ -12,20 +12,19 @@ Adding a provider: providers/README.md.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
 
-from cloudtrain.core.errors import UsageError
 from cloudtrain.providers.info import ProviderInfo
 from cloudtrain.providers.registry import (
     _EXTRA,  # noqa: F401  (tests register a provider through it)
     REGISTERED,
+    adapter_class,
     info,
     info_for_uri,
     infos,
     load,
-    module_exists,
     names,
+    plain_store,
     provider_for_uri,
     register,
 )
@@ -43,33 +42,10 @@ __all__ = [
     "load",
     "names",
     "open_store",
+    "plain_store",
     "provider_for_uri",
     "register",
 ]
-
-
-def _load_class(name: str) -> type:
-    provider_info = info(name)
-    extra, sdk = provider_info.extra, provider_info.sdk_module
-    if sdk is not None and not module_exists(sdk):
-        raise UsageError(
-            f"provider {name!r} needs its SDK, which is not installed",
-            hint=f"pip install 'cloudtrain[{extra}]'",
-        )
-    module_name, _, class_name = provider_info.adapter.partition(":")
-    cls = None
-    if module_exists(module_name):
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError as exc:  # the SDK is there but does not import (a broken install)
-            raise UsageError(
-                f"provider {name!r} cannot load its SDK: {' '.join(str(exc).split())}",
-                hint=f"pip install --force-reinstall 'cloudtrain[{extra}]'" if extra else None,
-            ) from None
-        cls = getattr(module, class_name, None)
-    if cls is None:  # the adapter is missing, or only partly there (an adapter in progress)
-        raise UsageError(f"provider {name!r} is not available in this version of cloudtrain")
-    return cls  # type: ignore[no-any-return]
 
 
 def get_provider(name: str, config: ProviderConfig | None = None) -> Provider:
@@ -81,7 +57,7 @@ def get_provider(name: str, config: ProviderConfig | None = None) -> Provider:
     from cloudtrain.providers import faults, retrying
     from cloudtrain.providers.base import ProviderConfig
 
-    cls = _load_class(name)
+    cls = adapter_class(name)
     provider: Provider = cls(config or ProviderConfig(name=name))
     plan = faults.FaultPlan.from_env()
     if plan:
@@ -93,3 +69,4 @@ def open_store(uri: str) -> ObjectStore:
     """The ObjectStore for `uri`, built with the provider's default config, every call retried
     by the one policy (a RetryingStore: `get_provider` wraps the provider). Creates nothing."""
     return get_provider(provider_for_uri(uri)).store(uri)
+

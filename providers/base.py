@@ -129,11 +129,13 @@ class RunInfo:
 class NodeStack:
     """The node stack of a run: the requirements a bare Python installs (TensorFlow, tf-keras,
     a strategy's own build: cloudtrain/run/wheelhouse.py stack_pins) and the run's bundle on
-    this machine, whose `wheel/` holds the cloudtrain wheel the nodes run."""
+    this machine, whose `wheel/` holds the cloudtrain wheel the nodes run, installed with its
+    extra `extra` when not empty (the SDK of a bucket in another provider's store: "aws")."""
 
     pins: tuple[str, ...]
     bundle_path: str
     wheel_name: str
+    extra: str = ""
 
 
 @dataclass(frozen=True)

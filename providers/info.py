@@ -24,6 +24,10 @@ class ProviderInfo:
     name: str  # the spec's `provider:` value, e.g. "local"
     scheme: str  # the URI scheme of its object store: "file", "s3", "gs" or "az"
     adapter: str  # "module:Class" of its Provider
+    # the schemes of other providers' stores its runs may keep their bucket at (a cluster that
+    # reaches an object store): its `store(uri)` opens them, its nodes by the URI as any node
+    # does, with the credentials they find where they run
+    other_schemes: tuple[str, ...] = ()
     extra: str | None = None  # the pip extra that installs its SDK (`cloudtrain[<extra>]`)
     sdk_module: str | None = None  # a module whose absence means the extra is missing
     # the spec/ledger field naming the account the run lives in, if the cloud has one

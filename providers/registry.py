@@ -14,10 +14,13 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cloudtrain.core.errors import UsageError
 from cloudtrain.providers.info import ProviderInfo
+
+if TYPE_CHECKING:
+    from cloudtrain.providers.base import ObjectStore
 
 # The registered providers and the light module holding each one's `INFO` (a ProviderInfo), in
 # the order help text and error messages list them: a cloud's package `__init__`, or local's
@@ -112,3 +115,40 @@ def module_exists(module_name: str) -> bool:
         return importlib.util.find_spec(module_name) is not None
     except ModuleNotFoundError:
         return False
+
+
+def adapter_class(name: str) -> type:
+    """The named provider's adapter class, its SDK imported. Raises UsageError for an unknown
+    name, a missing extra or an SDK that does not import."""
+    provider_info = info(name)
+    extra, sdk = provider_info.extra, provider_info.sdk_module
+    if sdk is not None and not module_exists(sdk):
+        raise UsageError(
+            f"provider {name!r} needs its SDK, which is not installed",
+            hint=f"pip install 'cloudtrain[{extra}]'",
+        )
+    module_name, _, class_name = provider_info.adapter.partition(":")
+    cls = None
+    if module_exists(module_name):
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:  # the SDK is there but does not import (a broken install)
+            raise UsageError(
+                f"provider {name!r} cannot load its SDK: {' '.join(str(exc).split())}",
+                hint=f"pip install --force-reinstall 'cloudtrain[{extra}]'" if extra else None,
+            ) from None
+        cls = getattr(module, class_name, None)
+    if cls is None:  # the adapter is missing, or only partly there (an adapter in progress)
+        raise UsageError(f"provider {name!r} is not available in this version of cloudtrain")
+    return cls  # type: ignore[no-any-return]
+
+
+def plain_store(uri: str) -> ObjectStore:
+    """The ObjectStore for `uri` as its provider builds it with its default config, NOT
+    wrapped: for a provider whose own `store` opens another's (a Slurm run's bucket in S3),
+    which `get_provider` wraps once already. Creates nothing; UsageError as `adapter_class`."""
+    from cloudtrain.providers.base import ProviderConfig
+
+    name = provider_for_uri(uri)
+    store: ObjectStore = adapter_class(name)(ProviderConfig(name=name)).store(uri)
+    return store

@@ -45,6 +45,16 @@ class _Schemes(Mapping[str, str]):
 
 
 SCHEMES: Mapping[str, str] = _Schemes()  # provider -> scheme
+
+
+def bucket_schemes(provider: str) -> tuple[str, ...]:
+    """The schemes a run of `provider` may keep its bucket at: its store's own, then the other
+    stores' its INFO names (`other_schemes`); none for a provider this version does not know.
+    Pure."""
+    from cloudtrain.providers.registry import declared
+
+    info = declared(provider)
+    return tuple(s for s in (info.scheme, *info.other_schemes) if s)
 _URI_RE = re.compile(r"^(?P<scheme>[a-z0-9]+)://(?P<rest>.*)$", re.DOTALL)
 
 # Linux: PATH_MAX 4096 bytes with the NUL, NAME_MAX 255 bytes per name (<linux/limits.h>)
@@ -243,8 +253,10 @@ def checkpoint_problem(uri: str, provider: str | None) -> str | None:
     if not m or m["scheme"] not in SCHEMES.values():
         known = [f"{scheme}://" for scheme in SCHEMES.values()]
         return f"must be a {', '.join(known[:-1])} or {known[-1]} URI (got {got})"
-    scheme = SCHEMES.get(provider or "local")
-    if m["scheme"] != scheme:  # each provider's store opens its own scheme only
-        return f"provider {provider!r} keeps checkpoints at {scheme}:// URIs (got {got})"
+    schemes = bucket_schemes(provider or "local")
+    if m["scheme"] not in schemes:  # a provider's store opens its own scheme (and those named)
+        named = [f"{s}://" for s in schemes] or ["no"]
+        known = f"{', '.join(named[:-1])} or {named[-1]}" if len(named) > 1 else named[0]
+        return f"provider {provider!r} keeps checkpoints at {known} URIs (got {got})"
     problem = uri_problem(uri)
     return f"{problem} (got {got})" if problem else None

@@ -14,6 +14,7 @@ from cloudtrain.core.errors import CloudtrainError, NoCapacityError
 from cloudtrain.jobs import protocol
 from cloudtrain.jobs import trace as tr
 from cloudtrain.jobs.protocol import ClusterDoc, node_id
+from cloudtrain.providers import registry
 from cloudtrain.providers.base import Node, NodeRequest, NodeStack, Resource, node_name
 from cloudtrain.run.resume import copy_checkpoints
 from cloudtrain.run.startup import StartupParams, render_startup
@@ -122,12 +123,16 @@ class Provisioner:
     def _node_stack(self) -> NodeStack:
         """The pins a bare node installs (with the CUDA wheels where a node has GPUs; a
         strategy's own stack) and the bundle holding the wheel: what a compute that builds
-        the stack once for all nodes needs (Slurm). Pure."""
+        the stack once for all nodes needs (Slurm); with the extra of the bucket's provider
+        when that is not the run's (a Slurm run's bucket in S3: the nodes need boto3). Pure."""
         st, declared = self.state, self.spec.cluster.strategy_info
         assert st.bundle is not None
         gpu = not declared.on_tpu and any(n.accelerator_count for n in st.plan.nodes)
         pins = stack_pins(gpu, declared.image_module or "")
-        return NodeStack(tuple(pins), str(st.bundle.path), st.bundle.wheel_name)
+        scheme = st.store.uri.split("://", 1)[0]
+        foreign = scheme in registry.declared(st.provider.name).other_schemes
+        extra = (registry.info_for_uri(st.store.uri).extra or "") if foreign else ""
+        return NodeStack(tuple(pins), str(st.bundle.path), st.bundle.wheel_name, extra)
 
     def place_nodes(self) -> None:
         """The network, then every node at once in one zone of the plan's region, each in the

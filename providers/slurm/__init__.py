@@ -19,6 +19,8 @@ INFO = ProviderInfo(
     name="slurm",
     display="Slurm",
     scheme="slurm",
+    # a bucket in an object store the cluster reaches (providers/slurm/storage.py: store_for)
+    other_schemes=("s3", "gs", "az"),
     adapter="cloudtrain.providers.slurm.provider:SlurmProvider",
     options="cloudtrain.providers.slurm.options:SlurmOptions",
     storage_usd_per_gb_month=0.0,  # the cluster's own filesystem

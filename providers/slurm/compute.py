@@ -54,7 +54,7 @@ from cloudtrain.providers.base import (
 from cloudtrain.providers.slurm import jobs
 from cloudtrain.providers.slurm.jobs import Allocation, Job
 from cloudtrain.providers.slurm.login import LoginHost, run_on_login
-from cloudtrain.providers.slurm.stack import ensure_stack
+from cloudtrain.providers.slurm.stack import check_bucket, ensure_stack
 
 PROVIDER = "slurm"
 FOLDER_KIND = "job-folder"
@@ -258,11 +258,14 @@ class SlurmCompute(Compute):
     def _python_line(self, run: RunInfo) -> str:
         """The batch script's line that names the node stack's python to every task (srun
         passes the environment on; jobs/startup.sh.j2 takes CT_PYTHON from it), built first
-        when no run built it (stack.py); none for a run without a node stack (an adopted run:
-        the `python` option then runs the agent as it is). Blocks (one ssh; a build: minutes)."""
+        when no run built it (stack.py), and which must open a bucket in an object store
+        (`check_bucket`); none for a run without a node stack (an adopted run: the `python`
+        option then runs the agent as it is). Blocks (one or two ssh; a build: minutes)."""
         if run.node_stack is None:
             return ""
         python = ensure_stack(self.login, self.workdir, self.python, run.node_stack)
+        if run.store_uri and not run.store_uri.startswith(f"{PROVIDER}:"):
+            check_bucket(self.login, python, run.store_uri, run.run_id)  # an object store
         return f"export CT_PYTHON={shlex.quote(python)}\n"
 
     def _next_attempt(self, folder: str) -> int:

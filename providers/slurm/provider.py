@@ -2,8 +2,9 @@
 
 On the controller (options name a `host`): the compute is `SlurmCompute` and the bucket a
 `SlurmStore`, both through the login host. On the cluster (a node opens its store by URI with
-no options): the bucket is the shared folder itself. Nothing here is installed on the cluster
-by an administrator; cloudtrain runs the cluster's own commands and Python.
+no options): the bucket is the shared folder itself. A bucket in an object store the cluster
+reaches (s3://, gs://, az://) is that cloud's store on both sides. Nothing here is installed
+on the cluster by an administrator; cloudtrain runs the cluster's own commands and Python.
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ from pathlib import Path
 
 from cloudtrain.core.errors import UsageError
 from cloudtrain.providers.base import ObjectStore, Provider, ProviderConfig
+from cloudtrain.providers.registry import plain_store
 from cloudtrain.providers.slurm.compute import SlurmCompute
 from cloudtrain.providers.slurm.login import LoginHost, run_on_login
-from cloudtrain.providers.slurm.storage import SlurmStore, node_store, uri_of
+from cloudtrain.providers.slurm.storage import SCHEME, SlurmStore, node_store, uri_of
 
 DEFAULT_WORKDIR = "cloudtrain"  # the options' default (options.py): under the user's home
 BUCKET_FOLDER = "bucket"  # under the workdir: the runs' bucket when the spec names none
@@ -80,7 +82,11 @@ class SlurmProvider(Provider):
 
     def store(self, uri: str) -> ObjectStore:
         """The bucket at a slurm:///PATH URI: through the login host on the controller, the
-        folder itself on the cluster. Creates nothing."""
+        folder itself on the cluster. At an s3://, gs:// or az:// URI (INFO.other_schemes):
+        that cloud's store with its default config, the credentials found here (the nodes
+        open it by the URI with the credentials found on the cluster). Creates nothing."""
+        if not uri.startswith(f"{SCHEME}:"):
+            return plain_store(uri)
         login = self.login()
         if login is None:
             return node_store(uri)

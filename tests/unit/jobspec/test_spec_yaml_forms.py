@@ -232,6 +232,12 @@ def test_image_and_instance_type_are_one_printable_word(tmp_path: Path) -> None:
         ("local", "file:///tmp/%00x", "a path cannot hold a NUL byte"),
         ("local", "file:///tmp/" + "x" * 256, "over 255 bytes (Linux's NAME_MAX)"),
         ("local", "s3://bucket", "provider 'local' keeps checkpoints at file:// URIs"),
+        (
+            "slurm",
+            "file:///tmp/x",
+            "provider 'slurm' keeps checkpoints at slurm://, s3://, gs:// or az:// URIs",
+        ),
+        ("slurm", "s3://My-Bucket/x", "an S3 bucket name is 3-63 characters"),
     ],
 )
 def test_checkpoint_uri_rules(provider: str, uri: str, expected: str, tmp_path: Path) -> None:
@@ -247,6 +253,11 @@ def test_good_checkpoint_uris(tmp_path: Path) -> None:
         ("azure", "az://acct01/my-container/p/q"),
         ("local", f"file://{tmp_path}/ck%20pts"),
         ("local", "file://localhost/tmp/x"),
+        # a Slurm cluster's shared folder, or an object store the cluster reaches
+        ("slurm", "slurm:///scratch/team/bucket"),
+        ("slurm", "s3://team-bucket/p"),
+        ("slurm", "gs://team-bucket"),
+        ("slurm", "az://acct01/runs"),
     ]:
         text = HEAD + f"provider: {provider}\ncheckpoint: '{uri}'\n"
         assert load_spec_text(text, base_dir=tmp_path).checkpoint == uri

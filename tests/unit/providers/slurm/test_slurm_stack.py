@@ -44,8 +44,8 @@ def login(cluster: SlurmBox) -> LoginHost:
     return LoginHost(cluster.login_ip, cluster.user, cluster.key, known_hosts=cluster.known_hosts)
 
 
-def node_stack(bundle: Bundle, pins: tuple[str, ...] = PINS) -> NodeStack:
-    return NodeStack(pins, str(bundle.path), bundle.wheel_name)
+def node_stack(bundle: Bundle, pins: tuple[str, ...] = PINS, extra: str = "") -> NodeStack:
+    return NodeStack(pins, str(bundle.path), bundle.wheel_name, extra)
 
 
 def entries(workdir: Path) -> list[str]:
@@ -106,6 +106,24 @@ def test_another_pin_set_is_another_venv(login: LoginHost, bundle: Bundle, tmp_p
     cpu_pins = (f"tensorflow=={TF_VERSION}", f"tf-keras=={TF_KERAS_VERSION}")
     cpu = ensure_stack(login, str(workdir), sys.executable, node_stack(bundle, cpu_pins))
     assert gpu != cpu
+    assert len(entries(workdir)) == 2
+
+
+def test_a_bucket_in_s3_is_another_venv_whose_nodes_open_it(
+    cluster: SlurmBox, login: LoginHost, bundle: Bundle, tmp_path: Path
+) -> None:
+    workdir = tmp_path / "shared"
+    plain = ensure_stack(login, str(workdir), sys.executable, node_stack(bundle))
+    aws = ensure_stack(login, str(workdir), sys.executable, node_stack(bundle, extra="aws"))
+    assert plain != aws and len(entries(workdir)) == 2
+    # what a node does with an s3:// URI: the store by its scheme, boto3 loaded
+    opened = cluster.ssh(
+        "env", "AWS_DEFAULT_REGION=eu-west-1", aws, "-c",
+        "from cloudtrain.providers import open_store; print(open_store('s3://bkt-1').uri)",
+    )  # fmt: skip
+    assert opened.strip().endswith("s3://bkt-1"), opened
+    with pytest.raises(ProviderError, match="not a pip extra's name"):
+        ensure_stack(login, str(workdir), sys.executable, node_stack(bundle, extra="aws] x"))
     assert len(entries(workdir)) == 2
 
 
