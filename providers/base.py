@@ -421,6 +421,14 @@ class Compute(ABC):
         compute."""
         raise NotImplementedError(f"{type(self).__name__} creates nodes one by one")
 
+    def allocation_seconds(self, run_id: str) -> dict[str, float]:
+        """A gang compute's own accounting: how long each of the run's allocations held its
+        nodes, by its cloud id (Slurm: sacct's elapsed seconds per job, queue time not
+        counted); the run's bill is settled to it once its nodes are gone. Final only for
+        allocations that have ended. {} where the compute keeps none (the VM computes: the
+        ledger's own times are the bill). Blocks; read-only."""
+        return {}
+
     def delete_nodes(self, run_id: str, names: list[str] | None = None) -> None:
         """Delete the run's nodes (all, or `names`) in parallel and wait until they are gone
         (`self.list_nodes`, then `self.delete_listed`). Idempotent: a missing node is fine."""

@@ -358,6 +358,10 @@ class FaultyCompute(Compute):
             self._live.discard(node.name)
             self._born.pop(node.name, None)
 
+    def allocation_seconds(self, run_id: str) -> dict[str, float]:
+        """The inner `allocation_seconds`, unchanged. Blocks."""
+        return self.inner.allocation_seconds(run_id)
+
     def list_resources(self, run_id: str) -> list[Resource]:
         """The inner `list_resources` with latency and throttling. Blocks."""
         self._faults.gate("list_resources")

@@ -167,6 +167,11 @@ class RetryingCompute(Compute):
             what = f"delete {len(nodes)} node(s) of {nodes[0].run_id}"
             _retry("delete_listed", what, lambda: self.inner.delete_listed(nodes))
 
+    def allocation_seconds(self, run_id: str) -> dict[str, float]:
+        """See Compute.allocation_seconds; retried. Blocks; read-only."""
+        what = f"accounting of {run_id}'s allocations"
+        return _retry("list_nodes", what, lambda: self.inner.allocation_seconds(run_id))
+
     def list_resources(self, run_id: str) -> list[Resource]:
         """See Compute.list_resources; retried. Blocks."""
         what = f"list resources of {run_id}"

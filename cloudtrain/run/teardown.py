@@ -22,7 +22,7 @@ from cloudtrain.jobs.protocol import ClusterDoc, cluster_key, stop_key
 from cloudtrain.jobs.trace import TEARDOWN, Tracer
 from cloudtrain.jobspec.run_ids import RunRef
 from cloudtrain.providers.base import Compute, Provider, Resource
-from cloudtrain.state.ledger import BILLED_KINDS, Ledger
+from cloudtrain.state.ledger import ALLOCATION, BILLED_KINDS, Ledger
 
 CONTROLLER_KIND_PREFIX = "controller-"  # the controller node's identity (Compute docs)
 
@@ -122,6 +122,34 @@ def _delete_runs_own(
     return set()
 
 
+def settle_allocations(
+    compute: Compute, ledger: Ledger, run_id: str, say: Callable[[str], None]
+) -> None:
+    """A gang compute's bill, once the run's allocations have ended: each one's ledger row
+    lasts as long as the compute's own accounting says it ran (Slurm's sacct), a job that
+    started and ended between two listings, never seen running, added at the run's price.
+    Best effort: without the accounting (a cluster that will not answer), a warning, and the
+    ledger's own times stay the bill. Idempotent; blocks (one call)."""
+    try:
+        accounted = compute.allocation_seconds(run_id)
+    except CloudtrainError as exc:
+        say(f"warning: the bill stays the controller's own count: {exc.message}")
+        return
+    rows = {r.cloud_id: r for r in ledger.resources(run_id) if r.kind == ALLOCATION}
+    priced = next((r for r in rows.values() if r.price_hourly), None)
+    for job, seconds in sorted(accounted.items()):
+        row = rows.get(job)
+        if row is None and (priced is None or not seconds):
+            continue  # never ran (queued, then cancelled), or no price to bill it at
+        rid = row.resource_id if row is not None else f"job-{job}"
+        if row is None and priced is not None:
+            res = dataclasses.replace(priced.to_resource(), id=rid, cloud_id=job)
+            ledger.record_intent(res, priced.price_hourly)
+            ledger.mark_created(run_id, ALLOCATION, rid, job)
+        with contextlib.suppress(ValueError):  # a run time out of bounds: the ledger's stays
+            ledger.mark_deleted(run_id, ALLOCATION, rid, lasted_s=seconds)
+
+
 def teardown(
     provider: Provider,
     ledger: Ledger | None,
@@ -165,6 +193,8 @@ def teardown(
         for rec in ledger.resources(run_id, live_only=True):
             if rec.kind in BILLED_KINDS and rec.resource_id != spare:
                 ledger.mark_deleted(run_id, rec.kind, rec.resource_id)
+        if compute.gang:
+            settle_allocations(compute, ledger, run_id, say)
     steps.done("confirm nodes gone")
     crash_point("nodes-deleted")
     # network and identity: the ledger's record and the cloud's tags, deduplicated

@@ -104,6 +104,10 @@ class FencedCompute(Compute):
         """See Compute.list_nodes. Blocks."""
         return self.inner.list_nodes(run_id)
 
+    def allocation_seconds(self, run_id: str) -> dict[str, float]:
+        """See Compute.allocation_seconds. Blocks."""
+        return self.inner.allocation_seconds(run_id)
+
     def list_resources(self, run_id: str) -> list[Resource]:
         """See Compute.list_resources. Blocks."""
         return self.inner.list_resources(run_id)

@@ -34,6 +34,7 @@ from cloudtrain.state.ledger_records import (
     JournalSink,
     ResourceRecord,
     RunRecord,
+    lasted_seconds,
     state_entries,
 )
 
@@ -508,16 +509,27 @@ class Ledger:
             (a["run_id"], a["kind"], a["resource_id"]),
         )
 
-    def mark_deleted(self, run_id: str, kind: str, resource_id: str) -> None:
-        """The resource is gone: state `deleted`, `deleted_at` stamped (the first time only).
-        Idempotent; a missing row is fine (`down` may find resources the ledger never saw)."""
-        self._write("mark_deleted", {"run_id": run_id, "kind": kind, "resource_id": resource_id})
+    def mark_deleted(
+        self, run_id: str, kind: str, resource_id: str, lasted_s: float | None = None
+    ) -> None:
+        """The resource is gone: state `deleted`, `deleted_at` stamped (the first time only);
+        with `lasted_s`, its life as the provider accounts it (Slurm's sacct), `deleted_at` is
+        `created_at + lasted_s` whatever it was: its bill is the provider's. Idempotent; a
+        missing row is fine (`down` may find resources the ledger never saw). ValueError for
+        a `lasted_s` out of 0..MAX_LASTED_S."""
+        args: dict[str, Any] = {"run_id": run_id, "kind": kind, "resource_id": resource_id}
+        if lasted_s is not None:
+            args["lasted_s"] = lasted_seconds(lasted_s)
+        self._write("mark_deleted", args)
 
     def _op_mark_deleted(self, conn: sqlite3.Connection, at: float, a: dict[str, Any]) -> None:
+        end, args = "COALESCE(deleted_at, ?)", [at]
+        if a.get("lasted_s") is not None:
+            end, args = "created_at + ?", [lasted_seconds(a["lasted_s"])]
         conn.execute(
-            "UPDATE resources SET state = 'deleted', deleted_at = COALESCE(deleted_at, ?)"
+            f"UPDATE resources SET state = 'deleted', deleted_at = {end}"
             " WHERE run_id = ? AND kind = ? AND resource_id = ?",
-            (at, a["run_id"], a["kind"], a["resource_id"]),
+            (*args, a["run_id"], a["kind"], a["resource_id"]),
         )
 
     def resources(self, run_id: str, live_only: bool = False) -> list[ResourceRecord]:

@@ -27,6 +27,17 @@ OUTCOMES: tuple[str, ...] = (
     "crashed",
 )
 RESOURCE_STATES: tuple[str, ...] = ("intent", "created", "deleting", "deleted", "failed")
+MAX_LASTED_S = 10 * 366 * 24 * 3600.0  # a resource's life as a provider accounts it, at most
+
+
+def lasted_seconds(value: object) -> float:
+    """`value` as a resource's life in seconds (a provider's accounting, or a journal entry's
+    field: untrusted): a number in 0..MAX_LASTED_S. ValueError otherwise. Pure."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"lasted_s is not a number: {str(value)[:40]!r}")
+    if not 0 <= value <= MAX_LASTED_S:  # NaN fails this too
+        raise ValueError(f"lasted_s {value!r} is not in 0..{MAX_LASTED_S:.0f} seconds")
+    return float(value)
 
 # the writes a journal carries (`Ledger._op_<name>`), in the order of the table they change
 JOURNAL_OPS: frozenset[str] = frozenset(

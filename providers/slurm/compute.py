@@ -116,6 +116,19 @@ sacct "$@" 2>/dev/null | grep -q . && exec sacct "$@"
 exec sacct -c "$@" 2>/dev/null
 """
 
+# on the login host: every attempt's job of the run (its folder's `job` files) as accounting
+# says, `<job id>|<elapsed seconds>` per line (`sacct -c` where the cluster keeps no database)
+_ACCOUNTED_SH = """\
+cd "$1" 2>/dev/null || exit 0
+ids=$(for f in a[0-9]*/job; do [ -r "$f" ] && head -c 32 "$f"; done | grep -E '^[0-9]+$' |
+  head -n 1000 | paste -sd, -)
+[ -n "$ids" ] || exit 0
+set -- -X -n -P -j "$ids" -o JobIDRaw,ElapsedRaw
+sacct "$@" 2>/dev/null | grep -q . && exec sacct "$@"
+exec sacct -c "$@" 2>/dev/null
+"""
+_ACCOUNTED_LINE = re.compile(r"^(\d{1,12})\|(\d{1,12})$")
+
 # on the login host: the end of the console of node $2 in the run's latest attempt holding it
 _CONSOLE_SH = """\
 cd "$1" 2>/dev/null || exit 0
@@ -290,6 +303,14 @@ class SlurmCompute(Compute):
         ssh calls); read-only."""
         job = self._live_job(run_id)
         return self._preempted(run_id) if job is None else self._nodes_of(run_id, job)
+
+    def allocation_seconds(self, run_id: str) -> dict[str, float]:
+        """Every attempt's job of the run with its run time as Slurm's accounting says
+        (ElapsedRaw: from its start, queue time not counted, to its end or now), by job id.
+        Lines that do not parse are skipped. Blocks (one ssh); read-only."""
+        out = run_on_login(self.login, _sh(_ACCOUNTED_SH, self.run_dir(run_id)))
+        found = (_ACCOUNTED_LINE.match(line.strip()) for line in out.splitlines())
+        return {m[1]: float(m[2]) for m in found if m}
 
     def _preempted(self, run_id: str) -> list[Node]:
         """The nodes of the run's latest job, `preempted`, when Slurm preempted it (a job of a

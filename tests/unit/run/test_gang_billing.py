@@ -7,11 +7,14 @@ from __future__ import annotations
 
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
+from cloudtrain.core.errors import ProviderError
 from cloudtrain.providers.base import Node, Resource
 from cloudtrain.run.provisioning import Provisioner
+from cloudtrain.run.teardown import settle_allocations
 from cloudtrain.state.ledger import ALLOCATION, Ledger
 
 RUN = "digits-0a1b2c"
@@ -78,3 +81,57 @@ def test_a_vm_compute_records_no_allocation(tmp_path: Path) -> None:
     prov, ledger, _ = setup(tmp_path, gang=False)
     prov.bill_allocations(nodes("running", "i-0abc"))
     assert [r for r in ledger.resources(RUN) if r.kind == ALLOCATION] == []
+
+
+def Accounting(answer: dict[str, float] | Exception) -> Any:
+    """A gang compute's accounting as a cluster answers it (the double is at the Compute
+    interface; SlurmCompute's reading of sacct runs against the box's real Slurm in
+    tests/e2e/test_slurm_runs.py)."""
+
+    def allocation_seconds(run_id: str) -> dict[str, float]:
+        assert run_id == RUN
+        if isinstance(answer, Exception):
+            raise answer
+        return dict(answer)
+
+    return SimpleNamespace(gang=True, allocation_seconds=allocation_seconds)
+
+
+def test_the_bill_is_settled_to_the_clusters_accounting(tmp_path: Path) -> None:
+    prov, ledger, clock = setup(tmp_path, gang=True)
+    prov.bill_allocations(nodes("running", "41"))  # seen 15 s after it started
+    clock.now += 600
+    prov.end_allocations()
+    said: list[str] = []
+    # 41 ran 612 s; 42 started and ended between two listings; 43 was cancelled queued
+    settle_allocations(Accounting({"41": 612.0, "42": 30.0, "43": 0.0}), ledger, RUN, said.append)
+    rows = {r.resource_id: r for r in ledger.resources(RUN) if r.kind == ALLOCATION}
+    assert sorted(rows) == ["job-41", "job-42"]
+    assert {k: r.deleted_at - r.created_at for k, r in rows.items()} == {
+        "job-41": 612.0,
+        "job-42": 30.0,
+    }
+    assert ledger.billed_cost(RUN) == pytest.approx(1.5 * (612 + 30) / 3600)
+    assert rows["job-42"].state == "deleted" and rows["job-42"].cloud_id == "42"
+    assert said == []
+    # again: the same bill
+    settle_allocations(Accounting({"41": 612.0, "42": 30.0}), ledger, RUN, said.append)
+    assert ledger.billed_cost(RUN) == pytest.approx(1.5 * (612 + 30) / 3600)
+
+
+def test_without_the_accounting_the_controllers_count_stays_and_is_said(tmp_path: Path) -> None:
+    prov, ledger, clock = setup(tmp_path, gang=True)
+    prov.bill_allocations(nodes("running", "41"))
+    clock.now += 600
+    prov.end_allocations()
+    said: list[str] = []
+    refused = Accounting(ProviderError("sacct: error: Problem talking to the database"))
+    settle_allocations(refused, ledger, RUN, said.append)
+    assert ledger.billed_cost(RUN) == pytest.approx(1.5 * 600 / 3600)
+    assert said == [
+        "warning: the bill stays the controller's own count:"
+        " sacct: error: Problem talking to the database"
+    ]
+    # an absurd answer changes nothing
+    settle_allocations(Accounting({"41": 1e12}), ledger, RUN, said.append)
+    assert ledger.billed_cost(RUN) == pytest.approx(1.5 * 600 / 3600)

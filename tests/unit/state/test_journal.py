@@ -474,6 +474,24 @@ def test_an_entry_applied_twice_at_once_is_held_once(tmp_path: Path) -> None:
     assert led.journal_keys(RUN) == {name} and led.last_journal_key(RUN) == name
 
 
+def test_an_accounted_life_replays_and_a_forged_one_is_refused(tmp_path: Path) -> None:
+    led = Ledger(tmp_path / "l.db")
+    led.create_run(RUN, "mnist", "slurm", None, None, None, None, None)
+    intent = {
+        "op": "record_intent", "at": 100.0, "run_id": RUN, "provider": "slurm",
+        "kind": "allocation", "resource_id": "job-7", "region": "gpu", "cloud_id": "7",
+        "price_hourly": 1.0,
+    }  # fmt: skip
+    assert led.apply_entry(RUN, f"{1:020d}-000001-w.json", intent)
+    deleted = {"op": "mark_deleted", "at": 900.0, "run_id": RUN, "kind": "allocation",
+               "resource_id": "job-7"}  # fmt: skip
+    with pytest.raises(LedgerError, match="malformed mark_deleted"):
+        led.apply_entry(RUN, f"{2:020d}-000001-w.json", {**deleted, "lasted_s": -5})
+    assert led.apply_entry(RUN, f"{3:020d}-000001-w.json", {**deleted, "lasted_s": 60})
+    [rec] = led.resources(RUN)
+    assert (rec.state, rec.deleted_at) == ("deleted", 160.0)
+
+
 @pytest.mark.parametrize("cut", [1, 4, 9, 14, 21])
 def test_a_journal_started_mid_run_backfills_what_the_ledger_holds(
     tmp_path: Path, store: ObjectStore, cut: int

@@ -265,6 +265,23 @@ def test_mark_deleted_and_live_only(ledger: Ledger, clock: FakeClock) -> None:
     assert ledger.resources("other-run") == []
 
 
+def test_a_providers_accounted_life_is_the_rows_whatever_the_controller_stamped(
+    ledger: Ledger, clock: FakeClock
+) -> None:
+    start = clock.t
+    ledger.record_intent(Resource("slurm", "allocation", "job-41", "gpu", "r1", "41"), 3600.0)
+    clock.t += 100
+    ledger.mark_deleted("r1", "allocation", "job-41")  # the controller's own stamp
+    ledger.mark_deleted("r1", "allocation", "job-41", lasted_s=93.5)  # sacct's elapsed time
+    [rec] = ledger.resources("r1")
+    assert rec.state == "deleted" and rec.deleted_at == start + 93.5
+    assert ledger.billed_cost("r1") == pytest.approx(93.5)
+    for bad in (-1.0, float("nan"), float("inf"), True, "93", 1e12):
+        with pytest.raises(ValueError, match="lasted_s"):
+            ledger.mark_deleted("r1", "allocation", "job-41", lasted_s=bad)  # type: ignore[arg-type]
+    assert ledger.resources("r1")[0].deleted_at == start + 93.5
+
+
 def test_billed_cost_with_injected_clock(ledger: Ledger, clock: FakeClock) -> None:
     start = clock.t
     ledger.record_intent(node("r1", "ct-r1-chief-0"), price_hourly=2.0)
