@@ -8,7 +8,8 @@ GPUs free and in all, Slurm's start estimate), `jobs` (one gang allocation per a
 state, cancel, find), `compute` (SlurmCompute, a gang compute), `storage` (the bucket: a folder
 on the shared filesystem, slurm:///PATH), `folder_serve` (that folder's operations, run on the
 cluster by the controller), `offers` (the plan's live offers and notes), `options`
-(SlurmOptions), `provider` (SlurmProvider).
+(SlurmOptions), `times` (Slurm's times, read in UTC whatever the login host's zone),
+`provider` (SlurmProvider).
 """
 
 from __future__ import annotations

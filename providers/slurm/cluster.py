@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from cloudtrain.core.errors import ProviderError
 from cloudtrain.providers.slurm.login import LoginHost, run_on_login, run_on_login_both
+from cloudtrain.providers.slurm.times import in_utc, utc_time
 
 SINFO_FORMAT = "NodeList:|,Partition:|,Gres:|,GresUsed:|,StateLong:|,Time:|"
 # a node in these states (the long names, lower case, without a suffix) takes new jobs
@@ -50,7 +51,7 @@ class Partition:
 class Estimate:
     """Slurm's answer to `sbatch --test-only`: when and where the job would start."""
 
-    start: datetime.datetime | None  # None: Slurm named no time it could parse
+    start: datetime.datetime | None  # UTC; None: Slurm named no time it could parse
     processors: int
     nodes: str
     partition: str
@@ -128,11 +129,7 @@ def parse_estimate(stderr: str) -> Estimate | None:
     if match is None:
         return None
     when, processors, nodes, partition = match.groups()
-    try:
-        start: datetime.datetime | None = datetime.datetime.fromisoformat(when)
-    except ValueError:
-        start = None
-    return Estimate(start, int(processors), nodes[:200], partition[:100])
+    return Estimate(utc_time(when), int(processors), nodes[:200], partition[:100])
 
 
 def start_estimate(
@@ -145,7 +142,7 @@ def start_estimate(
     if gpus_per_node:
         command.append(f"--gpus-per-node={gpus_per_node}")
     command += [f"--time={minutes}", "--wrap", "true"]
-    _, stderr = run_on_login_both(login, command, what="sbatch --test-only")
+    _, stderr = run_on_login_both(login, in_utc(command), what="sbatch --test-only")
     estimate = parse_estimate(stderr)
     if estimate is None:
         raise ProviderError(f"{login.where}: sbatch --test-only gave no start estimate")

@@ -55,6 +55,7 @@ from cloudtrain.providers.slurm import jobs
 from cloudtrain.providers.slurm.jobs import Allocation, Job
 from cloudtrain.providers.slurm.login import LoginHost, run_on_login
 from cloudtrain.providers.slurm.stack import check_bucket, ensure_stack
+from cloudtrain.providers.slurm.times import shown
 
 PROVIDER = "slurm"
 FOLDER_KIND = "job-folder"
@@ -418,7 +419,7 @@ def _waiting(job: Job) -> str | None:
     if not job.pending:
         return None
     reason = f" ({job.reason})" if job.reason and job.reason != "None" else ""
-    when = f", start {job.start.isoformat(sep=' ')}" if job.start else ""
+    when = f", start {shown(job.start)}" if job.start else ""
     return f"{job.state}{reason}{when}"
 
 

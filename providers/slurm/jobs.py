@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from cloudtrain.core.errors import ProviderError
 from cloudtrain.providers.slurm.login import LoginHost, run_on_login, run_unless_said
+from cloudtrain.providers.slurm.times import in_utc, utc_time
 
 NAME_PREFIX = "cloudtrain-"
 # squeue -o: id, name, state, reason, nodes, start (expected, for a pending job), submitted,
@@ -70,10 +71,10 @@ class Job:
     state: str  # PENDING, RUNNING, COMPLETED, NODE_FAIL, ... (Slurm's base state)
     reason: str = ""  # why it waits (Resources, Priority, ...), "" or "None" otherwise
     nodes: str = ""
-    start: datetime.datetime | None = None  # Slurm's expected start of a pending job
+    start: datetime.datetime | None = None  # Slurm's expected start of a pending job (UTC)
     name: str = ""
     comment: str = ""
-    # when it was submitted, as the cluster's clock and zone print it (squeue %V)
+    # when it was submitted, by the cluster's clock (squeue %V, read in UTC: times.py)
     submitted: datetime.datetime | None = None
 
     @property
@@ -148,13 +149,6 @@ def submit(login: LoginHost, allocation: Allocation) -> str:
     return job_id_of(login, run_on_login(login, command, stdin=allocation.script.encode()))
 
 
-def _start(text: str) -> datetime.datetime | None:
-    try:
-        return datetime.datetime.fromisoformat(text)
-    except ValueError:
-        return None  # N/A, Unknown
-
-
 def parse_squeue(text: str) -> list[Job]:
     """`squeue -h -o SQUEUE_FORMAT` lines as jobs; a line that does not parse is skipped.
     Pure."""
@@ -168,8 +162,8 @@ def parse_squeue(text: str) -> list[Job]:
         base = state.split()[0].upper()[:40] if state.strip() else "UNKNOWN"
         jobs.append(
             Job(
-                job_id, base, reason[:200], nodes[:200], _start(start), name[:200], comment,
-                _start(submitted),
+                job_id, base, reason[:200], nodes[:200], utc_time(start), name[:200], comment,
+                utc_time(submitted),
             )
         )  # fmt: skip
     return jobs
@@ -181,7 +175,7 @@ def state(login: LoginHost, job_id: str) -> Job | None:
     Slurm knows no such job. Blocks (one to three ssh calls); read-only."""
     if not _JOB_ID.match(job_id):
         raise ValueError(f"not a Slurm job id: {job_id!r}")
-    command = ["squeue", "-h", "-j", job_id, "-o", SQUEUE_FORMAT]
+    command = in_utc(["squeue", "-h", "-j", job_id, "-o", SQUEUE_FORMAT])
     out = run_unless_said(login, command, [NO_SUCH_JOB]) or ""  # a job the queue forgot
     found = [j for j in parse_squeue(out) if j.job_id == job_id]
     if found:
@@ -213,7 +207,7 @@ def cancel(login: LoginHost, job_id: str) -> None:
 def find(login: LoginHost, run_id: str | None = None) -> list[Job]:
     """The jobs of this user that the controller holds and cloudtrain made (name and comment
     both marked), of `run_id` only when given. Blocks (one ssh); read-only."""
-    out = run_on_login(login, ["squeue", "-h", "--me", "-o", SQUEUE_FORMAT])
+    out = run_on_login(login, in_utc(["squeue", "-h", "--me", "-o", SQUEUE_FORMAT]))
     ours = []
     for job in parse_squeue(out):
         if job.run is None or job.comment != _comment(job.name):

@@ -213,6 +213,8 @@ def _missing(command: Sequence[str], shown_as: str, stderr: bytes = b"") -> str:
     if command[0] in ("sh", "/bin/sh") and list(command[1:2]) == ["-c"]:
         found = _NOT_FOUND_LINE.search(_last_line(stderr))
         return found[1] if found else shown_as.split(" ", 1)[0]
+    if command[0] in ("env", "/usr/bin/env"):  # `env NAME=VALUE command ...` (times.in_utc)
+        return next((word for word in command[1:] if "=" not in word), "env")
     return command[0]
 
 

@@ -20,6 +20,7 @@ from typing import Any
 from cloudtrain.core.errors import PlanError, ProviderError
 from cloudtrain.providers.base import ProviderConfig
 from cloudtrain.providers.slurm.cluster import Partition, read_partitions, start_estimate
+from cloudtrain.providers.slurm.times import shown
 
 UNTYPED = "GPU"  # how an untyped GPU is named when the spec names none
 
@@ -93,6 +94,6 @@ def live_offers(
             f"partition {target.name}: {exc.message}",
             hint="choose another partition (providers.slurm.partition) or fewer GPUs or nodes",
         ) from exc
-    when = estimate.start.isoformat(sep=" ") if estimate.start else "an unknown time"
+    when = shown(estimate.start) if estimate.start else "an unknown time"
     notes.append(f"Slurm's estimate: the job would start at {when} on {estimate.nodes}")
     return rows, notes

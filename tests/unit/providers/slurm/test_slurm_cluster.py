@@ -23,6 +23,7 @@ from cloudtrain.providers.slurm.login import LoginHost
 from tests.fakes.slurm_box import SlurmBox, slurm_cluster
 
 pytestmark = pytest.mark.timeout(300)
+UTC = datetime.timezone.utc
 
 
 @pytest.mark.parametrize(
@@ -75,7 +76,8 @@ def test_an_estimate_from_sbatch_test_only() -> None:
     )
     estimate = parse_estimate(line)
     assert estimate is not None
-    assert estimate.start == datetime.datetime(2026, 11, 29, 15, 3, 13)
+    # printed under TZ=UTC0 (times.in_utc): UTC
+    assert estimate.start == datetime.datetime(2026, 11, 29, 15, 3, 13, tzinfo=UTC)
     assert (estimate.processors, estimate.nodes, estimate.partition) == (2, "c[1-2]", "gpu")
     assert parse_estimate("sbatch: error: something else\n") is None
 
@@ -83,7 +85,9 @@ def test_an_estimate_from_sbatch_test_only() -> None:
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmBox]:
     partitions = {"gpu": ["c1", "c2", "c3"], "small": ["c1"]}
-    with slurm_cluster(tmp_path_factory, partitions=partitions) as box:
+    # a cluster in India: its shells' zone is 5 h 30 min ahead of this machine's (UTC)
+    zone = {"TZ": "IST-5:30"}
+    with slurm_cluster(tmp_path_factory, partitions=partitions, login_env=zone) as box:
         yield box
 
 
@@ -117,12 +121,13 @@ def test_partitions_and_free_gpus_of_a_real_slurm(cluster: SlurmBox) -> None:
 
 def test_slurms_start_estimate_submits_nothing(cluster: SlurmBox) -> None:
     login = login_of(cluster)
-    before = datetime.datetime.now()
+    before = datetime.datetime.now(UTC)
     estimate = start_estimate(login, "gpu", nodes=2, gpus_per_node=1, minutes=30)
     assert estimate.partition == "gpu" and estimate.processors >= 2, estimate
     assert estimate.start is not None
+    # now, though the login host's shells live 5 h 30 min ahead (the box's TZ)
     assert before - datetime.timedelta(seconds=5) <= estimate.start, estimate
-    assert estimate.start <= datetime.datetime.now() + datetime.timedelta(minutes=1), estimate
+    assert estimate.start <= datetime.datetime.now(UTC) + datetime.timedelta(minutes=1)
     assert cluster.ssh("squeue", "-h") == ""
     with pytest.raises(ProviderError, match="Requested node configuration is not available"):
         start_estimate(login, "gpu", nodes=1, gpus_per_node=3, minutes=30)

@@ -24,7 +24,8 @@ RUN = "digits-0a1b2c"
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmBox]:
-    with slurm_cluster(tmp_path_factory) as box:
+    # the login host's shells live in another zone than this machine (UTC): 5 h 30 min ahead
+    with slurm_cluster(tmp_path_factory, login_env={"TZ": "IST-5:30"}) as box:
         yield box
 
 
@@ -93,7 +94,10 @@ def test_one_allocation_runs_each_rank_on_its_own_host_and_is_cancelled_whole(
     folder = compute.run_dir(RUN)
     assert [s[3] for s in seen] == [f"{folder}/a1/work-{r}" for r in range(3)]
     assert {s[4] for s in seen} == {cluster.hosts[s[0]].ip for s in seen}  # its own address
-    assert any(t.kind == "node" and t.run_id == RUN for t in compute.inventory())
+    tagged = [t for t in compute.inventory() if t.kind == "node" and t.run_id == RUN]
+    assert tagged and all(t.created is not None for t in tagged), tagged
+    # submitted a moment ago by the cluster's clock, whatever its shells' zone (gc's age)
+    assert all(abs(time.time() - (t.created or 0)) < 120 for t in tagged), tagged
 
     compute.delete_listed(nodes[:1])  # any node of the gang: the whole job goes
     assert cluster.ssh("squeue", "-h").strip() == ""

@@ -24,6 +24,7 @@ from cloudtrain.providers.slurm.login import LoginHost
 from tests.fakes.slurm_box import SlurmBox, slurm_cluster, wait_for
 
 pytestmark = pytest.mark.timeout(300)
+UTC = datetime.timezone.utc
 SLEEP = "#!/bin/bash\nsrun bash -c 'echo $(hostname) $SLURM_PROCID; sleep 300'\n"
 
 
@@ -130,4 +131,4 @@ def test_job_names_and_squeue_lines() -> None:
     ]
     assert jobs[0].run == ("r-x", 1) and jobs[1].run is None
     assert jobs[0].start is not None and jobs[1].start is None
-    assert jobs[0].submitted == datetime.datetime(2026, 11, 29, 15, 59, 58)
+    assert jobs[0].submitted == datetime.datetime(2026, 11, 29, 15, 59, 58, tzinfo=UTC)

@@ -17,6 +17,7 @@ from cloudtrain.providers.base import NodeRequest, RunInfo
 from cloudtrain.providers.slurm import login as login_module
 from cloudtrain.providers.slurm.compute import SlurmCompute
 from cloudtrain.providers.slurm.login import LoginHost, run_on_login
+from cloudtrain.providers.slurm.times import in_utc
 from tests.fakes import netns
 from tests.fakes.slurm_box import SlurmBox, slurm_cluster
 
@@ -108,6 +109,10 @@ def test_a_login_host_without_sbatch(tmp_path: Path) -> None:
         assert caught.value.codes == {"not-found"}
         text = one_line(caught.value)
         assert "`sbatch` is not on the login host's PATH: is this a Slurm login node?" in text
+        # run under TZ=UTC0 (times.in_utc): still the command env did not find
+        with pytest.raises(ProviderError) as caught:
+            run_on_login(login_of(bare), in_utc(["sbatch", "--test-only", "--wrap", "true"]))
+        assert "`sbatch` is not on the login host's PATH" in one_line(caught.value)
         # a script of ours missing another tool: the one its shell named
         with pytest.raises(ProviderError) as caught:
             run_on_login(login_of(bare), ["/bin/sh", "-c", "mktemp -d", "sh"], what="a folder")
