@@ -23,6 +23,10 @@ from cloudtrain.providers.slurm.times import in_utc, utc_time
 SINFO_FORMAT = "NodeList:|,Partition:|,Gres:|,GresUsed:|,StateLong:|,Time:|"
 # a node in these states (the long names, lower case, without a suffix) takes new jobs
 TAKING_JOBS = frozenset({"idle", "mixed", "allocated", "completing", "planned"})
+# ... but in these, every CPU is allocated (sinfo(1): ALLOCATED; COMPLETING, its jobs still
+# hold theirs): a GPU that no job holds there cannot be given to a new job (a CPU job that
+# holds the whole node), so it is not free
+ALL_CPUS_HELD = frozenset({"allocated", "completing"})
 _GPU = re.compile(r"(?:^|,)gpu(?::[A-Za-z0-9_.-]+)?:(\d+)")
 _GPU_TYPE = re.compile(r"(?:^|,)gpu:([A-Za-z][A-Za-z0-9_.-]{0,40}):\d+")
 _NAME = re.compile(r"^[A-Za-z0-9_.\-\[\],]{1,200}$")
@@ -34,7 +38,7 @@ _TEST_ONLY = re.compile(
 @dataclass(frozen=True)
 class Partition:
     """One partition: its nodes, how many take jobs now, and their GPUs (free: not allocated,
-    on nodes that take jobs)."""
+    on nodes that take jobs and have a CPU free)."""
 
     name: str
     default: bool
@@ -71,10 +75,23 @@ def gpu_type(gres: str) -> str | None:
     return match[1] if match else None
 
 
+def _base_state(state: str) -> str:
+    """sinfo's long state without its suffix (`*`, `~`, `#`, `+`, ...), lower case. Pure."""
+    return re.sub(r"[^a-z]+$", "", state.lower())
+
+
 def _taking_jobs(state: str) -> bool:
     if state.endswith("*"):  # not responding
         return False
-    return re.sub(r"[^a-z]+$", "", state.lower()) in TAKING_JOBS
+    return _base_state(state) in TAKING_JOBS
+
+
+def _free_gpus(gpus: int, used: int, state: str) -> int:
+    """The GPUs a new job could get on a node: none where it takes no jobs or every CPU is
+    held, else those no job holds. Pure."""
+    if not _taking_jobs(state) or _base_state(state) in ALL_CPUS_HELD:
+        return 0
+    return max(0, gpus - used)
 
 
 def parse_partitions(text: str) -> list[Partition]:
@@ -95,8 +112,9 @@ def parse_partitions(text: str) -> list[Partition]:
             defaults.add(partition)
         if not (_NAME.match(node) and _NAME.match(partition)):
             continue
+        gpus = gpu_count(gres)
         rows.setdefault(partition, []).append(
-            (gpu_count(gres), gpu_count(used), _taking_jobs(state))
+            (gpus, _free_gpus(gpus, gpu_count(used), state), _taking_jobs(state))
         )
         limits.setdefault(partition, limit[:40])
         typed = gpu_type(gres)
@@ -110,7 +128,7 @@ def parse_partitions(text: str) -> list[Partition]:
             nodes_taking_jobs=sum(1 for _, _, up in nodes if up),
             gpus_per_node=max(g for g, _, _ in nodes),
             gpus=sum(g for g, _, _ in nodes),
-            gpus_free=sum(max(0, g - u) for g, u, up in nodes if up),
+            gpus_free=sum(free for _, free, _ in nodes),
             time_limit=limits[name],
             gpu_type=types.get(name),
         )

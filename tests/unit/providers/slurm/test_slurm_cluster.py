@@ -20,7 +20,7 @@ from cloudtrain.providers.slurm.cluster import (
     start_estimate,
 )
 from cloudtrain.providers.slurm.login import LoginHost
-from tests.fakes.slurm_box import SlurmBox, slurm_cluster
+from tests.fakes.slurm_box import SlurmBox, slurm_cluster, wait_for
 
 pytestmark = pytest.mark.timeout(300)
 UTC = datetime.timezone.utc
@@ -51,13 +51,16 @@ def test_partitions_from_the_lines_real_clusters_print() -> None:
             "g2|gpu*|gpu:a100:4(S:0-1)|gpu:a100:1(IDX:0)|mixed|2-00:00:00|",
             "g3|gpu*|gpu:a100:4(S:0-1)|gpu:a100:0|drained|2-00:00:00|",
             "g4|gpu*|gpu:a100:4(S:0-1)|gpu:a100:0|idle*|2-00:00:00|",
+            # a CPU job holds every CPU: its GPUs are idle, and no job can have them
+            "g5|gpu*|gpu:a100:4(S:0-1)|gpu:a100:0|allocated|2-00:00:00|",
+            "g6|gpu*|gpu:a100:4(S:0-1)|gpu:a100:0|completing|2-00:00:00|",
             "c1|cpu|(null)|gpu:0|idle|infinite|",
             "garbage without fields",
             "bad name;rm|cpu|(null)|gpu:0|idle|infinite|",
         ]
     )
     assert parse_partitions(text) == [
-        Partition("gpu", True, 4, 2, 4, 16, 3, "2-00:00:00", gpu_type="a100"),
+        Partition("gpu", True, 6, 4, 4, 24, 3, "2-00:00:00", gpu_type="a100"),
         Partition("cpu", False, 1, 1, 0, 0, 0, "infinite"),
     ]
 
@@ -117,6 +120,23 @@ def test_partitions_and_free_gpus_of_a_real_slurm(cluster: SlurmBox) -> None:
     finally:
         cluster.ssh("scancel", job)
         cluster.set_state("c3", "RESUME")
+
+
+def test_gpus_of_a_node_whose_cpus_a_cpu_job_holds_are_not_free(cluster: SlurmBox) -> None:
+    # every CPU of c2 (the box gives each host 2), no GPU: sinfo says ALLOCATED, gpu:0 used
+    login = login_of(cluster)
+    job = cluster.ssh("sbatch", "--parsable", "-w", "c2", "-c", "2", "--wrap", "sleep 300")
+    job = job.strip()
+    try:
+        wait_for(
+            "the CPU job running",
+            lambda: cluster.ssh("squeue", "-h", "-o", "%T", "-j", job).strip(),
+            lambda state: state == "RUNNING",
+        )
+        gpu, _ = read_partitions(login)
+        assert (gpu.nodes_taking_jobs, gpu.gpus_free) == (3, 4), gpu  # c2's two are held
+    finally:
+        cluster.ssh("scancel", job)
 
 
 def test_slurms_start_estimate_submits_nothing(cluster: SlurmBox) -> None:
