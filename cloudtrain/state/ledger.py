@@ -419,7 +419,8 @@ class Ledger:
         """Record that `resource` is about to be created. Call BEFORE the create call.
 
         Upsert, idempotent: a retried intent keeps the row's `created_at` and a `created` or
-        `deleting` state; a `failed` or `deleted` row goes back to `intent` (a re-create).
+        `deleting` state; a `failed` or `deleted` row goes back to `intent` (a re-create), its
+        `created_at` moved on by the time it did not exist, so its bill is its lives' sum.
         A mirrored intent returns only once its journal entry is in the bucket (the same rule
         for the journal: intent before create); LedgerError if it cannot be written.
         """
@@ -442,6 +443,10 @@ class Ledger:
             " provider = excluded.provider, region = excluded.region,"
             " cloud_id = COALESCE(excluded.cloud_id, cloud_id),"
             " price_hourly = excluded.price_hourly,"
+            # a re-create: the row's life goes on from now, not from its first create (the
+            # gap while it did not exist is not billed; SET reads the row as it was)
+            " created_at = CASE WHEN state IN ('failed', 'deleted') AND deleted_at IS NOT NULL"
+            "  THEN created_at + excluded.created_at - deleted_at ELSE created_at END,"
             " deleted_at = CASE WHEN state IN ('failed', 'deleted') THEN NULL"
             "  ELSE deleted_at END,"
             " state = CASE WHEN state IN ('failed', 'deleted') THEN 'intent' ELSE state END",

@@ -241,6 +241,27 @@ def test_failed_create_stays_live_and_stops_billing(ledger: Ledger, clock: FakeC
     assert rec.state == "intent" and rec.deleted_at is None
 
 
+def test_a_re_created_node_bills_its_lives_not_the_gap_between(
+    ledger: Ledger, clock: FakeClock
+) -> None:
+    res = node("r1", "ct-r1-worker-1")
+    ledger.record_intent(res, price_hourly=3600.0)  # $1 a second
+    ledger.mark_created("r1", "node", res.id)
+    clock.t += 100
+    ledger.mark_deleted("r1", "node", res.id)  # preempted
+    clock.t += 1000  # no node while the replacement waits for capacity
+    ledger.record_intent(res, price_hourly=3600.0)  # the replacement, by the same name
+    ledger.mark_created("r1", "node", res.id)
+    clock.t += 50
+    assert ledger.billed_cost("r1") == pytest.approx(150.0)
+    ledger.mark_failed("r1", "node", res.id)  # ... and again, from a failed create
+    clock.t += 500
+    ledger.record_intent(res, price_hourly=3600.0)
+    clock.t += 10
+    ledger.mark_deleted("r1", "node", res.id)
+    assert ledger.billed_cost("r1") == pytest.approx(160.0)
+
+
 def test_mark_deleted_and_live_only(ledger: Ledger, clock: FakeClock) -> None:
     for name in ("ct-r1-chief-0", "ct-r1-worker-0"):
         ledger.record_intent(node("r1", name))
