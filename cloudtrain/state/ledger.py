@@ -443,8 +443,7 @@ class Ledger:
             " provider = excluded.provider, region = excluded.region,"
             " cloud_id = COALESCE(excluded.cloud_id, cloud_id),"
             " price_hourly = excluded.price_hourly,"
-            # a re-create: the row's life goes on from now, not from its first create (the
-            # gap while it did not exist is not billed; SET reads the row as it was)
+            # a re-create: billed on from now, not over the gap (SET reads the row as it was)
             " created_at = CASE WHEN state IN ('failed', 'deleted') AND deleted_at IS NOT NULL"
             "  THEN created_at + excluded.created_at - deleted_at ELSE created_at END,"
             " deleted_at = CASE WHEN state IN ('failed', 'deleted') THEN NULL"
