@@ -51,9 +51,13 @@ def _created(ct: Env, run_id: str) -> list[str]:
     return [e.message for e in ct.ledger().events(run_id) if e.message.startswith("created ")]
 
 
-def _check_recovery(ct: Env, run_id: str, lost_during: int, provider: str) -> None:
-    """The run succeeded with every epoch, resumed at the epoch in progress at the loss, and
-    created exactly one new node (worker-1)."""
+def _check_recovery(
+    ct: Env, run_id: str, lost_during: int, provider: str, epochs: int = EPOCHS
+) -> None:
+    """The run succeeded with all `epochs`, resumed at the epoch in progress at the loss (the
+    one during which it was asked, or a later one where the cloud took longer to act: never
+    an earlier one, which would redo finished work), and created exactly one new node
+    (worker-1)."""
     out = ct.output()
     rec = ct.ledger().get_run(run_id)
     assert rec is not None and rec.outcome == "succeeded", out[-4000:]
@@ -62,9 +66,10 @@ def _check_recovery(ct: Env, run_id: str, lost_during: int, provider: str) -> No
         int(k) for k in re.findall(r"^\[worker-\d\] cloudtrain: resumed at epoch (\d)", out, re.M)
     }
     story = [ln for ln in out.splitlines() if re.search(r"resumed|restored|restart|lost|done", ln)]
-    assert resumed == {lost_during}, (resumed, lost_during, story, out[-3000:])
+    assert len(resumed) == 1, (resumed, lost_during, story, out[-3000:])
+    assert lost_during <= min(resumed) <= epochs, (resumed, lost_during, story, out[-3000:])
     for node in ("worker-0", "worker-1"):
-        assert re.search(rf"^\[{node}\] cloudtrain: epoch {EPOCHS}/{EPOCHS} done", out, re.M)
+        assert re.search(rf"^\[{node}\] cloudtrain: epoch {epochs}/{epochs} done", out, re.M)
     created = _created(ct, run_id)
     assert len(created) == 3 and sum(c.endswith("-worker-1") for c in created) == 2, created
     reliability_report.record(
