@@ -227,6 +227,27 @@ def test_gc_finds_the_job_of_a_run_this_machine_never_recorded(
     assert again.returncode == 0 and run_id not in again.stdout, again.stdout + again.stderr
 
 
+def wait_rank_epoch(env: Env, shared: Path, rank: int, epoch: int, timeout: float = 400) -> str:
+    """The id of `env`'s run once rank `rank` of its first allocation has ended epoch `epoch`,
+    as the node's own console says it (`runs/<run>/a1/rank-<r>.out` on the shared filesystem):
+    not the controller's stream of the logs, which on a loaded machine came minutes late,
+    after the training had ended (CI24: nothing left to take a node from)."""
+    done = re.compile(rf"cloudtrain: epoch {epoch}/\d+ done")
+
+    def seen() -> str | None:
+        ids = env.run_ids()
+        console = shared / "runs" / ids[0] / "a1" / f"rank-{rank}.out" if ids else None
+        try:
+            text = console.read_text(errors="replace") if console else ""
+        except OSError:  # not made yet
+            return None
+        return ids[0] if done.search(text) else None
+
+    run_id = wait_for(f"rank {rank}'s epoch {epoch}", seen, timeout=timeout)
+    assert run_id is not None
+    return run_id
+
+
 def test_a_node_set_down_ends_the_allocation_and_the_next_one_resumes(
     slurm: Env, cluster: SlurmBox, tmp_path: Path
 ) -> None:
@@ -236,8 +257,7 @@ def test_a_node_set_down_ends_the_allocation_and_the_next_one_resumes(
     cli = slurm.start("run", str(job))
     downed = None
     try:
-        slurm.wait_for(r"^\[worker-1\] cloudtrain: epoch 2/30 done", timeout=400)
-        (run_id,) = slurm.run_ids()
+        run_id = wait_rank_epoch(slurm, tmp_path / "shared", rank=1, epoch=2)
         nodes = tmp_path / "shared" / "bucket" / "cloudtrain" / "runs" / run_id / "attempt-1"
         address = json.loads((nodes / "nodes" / "worker-1.json").read_text())["address"]
         by_ip = {cluster.hosts[c].ip: c for c in cluster.computes}
@@ -278,7 +298,7 @@ def test_a_preempted_allocation_is_recognised_and_the_next_one_resumes(
         )
         cli = ct.start("run", str(job))
         try:
-            ct.wait_for(r"^\[worker-1\] cloudtrain: epoch 2/30 done", timeout=400)
+            wait_rank_epoch(ct, tmp_path / "shared", rank=1, epoch=2)
             box.ssh(
                 "sbatch", "--partition=urgent", "--exclusive", "-N1", "-t", "5",
                 "--wrap", "sleep 20",
