@@ -45,16 +45,6 @@ class _Schemes(Mapping[str, str]):
 
 
 SCHEMES: Mapping[str, str] = _Schemes()  # provider -> scheme
-
-
-def bucket_schemes(provider: str) -> tuple[str, ...]:
-    """The schemes a run of `provider` may keep its bucket at: its store's own, then the other
-    stores' its INFO names (`other_schemes`); none for a provider this version does not know.
-    Pure."""
-    from cloudtrain.providers.registry import declared
-
-    info = declared(provider)
-    return tuple(s for s in (info.scheme, *info.other_schemes) if s)
 _URI_RE = re.compile(r"^(?P<scheme>[a-z0-9]+)://(?P<rest>.*)$", re.DOTALL)
 
 # Linux: PATH_MAX 4096 bytes with the NUL, NAME_MAX 255 bytes per name (<linux/limits.h>)
@@ -237,6 +227,16 @@ def uri_problem(uri: str, scheme: str | None = None) -> str | None:
     else:
         problem = azure_container_problem(*location.split("/", 1))
     return problem or _prefix_problem(prefix)
+
+
+def bucket_schemes(provider: str) -> tuple[str, ...]:
+    """The schemes a run of `provider` may keep its bucket at: its store's own, then the other
+    stores' its INFO names (`other_schemes`); none for a provider this version does not know.
+    Pure."""
+    from cloudtrain.providers.registry import declared
+
+    info = declared(provider)
+    return tuple(s for s in (info.scheme, *info.other_schemes) if s)
 
 
 def checkpoint_problem(uri: str, provider: str | None) -> str | None:

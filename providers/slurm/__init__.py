@@ -20,7 +20,7 @@ INFO = ProviderInfo(
     name="slurm",
     display="Slurm",
     scheme="slurm",
-    # a bucket in an object store the cluster reaches (providers/slurm/storage.py: store_for)
+    # a bucket in an object store the cluster reaches (provider.py: SlurmProvider.store)
     other_schemes=("s3", "gs", "az"),
     adapter="cloudtrain.providers.slurm.provider:SlurmProvider",
     options="cloudtrain.providers.slurm.options:SlurmOptions",

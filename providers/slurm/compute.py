@@ -102,6 +102,13 @@ for f in rank-*.ended; do [ -e "$f" ] && printf '%s\\n' "$f"; done
 exit 0
 """
 
+# the end of a script asking accounting (`sacct "$@"`): the accounting database, else the job
+# completion log (`sacct -c`) where the cluster keeps none
+_SACCT_SH = """\
+sacct "$@" 2>/dev/null | grep -q . && exec sacct "$@"
+exec sacct -c "$@" 2>/dev/null
+"""
+
 # on the login host: the run's latest attempt's node list and how its job ended, as accounting
 # says (`sacct -c`, the completion log, where the cluster keeps no accounting database)
 _ENDED_SH = """\
@@ -113,9 +120,7 @@ case "$id" in ''|*[!0-9]*) exit 0 ;; esac
 cat "a$k/nodes" 2>/dev/null
 echo ---
 set -- -X -n -P -j "$id" -o JobIDRaw,State
-sacct "$@" 2>/dev/null | grep -q . && exec sacct "$@"
-exec sacct -c "$@" 2>/dev/null
-"""
+""" + _SACCT_SH
 
 # on the login host: every attempt's job of the run (its folder's `job` files) as accounting
 # says, `<job id>|<elapsed seconds>` per line (`sacct -c` where the cluster keeps no database)
@@ -125,9 +130,7 @@ ids=$(for f in a[0-9]*/job; do [ -r "$f" ] && head -c 32 "$f"; done | grep -E '^
   head -n 1000 | paste -sd, -)
 [ -n "$ids" ] || exit 0
 set -- -X -n -P -j "$ids" -o JobIDRaw,ElapsedRaw
-sacct "$@" 2>/dev/null | grep -q . && exec sacct "$@"
-exec sacct -c "$@" 2>/dev/null
-"""
+""" + _SACCT_SH
 _ACCOUNTED_LINE = re.compile(r"^(\d{1,12})\|(\d{1,12})$")
 
 # on the login host: the end of the console of node $2 in the run's latest attempt holding it

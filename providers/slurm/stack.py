@@ -33,7 +33,7 @@ import re
 import tarfile
 
 from cloudtrain.core.errors import ProviderError
-from cloudtrain.jobs.protocol_keys import run_prefix
+from cloudtrain.jobs.protocol_keys import cluster_key
 from cloudtrain.providers.base import NodeStack
 from cloudtrain.providers.slurm.login import LoginHost, run_on_login
 
@@ -102,8 +102,8 @@ echo built >&2
 """
 
 
-# run by the node stack's python on the login host: $1 the bucket's URI, $2 the run's prefix.
-# Prints how many objects the run has there; a failure, its one line on stderr (exit 3)
+# run by the node stack's python on the login host: $1 the bucket's URI, $2 a key of the run.
+# Prints how many objects it lists under that key; a failure, its one line on stderr (exit 3)
 _OPENS_PY = """\
 import sys
 try:
@@ -172,13 +172,14 @@ def ensure_stack(login: LoginHost, workdir: str, python: str, stack: NodeStack) 
 def check_bucket(login: LoginHost, python: str, store_uri: str, run_id: str) -> None:
     """That the cluster reaches the run's bucket in an object store as the controller does: the
     node stack's `python` opens `store_uri` on the login host with what it finds there (the
-    cluster's credentials, region and endpoint) and sees the run's files, which the controller
-    wrote before its first submission. Raises ProviderError naming what failed, before anything
-    is submitted. Blocks (one ssh; the store's retries when it cannot reach it)."""
-    prefix = run_prefix(run_id)
+    cluster's credentials, region and endpoint) and sees the run's cluster.json, which the
+    controller wrote before its first submission (one key listed, however much the run holds).
+    Raises ProviderError naming what failed, before anything is submitted. Blocks (one ssh;
+    the store's retries when it cannot reach it)."""
+    key = cluster_key(run_id)
     out = run_on_login(
         login,
-        [python, "-c", _OPENS_PY, store_uri, prefix],
+        [python, "-c", _OPENS_PY, store_uri, key],
         timeout_s=OPENS_TIMEOUT_S,
         what=f"opening the run's bucket {store_uri} on the cluster",
     )
@@ -186,6 +187,6 @@ def check_bucket(login: LoginHost, python: str, store_uri: str, run_id: str) -> 
     if not count.isdigit() or int(count) == 0:
         raise ProviderError(
             f"the cluster opens {store_uri} but does not see this run's files in it"
-            f" ({prefix}): it reaches another store than this machine does",
+            f" ({key}): it reaches another store than this machine does",
             hint="give the cluster the endpoint and credentials this machine uses",
         )
