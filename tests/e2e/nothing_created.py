@@ -104,9 +104,7 @@ def created_since(before: Snapshot) -> list[str]:
     when nothing was). Read-only."""
     home = before.home
     found = [
-        f"path {rel}"
-        for rel in sorted(home_paths(home) - before.paths)
-        if rel not in LEDGER_FILES
+        f"path {rel}" for rel in sorted(home_paths(home) - before.paths) if rel not in LEDGER_FILES
     ]
     was = dict(before.rows)
     for table, n in ledger_rows(home):

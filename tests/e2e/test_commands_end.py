@@ -31,8 +31,14 @@ def _crash(ct: Env, name: str, point: str, epochs: int = 3, seconds: float = 0.2
     """`cloudtrain run` SIGKILLed at `point`; the run id it left in the ledger."""
     env = dict(ct.env, **{CRASH_ENV: point})
     proc = subprocess.run(
-        [sys.executable, "-m", "cloudtrain.cli.main", "run", str(ct.tick_job(name, epochs,
-        seconds))], env=env,
+        [
+            sys.executable,
+            "-m",
+            "cloudtrain.cli.main",
+            "run",
+            str(ct.tick_job(name, epochs, seconds)),
+        ],
+        env=env,
         capture_output=True,
         text=True,
         timeout=300,

@@ -41,6 +41,7 @@ def _debootstrap_possible() -> None:
     if os.geteuid() != 0 or shutil.which("debootstrap") is None:
         pytest.fail("booting the Debian 12 root needs root and debootstrap (tests/run.sh)", False)
 
+
 EPOCHS = "cloudtrain: epoch 2/2 done"
 
 

@@ -205,8 +205,10 @@ def world(tmp_path: Path) -> Iterator[tuple[dict[str, str], Recorder, subprocess
     meta = {"name": "n", "run_id": "x", "role": "worker", "index": 0, "pid": sentinel.pid}
     # where `runs/<id>/nodes/*` leads for id ../x, ../../x and ../../../x, and ./x itself
     for folder in (home / "local", home, tmp_path, home / "local" / "runs" / "x"):
-        node = folder / "x" / "nodes" / "n" if folder != home / "local" / "runs" / "x" else (
-            folder / "nodes" / "n"
+        node = (
+            folder / "x" / "nodes" / "n"
+            if folder != home / "local" / "runs" / "x"
+            else (folder / "nodes" / "n")
         )
         node.mkdir(parents=True, exist_ok=True)
         (node / "node.json").write_text(json.dumps(meta))
@@ -220,11 +222,7 @@ def world(tmp_path: Path) -> Iterator[tuple[dict[str, str], Recorder, subprocess
 
 def _tree(root: Path) -> set[str]:
     """Every path under `root` but the ledger's own files (SQLite writes beside it)."""
-    return {
-        str(p.relative_to(root))
-        for p in root.rglob("*")
-        if not p.name.startswith("ledger.db")
-    }
+    return {str(p.relative_to(root)) for p in root.rglob("*") if not p.name.startswith("ledger.db")}
 
 
 DRIVER = r"""
@@ -360,8 +358,9 @@ def test_the_real_console_script_refuses_a_traversal_in_one_line(
 
 def test_argv_cannot_carry_a_nul() -> None:
     with pytest.raises(ValueError, match="null byte"):
-        subprocess.run([sys.executable, "-m", "cloudtrain.cli.main", "status", "a\x00b"],
-        timeout=60)
+        subprocess.run(
+            [sys.executable, "-m", "cloudtrain.cli.main", "status", "a\x00b"], timeout=60
+        )
 
 
 @pytest.mark.parametrize("provider", CLOUDS)

@@ -72,9 +72,7 @@ def _ended_by(ct: Env, run_id: str, code: int, detail: str, output: str) -> None
     assert rec is not None and rec.outcome == "interrupted", rec
     assert rec.detail == detail or (rec.detail or "").startswith(detail), rec.detail
     assert (ct.bucket / run_id / "control" / "stop").exists(), "no graceful stop was asked"
-    statuses = [
-        json.loads(p.read_text()) for p in (ct.bucket / run_id / "status").glob("*.json")
-    ]
+    statuses = [json.loads(p.read_text()) for p in (ct.bucket / run_id / "status").glob("*.json")]
     assert {s["state"] for s in statuses} == {"stopped"}, statuses
     assert_clean(ct, run_id)
 

@@ -91,9 +91,7 @@ def slurm(
 def write_cluster_aws(folder: Path, endpoint: str) -> None:
     """The cluster user's ~/.aws: region, the store's endpoint and their own key."""
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config").write_text(
-        f"[default]\nregion = us-east-1\nendpoint_url = {endpoint}\n"
-    )
+    (folder / "config").write_text(f"[default]\nregion = us-east-1\nendpoint_url = {endpoint}\n")
     (folder / "credentials").write_text(
         f"[default]\naws_access_key_id = slurmuser\naws_secret_access_key = {SECRET}\n"
     )

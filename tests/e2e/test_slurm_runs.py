@@ -91,8 +91,9 @@ def test_a_multiworker_job_plans_from_the_cluster_and_trains_on_three_hosts(
     billed = slurm.ledger().billed_cost(run_id)
     (elapsed,) = [
         int(line.split("|")[1])
-        for line in cluster.ssh("sacct", "-c", "-X", "-n", "-P", "-o", "JobName,ElapsedRaw")
-        .splitlines()
+        for line in cluster.ssh(
+            "sacct", "-c", "-X", "-n", "-P", "-o", "JobName,ElapsedRaw"
+        ).splitlines()
         if line.startswith(f"cloudtrain-{run_id}-a1|")
     ]
     assert billed * 3600 / 1.5 == pytest.approx(elapsed, abs=0.01), (billed, elapsed)

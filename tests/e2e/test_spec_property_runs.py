@@ -45,9 +45,7 @@ def _run(value: str, arg: str, style: str) -> None:
         (job / "README").write_text("a job with no code: its entrypoint is in job.yaml\n")
         entrypoint = (
             'mkdir -p "$CLOUDTRAIN_MODEL_DIR"; printf %s "$V" > "$CLOUDTRAIN_MODEL_DIR/v"; '
-            "printf %s "
-            + shlex.quote(arg)
-            + ' > "$CLOUDTRAIN_MODEL_DIR/a"'
+            "printf %s " + shlex.quote(arg) + ' > "$CLOUDTRAIN_MODEL_DIR/a"'
         )
         text = (
             "name: prop\ncluster:\n  strategy: one_device\nmax_hours: 0.1\n"
