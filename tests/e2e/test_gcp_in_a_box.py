@@ -32,7 +32,7 @@ import pytest
 from tests.e2e import phases_report
 from tests.e2e.conftest import EXAMPLES, Env
 from tests.e2e.trace_kit import assert_traced
-from tests.fakes.boot_harness import BootHarness, Vm
+from tests.fakes.boot_harness import ON_DEMAND_GCE_GRACE_S, BootHarness, Vm
 from tests.fakes.gce_node_identity import LAPTOP_ENV, NodeIdentities
 from tests.fakes.gcp_cloud import GcpCloud, gcp_cloud, gcs_emulator, gcs_emulator_session
 from tests.fakes.netns import Network
@@ -121,7 +121,20 @@ def _discover(cloud: GcpCloud, identities: NodeIdentities) -> list[Vm]:
         # GCE's guest agent runs startup-script on every boot; a training node runs as its
         # instance's service account
         env = identities.vm_env(vm_id, role)
-        vms.append(Vm(vm_id, name, alive, lambda s=script: s, image, every_boot=True, env=env))
+        spot = (inst.get("scheduling") or {}).get("provisioningModel") == "SPOT"
+        grace = None if spot else ON_DEMAND_GCE_GRACE_S
+        vms.append(
+            Vm(
+                vm_id,
+                name,
+                alive,
+                lambda s=script: s,
+                image,
+                every_boot=True,
+                env=env,
+                shutdown_grace_s=grace,
+            )
+        )
     return vms
 
 

@@ -116,12 +116,16 @@ def test_a_deleted_vm_gets_sigterm_then_the_power_cut_after_its_grace(tmp_path: 
     listed: dict[str, Vm] = {}
     for vm_id, script in (("graceful", _GRACEFUL), ("stubborn", _STUBBORN), ("dies", _GRACEFUL)):
         listed[vm_id] = Vm(vm_id, vm_id, True, lambda s=script: s, UBUNTU_2204)
+    # a VM whose cloud gives it a longer window of its own (GCE's on-demand VMs)
+    listed["patient"] = Vm(
+        "patient", "patient", True, lambda: _STUBBORN, UBUNTU_2204, shutdown_grace_s=4.5
+    )
     harness = BootHarness(
         tmp_path / "box", lambda: list(listed.values()), dict(os.environ), 0.1, shutdown_grace_s=2
     ).start()
     try:
         wait_until(
-            "three VMs up",
+            "four VMs up",
             lambda: all("up" in _log(harness, v) for v in listed),
             60,
             lambda: repr(harness.errors),
@@ -129,18 +133,20 @@ def test_a_deleted_vm_gets_sigterm_then_the_power_cut_after_its_grace(tmp_path: 
         harness.kill("dies")  # the VM dies while its cloud lists it running: no shutdown at all
         assert _ended(harness, "dies", time.monotonic()) < 1
         deleted = time.monotonic()
-        del listed["graceful"], listed["stubborn"]  # the cloud deletes two VMs
+        del listed["graceful"], listed["stubborn"], listed["patient"]  # the cloud deletes three
         graceful = _ended(harness, "graceful", deleted)
         stubborn = _ended(harness, "stubborn", deleted)
+        patient = _ended(harness, "patient", deleted)
         time.sleep(0.5)
     finally:
         harness.stop()
     assert _log(harness, "graceful").split() == ["up", "term", "final"], "its last step ran"
     assert graceful < 1.9, graceful  # it ended by itself, ~1 s in
     assert 2.0 <= stubborn < 4.0, stubborn  # SIGTERM ignored: cut at the grace's end
+    assert 4.5 <= patient < 6.5, patient  # ... at the end of its own, longer grace
     assert _log(harness, "dies").split() == ["up"], "a VM that dies gets no SIGTERM"
-    assert harness.boots == {"graceful": 1, "stubborn": 1, "dies": 1}, "none booted again"
-    assert harness.forced == ["stubborn"], "the only one still running at the grace's end"
+    assert harness.boots == {"graceful": 1, "stubborn": 1, "dies": 1, "patient": 1}, "no reboot"
+    assert harness.forced == ["stubborn", "patient"], "still running when their grace ended"
 
 
 def _controller_venv(wheel: Path, extra: str, program: str) -> str:
@@ -325,7 +331,9 @@ def _wait_gone(cloud: Cloud, inventory: Inventory, timeout: float) -> None:
         assert cloud.harness.live_sessions() == []
         controller = cloud.harness.vm_ids(controller_of(inventory.run_id))
         cut = set(controller) & set(cloud.harness.forced)
-        assert not cut, "the controller node's last step outlasted its VM's shutdown grace"
+        assert not cut, "the controller node's last step outlasted its VM's shutdown grace:\n" + (
+            "\n".join(cloud.harness.describe(v) for v in controller)
+        )
 
 
 def _status(cloud: Cloud, tmp_path: Path, run_id: str) -> dict[str, Any]:
@@ -395,6 +403,9 @@ def test_detached_run_survives_a_preemption_and_cleans_up_after_itself(
     assert status["cost_usd"] > 0, status
     _assert_nothing_left(cloud, run_id)
     print(f"{provider}: detached in {detached_s:.1f} s, run over and clean in {took_s:.1f} s")
+    if cloud.harness is not None:  # how much of its shutdown grace the controller's end took
+        for vm_id in cloud.harness.vm_ids(controller_of(run_id)):
+            print(cloud.harness.describe(vm_id))
 
 
 def _price(cloud: Cloud, job: Path) -> float:

@@ -34,8 +34,9 @@ A VM the emulator reports terminated, or no longer lists at all (GCE forgets a d
 instance), is shut down as a cloud shuts a deleted or preempted VM down: its guest gets an ACPI
 power-button event, so systemd sends SIGTERM to every process, and the power is cut when the
 guest is done or a grace period has passed. The harness sends SIGTERM to every process of the
-VM's session, waits up to `shutdown_grace_s` (5 s) for them to end, then SIGKILLs what is left
-(in a thread of its own: the poll goes on meanwhile). A process that deletes its own VM (the
+VM's session, waits up to `shutdown_grace_s` (5 s; a VM's own `Vm.shutdown_grace_s` where its
+box sets one: GCE's on-demand VMs, 30 s) for them to end, then SIGKILLs what is left (in a
+thread of its own: the poll goes on meanwhile). A process that deletes its own VM (the
 controller node, last) finishes its final step in that window. The clouds' real windows:
 - AWS: a default TerminateInstances is a "normal instance shutdown with attempted graceful OS
   shutdown" (docs.aws.amazon.com/AWSEC2/latest/UserGuide/instance-terminate-methods.html); the
@@ -174,6 +175,25 @@ _VM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _NOT_PASSED = ("PYENV", "VIRTUAL_ENV", "PYTHON", "CLOUDTRAIN_HOME")
 # how long a deleted VM's guest has between SIGTERM and the power cut (the module docstring)
 SHUTDOWN_GRACE_S = 5.0
+# ... and an on-demand GCE VM's: GCE gives a deleted or stopped on-demand VM 90 s (a preempted
+# spot VM 30 s) before it forces it off (cloud.google.com/compute/docs/shutdownscript,
+# "Limitations"). The box gives it a third of that: the controller node deletes its own VM and
+# then its identity in that window, ~1 s alone, and more than 5 s in the suite's busiest minutes
+# (the official CI of stop 40), which is no fault on GCE
+ON_DEMAND_GCE_GRACE_S = 30.0
+
+
+def _cmds(pids: list[int]) -> str:
+    """What processes `pids` run, for a harness event (`pid: cmdline`, each cut at 160 chars)."""
+    shown = []
+    for pid in pids:
+        try:
+            raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        cmdline = raw.replace(b"\0", b" ").decode(errors="replace").strip()
+        shown.append(f"{pid}: {cmdline[:160]}")
+    return "; ".join(shown) or "(gone)"
 
 
 @dataclass(frozen=True)
@@ -191,6 +211,9 @@ class Vm:
     # removed): a node VM whose SDK must take its credentials from the metadata service, as on
     # the cloud, drops the box's full-rights credentials of `env` here
     env: Mapping[str, str | None] = field(default_factory=dict)
+    # this VM's time between SIGTERM and the power cut when its cloud deletes it (None: the
+    # harness's `shutdown_grace_s`): a box whose cloud gives a kind of VM a longer window says so
+    shutdown_grace_s: float | None = None
 
 
 _free_port = free_port  # below the ephemeral range (providers/local.py)
@@ -479,12 +502,17 @@ class BootHarness:
             for pid in session_pids(sid):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGTERM)
-            deadline = time.monotonic() + self.shutdown_grace_s
+            began = time.monotonic()
+            grace = self._grace(vm_id)
+            deadline = began + grace
             while session_pids(sid) and time.monotonic() < deadline:
                 time.sleep(0.05)
-            if session_pids(sid):  # the guest was not done: what it ran last is cut short
+            left = session_pids(sid)
+            if left:  # the guest was not done: what it ran last is cut short
                 self.forced.append(vm_id)
-                self._event(vm_id, "shutdown: still running when the grace ended")
+                self._event(vm_id, f"shutdown: still running when the grace ended: {_cmds(left)}")
+            else:
+                self._event(vm_id, f"shutdown: done {time.monotonic() - began:.1f} s after SIGTERM")
         # the power cut (a subclass's kill cleans up after the VM too), of the boot current now:
         # a reboot that began before the shutdown registered may have replaced the one above
         self.kill(vm_id)
@@ -493,13 +521,20 @@ class BootHarness:
         self._event(vm_id, "shutdown: power cut")
         self._drop_host(vm_id)
 
+    def _grace(self, vm_id: str) -> float:
+        """VM `vm_id`'s time between SIGTERM and the power cut (its own, else the harness's)."""
+        vm = self._vms.get(vm_id)
+        return vm.shutdown_grace_s if vm and vm.shutdown_grace_s else self.shutdown_grace_s
+
     def live_sessions(self, settle_s: float | None = None) -> list[str]:
         """VMs whose session still has a process, or whose shutdown has not yet cut the power
         and cleaned up after it (a subclass's kill(): the Debian box unmounts the VM's root
         there, after its processes may already have ended at the SIGTERM), after giving the
         poll loop up to `settle_s` (default: the shutdown grace + 5 s) to notice VMs deleted
         just now and shut them down."""
-        settle_s = self.shutdown_grace_s + 5.0 if settle_s is None else settle_s
+        if settle_s is None:  # the longest grace of a VM the harness booted
+            graces = [vm.shutdown_grace_s or 0.0 for vm in list(self._vms.values())]
+            settle_s = max([self.shutdown_grace_s, *graces]) + 5.0
         deadline = time.monotonic() + settle_s
         while True:
             with self._power:
