@@ -38,6 +38,7 @@ SCRIPTS: tuple[str, ...] = (
     "local_vs_plain",
     "overhead",
     "long_run",
+    "slurm_ssh",
 )
 # long_run's old-design poll of the three-day run lists 413 pages (over 10 minutes on moto): run_all
 # measures the current design only; `python benchmarks/long_run.py` measures both

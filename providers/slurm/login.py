@@ -35,6 +35,7 @@ from pathlib import Path
 
 from cloudtrain.core.errors import CredentialsError, ProviderError, TransientError
 from cloudtrain.core.node_text import shown
+from cloudtrain.providers.slurm.ssh_mux import mux_options
 
 MAX_OUTPUT_BYTES = 4 * 1024 * 1024  # of one command's stdout; more is an error, not a cut
 STDERR_KEPT_BYTES = 64 * 1024  # of one command's stderr, its end
@@ -51,8 +52,10 @@ _UNREACHABLE = (
 )
 # the connection went before the command ran: a busy sshd (MaxStartups), worth another try
 _DROPPED = ("Connection reset by", "Connection closed by", "kex_exchange_identification")
-# ssh connections one process opens to one login host at once: below sshd's MaxStartups
-# (default 10:30:100: past 10 unauthenticated connections, new ones are dropped at random)
+# commands one process runs on one login host at once: sessions on the login's shared
+# connection (ssh_mux.py), below sshd's MaxSessions (default 10 per connection), or, unshared,
+# connections, below sshd's MaxStartups (default 10:30:100: past 10 unauthenticated
+# connections, new ones are dropped at random)
 MAX_CONNECTIONS = 4
 _SLOTS: dict[tuple[str, int, str], threading.BoundedSemaphore] = {}
 _SLOTS_LOCK = threading.Lock()
@@ -86,7 +89,8 @@ class LoginHost:
         return f"{self.user}@{self.host}{port}"
 
     def ssh_argv(self) -> list[str]:
-        """The `ssh` command line up to the remote command. Pure."""
+        """The `ssh` command line up to the remote command. Blocks the first time for a login
+        (ssh_mux: one local `ssh -G`)."""
         argv = ["ssh", "-p", str(self.port), "-o", "BatchMode=yes"]
         argv += [
             "-o",
@@ -100,7 +104,9 @@ class LoginHost:
             argv += ["-o", f"UserKnownHostsFile={self.known_hosts}"]
         for option in self.options:
             argv += ["-o", option]
-        return [*argv, "--", f"{self.user}@{self.host}"]
+        argv += ["--", f"{self.user}@{self.host}"]
+        # one connection for every command of this login (providers/slurm/ssh_mux.py)
+        return [*argv[:-2], *mux_options(argv), *argv[-2:]]
 
 
 def run_on_login(

@@ -5,8 +5,12 @@ host lacks and a command that fails each give one clear error, the untrusted std
 
 from __future__ import annotations
 
+import os
+import re
 import shutil
+import signal
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +19,7 @@ import pytest
 from cloudtrain.core.errors import CredentialsError, ProviderError
 from cloudtrain.providers.base import NodeRequest, RunInfo
 from cloudtrain.providers.slurm import login as login_module
+from cloudtrain.providers.slurm import ssh_mux
 from cloudtrain.providers.slurm.compute import SlurmCompute
 from cloudtrain.providers.slurm.login import LoginHost, run_on_login
 from cloudtrain.providers.slurm.times import in_utc
@@ -147,3 +152,75 @@ def test_output_over_the_bound_is_an_error(
     assert run_on_login(login_of(cluster), ["echo", "123456789"]) == "123456789\n"
     with pytest.raises(ProviderError, match="wrote 11 bytes, over the 10 cloudtrain reads"):
         run_on_login(login_of(cluster), ["echo", "1234567890"])
+
+
+# -- one connection for a login's commands (providers/slurm/ssh_mux.py) -------------------------
+
+
+def _client_port(login: LoginHost) -> str:
+    """The client's port of the connection that carried the command (sshd's SSH_CONNECTION:
+    client address, client port, server address, server port)."""
+    return run_on_login(login, ["sh", "-c", 'echo "$SSH_CONNECTION"']).split()[1]
+
+
+def _master_pid(login: LoginHost) -> int | None:
+    """The pid of the login's connection master (`ssh -O check`), None when none runs."""
+    argv = login.ssh_argv()
+    done = subprocess.run(
+        [argv[0], "-O", "check", *argv[1:]], capture_output=True, text=True, check=False
+    )
+    found = re.search(r"Master running \(pid=(\d+)\)", done.stderr)
+    return int(found[1]) if found else None
+
+
+def test_the_commands_of_a_login_share_one_connection(cluster: SlurmBox, tmp_path: Path) -> None:
+    # a login of its own (its known_hosts copy names it): no master from another test
+    known = tmp_path / "known_hosts"
+    known.write_bytes(cluster.known_hosts.read_bytes())
+    login = login_of(cluster, known_hosts=known)
+    first = _client_port(login)
+    assert _client_port(login) == first == _client_port(login), "one connection, reused"
+    master = _master_pid(login)
+    assert master is not None
+    # a master that died (a crash, a closed lid) leaves its socket: the next command makes
+    # a new connection, and a new master
+    os.kill(master, signal.SIGKILL)
+    assert _client_port(login) != first
+    assert _master_pid(login) not in (None, master)
+    # another key or host key check is another login: never the same connection
+    assert _client_port(login_of(cluster)) != _client_port(login)
+
+
+def test_the_users_own_sharing_settings_win(cluster: SlurmBox, tmp_path: Path) -> None:
+    known = tmp_path / "known_hosts"
+    known.write_bytes(cluster.known_hosts.read_bytes())
+    off = login_of(cluster, known_hosts=known, options=("ControlMaster=no",))
+    assert _client_port(off) != _client_port(off), "sharing turned off: a connection each"
+    theirs = tmp_path / "cm"
+    own = login_of(
+        cluster,
+        known_hosts=known,
+        options=("ControlMaster=auto", f"ControlPath={theirs}", "ControlPersist=5"),
+    )
+    assert [w for w in own.ssh_argv() if w.startswith("ControlPath=")] == [f"ControlPath={theirs}"]
+    assert _client_port(own) == _client_port(own)
+    assert theirs.is_socket(), "their master, at their path"
+
+
+def test_no_sharing_through_a_folder_others_may_enter(monkeypatch: pytest.MonkeyPatch) -> None:
+    argv = ["ssh", "-p", "22", "-o", "BatchMode=yes", "--", "someone@login.example"]
+    # a short temp folder of its own: a socket's path has a bound (pytest's tmp_path is long)
+    tmp_path = Path(tempfile.mkdtemp(prefix="ct-mux-"))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    words = ssh_mux.mux_options(argv)
+    folder = ssh_mux.socket_dir()
+    assert f"ControlPath={folder}/" in " ".join(words)
+    assert folder.stat().st_mode & 0o777 == 0o700
+    folder.chmod(0o733)  # others may enter, and place a socket of their own there
+    assert ssh_mux.mux_options(argv) == []
+    folder.chmod(0o700)
+    assert ssh_mux.mux_options(argv) == words
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / ("x" * 90)))  # sun_path's bound
+    (tmp_path / ("x" * 90)).mkdir()
+    assert ssh_mux.mux_options(argv) == []
+    shutil.rmtree(tmp_path)
