@@ -468,12 +468,16 @@ class Agent(Beats, Checkpoints, NodeTrace, Rendezvous):
             self.logs.flush(final=True)
             return
         self.say(f"stop requested ({why}): flushing checkpoints")
-        if self.is_chief:
+        if self.is_chief and self.superseded() is None:
             self.sync_checkpoints()
         self.kill_child(grace_s=self.cluster.stop_grace_s)
         if self.is_chief:
-            n = self.sync_checkpoints()
-            self.say(f"final checkpoint flushed ({n} new files)")
+            newer = self.superseded()
+            if newer is None:
+                n = self.sync_checkpoints()
+                self.say(f"final checkpoint flushed ({n} new files)")
+            else:
+                self.say(f"attempt {newer} has begun: this node's last checkpoint stays here")
             self.sync_tensorboard()
         self.metrics.flush(final=True)
         self.logs.flush(final=True)

@@ -177,6 +177,9 @@ class Checkpoints:
     def tick(self, now: float | None = None) -> None:
         raise NotImplementedError
 
+    def _read(self, kind: Any, key: str) -> Any:
+        raise NotImplementedError
+
     @property
     def activity(self) -> str:
         """What the agent is busy with besides the training, for its heartbeat: the transfer
@@ -279,6 +282,15 @@ class Checkpoints:
         Returns the number of files uploaded. Files that vanish mid-sync are skipped."""
         prefix = proto.checkpoints_prefix(self.run_id)
         return self._mirror(self.ckpt_dir, prefix, self._synced, "uploading checkpoints")
+
+    def superseded(self) -> int | None:
+        """The run's attempt when the controller has begun one after this node's (cluster.json
+        says so), else None. A stopping chief of an attempt that is over sends nothing more: the
+        next attempt's nodes restore the bucket's checkpoints, and one that landed in between
+        would give them different ones (a Slurm allocation's processes outlive its end by
+        KillWait). Blocks for one GET; None when cluster.json cannot be read."""
+        cluster = self._read(ClusterDoc, proto.cluster_key(self.run_id))
+        return cluster.attempt if cluster and cluster.attempt > self.attempt else None
 
     def sync_tensorboard(self) -> int:
         """Mirror the chief's TensorBoard folder (`tb_dir`; none yet: 0) to `tensorboard/`. An

@@ -273,6 +273,8 @@ def test_a_node_set_down_ends_the_allocation_and_the_next_one_resumes(
     assert "restart 1/" in out and "attempt 2" in out, out[-4000:]
     resumed = re.findall(r"^\[worker-\d\] cloudtrain: resumed at epoch (\d+)", out, re.M)
     assert resumed and all(int(e) >= 2 for e in resumed), out[-4000:]
+    # every worker from the same checkpoint (the old allocation's chief sent none after)
+    assert len(resumed) == 2 and len(set(resumed)) == 1, out[-4000:]
     jobs = cluster.ssh("sacct", "-c", "-X", "-n", "-P", "-o", "JobName,State").split()
     states = dict(line.split("|", 1) for line in jobs if line.startswith(f"cloudtrain-{run_id}"))
     assert states[f"cloudtrain-{run_id}-a1"].startswith("NODE_FAIL"), states
@@ -315,6 +317,8 @@ def test_a_preempted_allocation_is_recognised_and_the_next_one_resumes(
     assert "restart 1/" in out and "attempt 2" in out, out[-4000:]
     resumed = re.findall(r"^\[worker-\d\] cloudtrain: resumed at epoch (\d+)", out, re.M)
     assert resumed and all(int(e) >= 2 for e in resumed), out[-4000:]
+    # every worker from the same checkpoint (the old allocation's chief sent none after)
+    assert len(resumed) == 2 and len(set(resumed)) == 1, out[-4000:]
     states = dict(line.split("|", 1) for line in jobs if line.startswith(f"cloudtrain-{run_id}"))
     assert states[f"cloudtrain-{run_id}-a1"] == "PREEMPTED", states
     # the second allocation ran to the end (the teardown cancels it once the job is done)

@@ -109,7 +109,6 @@ def test_kill_child_without_a_child(store: LocalStore, work: Path) -> None:
     assert agent.child is None
 
 
-
 # --- stopping --------------------------------------------------------------------------------
 def test_control_stop_flushes_a_checkpoint_and_ends_the_child(
     store: LocalStore, work: Path, run_in_thread: Callable[[Agent], AgentThread]
@@ -140,6 +139,36 @@ def test_control_stop_flushes_a_checkpoint_and_ends_the_child(
     assert "final checkpoint flushed" in logs
     # the checkpoint written during the grace period reached the bucket
     assert bucket_files(store, "checkpoints/") == {"ckpt-1": b"1\n", "ckpt-final": b"2\n"}
+
+
+def test_a_stopping_chief_sends_no_checkpoint_once_a_new_attempt_began(
+    store: LocalStore, work: Path, run_in_thread: Callable[[Agent], AgentThread]
+) -> None:
+    # Slurm's DOWN node (CI26): the old allocation's chief got SIGTERM and flushed its last
+    # checkpoint in Slurm's KillWait, after the next attempt's chief had restored the bucket's
+    # and before its other worker did: the two resumed at epochs 4 and 14
+    go = work.parent / "go"
+    entrypoint = (
+        'mkdir -p "$CLOUDTRAIN_CHECKPOINT_DIR"; echo 1 > "$CLOUDTRAIN_CHECKPOINT_DIR/ckpt-1"; '
+        f"trap 'while [ ! -e {go} ]; do sleep 0.05; done; "
+        'echo 2 > "$CLOUDTRAIN_CHECKPOINT_DIR/ckpt-final"; exit 0\' TERM; '
+        f"echo started; sleep {BROKEN_S} & wait"
+    )
+    cluster = base_cluster(entrypoint=entrypoint, stop_grace_s=BROKEN_S, linger_s=BROKEN_S)
+    put_json(store, "cluster.json", cluster)
+    runner = run_in_thread(Agent(RUN_ID, "chief", 0, store, work))
+    assert wait_for(lambda: "started" in read_logs(store, "chief-0").splitlines())
+    store.put(PREFIX + "control/stop", b"interrupted")
+    assert wait_for(lambda: "stop requested (control/stop)" in read_logs(store, "chief-0"))
+    put_json(store, "cluster.json", {**cluster, "attempt": 2})  # the controller moved on
+    go.touch()  # only now does the training write its last checkpoint
+    assert runner.join(HANG_S)
+    assert runner.error is None
+    assert status_of(store, "chief-0")["state"] == "stopped"
+    assert bucket_files(store, "checkpoints/") == {"ckpt-1": b"1\n"}, "attempt 2 owns them"
+    assert "attempt 2 has begun: this node's last checkpoint stays here" in read_logs(
+        store, "chief-0"
+    )
 
 
 def test_stop_by_the_deadline(
